@@ -1,0 +1,46 @@
+"""celery-tracked: durable job tracking and idempotency for any Celery app."""
+
+from .errors import (
+    ConfigurationError,
+    EnqueueError,
+    InvalidPayload,
+    JobFailed,
+    JobNotFound,
+    PayloadNotSerializable,
+    PayloadTooLarge,
+    StoreError,
+    TrackedError,
+    Unrecoverable,
+    WaitTimeout,
+)
+from .guard import GuardError
+from .jobs import EnqueueResult, Job, JobEvent, JobStatus
+from .settings import Settings
+from .task import TrackedTask, tracked_task
+from .tracker import Tracker
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigurationError",
+    "EnqueueError",
+    "EnqueueResult",
+    "GuardError",
+    "InvalidPayload",
+    "Job",
+    "JobEvent",
+    "JobFailed",
+    "JobNotFound",
+    "JobStatus",
+    "PayloadNotSerializable",
+    "PayloadTooLarge",
+    "Settings",
+    "StoreError",
+    "TrackedError",
+    "TrackedTask",
+    "Tracker",
+    "Unrecoverable",
+    "WaitTimeout",
+    "__version__",
+    "tracked_task",
+]

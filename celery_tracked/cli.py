@@ -1,0 +1,92 @@
+"""``celery -A proj tracked ...``: the command-line side (entry point ``celery.commands``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from celery.bin.base import CeleryCommand, handle_preload_options
+
+from . import migrate as migrations
+from .errors import TrackedError
+from .tracker import Tracker
+
+
+def _tracker(ctx: click.Context) -> Tracker:
+    try:
+        return Tracker.for_app(ctx.obj.app)
+    except TrackedError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@click.group(name="tracked")
+@click.pass_context
+@handle_preload_options
+def tracked(ctx: click.Context) -> None:
+    """celery-tracked: job rows, migrations and statistics."""
+
+
+@tracked.command(cls=CeleryCommand)
+@click.option("--revision", default="head", show_default=True, help="Alembic revision.")
+@click.pass_context
+def migrate(ctx: click.Context, revision: str) -> None:
+    """Create or upgrade the tracking tables."""
+    tracker = _tracker(ctx)
+    url = tracker.settings.database_url
+    try:
+        migrations.upgrade(url, revision)
+    except Exception as exc:
+        raise click.ClickException(
+            f"migration failed on {migrations.describe(url)}: {migrations.describe(str(exc))}"
+        ) from None
+    click.echo(f"celery-tracked tables at {revision} on {migrations.describe(url)}")
+
+
+@tracked.command(cls=CeleryCommand)
+@click.argument("revision")
+@click.pass_context
+def downgrade(ctx: click.Context, revision: str) -> None:
+    """Downgrade the tracking tables (``base`` drops them)."""
+    tracker = _tracker(ctx)
+    migrations.downgrade(tracker.settings.database_url, revision)
+    click.echo(f"celery-tracked tables at {revision}")
+
+
+@tracked.command(cls=CeleryCommand)
+@click.argument("job_id")
+@click.option("--history/--no-history", default=True, help="Show the job's events.")
+@click.pass_context
+def show(ctx: click.Context, job_id: str, history: bool) -> None:
+    """Show one job (never its payload) and its history."""
+    tracker = _tracker(ctx)
+    job = tracker.get_job(job_id)
+    if job is None:
+        click.echo(f"no job {job_id}", err=True)
+        sys.exit(1)
+    out: dict[str, Any] = {
+        "id": job.id,
+        "queue": job.queue_name,
+        "job_type": job.job_type,
+        "status": job.status.value,
+        "attempts": f"{job.attempts_made}/{job.max_attempts}",
+        "error": f"{job.error_type}: {job.error_message}" if job.error_type else None,
+        "created_at": job.created_at.isoformat(),
+        "started_at": job.started_at.isoformat() if job.started_at else None,
+        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+    }
+    click.echo(json.dumps(out, indent=2))
+    if history:
+        for ev in tracker.history(job_id):
+            click.echo(
+                f"{ev.created_at.isoformat()}  {ev.event:<12} {ev.status.value:<10} "
+                f"attempt={ev.attempt} {ev.message or ''}".rstrip()
+            )
+
+
+@tracked.command(cls=CeleryCommand)
+@click.pass_context
+def stats(ctx: click.Context) -> None:
+    """Counts per queue and status, oldest pending age."""
+    click.echo(json.dumps(_tracker(ctx).stats(), indent=2, sort_keys=True))

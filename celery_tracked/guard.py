@@ -1,0 +1,209 @@
+"""The enqueue-time idempotency guard, and terminal-status notifications.
+
+``RedisGuard`` takes a key with one atomic script (``GET`` or ``SET NX PX``) holding a
+token (the job id) and releases it by compare-and-delete, so a producer can only ever
+remove its own key. Each script touches one key (Redis Cluster safe). ``MemoryGuard`` is
+the in-process twin for the embedded mode (``tracked_redis_url = "memory://"``): it only
+guards producers inside one process. Knows nothing of Celery or SQL.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+import redis
+
+from .errors import TrackedError, mask_url
+
+
+class GuardError(TrackedError):
+    """Redis failed (credentials masked)."""
+
+
+_ACQUIRE = """
+local held = redis.call('GET', KEYS[1])
+if held then return held end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false
+"""
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class Guard(Protocol):
+    def acquire(self, key: str, token: str, ttl_ms: int) -> str | None:
+        """Take ``key`` for ``token``; None when taken, else the current holder's token."""
+
+    def release(self, key: str, token: str) -> bool:
+        """Delete ``key`` only if ``token`` still holds it."""
+
+    def holder(self, key: str) -> str | None: ...
+
+
+class Notifier(Protocol):
+    def publish(self, job_id: str, status: str) -> None: ...
+
+    def subscribe(self, job_id: str) -> Subscription: ...
+
+
+class Subscription(Protocol):
+    def wait(self, timeout: float) -> bool:
+        """Block until a notification arrives or ``timeout`` passes; True if one came."""
+
+    def close(self) -> None: ...
+
+
+@contextmanager
+def _translated(action: str) -> Iterator[None]:
+    try:
+        yield
+    except redis.RedisError as exc:
+        raise GuardError(f"Redis {action} failed: {mask_url(str(exc))}") from None
+
+
+class RedisGuard:
+    """Guard and notifier on a real Redis. The client pool is fork-safe (redis-py)."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        self.prefix = prefix
+        self.client: redis.Redis = redis.Redis.from_url(
+            url, socket_connect_timeout=2.0, socket_timeout=5.0, decode_responses=True
+        )
+        self._acquire = self.client.register_script(_ACQUIRE)
+        self._release = self.client.register_script(_RELEASE)
+
+    def key(self, *parts: str) -> str:
+        return ":".join((self.prefix, *parts))
+
+    def acquire(self, key: str, token: str, ttl_ms: int) -> str | None:
+        with _translated("guard acquire"):
+            held = self._acquire(keys=[key], args=[token, ttl_ms])
+        return None if held is None else str(held)
+
+    def release(self, key: str, token: str) -> bool:
+        with _translated("guard release"):
+            return bool(self._release(keys=[key], args=[token]))
+
+    def holder(self, key: str) -> str | None:
+        with _translated("guard read"):
+            value = self.client.get(key)
+        return None if value is None else str(value)
+
+    def publish(self, job_id: str, status: str) -> None:
+        with _translated("publish"):
+            self.client.publish(self.key("job", job_id), status)
+
+    def subscribe(self, job_id: str) -> Subscription:
+        with _translated("subscribe"):
+            pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+            pubsub.subscribe(self.key("job", job_id))
+        return _RedisSubscription(pubsub)
+
+    def eviction_policy(self) -> str | None:
+        """The server's ``maxmemory-policy``, or None when ``CONFIG GET`` is refused."""
+        try:
+            value: Any = self.client.config_get("maxmemory-policy")
+        except redis.ResponseError:
+            return None
+        except redis.RedisError as exc:
+            raise GuardError(f"Redis check failed: {mask_url(str(exc))}") from None
+        return str(value.get("maxmemory-policy")) if value else None
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class _RedisSubscription:
+    def __init__(self, pubsub: Any) -> None:
+        self._pubsub = pubsub
+
+    def wait(self, timeout: float) -> bool:
+        with _translated("subscription"):
+            message = self._pubsub.get_message(timeout=max(0.0, timeout))
+        return message is not None
+
+    def close(self) -> None:
+        self._pubsub.close()
+
+
+class MemoryGuard:
+    """In-process guard and notifier (embedded mode). Tokens expire like Redis keys."""
+
+    def __init__(self, prefix: str = "celery_tracked") -> None:
+        self.prefix = prefix
+        self._keys: dict[str, tuple[str, float]] = {}
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._versions: dict[str, int] = {}
+
+    def key(self, *parts: str) -> str:
+        return ":".join((self.prefix, *parts))
+
+    def acquire(self, key: str, token: str, ttl_ms: int) -> str | None:
+        with self._lock:
+            held = self._live(key)
+            if held is not None:
+                return held
+            self._keys[key] = (token, time.monotonic() + ttl_ms / 1000)
+            return None
+
+    def release(self, key: str, token: str) -> bool:
+        with self._lock:
+            if self._live(key) == token:
+                del self._keys[key]
+                return True
+            return False
+
+    def holder(self, key: str) -> str | None:
+        with self._lock:
+            return self._live(key)
+
+    def _live(self, key: str) -> str | None:
+        entry = self._keys.get(key)
+        if entry is None:
+            return None
+        if entry[1] <= time.monotonic():
+            del self._keys[key]
+            return None
+        return entry[0]
+
+    def publish(self, job_id: str, status: str) -> None:
+        with self._changed:
+            self._versions[job_id] = self._versions.get(job_id, 0) + 1
+            self._changed.notify_all()
+
+    def subscribe(self, job_id: str) -> Subscription:
+        with self._lock:
+            return _MemorySubscription(self, job_id, self._versions.get(job_id, 0))
+
+    def eviction_policy(self) -> str | None:
+        return "noeviction"
+
+    def close(self) -> None:
+        pass
+
+
+class _MemorySubscription:
+    def __init__(self, guard: MemoryGuard, job_id: str, seen: int) -> None:
+        self._guard = guard
+        self._job_id = job_id
+        self._seen = seen
+
+    def wait(self, timeout: float) -> bool:
+        guard = self._guard
+        with guard._changed:
+            arrived = guard._changed.wait_for(
+                lambda: guard._versions.get(self._job_id, 0) != self._seen, timeout=timeout
+            )
+            self._seen = guard._versions.get(self._job_id, 0)
+        return bool(arrived)
+
+    def close(self) -> None:
+        pass

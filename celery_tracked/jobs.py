@@ -1,0 +1,152 @@
+"""Value objects: statuses, jobs, events, enqueue results."""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NamedTuple
+
+
+class JobStatus(str, enum.Enum):
+    """The lifecycle of a tracked job.
+
+    pending → processing | cancelled; processing → completed | retrying | failed
+    (or processing again when a new attempt takes over an expired lease);
+    retrying → processing | cancelled; failed | cancelled → pending (only via retry).
+    """
+
+    PENDING = "pending"
+    PROCESSING = "processing"
+    RETRYING = "retrying"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+
+class EnqueueResult(NamedTuple):
+    """What ``enqueue`` returns. ``created`` is False for a deduplicated call."""
+
+    job_id: str
+    status: JobStatus
+    created: bool
+
+
+@dataclass(frozen=True)
+class Job:
+    """One ``background_jobs`` row. The repr shows neither payload nor result."""
+
+    id: str
+    queue_name: str
+    job_type: str
+    task_name: str
+    celery_task_id: str | None
+    status: JobStatus
+    attempts_made: int
+    max_attempts: int
+    idempotency_key: str | None
+    correlation_id: str | None
+    parent_job_id: str | None
+    owner_id: str | None
+    progress: int
+    stage: str | None
+    worker: str | None
+    error_type: str | None
+    error_message: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime
+    locked_by: str | None = None
+    locked_until: datetime | None = None
+    payload_json: str | None = field(default=None, repr=False)
+    result_json: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Job:
+        return cls(
+            id=row["id"],
+            queue_name=row["queue_name"],
+            job_type=row["job_type"],
+            task_name=row["task_name"],
+            celery_task_id=row["celery_task_id"],
+            status=JobStatus(row["status"]),
+            attempts_made=row["attempts_made"],
+            max_attempts=row["max_attempts"],
+            idempotency_key=row["idempotency_key"],
+            correlation_id=row["correlation_id"],
+            parent_job_id=row["parent_job_id"],
+            owner_id=row["owner_id"],
+            progress=row["progress"],
+            stage=row["stage"],
+            worker=row["worker"],
+            error_type=row["error_type"],
+            error_message=row["error_message"],
+            created_at=row["created_at"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+            updated_at=row["updated_at"],
+            locked_by=row["locked_by"],
+            locked_until=row["locked_until"],
+            payload_json=row["payload_json"],
+            result_json=row["result_json"],
+        )
+
+    @property
+    def terminal(self) -> bool:
+        return self.status.terminal
+
+    @property
+    def result(self) -> Any:
+        """The decoded ``result_json`` (None before completion)."""
+        return None if self.result_json is None else json.loads(self.result_json)
+
+    @property
+    def payload(self) -> Any:
+        """The decoded, redacted ``payload_json``: ``{"args": [...], "kwargs": {...}}``."""
+        return None if self.payload_json is None else json.loads(self.payload_json)
+
+    @property
+    def duration_ms(self) -> int | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return int((self.finished_at - self.started_at).total_seconds() * 1000)
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """One ``background_job_events`` row: a step of the job's history."""
+
+    id: int
+    job_id: str
+    event: str
+    status: JobStatus
+    attempt: int
+    message: str | None
+    duration_ms: int | None
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> JobEvent:
+        return cls(
+            id=row["id"],
+            job_id=row["job_id"],
+            event=row["event"],
+            status=JobStatus(row["status"]),
+            attempt=row["attempt"],
+            message=row["message"],
+            duration_ms=row["duration_ms"],
+            created_at=row["created_at"],
+        )

@@ -1,0 +1,110 @@
+"""Table definitions for ``background_jobs`` and ``background_job_events``.
+
+SQLAlchemy Core tables with portable types (PostgreSQL, SQLite, MariaDB). The schema is
+owned by the Alembic migrations in ``migrations/``; nothing here creates tables.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Dialect,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every backend (SQLite stores naive UTC)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(timezone.utc)
+        return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)  # type: ignore[no-any-return]
+        return value.astimezone(timezone.utc)  # type: ignore[no-any-return]
+
+
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+jobs = Table(
+    "background_jobs",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("queue_name", String(200), nullable=False),
+    Column("job_type", String(200), nullable=False),
+    Column("task_name", String(255), nullable=False),
+    Column("celery_task_id", String(36), nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("payload_json", Text, nullable=True),
+    Column("result_json", Text, nullable=True),
+    Column("error_type", String(200), nullable=True),
+    Column("error_message", Text, nullable=True),
+    Column("attempts_made", Integer, nullable=False, default=0),
+    Column("max_attempts", Integer, nullable=False),
+    Column("idempotency_key", String(255), nullable=True),
+    Column("correlation_id", String(64), nullable=True),
+    Column("parent_job_id", String(36), nullable=True),
+    Column("owner_id", String(255), nullable=True),
+    Column("progress", Integer, nullable=False, default=0),
+    Column("stage", String(200), nullable=True),
+    Column("worker", String(255), nullable=True),
+    Column("locked_by", String(255), nullable=True),
+    Column("locked_until", UTCDateTime, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("started_at", UTCDateTime, nullable=True),
+    Column("finished_at", UTCDateTime, nullable=True),
+    Column("updated_at", UTCDateTime, nullable=False),
+    UniqueConstraint("job_type", "idempotency_key", name="uq_background_jobs_idempotency"),
+    Index("ix_background_jobs_queue_name", "queue_name"),
+    Index("ix_background_jobs_status", "status"),
+    Index("ix_background_jobs_created_at", "created_at"),
+    Index("ix_background_jobs_queue_name_status", "queue_name", "status"),
+    Index("ix_background_jobs_correlation_id", "correlation_id"),
+)
+
+events = Table(
+    "background_job_events",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("job_id", String(36), nullable=False),
+    Column("event", String(32), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("attempt", Integer, nullable=False, default=0),
+    Column("message", Text, nullable=True),
+    Column("duration_ms", Integer, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_background_job_events_job_id", "job_id", "id"),
+)

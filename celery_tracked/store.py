@@ -1,0 +1,559 @@
+"""Every SQL statement celery-tracked runs. Knows nothing of Celery.
+
+Each status change is one conditional ``UPDATE`` (``WHERE status IN (...)`` and, for the
+outcome of a run, the attempt number the run claimed with: the fence). Driver errors are
+translated to :class:`~celery_tracked.errors.StoreError` here, at the edge.
+
+On PostgreSQL the two statements of the worker's hot path (claim, completion) are single
+round trips: a data-modifying CTE updates the row and appends the event in one statement,
+on autocommit connections. The claim runs with ``synchronous_commit=off`` (losing it in a
+server crash only makes the job run again); the completion is always durable.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+
+from .errors import StoreError, mask_url
+from .jobs import Job, JobEvent, JobStatus
+from .models import events, jobs
+
+#: A callable run inside the completion transaction (pipelines insert successors here).
+Joiner = Callable[[Connection], None]
+
+CLAIMABLE = (JobStatus.PENDING.value, JobStatus.RETRYING.value)
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run's hold on a job: the attempt number is the fence for its outcome."""
+
+    job_id: str
+    attempt: int
+    max_attempts: int
+    takeover: bool = False
+
+
+class DuplicateJob(Exception):
+    """Internal: the insert hit the unique key or the primary key."""
+
+
+class _Engines:
+    """Engines created per process: a pooled connection must never cross a fork."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._pid = 0
+        self._lock = threading.Lock()
+        self.durable: Engine
+        self.fast: Engine
+
+    def get(self) -> _Engines:
+        if self._pid != os.getpid():
+            with self._lock:
+                if self._pid != os.getpid():
+                    self._create()
+        return self
+
+    def _create(self) -> None:
+        if self._pid:  # inherited from the parent: drop without closing its sockets
+            self.durable.dispose(close=False)
+            if self.fast is not self.durable:
+                self.fast.dispose(close=False)
+        if self.url.startswith("postgresql"):
+            self.durable = create_engine(self.url, isolation_level="AUTOCOMMIT", pool_size=2)
+            self.fast = create_engine(
+                self.url,
+                isolation_level="AUTOCOMMIT",
+                pool_size=2,
+                connect_args={"options": "-c synchronous_commit=off"},
+            )
+        else:
+            self.durable = create_engine(self.url)
+            if self.durable.dialect.name == "sqlite":
+                event.listen(self.durable, "connect", _sqlite_pragmas)
+            self.fast = self.durable
+        self._pid = os.getpid()
+
+    def dispose(self) -> None:
+        if self._pid == os.getpid():
+            self.durable.dispose()
+            if self.fast is not self.durable:
+                self.fast.dispose()
+        self._pid = 0
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA busy_timeout = 30000")
+    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.close()
+
+
+_PG_INSERT = text(
+    """
+WITH j AS (
+  INSERT INTO background_jobs (id, queue_name, job_type, task_name, celery_task_id, status,
+    payload_json, attempts_made, max_attempts, idempotency_key, correlation_id,
+    parent_job_id, owner_id, progress, created_at, updated_at)
+  VALUES (:id, :queue_name, :job_type, :task_name, :celery_task_id, :status,
+    :payload_json, 0, :max_attempts, :idempotency_key, :correlation_id,
+    :parent_job_id, :owner_id, 0, :created_at, :updated_at)
+  RETURNING id)
+INSERT INTO background_job_events (job_id, event, status, attempt, message, created_at)
+SELECT id, 'enqueued', 'pending', 0, NULL, :created_at FROM j
+"""
+)
+
+_PG_CLAIM = text(
+    """
+WITH j AS (
+  UPDATE background_jobs SET status = 'processing', attempts_made = attempts_made + 1,
+    started_at = COALESCE(started_at, :now), worker = :worker, locked_by = :owner,
+    locked_until = :until, updated_at = :now
+  WHERE id = :id AND status IN ('pending', 'retrying')
+  RETURNING id, attempts_made, max_attempts),
+e AS (
+  INSERT INTO background_job_events (job_id, event, status, attempt, created_at)
+  SELECT id, 'started', 'processing', attempts_made, :now FROM j)
+SELECT attempts_made, max_attempts FROM j
+"""
+)
+
+_PG_COMPLETE = text(
+    """
+WITH j AS (
+  UPDATE background_jobs SET status = 'completed', result_json = :result_json,
+    finished_at = :now, updated_at = :now, locked_by = NULL, locked_until = NULL,
+    error_type = NULL, error_message = NULL, progress = 100
+  WHERE id = :id AND status = 'processing' AND attempts_made = :attempt
+  RETURNING id),
+e AS (
+  INSERT INTO background_job_events (job_id, event, status, attempt, duration_ms, created_at)
+  SELECT id, 'completed', 'completed', :attempt, :duration_ms, :now FROM j)
+SELECT count(*) FROM j
+"""
+)
+
+
+class JobStore:
+    """The tracking database: one instance per app, engines per process."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._engines = _Engines(url)
+        self.is_postgres = url.startswith("postgresql")
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    @property
+    def engine(self) -> Engine:
+        return self._engines.get().durable
+
+    def dispose(self) -> None:
+        self._engines.dispose()
+
+    @contextmanager
+    def _translate(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except DuplicateJob:
+            raise
+        except SQLAlchemyError as exc:
+            reason = mask_url(str(exc.orig) if getattr(exc, "orig", None) else str(exc))
+            reason = reason.strip().splitlines()[0] if reason.strip() else type(exc).__name__
+            raise StoreError(f"{action} failed: {reason}") from None
+
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        """One transaction on the durable engine (also when that engine autocommits)."""
+        with self.engine.connect() as conn:
+            if self.is_postgres:
+                conn = conn.execution_options(isolation_level="READ COMMITTED")
+            with conn.begin():
+                yield conn
+
+    # -- producer ---------------------------------------------------------------------
+
+    def insert(self, row: Mapping[str, Any]) -> None:
+        """Insert a pending job and its ``enqueued`` event, committed.
+
+        Raises:
+            DuplicateJob: the id or ``(job_type, idempotency_key)`` already exists.
+            StoreError: the database failed.
+        """
+        with self._translate("inserting the job row"):
+            try:
+                if self.is_postgres:
+                    with self.engine.connect() as conn:
+                        conn.execute(_PG_INSERT, dict(row))
+                    return
+                with self._tx() as conn:
+                    conn.execute(insert(jobs).values(**row))
+                    conn.execute(
+                        insert(events).values(
+                            job_id=row["id"],
+                            event="enqueued",
+                            status=JobStatus.PENDING.value,
+                            attempt=0,
+                            created_at=row["created_at"],
+                        )
+                    )
+            except IntegrityError:
+                raise DuplicateJob() from None
+
+    def delete(self, job_id: str) -> None:
+        """Remove a job and its history (used to undo an enqueue whose publish failed)."""
+        with self._translate("deleting the job row"), self._tx() as conn:
+            conn.execute(delete(events).where(events.c.job_id == job_id))
+            conn.execute(delete(jobs).where(jobs.c.id == job_id))
+
+    # -- reads ------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job | None:
+        with self._translate("reading the job"), self.engine.connect() as conn:
+            row = conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
+        return None if row is None else Job.from_row(row)
+
+    def find_by_key(self, job_type: str, key: str) -> Job | None:
+        stmt = select(jobs).where(jobs.c.job_type == job_type, jobs.c.idempotency_key == key)
+        with self._translate("reading the job"), self.engine.connect() as conn:
+            row = conn.execute(stmt).mappings().first()
+        return None if row is None else Job.from_row(row)
+
+    def events(self, job_id: str) -> list[JobEvent]:
+        stmt = select(events).where(events.c.job_id == job_id).order_by(events.c.id)
+        with self._translate("reading the job history"), self.engine.connect() as conn:
+            rows = conn.execute(stmt).mappings().all()
+        return [JobEvent.from_row(r) for r in rows]
+
+    def stats(self, now: datetime | None = None) -> dict[str, dict[str, Any]]:
+        """Counts per queue and status, and the age of the oldest pending job per queue."""
+        now = now or utcnow()
+        counts = select(jobs.c.queue_name, jobs.c.status, func.count()).group_by(
+            jobs.c.queue_name, jobs.c.status
+        )
+        oldest = (
+            select(jobs.c.queue_name, func.min(jobs.c.created_at))
+            .where(jobs.c.status == JobStatus.PENDING.value)
+            .group_by(jobs.c.queue_name)
+        )
+        with self._translate("reading queue statistics"), self.engine.connect() as conn:
+            count_rows = conn.execute(counts).all()
+            oldest_rows = conn.execute(oldest).all()
+        out: dict[str, dict[str, Any]] = {}
+        for queue, status, n in count_rows:
+            entry = out.setdefault(queue, _empty_stats())
+            entry["counts"][status] = n
+            entry["total"] += n
+        for queue, created in oldest_rows:
+            if created is None:
+                continue
+            if created.tzinfo is None:
+                created = created.replace(tzinfo=timezone.utc)
+            out.setdefault(queue, _empty_stats())["oldest_pending_age_s"] = max(
+                0.0, (now - created).total_seconds()
+            )
+        return out
+
+    # -- worker -----------------------------------------------------------------------
+
+    def claim(
+        self, job_id: str, *, owner: str, worker: str, now: datetime, until: datetime
+    ) -> Claim | None:
+        """pending | retrying → processing, taking the lease; None if not claimable."""
+        params = {"id": job_id, "owner": owner, "worker": worker, "now": now, "until": until}
+        with self._translate("claiming the job"):
+            if self.is_postgres:
+                with self._engines.get().fast.connect() as conn:
+                    found = conn.execute(_PG_CLAIM, params).first()
+                return None if found is None else Claim(job_id, found[0], found[1])
+            with self._tx() as conn:
+                result = conn.execute(
+                    update(jobs)
+                    .where(jobs.c.id == job_id, jobs.c.status.in_(CLAIMABLE))
+                    .values(**self._claim_values(owner, worker, now, until))
+                )
+                if result.rowcount != 1:
+                    return None
+                attempt, max_attempts = self._attempts(conn, job_id)
+                self._event(conn, job_id, "started", JobStatus.PROCESSING, attempt, None, None, now)
+        return Claim(job_id, attempt, max_attempts)
+
+    def take_over(
+        self,
+        job_id: str,
+        *,
+        seen_attempt: int,
+        owner: str,
+        worker: str,
+        now: datetime,
+        until: datetime,
+        stale_owner: str | None,
+        reason: str,
+    ) -> Claim | None:
+        """processing → processing for a new attempt, when the old lease expired or its
+        owner is known dead. Fenced by the attempt number last seen."""
+        lapsed = jobs.c.locked_until < now
+        if stale_owner is not None:
+            lapsed = lapsed | (jobs.c.locked_by == stale_owner)
+        with self._translate("taking over the job"), self._tx() as conn:
+            result = conn.execute(
+                update(jobs)
+                .where(
+                    jobs.c.id == job_id,
+                    jobs.c.status == JobStatus.PROCESSING.value,
+                    jobs.c.attempts_made == seen_attempt,
+                    jobs.c.attempts_made < jobs.c.max_attempts,
+                    lapsed,
+                )
+                .values(**self._claim_values(owner, worker, now, until))
+            )
+            if result.rowcount != 1:
+                return None
+            attempt, max_attempts = self._attempts(conn, job_id)
+            self._event(
+                conn, job_id, "redelivered", JobStatus.PROCESSING, attempt, reason, None, now
+            )
+        return Claim(job_id, attempt, max_attempts, takeover=True)
+
+    def complete(
+        self,
+        claim: Claim,
+        *,
+        result_json: str | None,
+        now: datetime,
+        duration_ms: int,
+        join: Sequence[Joiner] = (),
+    ) -> bool:
+        """processing → completed, fenced by the claim; ``join`` runs in the same
+        transaction. False when the run no longer holds the lease."""
+        params = {
+            "id": claim.job_id,
+            "attempt": claim.attempt,
+            "result_json": result_json,
+            "now": now,
+            "duration_ms": duration_ms,
+        }
+        with self._translate("saving the completion"):
+            if self.is_postgres and not join:
+                with self.engine.connect() as conn:
+                    return bool(conn.execute(_PG_COMPLETE, params).scalar_one())
+            with self._tx() as conn:
+                if self.is_postgres:
+                    if not conn.execute(_PG_COMPLETE, params).scalar_one():
+                        return False
+                else:
+                    done = self._finish(
+                        conn,
+                        claim,
+                        JobStatus.COMPLETED,
+                        now,
+                        result_json=result_json,
+                        error_type=None,
+                        error_message=None,
+                        progress=100,
+                        finished_at=now,
+                    )
+                    if not done:
+                        return False
+                    self._event(
+                        conn,
+                        claim.job_id,
+                        "completed",
+                        JobStatus.COMPLETED,
+                        claim.attempt,
+                        None,
+                        duration_ms,
+                        now,
+                    )
+                for joiner in join:
+                    joiner(conn)
+        return True
+
+    def retrying(
+        self,
+        claim: Claim,
+        *,
+        error_type: str,
+        error_message: str,
+        delay_ms: int,
+        duration_ms: int | None,
+        now: datetime,
+    ) -> bool:
+        """processing → retrying after a failed attempt, fenced by the claim."""
+        message = f"retry in {delay_ms} ms after {error_type}: {error_message}"
+        with self._translate("saving the retry"), self._tx() as conn:
+            done = self._finish(
+                conn,
+                claim,
+                JobStatus.RETRYING,
+                now,
+                error_type=error_type,
+                error_message=error_message,
+            )
+            if done:
+                self._event(
+                    conn,
+                    claim.job_id,
+                    "retrying",
+                    JobStatus.RETRYING,
+                    claim.attempt,
+                    message[:1000],
+                    duration_ms,
+                    now,
+                )
+        return done
+
+    def fail(
+        self,
+        claim: Claim,
+        *,
+        error_type: str,
+        error_message: str,
+        duration_ms: int | None,
+        now: datetime,
+    ) -> bool:
+        """processing → failed, fenced by the claim."""
+        with self._translate("saving the failure"), self._tx() as conn:
+            done = self._finish(
+                conn,
+                claim,
+                JobStatus.FAILED,
+                now,
+                error_type=error_type,
+                error_message=error_message,
+                finished_at=now,
+            )
+            if done:
+                self._event(
+                    conn,
+                    claim.job_id,
+                    "failed",
+                    JobStatus.FAILED,
+                    claim.attempt,
+                    f"{error_type}: {error_message}"[:1000],
+                    duration_ms,
+                    now,
+                )
+        return done
+
+    def renew(self, claims: Sequence[Claim], until: datetime) -> int:
+        """Extend the leases of running attempts; returns how many were still held."""
+        if not claims:
+            return 0
+        renewed = 0
+        with self._translate("renewing leases"), self._engines.get().fast.begin() as conn:
+            for claim in claims:
+                result = conn.execute(
+                    update(jobs)
+                    .where(
+                        jobs.c.id == claim.job_id,
+                        jobs.c.status == JobStatus.PROCESSING.value,
+                        jobs.c.attempts_made == claim.attempt,
+                    )
+                    .values(locked_until=until)
+                )
+                renewed += result.rowcount
+        return renewed
+
+    def release(self, claim: Claim, now: datetime) -> bool:
+        """Let the lease of an abandoned attempt lapse now, so a redelivery can take over."""
+        with self._translate("releasing the lease"), self._tx() as conn:
+            result = conn.execute(
+                update(jobs)
+                .where(
+                    jobs.c.id == claim.job_id,
+                    jobs.c.status == JobStatus.PROCESSING.value,
+                    jobs.c.attempts_made == claim.attempt,
+                )
+                .values(locked_until=now, locked_by=None, updated_at=now)
+            )
+        return result.rowcount == 1
+
+    # -- helpers ----------------------------------------------------------------------
+
+    @staticmethod
+    def _claim_values(owner: str, worker: str, now: datetime, until: datetime) -> dict[str, Any]:
+        return {
+            "status": JobStatus.PROCESSING.value,
+            "attempts_made": jobs.c.attempts_made + 1,
+            "started_at": func.coalesce(jobs.c.started_at, now),
+            "worker": worker,
+            "locked_by": owner,
+            "locked_until": until,
+            "updated_at": now,
+        }
+
+    @staticmethod
+    def _attempts(conn: Connection, job_id: str) -> tuple[int, int]:
+        row = conn.execute(
+            select(jobs.c.attempts_made, jobs.c.max_attempts).where(jobs.c.id == job_id)
+        ).one()
+        return int(row[0]), int(row[1])
+
+    @staticmethod
+    def _finish(
+        conn: Connection, claim: Claim, status: JobStatus, now: datetime, **values: Any
+    ) -> bool:
+        result = conn.execute(
+            update(jobs)
+            .where(
+                jobs.c.id == claim.job_id,
+                jobs.c.status == JobStatus.PROCESSING.value,
+                jobs.c.attempts_made == claim.attempt,
+            )
+            .values(status=status.value, updated_at=now, locked_by=None, locked_until=None, **values)
+        )
+        return result.rowcount == 1
+
+    @staticmethod
+    def _event(
+        conn: Connection,
+        job_id: str,
+        name: str,
+        status: JobStatus,
+        attempt: int,
+        message: str | None,
+        duration_ms: int | None,
+        now: datetime,
+    ) -> None:
+        conn.execute(
+            insert(events).values(
+                job_id=job_id,
+                event=name,
+                status=status.value,
+                attempt=attempt,
+                message=message,
+                duration_ms=duration_ms,
+                created_at=now,
+            )
+        )
+
+
+def _empty_stats() -> dict[str, Any]:
+    return {"counts": {s.value: 0 for s in JobStatus}, "total": 0, "oldest_pending_age_s": None}

@@ -1,0 +1,910 @@
+"""``TrackedTask`` and ``tracked_task``: the producer side and the worker side.
+
+Producer (``apply_async``, which Celery also calls for retries inside the worker):
+validate → idempotency key → guard (Redis ``SET NX``) → insert the pending row → publish
+with task id = job id. A re-publish (a retry: the message already carries the job id
+header) only re-publishes, with ``argsrepr``/``kwargsrepr`` redacted again.
+
+Worker (``__call__``, inside the task's call path so a failed durable write becomes a
+retry, never a silent success): claim the row with a fenced lease → run the body →
+write the outcome, fenced by the claimed attempt. The task class holds no SQL text.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar, TypeVar, cast, overload
+
+from celery import Celery, Task, current_task, shared_task
+from celery.exceptions import Ignore, Reject, Retry
+from celery.result import AsyncResult
+from celery.signals import worker_init
+from celery.utils.saferepr import saferepr
+
+from .errors import (
+    EnqueueError,
+    InvalidPayload,
+    StoreError,
+    TrackedError,
+    Unrecoverable,
+    error_type,
+    mask_secrets,
+    mask_url,
+    summarize,
+)
+from .guard import GuardError
+from .jobs import EnqueueResult, JobStatus
+from .redact import REDACTED, dumps, encode_payload, is_secret_key, redact, secret_values
+from .store import Claim, DuplicateJob, Joiner, utcnow
+from .tracker import Tracker
+
+logger = logging.getLogger("celery_tracked")
+
+#: Message headers carried by every tracked message (they survive Celery retries).
+HEADER_JOB_ID = "tracked_job_id"
+HEADER_CORRELATION_ID = "tracked_correlation_id"
+HEADER_PARENT_JOB_ID = "tracked_parent_job_id"
+HEADER_QUEUE = "tracked_queue"
+
+#: Control options ``apply_async`` accepts besides Celery's own.
+CONTROL_OPTIONS = ("idempotency_key", "correlation_id", "parent_job_id", "owner_id", "max_attempts")
+
+#: How long a producer that lost the guard race waits for the winner's row.
+_DUPLICATE_WAIT_S = 5.0
+#: The job-id guard of a job without idempotency key only covers the enqueue itself.
+_ID_GUARD_TTL_MS = 300_000
+_HOSTNAME = socket.gethostname()
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _owner() -> str:
+    return f"{_HOSTNAME}:{os.getpid()}"
+
+
+def backoff_ms(attempt: int, base_ms: int, cap_ms: int, rand: Callable[[], float]) -> int:
+    """Delay before the attempt after ``attempt``: ``base * 2**(attempt-1)`` plus up to
+    25 % jitter, capped at ``cap_ms``. Never below ``base_ms`` (unless the cap is)."""
+    exponential = base_ms * (2 ** max(0, attempt - 1))
+    return int(min(cap_ms, exponential * (1 + 0.25 * rand())))
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A validated call, ready to insert and publish."""
+
+    job_id: str
+    key: str | None
+    payload_json: str
+    argsrepr: str
+    kwargsrepr: str
+    secrets: list[str]
+
+
+@dataclass(frozen=True)
+class _Skip:
+    reason: str
+
+
+@dataclass(frozen=True)
+class _Busy:
+    countdown: float
+    reason: str
+
+
+class TrackedTask(Task):  # type: ignore[misc]
+    """A Celery task whose every job has a durable row, a guard and a fenced lease.
+
+    Options (class attributes, or keywords of ``tracked_task`` / ``app.task``):
+        job_type: logical type, default the task name; idempotency keys are unique per type.
+        max_attempts: attempts before ``failed`` (default ``tracked_default_attempts``).
+        backoff_ms: base of the exponential backoff (default ``tracked_default_backoff_ms``).
+        idempotency_key: a ``str.format`` template over the call's arguments
+            (``"ocr:{document_id}"``) or a callable taking the call's arguments.
+        validator: a pydantic model class (validated against the named arguments) or a
+            callable taking the named arguments that raises to refuse them.
+    """
+
+    acks_late = True
+    reject_on_worker_lost = True
+    max_retries = None  # attempts are counted by the tracker, not by Celery
+
+    job_type: ClassVar[str | None] = None
+    max_attempts: ClassVar[int | None] = None
+    backoff_ms: ClassVar[int | None] = None
+    idempotency_key: ClassVar[str | Callable[..., str] | None] = None
+    validator: ClassVar[Any] = None
+
+    _rand: ClassVar[Callable[[], float]] = random.random
+
+    # -- helpers ----------------------------------------------------------------------
+
+    @property
+    def tracker(self) -> Tracker:
+        return Tracker.for_app(self.app)
+
+    def _static(self, name: str) -> Any:
+        value = inspect.getattr_static(type(self), name, None)
+        return value.__func__ if isinstance(value, staticmethod | classmethod) else value
+
+    @property
+    def tracked_job_type(self) -> str:
+        return str(self._static("job_type") or self.name)
+
+    def _queue_name(self, options: Mapping[str, Any], args: Any, kwargs: Any) -> str:
+        queue = options.get("queue") or getattr(self, "queue", None)
+        if queue is None and self.app.conf.task_routes:
+            queue = self.app.amqp.router.route({}, self.name, args, kwargs).get("queue")
+        if queue is None:
+            return str(self.app.conf.task_default_queue)
+        return str(getattr(queue, "name", queue))
+
+    def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The call's arguments by parameter name (defaults applied)."""
+        try:
+            signature = inspect.signature(self.run)
+        except (TypeError, ValueError):
+            return dict(kwargs)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InvalidPayload(f"{self.name}: {exc}") from None
+        bound.apply_defaults()
+        named: dict[str, Any] = {}
+        for name, value in bound.arguments.items():
+            kind = signature.parameters[name].kind
+            if kind is inspect.Parameter.VAR_KEYWORD:
+                named.update(value)
+            else:
+                named[name] = value
+        return named
+
+    def _positional_names(self, count: int) -> list[str | None]:
+        try:
+            params = list(inspect.signature(self.run).parameters.values())
+        except (TypeError, ValueError):
+            return [None] * count
+        positional = [
+            p.name
+            for p in params
+            if p.kind in (inspect.Parameter.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        return [positional[i] if i < len(positional) else None for i in range(count)]
+
+    def _redacted(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[list[Any], Any]:
+        keys = self.tracker.settings.redact_keys
+        names = self._positional_names(len(args))
+        safe_args = [
+            REDACTED if is_secret_key(name, keys) else redact(value, keys)
+            for name, value in zip(names, args, strict=True)
+        ]
+        return safe_args, redact(dict(kwargs), keys)
+
+    def _reprs(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str]:
+        safe_args, safe_kwargs = self._redacted(args, kwargs)
+        return saferepr(tuple(safe_args), 1024), saferepr(safe_kwargs, 1024)
+
+    def _validate(self, named: dict[str, Any]) -> None:
+        validator = self._static("validator")
+        if validator is None:
+            return
+        try:
+            if hasattr(validator, "model_validate"):
+                validator.model_validate(named)
+            else:
+                validator(**named)
+        except InvalidPayload:
+            raise
+        except Exception as exc:
+            keys = self.tracker.settings.redact_keys
+            detail = summarize(exc, secret_values(named, keys), keys)
+            raise InvalidPayload(f"{self.name}: invalid arguments: {detail}") from None
+
+    def _key(self, explicit: Any, args: Sequence[Any], kwargs: Mapping[str, Any], named: Any) -> str | None:
+        template = explicit if explicit is not None else self._static("idempotency_key")
+        if template is None:
+            return None
+        try:
+            key = template(*args, **kwargs) if callable(template) else str(template).format(**named)
+        except (KeyError, IndexError, AttributeError, TypeError, ValueError) as exc:
+            raise InvalidPayload(
+                f"{self.name}: cannot build the idempotency key from the arguments: {exc!r}"
+            ) from None
+        if not isinstance(key, str) or not key or len(key) > 255:
+            raise InvalidPayload(f"{self.name}: the idempotency key must be 1-255 characters")
+        return key
+
+    def _prepare(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], task_id: str | None, key: Any
+    ) -> _Prepared:
+        settings = self.tracker.settings
+        named = self._bind(args, kwargs)
+        encode_payload(args, kwargs, settings.max_payload_bytes)
+        self._validate(named)
+        safe_args, safe_kwargs = self._redacted(args, kwargs)
+        return _Prepared(
+            job_id=str(task_id or uuid.uuid4()),
+            key=self._key(key, args, kwargs, named),
+            payload_json=dumps({"args": safe_args, "kwargs": safe_kwargs}),
+            argsrepr=saferepr(tuple(safe_args), 1024),
+            kwargsrepr=saferepr(safe_kwargs, 1024),
+            secrets=secret_values(named, settings.redact_keys),
+        )
+
+    # -- producer ---------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        *args: Any,
+        _idempotency_key: str | None = None,
+        _correlation_id: str | None = None,
+        _parent_job_id: str | None = None,
+        _owner_id: str | None = None,
+        _max_attempts: int | None = None,
+        _options: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> EnqueueResult:
+        """Create the job (or find the duplicate) and publish it.
+
+        Task arguments are passed as they are; control options have a leading underscore;
+        ``_options`` passes Celery options (``countdown``, ``eta``, ``queue``, ``priority``...).
+
+        Raises:
+            InvalidPayload: the arguments were refused (nothing was created).
+            EnqueueError: Redis, the database or the broker failed (nothing left behind).
+        """
+        control = {
+            "idempotency_key": _idempotency_key,
+            "correlation_id": _correlation_id,
+            "parent_job_id": _parent_job_id,
+            "owner_id": _owner_id,
+            "max_attempts": _max_attempts,
+        }
+        options = dict(_options or {})
+        task_id = options.pop("task_id", None)
+        return self._enqueue(args, kwargs, task_id, control, options)[0]
+
+    def apply_async(
+        self,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        task_id: str | None = None,
+        producer: Any = None,
+        link: Any = None,
+        link_error: Any = None,
+        shadow: str | None = None,
+        **options: Any,
+    ) -> AsyncResult:
+        """Tracked ``apply_async``: also accepts ``idempotency_key``, ``correlation_id``,
+        ``parent_job_id``, ``owner_id`` and ``max_attempts``. Returns the job's
+        ``AsyncResult`` (its id is the job id), the existing job's for a duplicate."""
+        args = tuple(args or ())
+        kwargs = dict(kwargs or {})
+        control = {name: options.pop(name, None) for name in CONTROL_OPTIONS}
+        headers = options.get("headers") or {}
+        if headers.get(HEADER_JOB_ID):
+            # a re-publish of an existing job (Celery retry): never a new row or key check
+            argsrepr, kwargsrepr = self._reprs(args, kwargs)
+            options.update(argsrepr=argsrepr, kwargsrepr=kwargsrepr)
+            return cast(
+                AsyncResult,
+                super().apply_async(
+                    args,
+                    kwargs,
+                    task_id=headers[HEADER_JOB_ID],
+                    producer=producer,
+                    link=link,
+                    link_error=link_error,
+                    shadow=shadow,
+                    **options,
+                ),
+            )
+        options.update(producer=producer, link=link, link_error=link_error, shadow=shadow)
+        result = self._enqueue(args, kwargs, task_id, control, options)
+        return self.AsyncResult(result[0].job_id)
+
+    def _enqueue(
+        self,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        task_id: str | None,
+        control: Mapping[str, Any],
+        options: dict[str, Any],
+    ) -> tuple[EnqueueResult, AsyncResult | None]:
+        tracker = self.tracker
+        settings = tracker.settings
+        prepared = self._prepare(args, kwargs, task_id, control.get("idempotency_key"))
+        max_attempts = _positive(control.get("max_attempts"), "max_attempts") or int(
+            self._static("max_attempts") or settings.default_attempts
+        )
+        job_type = self.tracked_job_type
+        queue = self._queue_name(options, args, kwargs)
+        parent_job_id, correlation_id = self._lineage(control, prepared.job_id)
+        log_extra = {
+            "queue": queue,
+            "job_type": job_type,
+            "job_id": prepared.job_id,
+            "attempt": 0,
+            "duration_ms": None,
+        }
+
+        guard = tracker.guard
+        if prepared.key is not None:
+            guard_key = tracker.backend.key("guard", job_type, prepared.key)
+            ttl_ms = settings.guard_ttl_seconds * 1000
+        else:
+            guard_key = tracker.backend.key("guard", "id", prepared.job_id)
+            ttl_ms = min(_ID_GUARD_TTL_MS, settings.guard_ttl_seconds * 1000)
+
+        def fail(stage: str, exc: BaseException) -> EnqueueError:
+            detail = mask_secrets(str(exc), prepared.secrets, settings.redact_keys)
+            logger.error(
+                "enqueue of %s failed at %s: %s",
+                self.name,
+                stage,
+                detail,
+                extra={**log_extra, "status": "error"},
+            )
+            return EnqueueError(f"enqueue of {self.name} failed ({stage}): {detail}")
+
+        try:
+            holder = self._acquire_guard(guard, guard_key, prepared.job_id, ttl_ms)
+        except GuardError as exc:
+            raise fail("idempotency guard", exc) from None
+        if holder is not None:
+            return self._duplicate(holder, job_type, prepared, log_extra), None
+
+        now = utcnow()
+        row = {
+            "id": prepared.job_id,
+            "queue_name": queue,
+            "job_type": job_type,
+            "task_name": self.name,
+            "celery_task_id": prepared.job_id,
+            "status": JobStatus.PENDING.value,
+            "payload_json": prepared.payload_json,
+            "max_attempts": max_attempts,
+            "idempotency_key": prepared.key,
+            "correlation_id": correlation_id,
+            "parent_job_id": parent_job_id,
+            "owner_id": None if control.get("owner_id") is None else str(control["owner_id"]),
+            "created_at": now,
+            "updated_at": now,
+        }
+        try:
+            tracker.store.insert(row)
+        except DuplicateJob:
+            self._release(guard, guard_key, prepared.job_id)
+            return self._duplicate(None, job_type, prepared, log_extra), None
+        except StoreError as exc:
+            self._release(guard, guard_key, prepared.job_id)
+            raise fail("database", exc) from None
+
+        headers = dict(options.pop("headers", None) or {})
+        headers.update(
+            {
+                HEADER_JOB_ID: prepared.job_id,
+                HEADER_CORRELATION_ID: correlation_id,
+                HEADER_PARENT_JOB_ID: parent_job_id,
+                HEADER_QUEUE: queue,
+            }
+        )
+        try:
+            async_result = super().apply_async(
+                args,
+                kwargs,
+                task_id=prepared.job_id,
+                headers=headers,
+                argsrepr=prepared.argsrepr,
+                kwargsrepr=prepared.kwargsrepr,
+                **options,
+            )
+        except Exception as exc:
+            self._undo(prepared.job_id, guard, guard_key)
+            raise fail("broker publish", exc) from None
+        logger.info(
+            "job %s enqueued on %s", prepared.job_id, queue, extra={**log_extra, "status": "pending"}
+        )
+        return EnqueueResult(prepared.job_id, JobStatus.PENDING, True), async_result
+
+    def _lineage(self, control: Mapping[str, Any], job_id: str) -> tuple[str | None, str]:
+        parent = control.get("parent_job_id")
+        correlation = control.get("correlation_id")
+        caller = current_task if current_task else None  # a proxy: falsy when no task runs
+        if caller is not None and not caller.request.called_directly:
+            caller_headers = caller.request.headers or {}
+            caller_job = caller_headers.get(HEADER_JOB_ID) or getattr(
+                caller.request, HEADER_JOB_ID, None
+            )
+            if caller_job and parent is None:
+                parent = caller_job
+            if caller_job and correlation is None:
+                correlation = caller_headers.get(HEADER_CORRELATION_ID) or getattr(
+                    caller.request, HEADER_CORRELATION_ID, None
+                )
+        return (
+            None if parent is None else str(parent),
+            str(correlation) if correlation is not None else job_id,
+        )
+
+    def _acquire_guard(self, guard: Any, key: str, token: str, ttl_ms: int) -> str | None:
+        """None when this producer holds the key; else the job id of the holder."""
+        deadline = time.monotonic() + _DUPLICATE_WAIT_S
+        while True:
+            holder: str | None = guard.acquire(key, token, ttl_ms)
+            if holder is None or holder == token:
+                return None
+            if self.tracker.store.get(holder) is not None:
+                return holder
+            # the holder has not committed its row yet, or it died before doing so
+            if time.monotonic() >= deadline:
+                guard.release(key, holder)  # a stale token: only that exact one is removed
+                deadline = time.monotonic() + _DUPLICATE_WAIT_S
+                continue
+            time.sleep(0.01)
+
+    def _duplicate(
+        self, holder: str | None, job_type: str, prepared: _Prepared, log_extra: dict[str, Any]
+    ) -> EnqueueResult:
+        store = self.tracker.store
+        try:
+            job = store.get(holder) if holder else None
+            if job is None and prepared.key is not None:
+                job = store.find_by_key(job_type, prepared.key)
+            if job is None:
+                job = store.get(prepared.job_id)
+        except StoreError as exc:
+            raise EnqueueError(f"enqueue of {self.name} failed (database): {exc}") from None
+        if job is None:
+            raise EnqueueError(f"enqueue of {self.name}: duplicate key but no job found; retry")
+        logger.info(
+            "job %s deduplicated (key already used)",
+            job.id,
+            extra={**log_extra, "job_id": job.id, "status": job.status.value, "attempt": 0},
+        )
+        return EnqueueResult(job.id, job.status, False)
+
+    def _release(self, guard: Any, key: str, token: str) -> None:
+        try:
+            guard.release(key, token)
+        except GuardError as exc:
+            logger.warning("could not release guard key: %s (it expires by itself)", exc)
+
+    def _undo(self, job_id: str, guard: Any, key: str) -> None:
+        try:
+            self.tracker.store.delete(job_id)
+        except StoreError as exc:
+            logger.error("could not delete the row of unpublished job %s: %s", job_id, exc)
+        self._release(guard, key, job_id)
+
+    # -- worker -----------------------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        request = self.request
+        if request.called_directly:
+            return super().__call__(*args, **kwargs)
+        headers = request.headers or {}
+        job_id = headers.get(HEADER_JOB_ID) or getattr(request, HEADER_JOB_ID, None)
+        if not job_id:
+            logger.warning("%s[%s] was not sent through celery-tracked: untracked run", self.name, request.id)
+            return self.run(*args, **kwargs)
+        return self._run_tracked(str(job_id), args, kwargs, headers)
+
+    def _run_tracked(
+        self, job_id: str, args: tuple[Any, ...], kwargs: dict[str, Any], headers: Mapping[str, Any]
+    ) -> Any:
+        tracker = self.tracker
+        settings = tracker.settings
+        extra: dict[str, Any] = {
+            "queue": headers.get(HEADER_QUEUE) or self._queue_name({}, args, kwargs),
+            "job_type": self.tracked_job_type,
+            "job_id": job_id,
+            "attempt": None,
+            "duration_ms": None,
+        }
+        try:
+            claim = self._claim(job_id)
+        except StoreError as exc:
+            countdown = backoff_ms(1, settings.default_backoff_ms, 30_000, self._rand) / 1000
+            logger.warning(
+                "job %s not started, database unavailable: %s; retry in %.1f s",
+                job_id,
+                exc,
+                countdown,
+                extra={**extra, "status": "error"},
+            )
+            raise self.retry(countdown=countdown, max_retries=None) from None
+        if isinstance(claim, _Skip):
+            logger.info(
+                "job %s delivery skipped: %s", job_id, claim.reason, extra={**extra, "status": "skipped"}
+            )
+            raise Ignore()
+        if isinstance(claim, _Busy):
+            logger.info(
+                "job %s delivery postponed %.1f s: %s",
+                job_id,
+                claim.countdown,
+                claim.reason,
+                extra={**extra, "status": "busy"},
+            )
+            raise self.retry(countdown=claim.countdown, max_retries=None)
+
+        extra["attempt"] = claim.attempt
+        logger.info(
+            "job %s processing (attempt %d/%d)",
+            job_id,
+            claim.attempt,
+            claim.max_attempts,
+            extra={**extra, "status": "processing"},
+        )
+        keys = settings.redact_keys
+        started = time.monotonic()
+        try:
+            with tracker.leases.holding(claim):
+                result = self.run(*args, **kwargs)
+                result_json = _encode_result(result)
+        except (Ignore, Reject):
+            self._abandon(claim)
+            raise
+        except Retry as retry:
+            # the body asked for a retry itself (self.retry / autoretry_for)
+            delay = _retry_delay_ms(retry)
+            cause = retry.exc if isinstance(retry.exc, BaseException) else retry
+            self._record_failure(claim, cause, started, extra, self._secrets(args, kwargs), delay)
+            raise
+        except Exception as exc:
+            secrets = self._secrets(args, kwargs)
+            _mask_exception(exc, secrets, keys)
+            final = isinstance(exc, Unrecoverable) or claim.attempt >= claim.max_attempts
+            delay = None if final else self._backoff(claim.attempt)
+            self._record_failure(claim, exc, started, extra, secrets, delay)
+            if final:
+                raise
+            raise self.retry(exc=exc, countdown=(delay or 0) / 1000, max_retries=None) from None
+
+        duration = int((time.monotonic() - started) * 1000)
+        try:
+            saved = tracker.store.complete(
+                claim,
+                result_json=result_json,
+                now=utcnow(),
+                duration_ms=duration,
+                join=self.completion_joiners(claim, result),
+            )
+        except StoreError as exc:
+            # never acknowledged as done without the durable write: retry the job
+            delay = self._backoff(claim.attempt)
+            self._record_failure(claim, exc, started, extra, [], delay)
+            raise self.retry(countdown=delay / 1000, max_retries=None) from None
+        if not saved:
+            logger.warning(
+                "job %s attempt %d lost its lease before completing; outcome not written",
+                job_id,
+                claim.attempt,
+                extra={**extra, "status": "lease_lost", "duration_ms": duration},
+            )
+            raise Ignore()
+        self._notify(job_id, JobStatus.COMPLETED)
+        logger.info(
+            "job %s completed in %d ms",
+            job_id,
+            duration,
+            extra={**extra, "status": "completed", "duration_ms": duration},
+        )
+        return result
+
+    def completion_joiners(self, claim: Claim, result: Any) -> Sequence[Joiner]:
+        """Hook: callables run inside the completion transaction (no-op by default).
+
+        Rows they write exist if and only if the job is marked completed.
+        """
+        return ()
+
+    def _secrets(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[str]:
+        keys = self.tracker.settings.redact_keys
+        named = dict(kwargs)
+        for name, value in zip(self._positional_names(len(args)), args, strict=True):
+            if name is not None:
+                named[name] = value
+        return secret_values(named, keys)
+
+    def _backoff(self, attempt: int) -> int:
+        settings = self.tracker.settings
+        base = self._static("backoff_ms")
+        base = settings.default_backoff_ms if base is None else int(base)
+        return backoff_ms(attempt, base, settings.max_backoff_ms, self._rand)
+
+    def _claim(self, job_id: str) -> Claim | _Skip | _Busy:
+        tracker = self.tracker
+        store = tracker.store
+        now = utcnow()
+        until = tracker.leases.lease_until()
+        worker = str(self.request.hostname or _HOSTNAME)
+        claim = store.claim(job_id, owner=_owner(), worker=worker, now=now, until=until)
+        if claim is not None:
+            return claim
+        job = store.get(job_id)
+        if job is None:
+            return _Skip("no such job (its enqueue was undone, or the row was deleted)")
+        if job.terminal:
+            return _Skip(f"job already {job.status.value}")
+        if job.status is not JobStatus.PROCESSING:
+            return _Busy(0.2, "claimed concurrently")
+        stale = self._stale_owner(job_id, job.locked_by)
+        expired = job.locked_until is None or job.locked_until <= now
+        if not (expired or stale):
+            remaining = (job.locked_until - now).total_seconds() if job.locked_until else 0.0
+            return _Busy(
+                min(max(remaining + 0.1, 0.2), tracker.settings.lease_seconds),
+                f"attempt {job.attempts_made} is running elsewhere",
+            )
+        lost = Claim(job_id, job.attempts_made, job.max_attempts)
+        why = "its worker process died" if stale else "its lease expired"
+        if job.attempts_made >= job.max_attempts:
+            message = f"attempt {job.attempts_made} was lost ({why}) and no attempts remain"
+            if store.fail(lost, error_type="WorkerLost", error_message=message, duration_ms=None, now=now):
+                self._notify(job_id, JobStatus.FAILED)
+                logger.error(
+                    "job %s failed: %s",
+                    job_id,
+                    message,
+                    extra={
+                        "queue": job.queue_name,
+                        "job_type": job.job_type,
+                        "job_id": job_id,
+                        "status": "failed",
+                        "attempt": job.attempts_made,
+                        "duration_ms": None,
+                    },
+                )
+            return _Skip(message)
+        taken = store.take_over(
+            job_id,
+            seen_attempt=job.attempts_made,
+            owner=_owner(),
+            worker=worker,
+            now=now,
+            until=until,
+            stale_owner=stale,
+            reason=f"attempt {job.attempts_made} lost ({why}); attempt {job.attempts_made + 1} takes over",
+        )
+        return taken if taken is not None else _Busy(0.2, "taken over concurrently")
+
+    def _stale_owner(self, job_id: str, locked_by: str | None) -> str | None:
+        """``locked_by`` when it names a process of this host that no longer runs the job."""
+        if not locked_by:
+            return None
+        host, _, pid_text = locked_by.rpartition(":")
+        if host != _HOSTNAME or not pid_text.isdigit():
+            return None
+        pid = int(pid_text)
+        if pid == os.getpid():
+            return None if self.tracker.leases.is_active(job_id) else locked_by
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return locked_by
+        except PermissionError:
+            return None
+        return None
+
+    def _record_failure(
+        self,
+        claim: Claim,
+        exc: BaseException,
+        started: float,
+        extra: dict[str, Any],
+        secrets: Sequence[str],
+        delay_ms: int | None,
+    ) -> None:
+        """Write retrying (``delay_ms`` given) or failed, fenced; log it."""
+        tracker = self.tracker
+        keys = tracker.settings.redact_keys
+        kind = error_type(exc)
+        summary = summarize(exc, secrets, keys)
+        duration = int((time.monotonic() - started) * 1000)
+        now = utcnow()
+        status = JobStatus.FAILED if delay_ms is None else JobStatus.RETRYING
+        try:
+            if delay_ms is None:
+                written = tracker.store.fail(
+                    claim, error_type=kind, error_message=summary, duration_ms=duration, now=now
+                )
+            else:
+                written = tracker.store.retrying(
+                    claim,
+                    error_type=kind,
+                    error_message=summary,
+                    delay_ms=delay_ms,
+                    duration_ms=duration,
+                    now=now,
+                )
+        except StoreError as store_exc:
+            logger.error(
+                "job %s: could not record %s: %s",
+                claim.job_id,
+                status.value,
+                store_exc,
+                extra={**extra, "status": "error", "duration_ms": duration},
+            )
+            if delay_ms is None:
+                # a failure that cannot be recorded is retried: the takeover will record it
+                raise self.retry(countdown=1.0, max_retries=None) from None
+            return
+        if not written:
+            logger.warning(
+                "job %s attempt %d lost its lease; %s not written",
+                claim.job_id,
+                claim.attempt,
+                status.value,
+                extra={**extra, "status": "lease_lost", "duration_ms": duration},
+            )
+            raise Ignore()
+        if status is JobStatus.FAILED:
+            self._notify(claim.job_id, status)
+        level = logging.ERROR if status is JobStatus.FAILED else logging.WARNING
+        tail = "" if delay_ms is None else f"; retry in {delay_ms} ms"
+        logger.log(
+            level,
+            "job %s %s after attempt %d/%d: %s: %s%s",
+            claim.job_id,
+            status.value,
+            claim.attempt,
+            claim.max_attempts,
+            kind,
+            summary,
+            tail,
+            extra={**extra, "status": status.value, "duration_ms": duration},
+        )
+
+    def _abandon(self, claim: Claim) -> None:
+        try:
+            self.tracker.store.release(claim, utcnow())
+        except StoreError as exc:
+            logger.warning("job %s: could not release its lease: %s", claim.job_id, exc)
+
+    def _notify(self, job_id: str, status: JobStatus) -> None:
+        try:
+            self.tracker.notifier.publish(job_id, status.value)
+        except TrackedError as exc:  # the row is the truth; waiters re-read it anyway
+            logger.warning("job %s: notification not sent: %s", job_id, exc)
+
+
+def _positive(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidPayload(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _encode_result(result: Any) -> str | None:
+    if result is None:
+        return None
+    try:
+        return json.dumps(result, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise Unrecoverable(f"the task's result is not JSON-serialisable: {exc}") from None
+
+
+def _retry_delay_ms(retry: Retry) -> int:
+    when = retry.when
+    if isinstance(when, int | float):
+        return int(when * 1000)
+    if isinstance(when, datetime):
+        return max(0, int((when - utcnow()).total_seconds() * 1000))
+    return 0
+
+
+def _mask_exception(exc: BaseException, secrets: Sequence[str], keys: Sequence[str]) -> None:
+    """Mask secrets in the exception's args in place, so Celery's own logs, events and
+    result backend never show them."""
+    try:
+        exc.args = tuple(
+            mask_secrets(a, secrets, keys) if isinstance(a, str) else a for a in exc.args
+        )
+    except (AttributeError, TypeError):
+        pass
+
+
+@overload
+def tracked_task(__func: F) -> Task: ...
+
+
+@overload
+def tracked_task(
+    *,
+    app: Celery | None = None,
+    queue: str | None = None,
+    job_type: str | None = None,
+    max_attempts: int | None = None,
+    backoff_ms: int | None = None,
+    idempotency_key: str | Callable[..., str] | None = None,
+    validator: Any = None,
+    **options: Any,
+) -> Callable[[F], Task]: ...
+
+
+def tracked_task(
+    __func: Callable[..., Any] | None = None,
+    *,
+    app: Celery | None = None,
+    queue: str | None = None,
+    job_type: str | None = None,
+    max_attempts: int | None = None,
+    backoff_ms: int | None = None,
+    idempotency_key: str | Callable[..., str] | None = None,
+    validator: Any = None,
+    **options: Any,
+) -> Any:
+    """Declare a tracked task: ``@tracked_task`` or ``@tracked_task(queue=..., ...)``.
+
+    Without ``app`` it is a ``shared_task`` (bound to every app, like Celery's own);
+    other keywords are Celery task options (``bind``, ``name``, ``acks_late``...).
+    """
+    if max_attempts is not None:
+        _positive(max_attempts, "max_attempts")
+    tracked: dict[str, Any] = {
+        "job_type": job_type,
+        "max_attempts": max_attempts,
+        "backoff_ms": backoff_ms,
+        "idempotency_key": staticmethod(idempotency_key)
+        if callable(idempotency_key)
+        else idempotency_key,
+        "validator": staticmethod(validator)
+        if validator is not None and not inspect.isclass(validator)
+        else validator,
+    }
+    opts = {k: v for k, v in tracked.items() if v is not None}
+    if queue is not None:
+        opts["queue"] = queue
+    opts.setdefault("base", TrackedTask)
+    opts.update(options)
+
+    def decorate(func: Callable[..., Any]) -> Task:
+        if app is not None:
+            return app.task(**opts)(func)
+        return shared_task(**opts)(func)
+
+    return decorate(__func) if __func is not None else decorate
+
+
+@worker_init.connect(weak=False)
+def _check_worker(sender: Any = None, **_: Any) -> None:
+    """At worker start: validate the settings and warn loudly if Redis may evict keys."""
+    app = getattr(sender, "app", None)
+    if app is None or not any(isinstance(t, TrackedTask) for t in app.tasks.values()):
+        return
+    tracker = Tracker.for_app(app)
+    settings = tracker.settings
+    if settings.memory_guard or not settings.check_redis_eviction:
+        return
+    try:
+        policy = tracker.backend.eviction_policy()  # type: ignore[union-attr]
+    except GuardError as exc:
+        logger.warning("celery-tracked: cannot reach Redis at %s: %s", settings.safe_redis_url, exc)
+        return
+    if policy is None:
+        logger.warning(
+            "celery-tracked: could not read maxmemory-policy of %s (CONFIG refused); make sure "
+            "it is 'noeviction', or guard keys can be evicted",
+            mask_url(settings.redis_url),
+        )
+    elif policy != "noeviction":
+        logger.warning(
+            "celery-tracked: Redis %s has maxmemory-policy=%s: guard keys can be EVICTED under "
+            "memory pressure and duplicate jobs slip through to the database constraint. "
+            "Set maxmemory-policy noeviction.",
+            mask_url(settings.redis_url),
+            policy,
+        )
