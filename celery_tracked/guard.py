@@ -102,7 +102,7 @@ class RedisGuard:
 
     def subscribe(self, job_id: str) -> Subscription:
         with _translated("subscribe"):
-            pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+            pubsub = self.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
             pubsub.subscribe(self.key("job", job_id))
         return _RedisSubscription(pubsub)
 

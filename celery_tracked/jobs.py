@@ -75,7 +75,7 @@ class Job:
     result_json: str | None = field(default=None, repr=False)
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Job:
+    def from_row(cls, row: Mapping[Any, Any]) -> Job:
         return cls(
             id=row["id"],
             queue_name=row["queue_name"],
@@ -139,7 +139,7 @@ class JobEvent:
     created_at: datetime
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> JobEvent:
+    def from_row(cls, row: Mapping[Any, Any]) -> JobEvent:
         return cls(
             id=row["id"],
             job_id=row["job_id"],

@@ -184,7 +184,8 @@ class JobStore:
         except DuplicateJob:
             raise
         except SQLAlchemyError as exc:
-            reason = mask_url(str(exc.orig) if getattr(exc, "orig", None) else str(exc))
+            orig = getattr(exc, "orig", None)
+            reason = mask_url(str(orig) if orig is not None else str(exc))
             reason = reason.strip().splitlines()[0] if reason.strip() else type(exc).__name__
             raise StoreError(f"{action} failed: {reason}") from None
 
@@ -527,7 +528,9 @@ class JobStore:
                 jobs.c.status == JobStatus.PROCESSING.value,
                 jobs.c.attempts_made == claim.attempt,
             )
-            .values(status=status.value, updated_at=now, locked_by=None, locked_until=None, **values)
+            .values(
+                status=status.value, updated_at=now, locked_by=None, locked_until=None, **values
+            )
         )
         return result.rowcount == 1
 

@@ -12,6 +12,7 @@ write the outcome, fenced by the claimed attempt. The task class holds no SQL te
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import logging
@@ -102,7 +103,7 @@ class _Busy:
     reason: str
 
 
-class TrackedTask(Task):  # type: ignore[misc]
+class TrackedTask(Task[Any, Any]):
     """A Celery task whose every job has a durable row, a guard and a fenced lease.
 
     Options (class attributes, or keywords of ``tracked_task`` / ``app.task``):
@@ -124,8 +125,6 @@ class TrackedTask(Task):  # type: ignore[misc]
     backoff_ms: ClassVar[int | None] = None
     idempotency_key: ClassVar[str | Callable[..., str] | None] = None
     validator: ClassVar[Any] = None
-
-    _rand: ClassVar[Callable[[], float]] = random.random
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -210,7 +209,9 @@ class TrackedTask(Task):  # type: ignore[misc]
             detail = summarize(exc, secret_values(named, keys), keys)
             raise InvalidPayload(f"{self.name}: invalid arguments: {detail}") from None
 
-    def _key(self, explicit: Any, args: Sequence[Any], kwargs: Mapping[str, Any], named: Any) -> str | None:
+    def _key(
+        self, explicit: Any, args: Sequence[Any], kwargs: Mapping[str, Any], named: Any
+    ) -> str | None:
         template = explicit if explicit is not None else self._static("idempotency_key")
         if template is None:
             return None
@@ -284,7 +285,7 @@ class TrackedTask(Task):  # type: ignore[misc]
         link_error: Any = None,
         shadow: str | None = None,
         **options: Any,
-    ) -> AsyncResult:
+    ) -> AsyncResult[Any]:
         """Tracked ``apply_async``: also accepts ``idempotency_key``, ``correlation_id``,
         ``parent_job_id``, ``owner_id`` and ``max_attempts``. Returns the job's
         ``AsyncResult`` (its id is the job id), the existing job's for a duplicate."""
@@ -296,18 +297,15 @@ class TrackedTask(Task):  # type: ignore[misc]
             # a re-publish of an existing job (Celery retry): never a new row or key check
             argsrepr, kwargsrepr = self._reprs(args, kwargs)
             options.update(argsrepr=argsrepr, kwargsrepr=kwargsrepr)
-            return cast(
-                AsyncResult,
-                super().apply_async(
-                    args,
-                    kwargs,
-                    task_id=headers[HEADER_JOB_ID],
-                    producer=producer,
-                    link=link,
-                    link_error=link_error,
-                    shadow=shadow,
-                    **options,
-                ),
+            return super().apply_async(
+                args,
+                kwargs,
+                task_id=headers[HEADER_JOB_ID],
+                producer=producer,
+                link=link,
+                link_error=link_error,
+                shadow=shadow,
+                **options,
             )
         options.update(producer=producer, link=link, link_error=link_error, shadow=shadow)
         result = self._enqueue(args, kwargs, task_id, control, options)
@@ -320,7 +318,7 @@ class TrackedTask(Task):  # type: ignore[misc]
         task_id: str | None,
         control: Mapping[str, Any],
         options: dict[str, Any],
-    ) -> tuple[EnqueueResult, AsyncResult | None]:
+    ) -> tuple[EnqueueResult, AsyncResult[Any] | None]:
         tracker = self.tracker
         settings = tracker.settings
         prepared = self._prepare(args, kwargs, task_id, control.get("idempotency_key"))
@@ -400,9 +398,10 @@ class TrackedTask(Task):  # type: ignore[misc]
             }
         )
         try:
-            async_result = super().apply_async(
-                args,
-                kwargs,
+            publish: Callable[..., AsyncResult[Any]] = super().apply_async
+            async_result = publish(
+                tuple(args),
+                dict(kwargs),
                 task_id=prepared.job_id,
                 headers=headers,
                 argsrepr=prepared.argsrepr,
@@ -413,7 +412,10 @@ class TrackedTask(Task):  # type: ignore[misc]
             self._undo(prepared.job_id, guard, guard_key)
             raise fail("broker publish", exc) from None
         logger.info(
-            "job %s enqueued on %s", prepared.job_id, queue, extra={**log_extra, "status": "pending"}
+            "job %s enqueued on %s",
+            prepared.job_id,
+            queue,
+            extra={**log_extra, "status": "pending"},
         )
         return EnqueueResult(prepared.job_id, JobStatus.PENDING, True), async_result
 
@@ -496,7 +498,9 @@ class TrackedTask(Task):  # type: ignore[misc]
         headers = request.headers or {}
         job_id = headers.get(HEADER_JOB_ID) or getattr(request, HEADER_JOB_ID, None)
         if not job_id:
-            logger.warning("%s[%s] was not sent through celery-tracked: untracked run", self.name, request.id)
+            logger.warning(
+                "%s[%s] was not sent through celery-tracked: untracked run", self.name, request.id
+            )
             return self.run(*args, **kwargs)
         return self._run_tracked(str(job_id), args, kwargs, headers)
 
@@ -515,7 +519,7 @@ class TrackedTask(Task):  # type: ignore[misc]
         try:
             claim = self._claim(job_id)
         except StoreError as exc:
-            countdown = backoff_ms(1, settings.default_backoff_ms, 30_000, self._rand) / 1000
+            countdown = backoff_ms(1, settings.default_backoff_ms, 30_000, random.random) / 1000
             logger.warning(
                 "job %s not started, database unavailable: %s; retry in %.1f s",
                 job_id,
@@ -526,7 +530,10 @@ class TrackedTask(Task):  # type: ignore[misc]
             raise self.retry(countdown=countdown, max_retries=None) from None
         if isinstance(claim, _Skip):
             logger.info(
-                "job %s delivery skipped: %s", job_id, claim.reason, extra={**extra, "status": "skipped"}
+                "job %s delivery skipped: %s",
+                job_id,
+                claim.reason,
+                extra={**extra, "status": "skipped"},
             )
             raise Ignore()
         if isinstance(claim, _Busy):
@@ -557,8 +564,10 @@ class TrackedTask(Task):  # type: ignore[misc]
             self._abandon(claim)
             raise
         except Retry as retry:
-            # the body asked for a retry itself (self.retry / autoretry_for)
-            delay = _retry_delay_ms(retry)
+            # the body asked for a retry itself (self.retry / autoretry_for); the message is
+            # already re-published: with no attempt left it will find the job failed
+            exhausted = claim.attempt >= claim.max_attempts
+            delay = None if exhausted else _retry_delay_ms(retry)
             cause = retry.exc if isinstance(retry.exc, BaseException) else retry
             self._record_failure(claim, cause, started, extra, self._secrets(args, kwargs), delay)
             raise
@@ -566,11 +575,11 @@ class TrackedTask(Task):  # type: ignore[misc]
             secrets = self._secrets(args, kwargs)
             _mask_exception(exc, secrets, keys)
             final = isinstance(exc, Unrecoverable) or claim.attempt >= claim.max_attempts
-            delay = None if final else self._backoff(claim.attempt)
-            self._record_failure(claim, exc, started, extra, secrets, delay)
-            if final:
+            next_delay = None if final else self._backoff(claim.attempt)
+            self._record_failure(claim, exc, started, extra, secrets, next_delay)
+            if next_delay is None:
                 raise
-            raise self.retry(exc=exc, countdown=(delay or 0) / 1000, max_retries=None) from None
+            raise self.retry(exc=exc, countdown=next_delay / 1000, max_retries=None) from None
 
         duration = int((time.monotonic() - started) * 1000)
         try:
@@ -620,9 +629,9 @@ class TrackedTask(Task):  # type: ignore[misc]
 
     def _backoff(self, attempt: int) -> int:
         settings = self.tracker.settings
-        base = self._static("backoff_ms")
-        base = settings.default_backoff_ms if base is None else int(base)
-        return backoff_ms(attempt, base, settings.max_backoff_ms, self._rand)
+        configured = self._static("backoff_ms")
+        base = settings.default_backoff_ms if configured is None else int(configured)
+        return backoff_ms(attempt, base, settings.max_backoff_ms, random.random)
 
     def _claim(self, job_id: str) -> Claim | _Skip | _Busy:
         tracker = self.tracker
@@ -652,7 +661,9 @@ class TrackedTask(Task):  # type: ignore[misc]
         why = "its worker process died" if stale else "its lease expired"
         if job.attempts_made >= job.max_attempts:
             message = f"attempt {job.attempts_made} was lost ({why}) and no attempts remain"
-            if store.fail(lost, error_type="WorkerLost", error_message=message, duration_ms=None, now=now):
+            if store.fail(
+                lost, error_type="WorkerLost", error_message=message, duration_ms=None, now=now
+            ):
                 self._notify(job_id, JobStatus.FAILED)
                 logger.error(
                     "job %s failed: %s",
@@ -676,7 +687,8 @@ class TrackedTask(Task):  # type: ignore[misc]
             now=now,
             until=until,
             stale_owner=stale,
-            reason=f"attempt {job.attempts_made} lost ({why}); attempt {job.attempts_made + 1} takes over",
+            reason=f"attempt {job.attempts_made} lost ({why}); "
+            f"attempt {job.attempts_made + 1} takes over",
         )
         return taken if taken is not None else _Busy(0.2, "taken over concurrently")
 
@@ -809,16 +821,14 @@ def _retry_delay_ms(retry: Retry) -> int:
 def _mask_exception(exc: BaseException, secrets: Sequence[str], keys: Sequence[str]) -> None:
     """Mask secrets in the exception's args in place, so Celery's own logs, events and
     result backend never show them."""
-    try:
+    with contextlib.suppress(AttributeError, TypeError):
         exc.args = tuple(
             mask_secrets(a, secrets, keys) if isinstance(a, str) else a for a in exc.args
         )
-    except (AttributeError, TypeError):
-        pass
 
 
 @overload
-def tracked_task(__func: F) -> Task: ...
+def tracked_task(__func: F) -> Task[Any, Any]: ...
 
 
 @overload
@@ -832,7 +842,7 @@ def tracked_task(
     idempotency_key: str | Callable[..., str] | None = None,
     validator: Any = None,
     **options: Any,
-) -> Callable[[F], Task]: ...
+) -> Callable[[F], Task[Any, Any]]: ...
 
 
 def tracked_task(
@@ -871,10 +881,9 @@ def tracked_task(
     opts.setdefault("base", TrackedTask)
     opts.update(options)
 
-    def decorate(func: Callable[..., Any]) -> Task:
-        if app is not None:
-            return app.task(**opts)(func)
-        return shared_task(**opts)(func)
+    def decorate(func: Callable[..., Any]) -> Task[Any, Any]:
+        factory = app.task(**opts) if app is not None else shared_task(**opts)
+        return cast("Task[Any, Any]", factory(func))
 
     return decorate(__func) if __func is not None else decorate
 
@@ -890,7 +899,7 @@ def _check_worker(sender: Any = None, **_: Any) -> None:
     if settings.memory_guard or not settings.check_redis_eviction:
         return
     try:
-        policy = tracker.backend.eviction_policy()  # type: ignore[union-attr]
+        policy = tracker.backend.eviction_policy()
     except GuardError as exc:
         logger.warning("celery-tracked: cannot reach Redis at %s: %s", settings.safe_redis_url, exc)
         return

@@ -17,7 +17,9 @@ VERSION_TABLE = "celery_tracked_alembic_version"
 config = context.config
 
 
-def include_object(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
+def include_object(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
     if type_ == "table":
         return name in metadata.tables
     table = getattr(obj, "table", None)

@@ -69,9 +69,7 @@ def upgrade() -> None:
         sa.Column("created_at", UTC, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_background_job_events"),
     )
-    op.create_index(
-        "ix_background_job_events_job_id", "background_job_events", ["job_id", "id"]
-    )
+    op.create_index("ix_background_job_events_job_id", "background_job_events", ["job_id", "id"])
 
 
 def downgrade() -> None:

@@ -1,0 +1,32 @@
+# Two commands do all set-up: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: venv check test demo bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+check: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy --strict celery_tracked
+
+test: check
+	$(VENV)/bin/pytest
+
+demo: venv
+	$(PY) example_project/demo.py
+
+bench: venv
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) .demo dist build .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""A small service that uses celery-tracked the way a real app would."""

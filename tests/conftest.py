@@ -1,0 +1,137 @@
+"""Shared fixtures: real services, fresh databases, deadline-based waiting.
+
+A missing service fails loudly when ``CI=true`` and is skipped (with the reason) otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import redis
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from celery_tracked import migrate
+
+T = TypeVar("T")
+
+REDIS_HOST = os.environ.get("TEST_REDIS_HOST", "127.0.0.1")
+REDIS_PORT = int(os.environ.get("TEST_REDIS_PORT", "6379"))
+PG_ADMIN_URL = os.environ.get(
+    "TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _require(ok: bool, what: str) -> None:
+    if ok:
+        return
+    if IN_CI:
+        pytest.fail(f"{what} is not reachable (CI=true: a missing service is an error)")
+    pytest.skip(f"{what} is not reachable")
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def wait_for(
+    condition: Callable[[], T], timeout: float = 20.0, interval: float = 0.05, what: str = ""
+) -> T:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = condition()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}: {last!r}")
+
+
+@pytest.fixture(scope="session")
+def redis_available() -> None:
+    _require(_port_open(REDIS_HOST, REDIS_PORT), f"Redis at {REDIS_HOST}:{REDIS_PORT}")
+
+
+@pytest.fixture(scope="session")
+def redis_db_pool(redis_available: None) -> Iterator[list[int]]:
+    """Redis logical databases 2..15, handed out one per test that asks."""
+    yield list(range(2, 16))
+
+
+@pytest.fixture
+def redis_url(redis_db_pool: list[int]) -> Iterator[str]:
+    db = redis_db_pool.pop(0)
+    client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=db)
+    client.flushdb()
+    try:
+        yield f"redis://{REDIS_HOST}:{REDIS_PORT}/{db}"
+    finally:
+        client.flushdb()
+        client.close()
+        redis_db_pool.append(db)
+
+
+@pytest.fixture(scope="session")
+def postgres_available() -> None:
+    url = make_url(PG_ADMIN_URL)
+    _require(_port_open(url.host or "127.0.0.1", url.port or 5432), "PostgreSQL")
+
+
+def _fresh_postgres() -> Iterator[str]:
+    name = f"ct_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
+def postgres_url(postgres_available: None) -> Iterator[str]:
+    """A new, empty PostgreSQL database for this test."""
+    yield from _fresh_postgres()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'tracked.sqlite3'}"
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A migrated, empty tracking database, on PostgreSQL and on SQLite."""
+    if request.param == "postgres":
+        request.getfixturevalue("postgres_available")
+        for url in _fresh_postgres():
+            migrate.upgrade(url)
+            yield url
+    else:
+        url = f"sqlite:///{tmp_path / 'tracked.sqlite3'}"
+        migrate.upgrade(url)
+        yield url
+
+
+@pytest.fixture
+def pg_database_url(postgres_url: str) -> str:
+    """A migrated, empty PostgreSQL tracking database."""
+    migrate.upgrade(postgres_url)
+    return postgres_url
