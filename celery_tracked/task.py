@@ -107,6 +107,8 @@ class TrackedTask(Task[Any, Any]):
     """A Celery task whose every job has a durable row, a guard and a fenced lease.
 
     Options (class attributes, or keywords of ``tracked_task`` / ``app.task``):
+        tracked_queue: the queue jobs are sent to unless the call names one
+            (``tracked_task(queue=...)`` sets it; ``task_routes`` work as usual).
         job_type: logical type, default the task name; idempotency keys are unique per type.
         max_attempts: attempts before ``failed`` (default ``tracked_default_attempts``).
         backoff_ms: base of the exponential backoff (default ``tracked_default_backoff_ms``).
@@ -121,6 +123,7 @@ class TrackedTask(Task[Any, Any]):
     max_retries = None  # attempts are counted by the tracker, not by Celery
 
     job_type: ClassVar[str | None] = None
+    tracked_queue: ClassVar[str | None] = None
     max_attempts: ClassVar[int | None] = None
     backoff_ms: ClassVar[int | None] = None
     idempotency_key: ClassVar[str | Callable[..., str] | None] = None
@@ -141,7 +144,7 @@ class TrackedTask(Task[Any, Any]):
         return str(self._static("job_type") or self.name)
 
     def _queue_name(self, options: Mapping[str, Any], args: Any, kwargs: Any) -> str:
-        queue = options.get("queue") or getattr(self, "queue", None)
+        queue = options.get("queue") or self._static("tracked_queue") or self._static("queue")
         if queue is None and self.app.conf.task_routes:
             queue = self.app.amqp.router.route({}, self.name, args, kwargs).get("queue")
         if queue is None:
@@ -327,6 +330,8 @@ class TrackedTask(Task[Any, Any]):
         )
         job_type = self.tracked_job_type
         queue = self._queue_name(options, args, kwargs)
+        if "queue" not in options and self._static("tracked_queue"):
+            options["queue"] = queue
         parent_job_id, correlation_id = self._lineage(control, prepared.job_id)
         log_extra = {
             "queue": queue,
@@ -877,7 +882,7 @@ def tracked_task(
     }
     opts = {k: v for k, v in tracked.items() if v is not None}
     if queue is not None:
-        opts["queue"] = queue
+        opts["tracked_queue"] = queue  # Celery 5.7 deprecates the `queue` task attribute
     opts.setdefault("base", TrackedTask)
     opts.update(options)
 

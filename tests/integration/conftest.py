@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from celery_tracked import Tracker
+
+AppFactory = Callable[..., Celery]
+
+
+@pytest.fixture
+def make_app(database_url: str, redis_url: str) -> Iterator[AppFactory]:
+    """Apps on a real Redis (broker and guard) and a migrated database (PG and SQLite)."""
+    apps: list[Celery] = []
+
+    def factory(**conf: Any) -> Celery:
+        app = Celery(f"it{len(apps)}", broker=conf.pop("broker", redis_url), set_as_current=False)
+        app.conf.tracked_database_url = database_url
+        app.conf.tracked_redis_url = redis_url
+        app.conf.broker_connection_retry_on_startup = False
+        app.conf.task_publish_retry_policy = {"max_retries": 1, "interval_start": 0}
+        app.conf.update(conf)
+        apps.append(app)
+        return app
+
+    yield factory
+    for app in apps:
+        tracker = app.__dict__.get("_celery_tracked_tracker")
+        if tracker is not None:
+            tracker.close()
+        app.close()
+
+
+@pytest.fixture
+def broker(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+def queue_messages(client: redis.Redis, queue: str) -> list[bytes]:
+    return list(client.lrange(queue, 0, -1))
+
+
+def guard_keys(client: redis.Redis) -> list[bytes]:
+    return list(client.scan_iter("celery_tracked:guard:*"))
+
+
+def tracker_of(app: Celery) -> Tracker:
+    return Tracker.for_app(app)

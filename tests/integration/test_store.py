@@ -1,0 +1,173 @@
+"""The store's conditional transitions, on PostgreSQL and SQLite, with real concurrency."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import Connection, insert
+
+from celery_tracked import JobStatus, StoreError
+from celery_tracked.models import events
+from celery_tracked.store import Claim, JobStore, utcnow
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[JobStore]:
+    s = JobStore(database_url)
+    yield s
+    s.dispose()
+
+
+def new_job(store: JobStore, max_attempts: int = 3) -> str:
+    job_id = str(uuid.uuid4())
+    now = utcnow()
+    store.insert(
+        {
+            "id": job_id,
+            "queue_name": "q",
+            "job_type": "t",
+            "task_name": "t",
+            "celery_task_id": job_id,
+            "status": "pending",
+            "payload_json": "{}",
+            "max_attempts": max_attempts,
+            "idempotency_key": None,
+            "correlation_id": job_id,
+            "parent_job_id": None,
+            "owner_id": None,
+            "created_at": now,
+            "updated_at": now,
+        }
+    )
+    return job_id
+
+
+def claim(store: JobStore, job_id: str, owner: str = "h:1", lease_s: float = 60) -> Claim | None:
+    now = utcnow()
+    return store.claim(
+        job_id, owner=owner, worker="w", now=now, until=now + timedelta(seconds=lease_s)
+    )
+
+
+def test_exactly_one_of_many_concurrent_claims_wins(store: JobStore) -> None:
+    job_id = new_job(store)
+    barrier = threading.Barrier(8)
+
+    def attempt(i: int) -> Claim | None:
+        barrier.wait()
+        return claim(store, job_id, owner=f"h:{i}")
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(attempt, range(8)))
+    winners = [r for r in results if r is not None]
+    assert len(winners) == 1 and winners[0].attempt == 1
+    job = store.get(job_id)
+    assert job is not None and job.status is JobStatus.PROCESSING and job.attempts_made == 1
+
+
+def test_outcome_is_fenced_by_the_attempt(store: JobStore) -> None:
+    job_id = new_job(store)
+    first = claim(store, job_id, lease_s=-1)  # lease already expired
+    assert first is not None
+    now = utcnow()
+    second = store.take_over(
+        job_id,
+        seen_attempt=1,
+        owner="h:2",
+        worker="w",
+        now=now,
+        until=now + timedelta(seconds=60),
+        stale_owner=None,
+        reason="lease expired",
+    )
+    assert second is not None and second.attempt == 2 and second.takeover
+    # the first run wakes up late: its outcome is refused
+    assert not store.complete(first, result_json='"late"', now=utcnow(), duration_ms=1)
+    assert store.complete(second, result_json='"ok"', now=utcnow(), duration_ms=1)
+    job = store.get(job_id)
+    assert job is not None and job.result == "ok" and job.attempts_made == 2
+    assert [e.event for e in store.events(job_id)] == [
+        "enqueued",
+        "started",
+        "redelivered",
+        "completed",
+    ]
+
+
+def test_live_lease_cannot_be_taken_over(store: JobStore) -> None:
+    job_id = new_job(store)
+    assert claim(store, job_id) is not None
+    now = utcnow()
+    taken = store.take_over(
+        job_id,
+        seen_attempt=1,
+        owner="h:2",
+        worker="w",
+        now=now,
+        until=now,
+        stale_owner=None,
+        reason="",
+    )
+    assert taken is None
+
+
+def test_terminal_jobs_are_not_claimed(store: JobStore) -> None:
+    job_id = new_job(store)
+    c = claim(store, job_id)
+    assert c is not None
+    assert store.complete(c, result_json=None, now=utcnow(), duration_ms=0)
+    assert claim(store, job_id) is None
+    assert not store.complete(c, result_json=None, now=utcnow(), duration_ms=0)
+
+
+def test_retrying_then_failed(store: JobStore) -> None:
+    job_id = new_job(store, max_attempts=2)
+    c1 = claim(store, job_id)
+    assert c1 is not None
+    assert store.retrying(
+        c1, error_type="E", error_message="m", delay_ms=10, duration_ms=1, now=utcnow()
+    )
+    c2 = claim(store, job_id)
+    assert c2 is not None and c2.attempt == 2
+    assert store.fail(c2, error_type="E", error_message="m2", duration_ms=1, now=utcnow())
+    job = store.get(job_id)
+    assert job is not None and job.status is JobStatus.FAILED and job.error_message == "m2"
+    assert job.finished_at is not None
+
+
+def test_joined_rows_exist_only_if_the_completion_committed(store: JobStore) -> None:
+    job_id = new_job(store)
+    c = claim(store, job_id)
+    assert c is not None
+
+    def successor(conn: Connection) -> None:
+        conn.execute(
+            insert(events).values(
+                job_id=job_id, event="joined", status="completed", attempt=1, created_at=utcnow()
+            )
+        )
+
+    def broken(conn: Connection) -> None:
+        successor(conn)
+        raise RuntimeError("successor insert failed")
+
+    with pytest.raises(RuntimeError):
+        store.complete(c, result_json=None, now=utcnow(), duration_ms=0, join=[broken])
+    job = store.get(job_id)
+    assert job is not None and job.status is JobStatus.PROCESSING
+    assert "joined" not in [e.event for e in store.events(job_id)]
+    assert store.complete(c, result_json=None, now=utcnow(), duration_ms=0, join=[successor])
+    assert [e.event for e in store.events(job_id)][-2:] == ["completed", "joined"]
+
+
+def test_database_errors_are_translated() -> None:
+    store = JobStore("postgresql+psycopg://user:sekret@127.0.0.1:1/none")
+    with pytest.raises(StoreError) as info:
+        store.get("x")
+    assert "sekret" not in str(info.value)
+    store.dispose()

@@ -1,0 +1,137 @@
+"""Migrations equal the models; upgrade/downgrade round trips; the wheel ships them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine, inspect, text
+
+from celery_tracked import migrate
+from celery_tracked.models import metadata
+
+from ..conftest import ROOT
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database, on PostgreSQL and SQLite."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    return f"sqlite:///{tmp_path / 'm.sqlite3'}"
+
+
+def diff(url: str) -> list[object]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(
+                conn,
+                opts={
+                    "compare_type": True,
+                    "include_object": lambda obj, name, type_, *_: (
+                        not (type_ == "table" and name not in metadata.tables)
+                    ),
+                },
+            )
+            return list(compare_metadata(context, metadata))
+    finally:
+        engine.dispose()
+
+
+def tables(url: str) -> set[str]:
+    engine = create_engine(url)
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_migrations_equal_the_models(empty_url: str) -> None:
+    migrate.upgrade(empty_url)
+    assert diff(empty_url) == []
+
+
+def test_upgrade_downgrade_upgrade(empty_url: str) -> None:
+    migrate.upgrade(empty_url)
+    assert {"background_jobs", "background_job_events"} <= tables(empty_url)
+    assert "celery_tracked_alembic_version" in tables(empty_url)
+    migrate.downgrade(empty_url, "base")
+    assert not {"background_jobs", "background_job_events"} & tables(empty_url)
+    migrate.upgrade(empty_url)
+    assert diff(empty_url) == []
+
+
+def test_coexists_with_the_host_apps_alembic(postgres_url: str) -> None:
+    engine = create_engine(postgres_url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE alembic_version (version_num varchar(32) primary key)"))
+        conn.execute(text("INSERT INTO alembic_version VALUES ('host_rev_1')"))
+        conn.execute(text("CREATE TABLE host_things (id int primary key)"))
+    migrate.upgrade(postgres_url)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == (
+            "host_rev_1"
+        )
+    assert "host_things" in tables(postgres_url)
+    engine.dispose()
+
+
+def test_migrate_command_from_the_built_wheel(tmp_path: Path, postgres_url: str) -> None:
+    """`celery -A app tracked migrate` in a fresh virtualenv from the wheel (not editable)."""
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    wheel = next(dist.glob("celery_tracked-*.whl"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, f"{wheel}[postgres]"], check=True, capture_output=True)
+    app_dir = tmp_path / "proj"
+    app_dir.mkdir()
+    (app_dir / "proj.py").write_text(
+        textwrap.dedent(
+            """
+            from celery import Celery
+            app = Celery("proj", broker="memory://")
+            app.conf.tracked_redis_url = "memory://"
+            """
+        )
+    )
+    env = {
+        **os.environ,
+        "CELERY_TRACKED_DATABASE_URL": postgres_url,
+        "PYTHONPATH": str(app_dir),
+    }
+    out = subprocess.run(
+        [str(venv / "bin" / "celery"), "-A", "proj", "tracked", "migrate"],
+        cwd=app_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "head" in out.stdout
+    assert {"background_jobs", "background_job_events"} <= tables(postgres_url)
+    shipped = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import celery_tracked.migrate as m; print(m.migrations_dir())",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "site-packages" in shipped

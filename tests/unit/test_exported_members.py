@@ -1,0 +1,42 @@
+import celery_tracked
+
+EXPECTED = {
+    "ConfigurationError",
+    "EnqueueError",
+    "EnqueueResult",
+    "GuardError",
+    "InvalidPayload",
+    "Job",
+    "JobEvent",
+    "JobFailed",
+    "JobNotFound",
+    "JobStatus",
+    "PayloadNotSerializable",
+    "PayloadTooLarge",
+    "Settings",
+    "StoreError",
+    "TrackedError",
+    "TrackedTask",
+    "Tracker",
+    "Unrecoverable",
+    "WaitTimeout",
+    "__version__",
+    "tracked_task",
+}
+
+
+def test_public_names_are_pinned() -> None:
+    assert set(celery_tracked.__all__) == EXPECTED
+    for name in EXPECTED:
+        assert hasattr(celery_tracked, name)
+
+
+def test_statuses() -> None:
+    assert [s.value for s in celery_tracked.JobStatus] == [
+        "pending",
+        "processing",
+        "retrying",
+        "completed",
+        "failed",
+        "cancelled",
+    ]

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import pytest
+
+from celery_tracked import ConfigurationError, Settings
+
+
+def test_defaults_with_explicit_memory_guard() -> None:
+    s = Settings.from_conf({"tracked_redis_url": "memory://"}, environ={})
+    assert s.memory_guard
+    assert s.max_payload_bytes == 65536
+    assert s.default_attempts == 3
+    assert s.database_url.startswith("sqlite:///")
+
+
+def test_no_silent_fallback_to_the_in_process_guard() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        Settings.from_conf({}, environ={})
+    assert info.value.setting == "tracked_redis_url"
+    assert "memory://" in str(info.value)
+
+
+def test_environment_fallbacks() -> None:
+    env = {
+        "CELERY_TRACKED_DATABASE_URL": "postgresql+psycopg://u:pw@db/x",
+        "REDIS_URL": "redis://cache:6379/1",
+        "JOB_QUEUE_DEFAULT_ATTEMPTS": "5",
+        "JOB_QUEUE_DEFAULT_BACKOFF_MS": "5000",
+    }
+    s = Settings.from_conf({}, environ=env)
+    assert s.database_url == "postgresql+psycopg://u:pw@db/x"
+    assert s.redis_url == "redis://cache:6379/1"
+    assert (s.default_attempts, s.default_backoff_ms) == (5, 5000)
+
+
+def test_app_conf_wins_over_environment() -> None:
+    s = Settings.from_conf(
+        {"tracked_redis_url": "memory://", "tracked_default_attempts": 7},
+        environ={"REDIS_URL": "redis://other/0", "JOB_QUEUE_DEFAULT_ATTEMPTS": "2"},
+    )
+    assert s.memory_guard and s.default_attempts == 7
+
+
+@pytest.mark.parametrize(
+    ("conf", "setting"),
+    [
+        ({"tracked_default_attempts": 0}, "tracked_default_attempts"),
+        ({"tracked_default_attempts": "many"}, "tracked_default_attempts"),
+        ({"tracked_default_backoff_ms": -1}, "tracked_default_backoff_ms"),
+        ({"tracked_max_payload_bytes": True}, "tracked_max_payload_bytes"),
+        ({"tracked_lease_seconds": 0}, "tracked_lease_seconds"),
+        ({"tracked_database_url": "not a url"}, "tracked_database_url"),
+        ({"tracked_redis_url": "http://x"}, "tracked_redis_url"),
+    ],
+)
+def test_bad_setting_is_named(conf: dict[str, object], setting: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        Settings.from_conf({"tracked_redis_url": "memory://", **conf}, environ={})
+    assert info.value.setting == setting
+    assert setting in str(info.value)
+
+
+def test_bad_environment_value_names_the_setting_and_the_variable() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        Settings.from_conf({"tracked_redis_url": "memory://"}, {"JOB_QUEUE_DEFAULT_ATTEMPTS": "x"})
+    assert info.value.setting == "tracked_default_attempts"
+    assert "JOB_QUEUE_DEFAULT_ATTEMPTS" in str(info.value)
+
+
+def test_credentials_never_appear_in_errors() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        Settings.from_conf({"tracked_redis_url": "http://user:hunter2@host/0"}, environ={})
+    assert "hunter2" not in str(info.value)
+
+
+def test_redact_keys_from_a_comma_list() -> None:
+    s = Settings.from_conf(
+        {"tracked_redis_url": "memory://", "tracked_redact_keys": "Password, pin"}, environ={}
+    )
+    assert s.redact_keys == ("password", "pin")
