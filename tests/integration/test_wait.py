@@ -1,0 +1,96 @@
+"""Tracker.wait: subscribe first, read the row, woken by the terminal notification."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+
+from celery_tracked import JobFailed, JobNotFound, WaitTimeout, tracked_task
+from celery_tracked.store import utcnow
+
+from ..conftest import wait_for
+from .conftest import AppFactory, tracker_of
+
+
+def finish_later(app: object, job_id: str, ok: bool) -> threading.Thread:
+    tracker = tracker_of(app)  # type: ignore[arg-type]
+
+    def run() -> None:
+        # the waiter must already be subscribed when the job ends
+        channel = tracker.backend.key("job", job_id)
+        client = tracker.backend.client  # type: ignore[union-attr]
+        wait_for(lambda: client.pubsub_numsub(channel)[0][1] > 0, what="a subscriber")
+        now = utcnow()
+        claim = tracker.store.claim(
+            job_id, owner="h:1", worker="w", now=now, until=now + timedelta(seconds=30)
+        )
+        assert claim is not None
+        if ok:
+            tracker.store.complete(claim, result_json='{"pages": 3}', now=utcnow(), duration_ms=1)
+        else:
+            tracker.store.fail(
+                claim, error_type="ValueError", error_message="bad", duration_ms=1, now=utcnow()
+            )
+        tracker.notifier.publish(job_id, "done")
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_wait_returns_the_result_when_notified(make_app: AppFactory) -> None:
+    app = make_app()
+
+    @tracked_task(app=app, queue="q")
+    def work() -> None: ...
+
+    job_id = work.enqueue().job_id
+    thread = finish_later(app, job_id, ok=True)
+    started = time.monotonic()
+    assert tracker_of(app).wait(job_id, timeout=10) == {"pages": 3}
+    assert time.monotonic() - started < 4, "woken by the notification, not by the re-read cap"
+    thread.join()
+
+
+def test_wait_raises_job_failed(make_app: AppFactory) -> None:
+    app = make_app()
+
+    @tracked_task(app=app, queue="q")
+    def work() -> None: ...
+
+    job_id = work.enqueue().job_id
+    thread = finish_later(app, job_id, ok=False)
+    with pytest.raises(JobFailed) as info:
+        tracker_of(app).wait(job_id, timeout=10)
+    assert info.value.job.error_type == "ValueError"
+    thread.join()
+
+
+def test_wait_timeout_and_unknown_job(make_app: AppFactory) -> None:
+    app = make_app()
+
+    @tracked_task(app=app, queue="q")
+    def work() -> None: ...
+
+    job_id = work.enqueue().job_id
+    with pytest.raises(WaitTimeout):
+        tracker_of(app).wait(job_id, timeout=0.2)
+    with pytest.raises(JobNotFound):
+        tracker_of(app).wait("no-such-job", timeout=0.2)
+
+
+def test_stats_counts_per_queue_and_status(make_app: AppFactory) -> None:
+    app = make_app()
+
+    @tracked_task(app=app, queue="q1")
+    def work(n: int) -> None: ...
+
+    for n in range(3):
+        work.enqueue(n)
+    stats = tracker_of(app).stats()
+    assert stats["q1"]["counts"]["pending"] == 3
+    assert stats["q1"]["total"] == 3
+    assert stats["q1"]["oldest_pending_age_s"] >= 0
