@@ -707,13 +707,7 @@ class TrackedTask(Task[Any, Any]):
         pid = int(pid_text)
         if pid == os.getpid():
             return None if self.tracker.leases.is_active(job_id) else locked_by
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return locked_by
-        except PermissionError:
-            return None
-        return None
+        return None if _process_alive(pid) else locked_by
 
     def _record_failure(
         self,
@@ -795,6 +789,21 @@ class TrackedTask(Task[Any, Any]):
             self.tracker.notifier.publish(job_id, status.value)
         except TrackedError as exc:  # the row is the truth; waiters re-read it anyway
             logger.warning("job %s: notification not sent: %s", job_id, exc)
+
+
+def _process_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (a killed child not yet reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _positive(value: Any, name: str) -> int | None:
