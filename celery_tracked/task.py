@@ -33,6 +33,7 @@ from celery.signals import worker_init
 from celery.utils.saferepr import saferepr
 
 from .errors import (
+    ConfigurationError,
     EnqueueError,
     InvalidPayload,
     StoreError,
@@ -908,7 +909,13 @@ def _check_worker(sender: Any = None, **_: Any) -> None:
     app = getattr(sender, "app", None)
     if app is None or not any(isinstance(t, TrackedTask) for t in app.tasks.values()):
         return
-    tracker = Tracker.for_app(app)
+    try:
+        tracker = Tracker.for_app(app)
+    except ConfigurationError as exc:
+        # signal handlers' exceptions are only logged: exit so the worker never runs
+        # tracked jobs with a setting it cannot honour
+        logger.critical("celery-tracked: invalid configuration: %s", exc)
+        raise SystemExit(f"celery-tracked: invalid configuration: {exc}") from None
     settings = tracker.settings
     if settings.memory_guard or not settings.check_redis_eviction:
         return
