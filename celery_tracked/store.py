@@ -12,13 +12,14 @@ server crash only makes the job run again); the completion is always durable.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     Connection,
@@ -32,7 +33,7 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from .errors import StoreError, mask_url
 from .jobs import Job, JobEvent, JobStatus
@@ -60,6 +61,30 @@ class Claim:
 
 class DuplicateJob(Exception):
     """Internal: the insert hit the unique key or the primary key."""
+
+
+class _Disconnected(StoreError):
+    """The statement failed because its pooled connection was dead (now discarded)."""
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _reconnecting(method: F) -> F:
+    """Run ``method`` once more on a fresh connection when the first one was dead.
+
+    Not used for the completion: a completion whose connection died is never re-sent in
+    the same attempt; the attempt is retried instead.
+    """
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except _Disconnected:
+            return method(*args, **kwargs)
+
+    return cast(F, wrapper)
 
 
 class _Engines:
@@ -184,10 +209,13 @@ class JobStore:
         except DuplicateJob:
             raise
         except SQLAlchemyError as exc:
+            kind = StoreError
+            if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+                kind = _Disconnected
             orig = getattr(exc, "orig", None)
             reason = mask_url(str(orig) if orig is not None else str(exc))
             reason = reason.strip().splitlines()[0] if reason.strip() else type(exc).__name__
-            raise StoreError(f"{action} failed: {reason}") from None
+            raise kind(f"{action} failed: {reason}") from None
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
@@ -227,6 +255,7 @@ class JobStore:
             except IntegrityError:
                 raise DuplicateJob() from None
 
+    @_reconnecting
     def delete(self, job_id: str) -> None:
         """Remove a job and its history (used to undo an enqueue whose publish failed)."""
         with self._translate("deleting the job row"), self._tx() as conn:
@@ -235,23 +264,27 @@ class JobStore:
 
     # -- reads ------------------------------------------------------------------------
 
+    @_reconnecting
     def get(self, job_id: str) -> Job | None:
         with self._translate("reading the job"), self.engine.connect() as conn:
             row = conn.execute(select(jobs).where(jobs.c.id == job_id)).mappings().first()
         return None if row is None else Job.from_row(row)
 
+    @_reconnecting
     def find_by_key(self, job_type: str, key: str) -> Job | None:
         stmt = select(jobs).where(jobs.c.job_type == job_type, jobs.c.idempotency_key == key)
         with self._translate("reading the job"), self.engine.connect() as conn:
             row = conn.execute(stmt).mappings().first()
         return None if row is None else Job.from_row(row)
 
+    @_reconnecting
     def events(self, job_id: str) -> list[JobEvent]:
         stmt = select(events).where(events.c.job_id == job_id).order_by(events.c.id)
         with self._translate("reading the job history"), self.engine.connect() as conn:
             rows = conn.execute(stmt).mappings().all()
         return [JobEvent.from_row(r) for r in rows]
 
+    @_reconnecting
     def stats(self, now: datetime | None = None) -> dict[str, dict[str, Any]]:
         """Counts per queue and status, and the age of the oldest pending job per queue."""
         now = now or utcnow()
@@ -283,6 +316,7 @@ class JobStore:
 
     # -- worker -----------------------------------------------------------------------
 
+    @_reconnecting
     def claim(
         self, job_id: str, *, owner: str, worker: str, now: datetime, until: datetime
     ) -> Claim | None:
@@ -305,6 +339,7 @@ class JobStore:
                 self._event(conn, job_id, "started", JobStatus.PROCESSING, attempt, None, None, now)
         return Claim(job_id, attempt, max_attempts)
 
+    @_reconnecting
     def take_over(
         self,
         job_id: str,
@@ -396,6 +431,7 @@ class JobStore:
                     joiner(conn)
         return True
 
+    @_reconnecting
     def retrying(
         self,
         claim: Claim,
@@ -430,6 +466,7 @@ class JobStore:
                 )
         return done
 
+    @_reconnecting
     def fail(
         self,
         claim: Claim,
@@ -463,6 +500,7 @@ class JobStore:
                 )
         return done
 
+    @_reconnecting
     def renew(self, claims: Sequence[Claim], until: datetime) -> int:
         """Extend the leases of running attempts; returns how many were still held."""
         if not claims:
@@ -482,6 +520,7 @@ class JobStore:
                 renewed += result.rowcount
         return renewed
 
+    @_reconnecting
     def release(self, claim: Claim, now: datetime) -> bool:
         """Let the lease of an abandoned attempt lapse now, so a redelivery can take over."""
         with self._translate("releasing the lease"), self._tx() as conn:
