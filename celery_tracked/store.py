@@ -120,8 +120,11 @@ class _HotPath:
                 with self._lock:
                     self._opened = [c for c in self._opened if not c.closed]
                     self._opened.append(conn)
-            row: tuple[Any, ...] | None = conn.execute(sql, params).fetchone()
+            cursor = conn.execute(sql, params)
+            row: tuple[Any, ...] | None = None if cursor.description is None else cursor.fetchone()
             return row
+        except psycopg.IntegrityError:
+            raise DuplicateJob() from None
         except psycopg.Error as exc:
             if conn is not None and (conn.broken or isinstance(exc, psycopg.OperationalError)):
                 conn.close()
@@ -261,6 +264,7 @@ SELECT count(*) FROM j
 _PG_INSERT = text(_PG_INSERT_SQL)
 _PG_CLAIM = text(_PG_CLAIM_SQL)
 _PG_COMPLETE = text(_PG_COMPLETE_SQL)
+_PG_INSERT_DRIVER = _driver_sql(_PG_INSERT_SQL)
 _PG_CLAIM_DRIVER = _driver_sql(_PG_CLAIM_SQL)
 _PG_COMPLETE_DRIVER = _driver_sql(_PG_COMPLETE_SQL)
 
@@ -318,7 +322,11 @@ class JobStore:
         with self._translate("inserting the job row"):
             try:
                 if self.is_postgres:
-                    with self.engine.connect() as conn:
+                    engines = self._engines.get()
+                    if engines.hot is not None:
+                        engines.hot.execute(True, _PG_INSERT_DRIVER, row)
+                        return
+                    with engines.durable.connect() as conn:
                         conn.execute(_PG_INSERT, dict(row))
                     return
                 with self._tx() as conn:

@@ -152,11 +152,22 @@ class TrackedTask(Task[Any, Any]):
             return str(self.app.conf.task_default_queue)
         return str(getattr(queue, "name", queue))
 
+    def _signature(self) -> inspect.Signature | None:
+        """The body's signature, computed once per task class."""
+        cls = type(self)
+        cached = cls.__dict__.get("_tracked_signature", False)
+        if cached is False:
+            try:
+                cached = inspect.signature(self.run)
+            except (TypeError, ValueError):
+                cached = None
+            setattr(cls, "_tracked_signature", cached)  # noqa: B010 (one cache per task class)
+        return cast("inspect.Signature | None", cached)
+
     def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The call's arguments by parameter name (defaults applied)."""
-        try:
-            signature = inspect.signature(self.run)
-        except (TypeError, ValueError):
+        signature = self._signature()
+        if signature is None:
             return dict(kwargs)
         try:
             bound = signature.bind(*args, **kwargs)
@@ -173,10 +184,10 @@ class TrackedTask(Task[Any, Any]):
         return named
 
     def _positional_names(self, count: int) -> list[str | None]:
-        try:
-            params = list(inspect.signature(self.run).parameters.values())
-        except (TypeError, ValueError):
+        signature = self._signature()
+        if signature is None:
             return [None] * count
+        params = list(signature.parameters.values())
         positional = [
             p.name
             for p in params
