@@ -5,11 +5,13 @@ A missing service fails loudly when ``CI=true`` and is skipped (with the reason)
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -66,15 +68,35 @@ def redis_available() -> None:
     _require(_port_open(REDIS_HOST, REDIS_PORT), f"Redis at {REDIS_HOST}:{REDIS_PORT}")
 
 
-@pytest.fixture(scope="session")
-def redis_db_pool(redis_available: None) -> Iterator[list[int]]:
-    """Redis logical databases 2..15, handed out one per test that asks."""
-    yield list(range(2, 16))
+@contextmanager
+def _redis_db() -> Iterator[int]:
+    """A Redis logical database (2..15) held under a host-wide file lock, so concurrent
+    pytest runs on one machine never flush each other's data."""
+    while True:
+        for db in range(2, 16):
+            handle = open(f"/tmp/celery-tracked-test-redis-db-{db}.lock", "w")  # noqa: SIM115
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            try:
+                yield db
+                return
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
+        time.sleep(0.1)
 
 
 @pytest.fixture
-def redis_url(redis_db_pool: list[int]) -> Iterator[str]:
-    db = redis_db_pool.pop(0)
+def redis_url(redis_available: None) -> Iterator[str]:
+    """A flushed Redis database of its own for this test."""
+    with _redis_db() as db:
+        yield from _flushed_redis(db)
+
+
+def _flushed_redis(db: int) -> Iterator[str]:
     client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=db)
     client.flushdb()
     try:
@@ -82,7 +104,6 @@ def redis_url(redis_db_pool: list[int]) -> Iterator[str]:
     finally:
         client.flushdb()
         client.close()
-        redis_db_pool.append(db)
 
 
 @pytest.fixture(scope="session")

@@ -122,7 +122,7 @@ def test_warns_loudly_when_redis_can_evict(
             timeout=30,
             what="the eviction warning",
         )
-        assert "WARNING" in text and "noeviction" in text
+        assert "EVICTED" in text and "noeviction" in text
     finally:
         stop(proc)
 

@@ -1,0 +1,276 @@
+"""Acceptance fixtures: a per-test app configuration, real ``celery worker`` subprocesses.
+
+Each test gets its own Redis DB (broker, guard and execution records) and its own migrated
+PostgreSQL database. Workers run ``tracked_app`` from this folder, configured through the
+environment, in their own process group; teardown terminates the whole group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
+from tracked_app import QUEUE, create_app
+
+from celery_tracked import Tracker
+from tests.conftest import wait_for
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+#: Set at the start of every test: if it is gone, something flushed the test's Redis DB.
+SENTINEL = "acceptance:sentinel"
+
+
+@dataclass
+class Worker:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    jsonl_path: Path
+    _log_file: Any = field(repr=False, default=None)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def records(self) -> list[dict[str, Any]]:
+        """The ``celery_tracked`` log records the worker wrote (JSON lines)."""
+        if not self.jsonl_path.exists():
+            return []
+        return [json.loads(line) for line in self.jsonl_path.read_text().splitlines() if line]
+
+    def records_of(self, job_id: str, status: str) -> list[dict[str, Any]]:
+        """The ``extra`` fields of the records about ``job_id`` with this ``status``."""
+        return [
+            r["extra"]
+            for r in self.records()
+            if r["extra"].get("job_id") == job_id and r["extra"].get("status") == status
+        ]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        # the pool children share the group: make sure none survives
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.proc.poll() is None:
+            self.proc.wait(timeout=10)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+
+@dataclass
+class Env:
+    """One test's services, the in-process app and helpers to look at them."""
+
+    config: dict[str, Any]
+    app: Celery
+    tracker: Tracker
+    redis: redis.Redis
+    database_url: str
+
+    def task(self, name: str) -> Any:
+        return self.app.tasks[name]
+
+    def ran(self, job_id: str) -> int:
+        """How many times the job's body ran."""
+        value = self.redis.get(f"ran:{job_id}")
+        if value is None:
+            self.check_not_flushed()
+        return int(value or 0)
+
+    def check_not_flushed(self) -> None:
+        assert self.redis.exists(SENTINEL), (
+            "THE TEST'S REDIS DB WAS FLUSHED by another process (a concurrent pytest run: "
+            "tests/conftest.py hands out Redis DBs 2-15 per process, not per host)"
+        )
+
+    def spans(self, job_id: str) -> list[tuple[int, float, float]]:
+        out = []
+        for raw in self.redis.lrange(f"spans:{job_id}", 0, -1):
+            pid, start, end = raw.decode().split()
+            out.append((int(pid), float(start), float(end)))
+        return out
+
+    def broker_messages(self, queue: str = QUEUE) -> list[dict[str, Any]]:
+        """Messages waiting in the queue (kombu's Redis transport: a list of JSON)."""
+        return [json.loads(m) for m in self.redis.lrange(queue, 0, -1)]
+
+    def unacked(self) -> list[dict[str, Any]]:
+        """Messages a worker holds without having acknowledged them (kombu ``unacked``)."""
+        out = []
+        for raw in self.redis.hvals("unacked"):
+            message = json.loads(raw)
+            out.append(message[0] if isinstance(message, list) else message)
+        return out
+
+    def sql(self, statement: str, **params: Any) -> list[Any]:
+        engine = create_engine(self.database_url, poolclass=NullPool)
+        try:
+            with engine.connect() as conn:
+                return list(conn.execute(text(statement), params).all())
+        finally:
+            engine.dispose()
+
+    def redeliver(self, task_name: str, job_id: str, **kwargs: Any) -> None:
+        """Publish the job's message again, as a broker redelivery would: same task id,
+        same tracking headers, bypassing the tracked ``apply_async``."""
+        self.app.send_task(
+            task_name,
+            args=(),
+            kwargs=kwargs,
+            task_id=job_id,
+            headers={"tracked_job_id": job_id, "tracked_queue": QUEUE},
+            queue=QUEUE,
+        )
+
+    def broker_empty(self) -> bool:
+        return not self.broker_messages() and not self.unacked()
+
+    def status(self, job_id: str) -> str | None:
+        job = self.tracker.get_job(job_id)
+        return None if job is None else job.status.value
+
+    def wait_status(self, job_id: str, *statuses: str, timeout: float = 30.0) -> Any:
+        try:
+            wait_for(
+                lambda: self.status(job_id) in statuses,
+                timeout=timeout,
+                what=f"job {job_id} to be {statuses}",
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.diagnose(job_id)}") from None
+        return self.tracker.get_job(job_id)
+
+    def diagnose(self, job_id: str) -> str:
+        """The job, its history and the broker's state, for a failure message."""
+        history = "\n".join(
+            f"  {e.event} {e.status.value} attempt={e.attempt} {e.created_at} {e.message}"
+            for e in self.tracker.history(job_id)
+        )
+        queued = [m["headers"].get("id") for m in self.broker_messages()]
+        unacked = [m.get("headers", {}).get("id") for m in self.unacked()]
+        return (
+            f"job: {self.tracker.get_job(job_id)!r}\nhistory:\n{history}\n"
+            f"queued: {queued}\nunacked: {unacked}\nran: {self.ran(job_id)}\n"
+            f"redis keys: {sorted(k.decode() for k in self.redis.keys('*'))}"
+            + ("" if self.redis.exists(SENTINEL) else "\nTHE TEST'S REDIS DB WAS FLUSHED")
+        )
+
+
+@pytest.fixture
+def env(redis_url: str, pg_database_url: str) -> Iterator[Env]:
+    config = {
+        "broker": redis_url,
+        "database_url": pg_database_url,
+        "redis_url": redis_url,
+        "record_url": redis_url,
+        "lease_seconds": 2.0,
+    }
+    app = create_app(config)
+    tracker = Tracker.for_app(app)
+    client = redis.Redis.from_url(redis_url)
+    client.set(SENTINEL, 1)
+    try:
+        yield Env(config, app, tracker, client, pg_database_url)
+    finally:
+        tracker.close()
+        app.close()
+        client.close()
+
+
+def worker_environ(config: dict[str, Any], jsonl_path: Path) -> dict[str, str]:
+    environ = dict(os.environ)
+    environ.update(
+        {
+            "TRACKED_TEST_BROKER": config["broker"],
+            "CELERY_TRACKED_DATABASE_URL": config["database_url"],
+            "REDIS_URL": config["redis_url"],
+            "TRACKED_TEST_RECORD_URL": config["record_url"],
+            "TRACKED_TEST_LEASE_SECONDS": str(config["lease_seconds"]),
+            "TRACKED_TEST_LOG_JSONL": str(jsonl_path),
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+            ),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return environ
+
+
+@pytest.fixture
+def start_worker(env: Env, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
+    """Start a real ``celery worker`` (prefork) on the test's services; stopped at teardown."""
+    started: list[Worker] = []
+
+    def start(
+        name: str = "w1", concurrency: int = 2, events: bool = False, ready: bool = True
+    ) -> Worker:
+        log_path = tmp_path / f"worker-{name}.log"
+        jsonl_path = tmp_path / f"worker-{name}.jsonl"
+        log_file = log_path.open("wb")
+        cmd = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tracked_app",
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            str(concurrency),
+            "-Q",
+            QUEUE,
+            "-n",
+            f"{name}@%h",
+            "-l",
+            "info",
+            "--without-mingle",
+            "--without-gossip",
+            "--without-heartbeat",
+        ]
+        if events:
+            cmd.append("-E")
+        proc = subprocess.Popen(
+            cmd,
+            cwd=str(HERE),
+            env=worker_environ(env.config, jsonl_path),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        worker = Worker(name, proc, log_path, jsonl_path, log_file)
+        started.append(worker)
+        if ready:
+            wait_for(
+                lambda: " ready." in worker.log() or proc.poll() is not None,
+                timeout=30,
+                what=f"worker {name} to be ready",
+            )
+            assert proc.poll() is None, f"worker {name} exited:\n{worker.log()}"
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+    for worker in started:
+        # shown by pytest only when the test failed
+        print(f"===== worker {worker.name} log ({worker.log_path}) =====")
+        print(worker.log()[-20000:])

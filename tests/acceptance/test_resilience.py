@@ -1,0 +1,76 @@
+"""Acceptance: a killed pool child, a killed database connection."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
+
+from celery_tracked import JobStatus
+from tests.conftest import wait_for
+
+
+def test_sigkill_of_pool_child_mid_job_is_redelivered_and_completes(
+    env: Any, start_worker: Any
+) -> None:
+    worker = start_worker()
+    job_id = env.task("acc.kill_me").enqueue(x="k").job_id
+    pid = int(wait_for(lambda: env.redis.get(f"pid:{job_id}"), timeout=20, what="run 1's pid"))
+    assert pid != worker.proc.pid
+    assert env.status(job_id) == "processing"
+
+    os.kill(pid, signal.SIGKILL)
+
+    job = env.wait_status(job_id, "completed", "failed", timeout=30)
+    assert job.status is JobStatus.COMPLETED
+    assert job.attempts_made == 2
+    assert env.ran(job_id) == 2
+    assert [p for p, _, _ in env.spans(job_id)] != [pid]  # only run 2 finished
+    history = env.tracker.history(job_id)
+    assert [e.event for e in history] == ["enqueued", "started", "redelivered", "completed"]
+    assert [e.event for e in history].count("redelivered") == 1
+    assert history[2].attempt == 2
+    assert history[-1].attempt == 2
+    assert worker.proc.poll() is None  # the worker itself survived
+
+
+def test_db_connection_terminated_during_body_is_not_completed_by_that_attempt(
+    env: Any, start_worker: Any
+) -> None:
+    # one pool child, warmed up so its pooled connections exist before the job runs
+    start_worker(concurrency=1)
+    warm = env.task("acc.succeed").enqueue(x="warm").job_id
+    env.wait_status(warm, "completed", timeout=30)
+
+    job_id = env.task("acc.hold").enqueue(x="db").job_id
+    wait_for(lambda: env.redis.exists(f"holding:{job_id}"), timeout=20, what="run 1 to start")
+    assert env.status(job_id) == "processing"
+
+    killer = create_engine(env.database_url, poolclass=NullPool)
+    try:
+        with killer.connect() as conn:
+            terminated = conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            ).all()
+    finally:
+        killer.dispose()
+    assert terminated, "no database connection of the worker was found"
+    env.tracker.store.dispose()  # this process's pooled connections were terminated too
+    env.redis.set(f"go:{job_id}", 1)
+
+    job = env.wait_status(job_id, "completed", "failed", timeout=40)
+    assert job.status is JobStatus.COMPLETED
+    assert job.attempts_made >= 2
+    assert env.ran(job_id) >= 2
+    history = env.tracker.history(job_id)
+    completed = [e for e in history if e.event == "completed"]
+    assert len(completed) == 1
+    assert completed[0].attempt == job.attempts_made
+    assert completed[0].attempt >= 2
+    assert "retrying" in [e.event for e in history]

@@ -1,0 +1,305 @@
+"""The Celery app the acceptance tests run in real ``celery worker`` processes.
+
+Importable as ``tracked_app`` (``celery -A tracked_app worker ...`` with this folder on
+``PYTHONPATH``). The worker reads its configuration from the environment:
+
+    TRACKED_TEST_BROKER            broker URL (a per-test Redis DB)
+    CELERY_TRACKED_DATABASE_URL    the per-test PostgreSQL database (read by celery-tracked)
+    REDIS_URL                      the guard's Redis (read by celery-tracked)
+    TRACKED_TEST_RECORD_URL        Redis where bodies record their runs (default REDIS_URL)
+    TRACKED_TEST_LEASE_SECONDS     tracked_lease_seconds (default 2)
+    TRACKED_TEST_LOG_JSONL         if set: a JSON-lines file receiving every record of the
+                                   ``celery_tracked`` logger, with its ``extra`` fields
+
+The tests build the same app in-process with :func:`create_app` (same task names), so
+they can enqueue and read the tracker without touching the environment.
+
+Bodies record every execution in Redis: ``INCR ran:<job_id>`` (exact execution counts),
+``RPUSH spans:<job_id> "<pid> <start> <end>"`` (overlap checks).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import redis
+from celery import Celery
+
+from celery_tracked import Tracker, Unrecoverable, tracked_task
+
+QUEUE = "acc"
+
+_records: dict[int, redis.Redis] = {}
+
+
+def config_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    env = os.environ if environ is None else environ
+    redis_url = env.get("REDIS_URL", "redis://127.0.0.1:6379/15")
+    return {
+        "broker": env.get("TRACKED_TEST_BROKER", redis_url),
+        "database_url": env.get("CELERY_TRACKED_DATABASE_URL", "sqlite:///acceptance.sqlite3"),
+        "redis_url": redis_url,
+        "record_url": env.get("TRACKED_TEST_RECORD_URL", redis_url),
+        "lease_seconds": float(env.get("TRACKED_TEST_LEASE_SECONDS", "2")),
+    }
+
+
+def recorder(app: Celery) -> redis.Redis:
+    """A Redis client for the execution records, one per process."""
+    pid = os.getpid()
+    client = _records.get(pid)
+    if client is None:
+        client = redis.Redis.from_url(app.conf.tracked_test_record_url)
+        _records[pid] = client
+    return client
+
+
+def _job_id(task: Any) -> str:
+    headers = task.request.headers or {}
+    return str(headers.get("tracked_job_id") or task.request.id)
+
+
+def _begin(task: Any) -> tuple[redis.Redis, str, int, float]:
+    r = recorder(task.app)
+    job_id = _job_id(task)
+    run = int(r.incr(f"ran:{job_id}"))
+    return r, job_id, run, time.time()
+
+
+def _end(r: redis.Redis, job_id: str, started: float) -> None:
+    r.rpush(f"spans:{job_id}", f"{os.getpid()} {started:.6f} {time.time():.6f}")
+
+
+def create_app(config: Mapping[str, Any]) -> Celery:
+    """A Celery app with the acceptance-test tasks, configured from ``config``."""
+    app = Celery("tracked_acceptance", broker=config["broker"], set_as_current=False)
+    app.conf.update(
+        tracked_database_url=config["database_url"],
+        tracked_redis_url=config["redis_url"],
+        tracked_lease_seconds=config.get("lease_seconds", 2),
+        tracked_default_backoff_ms=100,
+        tracked_test_record_url=config.get("record_url", config["redis_url"]),
+        task_default_queue=QUEUE,
+        task_send_sent_event=True,
+        broker_connection_retry_on_startup=True,
+        worker_redirect_stdouts=False,
+        result_backend=None,
+        task_ignore_result=True,
+    )
+
+    @tracked_task(app=app, bind=True, shared=False, name="acc.succeed", queue=QUEUE, max_attempts=3)
+    def succeed(self: Any, x: Any, sleep: float = 0.0) -> dict[str, Any]:
+        r, job_id, run, started = _begin(self)
+        if sleep:
+            time.sleep(sleep)
+        _end(r, job_id, started)
+        return {"x": x, "run": run}
+
+    @tracked_task(
+        app=app,
+        bind=True,
+        shared=False,
+        name="acc.flaky",
+        queue=QUEUE,
+        max_attempts=3,
+        backoff_ms=300,
+    )
+    def flaky(self: Any, x: Any) -> dict[str, Any]:
+        r, job_id, run, started = _begin(self)
+        _end(r, job_id, started)
+        if run == 1:
+            raise ConnectionError(f"transient failure of run {run}")
+        return {"x": x, "run": run}
+
+    @tracked_task(
+        app=app,
+        bind=True,
+        shared=False,
+        name="acc.always_fail",
+        queue=QUEUE,
+        max_attempts=3,
+        backoff_ms=50,
+    )
+    def always_fail(self: Any, x: Any) -> None:
+        r, job_id, run, started = _begin(self)
+        _end(r, job_id, started)
+        detail = "x" * 900
+        raise ValueError(f"run {run} of {x} failed: {detail}\nsecond line of the message")
+
+    @tracked_task(
+        app=app,
+        bind=True,
+        shared=False,
+        name="acc.keyed",
+        queue=QUEUE,
+        idempotency_key="k:{x}",
+        max_attempts=3,
+    )
+    def keyed(self: Any, x: Any, sleep: float = 0.0) -> dict[str, Any]:
+        r, job_id, run, started = _begin(self)
+        if sleep:
+            time.sleep(sleep)
+        _end(r, job_id, started)
+        return {"x": x, "run": run}
+
+    @tracked_task(
+        app=app,
+        bind=True,
+        shared=False,
+        name="acc.unrecoverable",
+        queue=QUEUE,
+        max_attempts=5,
+        backoff_ms=50,
+    )
+    def unrecoverable(self: Any, x: Any) -> None:
+        r, job_id, _run, started = _begin(self)
+        _end(r, job_id, started)
+        raise Unrecoverable(f"document {x} is corrupt")
+
+    @tracked_task(
+        app=app,
+        bind=True,
+        shared=False,
+        name="acc.kill_me",
+        queue=QUEUE,
+        max_attempts=3,
+        backoff_ms=100,
+    )
+    def kill_me(self: Any, x: Any) -> dict[str, Any]:
+        """Run 1 publishes its pid and hangs (the test SIGKILLs it); later runs finish."""
+        r, job_id, run, started = _begin(self)
+        if run == 1:
+            r.set(f"pid:{job_id}", os.getpid())
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+        _end(r, job_id, started)
+        return {"x": x, "run": run}
+
+    @tracked_task(
+        app=app,
+        bind=True,
+        shared=False,
+        name="acc.hold",
+        queue=QUEUE,
+        max_attempts=3,
+        backoff_ms=200,
+    )
+    def hold(self: Any, x: Any) -> dict[str, Any]:
+        """Run 1 says it is running and waits for the test's ``go:<job_id>``."""
+        r, job_id, run, started = _begin(self)
+        if run == 1:
+            r.set(f"holding:{job_id}", os.getpid())
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not r.exists(f"go:{job_id}"):
+                time.sleep(0.05)
+        _end(r, job_id, started)
+        return {"x": x, "run": run}
+
+    @tracked_task(
+        app=app,
+        bind=True,
+        shared=False,
+        name="acc.secret",
+        queue=QUEUE,
+        max_attempts=3,
+        backoff_ms=100,
+    )
+    def secret(self: Any, user: str, password: str, fail_times: int = 1) -> dict[str, Any]:
+        r, job_id, run, started = _begin(self)
+        _end(r, job_id, started)
+        if run <= fail_times:
+            raise RuntimeError(f"login failed for {user} with password {password}")
+        return {"user": user, "run": run}
+
+    return app
+
+
+# -- used by the concurrent-enqueue test (multiprocessing, spawn) ---------------------------
+
+
+def enqueue_storm(
+    config: dict[str, Any],
+    key: str,
+    threads: int,
+    barrier: Any,
+    results: Any,
+) -> None:
+    """In a separate process: ``threads`` threads enqueue the same key at the same moment."""
+    app = create_app(config)
+    task = app.tasks["acc.keyed"]
+    tracker = Tracker.for_app(app)
+    tracker.store.get("warm-up")  # connect before the race
+    tracker.guard.holder("warm-up")
+    local = threading.Barrier(threads)
+    out: list[tuple[str, bool, str]] = []
+    lock = threading.Lock()
+
+    def one() -> None:
+        local.wait()
+        try:
+            res = task.enqueue(x=key)
+            item = (res.job_id, res.created, "")
+        except Exception as exc:  # reported to the test, which fails on it
+            item = ("", False, repr(exc))
+        with lock:
+            out.append(item)
+
+    workers = [threading.Thread(target=one) for _ in range(threads)]
+    barrier.wait()
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    results.put(out)
+    tracker.close()
+
+
+# -- the worker's app --------------------------------------------------------------------
+
+_STANDARD = set(vars(logging.LogRecord("x", logging.INFO, "x", 0, "x", None, None))) | {
+    "message",
+    "asctime",
+}
+
+
+class JsonLinesHandler(logging.Handler):
+    """Writes each record's message and ``extra`` fields as one JSON line."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(logging.DEBUG)
+        self.path = path
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            extras = {k: v for k, v in vars(record).items() if k not in _STANDARD}
+            line = json.dumps(
+                {
+                    "message": record.getMessage(),
+                    "level": record.levelname,
+                    "pid": record.process,
+                    "extra": extras,
+                },
+                default=str,
+            )
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, (line + "\n").encode())
+            finally:
+                os.close(fd)
+        except Exception:
+            self.handleError(record)
+
+
+app = create_app(config_from_env())
+
+if os.environ.get("TRACKED_TEST_LOG_JSONL"):
+    _log = logging.getLogger("celery_tracked")
+    _log.setLevel(logging.INFO)
+    _log.addHandler(JsonLinesHandler(os.environ["TRACKED_TEST_LOG_JSONL"]))
