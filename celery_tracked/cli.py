@@ -4,14 +4,30 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
 from celery.bin.base import CeleryCommand, handle_preload_options
 
 from . import migrate as migrations
-from .errors import TrackedError
+from .errors import TrackedError, mask_url
 from .tracker import Tracker
+
+
+@contextmanager
+def _friendly(action: str) -> Iterator[None]:
+    """Errors as one masked line, never a driver traceback."""
+    try:
+        yield
+    except click.ClickException:
+        raise
+    except Exception as exc:
+        detail = mask_url(str(exc)).strip().splitlines()
+        raise click.ClickException(
+            f"{action} failed: {detail[0] if detail else type(exc).__name__}"
+        ) from None
 
 
 def _tracker(ctx: click.Context) -> Tracker:
@@ -35,12 +51,8 @@ def migrate(ctx: click.Context, revision: str) -> None:
     """Create or upgrade the tracking tables."""
     tracker = _tracker(ctx)
     url = tracker.settings.database_url
-    try:
+    with _friendly(f"migration on {migrations.describe(url)}"):
         migrations.upgrade(url, revision)
-    except Exception as exc:
-        raise click.ClickException(
-            f"migration failed on {migrations.describe(url)}: {migrations.describe(str(exc))}"
-        ) from None
     click.echo(f"celery-tracked tables at {revision} on {migrations.describe(url)}")
 
 
@@ -50,7 +62,8 @@ def migrate(ctx: click.Context, revision: str) -> None:
 def downgrade(ctx: click.Context, revision: str) -> None:
     """Downgrade the tracking tables (``base`` drops them)."""
     tracker = _tracker(ctx)
-    migrations.downgrade(tracker.settings.database_url, revision)
+    with _friendly("downgrade"):
+        migrations.downgrade(tracker.settings.database_url, revision)
     click.echo(f"celery-tracked tables at {revision}")
 
 
@@ -61,7 +74,9 @@ def downgrade(ctx: click.Context, revision: str) -> None:
 def show(ctx: click.Context, job_id: str, history: bool) -> None:
     """Show one job (never its payload) and its history."""
     tracker = _tracker(ctx)
-    job = tracker.get_job(job_id)
+    with _friendly("reading the job"):
+        job = tracker.get_job(job_id)
+        events = tracker.history(job_id) if history else []
     if job is None:
         click.echo(f"no job {job_id}", err=True)
         sys.exit(1)
@@ -78,7 +93,7 @@ def show(ctx: click.Context, job_id: str, history: bool) -> None:
     }
     click.echo(json.dumps(out, indent=2))
     if history:
-        for ev in tracker.history(job_id):
+        for ev in events:
             click.echo(
                 f"{ev.created_at.isoformat()}  {ev.event:<12} {ev.status.value:<10} "
                 f"attempt={ev.attempt} {ev.message or ''}".rstrip()
@@ -89,4 +104,7 @@ def show(ctx: click.Context, job_id: str, history: bool) -> None:
 @click.pass_context
 def stats(ctx: click.Context) -> None:
     """Counts per queue and status, oldest pending age."""
-    click.echo(json.dumps(_tracker(ctx).stats(), indent=2, sort_keys=True))
+    tracker = _tracker(ctx)
+    with _friendly("reading statistics"):
+        stats = tracker.stats()
+    click.echo(json.dumps(stats, indent=2, sort_keys=True))

@@ -97,7 +97,8 @@ class Unrecoverable(TrackedError):
     """Raise from a task body to fail the job now, whatever attempts remain."""
 
 
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<creds>[^@/\s]+)@")
+# user-info runs to the last "@" of the URL token: passwords may hold "/" or "@"
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<creds>\S+)@")
 
 
 def mask_url(text: str) -> str:
@@ -138,5 +139,9 @@ def summarize(exc: BaseException, secrets: Iterable[str] = (), keys: Iterable[st
 
 
 def error_type(exc: BaseException) -> str:
-    """The exception's class name, as stored in ``background_jobs.error_type``."""
+    """The exception's class name, as stored in ``background_jobs.error_type`` (the first
+    public class of its hierarchy: internal subclasses never leak their names)."""
+    for cls in type(exc).__mro__:
+        if not cls.__name__.startswith("_"):
+            return cls.__name__
     return type(exc).__name__

@@ -201,9 +201,9 @@ def _float(name: str, minimum: float) -> Callable[[str, Any], float]:
             raise ConfigurationError(
                 f"tracked_{name}", f"must be a number, got {value!r} (from {source})"
             ) from None
-        if not number >= minimum:
+        if not minimum <= number < float("inf"):
             raise ConfigurationError(
-                f"tracked_{name}", f"must be >= {minimum}, got {number} (from {source})"
+                f"tracked_{name}", f"must be a finite number >= {minimum}, got {number} ({source})"
             )
         return number
 

@@ -16,6 +16,7 @@ import functools
 import os
 import re
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -91,6 +92,16 @@ def _reconnecting(method: F) -> F:
 _INHERITED: list[Any] = []
 
 
+class _ThreadConnections:
+    """One thread's two hot-path connections."""
+
+    __slots__ = ("__weakref__", "durable", "fast")
+
+    def __init__(self) -> None:
+        self.durable: Any = None
+        self.fast: Any = None
+
+
 class _HotPath:
     """Direct psycopg connections for the worker's two hot statements on PostgreSQL.
 
@@ -104,22 +115,26 @@ class _HotPath:
     def __init__(self, params: Mapping[str, Any]) -> None:
         self._params = dict(params)
         self._local = threading.local()
-        self._opened: list[Any] = []
+        self._opened: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()
 
     def execute(self, durable: bool, sql: str, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
         import psycopg
 
         name = "durable" if durable else "fast"
-        conn = getattr(self._local, name, None)
+        slot = getattr(self._local, "slot", None)
+        if slot is None:
+            slot = self._local.slot = _ThreadConnections()
+        conn = getattr(slot, name)
         try:
             if conn is None or conn.closed:
                 params_ = self._params if durable else _async_commit(self._params)
                 conn = psycopg.connect(**params_, autocommit=True)
-                setattr(self._local, name, conn)
+                setattr(slot, name, conn)
+                # closed when its thread ends (the thread-local drops the last reference)
+                weakref.finalize(slot, conn.close)
                 with self._lock:
-                    self._opened = [c for c in self._opened if not c.closed]
-                    self._opened.append(conn)
+                    self._opened.add(conn)
             cursor = conn.execute(sql, params)
             row: tuple[Any, ...] | None = None if cursor.description is None else cursor.fetchone()
             return row
@@ -128,13 +143,13 @@ class _HotPath:
         except psycopg.Error as exc:
             if conn is not None and (conn.broken or isinstance(exc, psycopg.OperationalError)):
                 conn.close()
-                setattr(self._local, name, None)
+                setattr(slot, name, None)
                 raise _Disconnected(_first_line(exc)) from None
             raise StoreError(_first_line(exc)) from None
 
     def close(self) -> None:
         with self._lock:
-            opened, self._opened = self._opened, []
+            opened, self._opened = list(self._opened), weakref.WeakSet()
         for conn in opened:
             conn.close()
         self._local = threading.local()
@@ -143,7 +158,8 @@ class _HotPath:
         """After a fork: keep the parent's connections referenced, never closed here
         (finalising them in the child would end the parent's sessions)."""
         _INHERITED.extend(self._opened)
-        self._opened = []
+        _INHERITED.append(self._local)
+        self._opened = weakref.WeakSet()
 
 
 def _async_commit(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -315,10 +331,25 @@ class JobStore:
     def insert(self, row: Mapping[str, Any]) -> None:
         """Insert a pending job and its ``enqueued`` event, committed.
 
+        A dead pooled connection gets one re-send on a fresh one; if that re-send finds
+        this very row (same id and ``created_at``), the first send had committed.
+
         Raises:
             DuplicateJob: the id or ``(job_type, idempotency_key)`` already exists.
             StoreError: the database failed.
         """
+        try:
+            self._insert(row)
+        except _Disconnected:
+            try:
+                self._insert(row)
+            except DuplicateJob:
+                mine = self.get(row["id"])
+                if mine is None or mine.created_at != row["created_at"]:
+                    raise
+                # first send committed, its reply was lost: the row is ours
+
+    def _insert(self, row: Mapping[str, Any]) -> None:
         with self._translate("inserting the job row"):
             try:
                 if self.is_postgres:
@@ -446,9 +477,7 @@ class JobStore:
     ) -> Claim | None:
         """processing → processing for a new attempt, when the old lease expired or its
         owner is known dead. Fenced by the attempt number last seen."""
-        lapsed = jobs.c.locked_until < now
-        if stale_owner is not None:
-            lapsed = lapsed | (jobs.c.locked_by == stale_owner)
+        lapsed = _lapsed(now, stale_owner)
         with self._translate("taking over the job"), self._tx() as conn:
             result = conn.execute(
                 update(jobs)
@@ -468,6 +497,63 @@ class JobStore:
                 conn, job_id, "redelivered", JobStatus.PROCESSING, attempt, reason, None, now
             )
         return Claim(job_id, attempt, max_attempts, takeover=True)
+
+    @_reconnecting
+    def fail_lost(
+        self,
+        job_id: str,
+        *,
+        seen_attempt: int,
+        now: datetime,
+        stale_owner: str | None,
+        message: str,
+    ) -> bool:
+        """processing → failed when the last attempt was lost: fenced like a takeover (the
+        attempt last seen, and a lease that lapsed or whose owner is dead)."""
+        with self._translate("saving the failure"), self._tx() as conn:
+            result = conn.execute(
+                update(jobs)
+                .where(
+                    jobs.c.id == job_id,
+                    jobs.c.status == JobStatus.PROCESSING.value,
+                    jobs.c.attempts_made == seen_attempt,
+                    _lapsed(now, stale_owner),
+                )
+                .values(
+                    status=JobStatus.FAILED.value,
+                    error_type="WorkerLost",
+                    error_message=message,
+                    finished_at=now,
+                    updated_at=now,
+                    locked_by=None,
+                    locked_until=None,
+                )
+            )
+            if result.rowcount != 1:
+                return False
+            self._event(conn, job_id, "failed", JobStatus.FAILED, seen_attempt, message, None, now)
+        return True
+
+    @_reconnecting
+    def cancel(self, job_id: str, *, now: datetime, reason: str) -> bool:
+        """pending | retrying → cancelled. A running job is never interrupted."""
+        with self._translate("cancelling the job"), self._tx() as conn:
+            result = conn.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.status.in_(CLAIMABLE))
+                .values(
+                    status=JobStatus.CANCELLED.value,
+                    finished_at=now,
+                    updated_at=now,
+                    error_type=None,
+                    error_message=reason,
+                )
+            )
+            if result.rowcount != 1:
+                return False
+            attempt = self._attempts(conn, job_id)[0]
+            self._event(conn, job_id, "cancelled", JobStatus.CANCELLED, attempt, reason, None, now)
+        return True
 
     def complete(
         self,
@@ -691,6 +777,14 @@ class JobStore:
                 created_at=now,
             )
         )
+
+
+def _lapsed(now: datetime, stale_owner: str | None) -> Any:
+    """The lease has expired, or its owner is known dead."""
+    lapsed = jobs.c.locked_until < now
+    if stale_owner is not None:
+        lapsed = lapsed | (jobs.c.locked_by == stale_owner)
+    return lapsed
 
 
 def _empty_stats() -> dict[str, Any]:

@@ -19,17 +19,18 @@ import logging
 import os
 import random
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, ClassVar, TypeVar, cast, overload
+from datetime import datetime, timezone
+from typing import Any, ClassVar, NoReturn, TypeVar, cast, overload
 
 from celery import Celery, Task, current_task, shared_task
 from celery.exceptions import Ignore, Reject, Retry
 from celery.result import AsyncResult
-from celery.signals import worker_init
+from celery.signals import task_revoked, worker_init
 from celery.utils.saferepr import saferepr
 
 from .errors import (
@@ -64,14 +65,28 @@ CONTROL_OPTIONS = ("idempotency_key", "correlation_id", "parent_job_id", "owner_
 #: How long a producer that lost the guard race waits for the winner's row.
 _DUPLICATE_WAIT_S = 5.0
 #: The job-id guard of a job without idempotency key only covers the enqueue itself.
-_ID_GUARD_TTL_MS = 300_000
+_ID_GUARD_TTL_MS = 60_000
 _HOSTNAME = socket.gethostname()
+#: Celery's retry counter is not ours: postponements and re-publishes never exhaust it.
+_UNLIMITED = sys.maxsize
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _pid_namespace() -> str:
+    """This process's PID namespace: processes of containers sharing a hostname differ."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "-"
+
+
+_HOST_ID = f"{_HOSTNAME}:{_pid_namespace()}"
+
+
 def _owner() -> str:
-    return f"{_HOSTNAME}:{os.getpid()}"
+    """``locked_by`` of this process: host, PID namespace, pid."""
+    return f"{_HOST_ID}:{os.getpid()}"
 
 
 def backoff_ms(attempt: int, base_ms: int, cap_ms: int, rand: Callable[[], float]) -> int:
@@ -232,7 +247,7 @@ class TrackedTask(Task[Any, Any]):
             return None
         try:
             key = template(*args, **kwargs) if callable(template) else str(template).format(**named)
-        except (KeyError, IndexError, AttributeError, TypeError, ValueError) as exc:
+        except Exception as exc:  # a key template or callable that cannot use these arguments
             raise InvalidPayload(
                 f"{self.name}: cannot build the idempotency key from the arguments: {exc!r}"
             ) from None
@@ -336,6 +351,7 @@ class TrackedTask(Task[Any, Any]):
     ) -> tuple[EnqueueResult, AsyncResult[Any] | None]:
         tracker = self.tracker
         settings = tracker.settings
+        _check_control(control, task_id)
         prepared = self._prepare(args, kwargs, task_id, control.get("idempotency_key"))
         max_attempts = _positive(control.get("max_attempts"), "max_attempts") or int(
             self._static("max_attempts") or settings.default_attempts
@@ -376,6 +392,8 @@ class TrackedTask(Task[Any, Any]):
             holder = self._acquire_guard(guard, guard_key, prepared.job_id, ttl_ms)
         except GuardError as exc:
             raise fail("idempotency guard", exc) from None
+        except StoreError as exc:
+            raise fail("database", exc) from None
         if holder is not None:
             return self._duplicate(holder, job_type, prepared, log_extra), None
 
@@ -503,7 +521,9 @@ class TrackedTask(Task[Any, Any]):
         try:
             self.tracker.store.delete(job_id)
         except StoreError as exc:
+            # the row stays: keep the guard too, so the key keeps pointing at that row
             logger.error("could not delete the row of unpublished job %s: %s", job_id, exc)
+            return
         self._release(guard, key, job_id)
 
     # -- worker -----------------------------------------------------------------------
@@ -544,7 +564,7 @@ class TrackedTask(Task[Any, Any]):
                 countdown,
                 extra={**extra, "status": "error"},
             )
-            raise self.retry(countdown=countdown, max_retries=None) from None
+            self._retry_later(countdown)
         if isinstance(claim, _Skip):
             logger.info(
                 "job %s delivery skipped: %s",
@@ -561,7 +581,7 @@ class TrackedTask(Task[Any, Any]):
                 claim.reason,
                 extra={**extra, "status": "busy"},
             )
-            raise self.retry(countdown=claim.countdown, max_retries=None)
+            self._retry_later(claim.countdown)
 
         extra["attempt"] = claim.attempt
         logger.info(
@@ -571,22 +591,41 @@ class TrackedTask(Task[Any, Any]):
             claim.max_attempts,
             extra={**extra, "status": "processing"},
         )
-        keys = settings.redact_keys
+        # registered from the claim until the outcome is written: a duplicate delivery in
+        # this same process never mistakes the running attempt for an abandoned one
+        with tracker.leases.holding(claim):
+            return self._execute(claim, args, kwargs, extra)
+
+    def _execute(
+        self, claim: Claim, args: tuple[Any, ...], kwargs: dict[str, Any], extra: dict[str, Any]
+    ) -> Any:
+        tracker = self.tracker
+        keys = tracker.settings.redact_keys
         started = time.monotonic()
         try:
-            with tracker.leases.holding(claim):
-                result = self.run(*args, **kwargs)
-                result_json = _encode_result(result)
-        except (Ignore, Reject):
-            self._abandon(claim)
+            result = self.run(*args, **kwargs)
+            result_json = _encode_result(result)
+        except Ignore:
+            # the body handed its work over (``self.replace``) or dropped it on purpose
+            self._save_completion(claim, None, None, started, extra, "ignored or replaced")
+            raise
+        except Reject as reject:
+            if getattr(reject, "requeue", False):
+                self._abandon(claim)  # the message comes back and takes over at once
+            else:
+                self._record_failure(
+                    claim, reject, started, extra, self._secrets(args, kwargs), None
+                )
             raise
         except Retry as retry:
             # the body asked for a retry itself (self.retry / autoretry_for); the message is
             # already re-published: with no attempt left it will find the job failed
+            secrets = self._secrets(args, kwargs)
+            cause = retry.exc if isinstance(retry.exc, BaseException) else retry
+            _mask_exception(cause, secrets, keys)
             exhausted = claim.attempt >= claim.max_attempts
             delay = None if exhausted else _retry_delay_ms(retry)
-            cause = retry.exc if isinstance(retry.exc, BaseException) else retry
-            self._record_failure(claim, cause, started, extra, self._secrets(args, kwargs), delay)
+            self._record_failure(claim, cause, started, extra, secrets, delay)
             raise
         except Exception as exc:
             secrets = self._secrets(args, kwargs)
@@ -596,11 +635,24 @@ class TrackedTask(Task[Any, Any]):
             self._record_failure(claim, exc, started, extra, secrets, next_delay)
             if next_delay is None:
                 raise
-            raise self.retry(exc=exc, countdown=next_delay / 1000, max_retries=None) from None
+            self._retry_later(next_delay / 1000, exc)
+        self._save_completion(claim, result, result_json, started, extra, None)
+        return result
 
+    def _save_completion(
+        self,
+        claim: Claim,
+        result: Any,
+        result_json: str | None,
+        started: float,
+        extra: dict[str, Any],
+        note: str | None,
+    ) -> None:
+        """Write ``completed``, durably, or make the delivery retry: never acknowledged as
+        done without the write."""
         duration = int((time.monotonic() - started) * 1000)
         try:
-            saved = tracker.store.complete(
+            saved = self.tracker.store.complete(
                 claim,
                 result_json=result_json,
                 now=utcnow(),
@@ -608,26 +660,46 @@ class TrackedTask(Task[Any, Any]):
                 join=self.completion_joiners(claim, result),
             )
         except StoreError as exc:
-            # never acknowledged as done without the durable write: retry the job
             delay = self._backoff(claim.attempt)
             self._record_failure(claim, exc, started, extra, [], delay)
-            raise self.retry(countdown=delay / 1000, max_retries=None) from None
+            self._retry_later(delay / 1000)
         if not saved:
-            logger.warning(
-                "job %s attempt %d lost its lease before completing; outcome not written",
-                job_id,
-                claim.attempt,
-                extra={**extra, "status": "lease_lost", "duration_ms": duration},
-            )
-            raise Ignore()
-        self._notify(job_id, JobStatus.COMPLETED)
+            self._lost(claim, "completed", {**extra, "duration_ms": duration})
+        self._notify(claim.job_id, JobStatus.COMPLETED)
         logger.info(
-            "job %s completed in %d ms",
-            job_id,
+            "job %s completed in %d ms%s",
+            claim.job_id,
             duration,
+            f" ({note})" if note else "",
             extra={**extra, "status": "completed", "duration_ms": duration},
         )
-        return result
+
+    def _retry_later(self, countdown: float, exc: Exception | None = None) -> NoReturn:
+        """Re-publish this delivery (same task id and headers) after ``countdown`` seconds.
+
+        Celery's own retry limit never applies (attempts are the tracker's). If the broker
+        refuses the re-publish, Celery would drop the message: put it back instead.
+        """
+        try:
+            raise self.retry(exc=exc, countdown=countdown, max_retries=_UNLIMITED)
+        except Reject as reject:
+            raise Reject(getattr(reject, "reason", None), requeue=True) from None
+
+    def _lost(self, claim: Claim, outcome: str, extra: dict[str, Any]) -> NoReturn:
+        """The fenced write matched nothing: another attempt took over, or (after a database
+        crash lost the claim) the row is claimable again and this delivery must retry."""
+        job = self.tracker.store.get(claim.job_id)
+        logger.warning(
+            "job %s attempt %d no longer holds its lease; %s not written (now %s)",
+            claim.job_id,
+            claim.attempt,
+            outcome,
+            job.status.value if job else "missing",
+            extra={**extra, "status": "lease_lost"},
+        )
+        if job is not None and job.status in (JobStatus.PENDING, JobStatus.RETRYING):
+            self._retry_later(0.5)
+        raise Ignore()
 
     def completion_joiners(self, claim: Claim, result: Any) -> Sequence[Joiner]:
         """Hook: callables run inside the completion transaction (no-op by default).
@@ -674,12 +746,11 @@ class TrackedTask(Task[Any, Any]):
                 min(max(remaining + 0.1, 0.2), tracker.settings.lease_seconds),
                 f"attempt {job.attempts_made} is running elsewhere",
             )
-        lost = Claim(job_id, job.attempts_made, job.max_attempts)
         why = "its worker process died" if stale else "its lease expired"
         if job.attempts_made >= job.max_attempts:
             message = f"attempt {job.attempts_made} was lost ({why}) and no attempts remain"
-            if store.fail(
-                lost, error_type="WorkerLost", error_message=message, duration_ms=None, now=now
+            if store.fail_lost(
+                job_id, seen_attempt=job.attempts_made, now=now, stale_owner=stale, message=message
             ):
                 self._notify(job_id, JobStatus.FAILED)
                 logger.error(
@@ -714,7 +785,7 @@ class TrackedTask(Task[Any, Any]):
         if not locked_by:
             return None
         host, _, pid_text = locked_by.rpartition(":")
-        if host != _HOSTNAME or not pid_text.isdigit():
+        if host != _HOST_ID or not pid_text.isdigit():
             return None
         pid = int(pid_text)
         if pid == os.getpid():
@@ -762,17 +833,10 @@ class TrackedTask(Task[Any, Any]):
             )
             if delay_ms is None:
                 # a failure that cannot be recorded is retried: the takeover will record it
-                raise self.retry(countdown=1.0, max_retries=None) from None
+                self._retry_later(1.0)
             return
         if not written:
-            logger.warning(
-                "job %s attempt %d lost its lease; %s not written",
-                claim.job_id,
-                claim.attempt,
-                status.value,
-                extra={**extra, "status": "lease_lost", "duration_ms": duration},
-            )
-            raise Ignore()
+            self._lost(claim, status.value, {**extra, "duration_ms": duration})
         if status is JobStatus.FAILED:
             self._notify(claim.job_id, status)
         level = logging.ERROR if status is JobStatus.FAILED else logging.WARNING
@@ -818,6 +882,20 @@ def _process_alive(pid: int) -> bool:
         return True
 
 
+#: Column widths of the values a caller can pass (see ``models.py``).
+_CONTROL_LIMITS = {"correlation_id": 64, "parent_job_id": 36, "owner_id": 255}
+
+
+def _check_control(control: Mapping[str, Any], task_id: str | None) -> None:
+    """Refuse control values the row cannot hold, before anything is created."""
+    for name, limit in _CONTROL_LIMITS.items():
+        value = control.get(name)
+        if value is not None and (not str(value) or len(str(value)) > limit):
+            raise InvalidPayload(f"{name} must be 1-{limit} characters")
+    if task_id is not None and not 1 <= len(str(task_id)) <= 36:
+        raise InvalidPayload("task_id (the job id) must be 1-36 characters, a UUID by default")
+
+
 def _positive(value: Any, name: str) -> int | None:
     if value is None:
         return None
@@ -840,21 +918,32 @@ def _retry_delay_ms(retry: Retry) -> int:
     if isinstance(when, int | float):
         return int(when * 1000)
     if isinstance(when, datetime):
+        if when.tzinfo is None:  # Celery reads a naive eta as UTC
+            when = when.replace(tzinfo=timezone.utc)
         return max(0, int((when - utcnow()).total_seconds() * 1000))
     return 0
 
 
 def _mask_exception(exc: BaseException, secrets: Sequence[str], keys: Sequence[str]) -> None:
-    """Mask secrets in the exception's args in place, so Celery's own logs, events and
-    result backend never show them."""
-    with contextlib.suppress(AttributeError, TypeError):
-        exc.args = tuple(
-            mask_secrets(a, secrets, keys) if isinstance(a, str) else a for a in exc.args
-        )
+    """Mask secrets in the args of the exception and of its whole chain (``__cause__``,
+    ``__context__``), in place, so Celery's logs, events and result backend never show them."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    pending: list[BaseException] = []
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        with contextlib.suppress(AttributeError, TypeError):
+            current.args = tuple(
+                mask_secrets(a, secrets, keys) if isinstance(a, str) else a for a in current.args
+            )
+        for linked in (current.__cause__, current.__context__):
+            if linked is not None:
+                pending.append(linked)
+        current = pending.pop() if pending else None
 
 
 @overload
-def tracked_task(__func: F) -> Task[Any, Any]: ...
+def tracked_task(__func: F) -> TrackedTask: ...
 
 
 @overload
@@ -868,7 +957,7 @@ def tracked_task(
     idempotency_key: str | Callable[..., str] | None = None,
     validator: Any = None,
     **options: Any,
-) -> Callable[[F], Task[Any, Any]]: ...
+) -> Callable[[F], TrackedTask]: ...
 
 
 def tracked_task(
@@ -907,11 +996,41 @@ def tracked_task(
     opts.setdefault("base", TrackedTask)
     opts.update(options)
 
-    def decorate(func: Callable[..., Any]) -> Task[Any, Any]:
+    def decorate(func: Callable[..., Any]) -> TrackedTask:
         factory = app.task(**opts) if app is not None else shared_task(**opts)
-        return cast("Task[Any, Any]", factory(func))
+        return cast(TrackedTask, factory(func))
 
     return decorate(__func) if __func is not None else decorate
+
+
+@task_revoked.connect(weak=False)
+def _on_revoked(sender: Any = None, request: Any = None, **info: Any) -> None:
+    """A revoked or expired message never runs: cancel its waiting job (worker main
+    process). A running job is not touched; its lease decides."""
+    if not isinstance(sender, TrackedTask) or request is None:
+        return
+    headers = getattr(request, "request_dict", {}).get("headers") or {}
+    job_id = headers.get(HEADER_JOB_ID) or getattr(request, "id", None)
+    if not job_id:
+        return
+    reason = "expired before it ran" if info.get("expired") else "revoked"
+    try:
+        if sender.tracker.cancel(str(job_id), reason=f"message {reason}"):
+            logger.warning(
+                "job %s cancelled: its message was %s",
+                job_id,
+                reason,
+                extra={
+                    "queue": headers.get(HEADER_QUEUE),
+                    "job_type": sender.tracked_job_type,
+                    "job_id": job_id,
+                    "status": "cancelled",
+                    "attempt": None,
+                    "duration_ms": None,
+                },
+            )
+    except TrackedError as exc:
+        logger.error("job %s: could not record its revocation: %s", job_id, exc)
 
 
 @worker_init.connect(weak=False)

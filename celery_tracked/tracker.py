@@ -17,7 +17,7 @@ from typing import Any
 
 from celery import Celery
 
-from .errors import JobFailed, JobNotFound, WaitTimeout
+from .errors import ConfigurationError, JobFailed, JobNotFound, TrackedError, WaitTimeout, mask_url
 from .guard import Guard, MemoryGuard, Notifier, RedisGuard
 from .jobs import Job, JobEvent
 from .settings import Settings
@@ -40,7 +40,12 @@ class Tracker:
         if settings.memory_guard:
             backend = MemoryGuard(settings.key_prefix)
         else:
-            backend = RedisGuard(settings.redis_url, settings.key_prefix)
+            try:
+                backend = RedisGuard(settings.redis_url, settings.key_prefix)
+            except ValueError as exc:
+                raise ConfigurationError(
+                    "tracked_redis_url", f"cannot be used: {mask_url(str(exc))}"
+                ) from None
         self.backend = backend
         self.guard: Guard = backend
         self.notifier: Notifier = backend
@@ -71,6 +76,19 @@ class Tracker:
     def history(self, job_id: str) -> list[JobEvent]:
         """The job's events, oldest first."""
         return self.store.events(job_id)
+
+    def cancel(self, job_id: str, reason: str = "cancelled") -> bool:
+        """pending | retrying → cancelled; False if the job is in any other status.
+
+        Never interrupts a running job. Its message, when delivered, runs no body.
+        """
+        cancelled = self.store.cancel(job_id, now=utcnow(), reason=reason)
+        if cancelled:
+            try:
+                self.notifier.publish(job_id, "cancelled")
+            except TrackedError as exc:
+                logger.warning("job %s: notification not sent: %s", job_id, exc)
+        return cancelled
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per queue: ``counts`` per status, ``total`` and ``oldest_pending_age_s``."""
