@@ -12,6 +12,7 @@ import redis
 from sqlalchemy import create_engine, func, select
 
 from celery_tracked import (
+    ConfigurationError,
     EnqueueError,
     InvalidPayload,
     JobStatus,
@@ -245,3 +246,66 @@ def test_lineage_from_the_calling_task(make_app: AppFactory) -> None:
     root = child.enqueue(n=0, _correlation_id="corr-1")
     job = tracker_of(app).get_job(root.job_id)
     assert job is not None and job.correlation_id == "corr-1" and job.parent_job_id is None
+
+
+@pytest.mark.parametrize(
+    "control",
+    [
+        {"correlation_id": "c" * 65},
+        {"owner_id": "o" * 256},
+        {"parent_job_id": "p" * 37},
+        {"task_id": "t" * 37},
+        {"max_attempts": 0},
+    ],
+)
+def test_control_values_the_row_cannot_hold_are_refused(
+    make_app: AppFactory, broker: redis.Redis, database_url: str, control: dict[str, Any]
+) -> None:
+    app = make_app()
+
+    @tracked_task(app=app, queue="q", idempotency_key="k:{n}")
+    def work(n: int) -> None: ...
+
+    with pytest.raises(InvalidPayload):
+        work.apply_async(kwargs={"n": 1}, **control)
+    assert row_count(database_url) == 0
+    assert queue_messages(broker, "q") == []
+    assert guard_keys(broker) == []
+
+
+def test_a_key_callable_that_raises_is_invalid_payload(
+    make_app: AppFactory, broker: redis.Redis
+) -> None:
+    app = make_app()
+
+    def key(n: int) -> str:
+        raise LookupError("no such customer")
+
+    @tracked_task(app=app, queue="q", idempotency_key=key)
+    def work(n: int) -> None: ...
+
+    with pytest.raises(InvalidPayload):
+        work.enqueue(1)
+    assert guard_keys(broker) == []
+
+
+def test_cancel_a_waiting_job(make_app: AppFactory) -> None:
+    app = make_app()
+
+    @tracked_task(app=app, queue="q")
+    def work() -> None: ...
+
+    job_id = work.enqueue().job_id
+    tracker = tracker_of(app)
+    assert tracker.cancel(job_id, reason="user asked")
+    job = tracker.get_job(job_id)
+    assert job is not None and job.status is JobStatus.CANCELLED
+    assert not tracker.cancel(job_id), "a cancelled job cannot be cancelled again"
+    assert [e.event for e in tracker.history(job_id)] == ["enqueued", "cancelled"]
+
+
+def test_bad_redis_url_is_a_configuration_error(make_app: AppFactory) -> None:
+    app = make_app(tracked_redis_url="redis://127.0.0.1:notaport/0")
+    with pytest.raises(ConfigurationError) as info:
+        tracker_of(app)
+    assert info.value.setting == "tracked_redis_url"

@@ -9,11 +9,14 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection, create_engine, insert, text
+from sqlalchemy.pool import NullPool
 
 from celery_tracked import JobStatus, StoreError
 from celery_tracked.models import events
 from celery_tracked.store import Claim, JobStore, utcnow
+
+from ..conftest import wait_for
 
 
 @pytest.fixture
@@ -171,3 +174,63 @@ def test_database_errors_are_translated() -> None:
         store.get("x")
     assert "sekret" not in str(info.value)
     store.dispose()
+
+
+def test_insert_survives_a_terminated_connection(pg_database_url: str) -> None:
+    store = JobStore(pg_database_url)
+    try:
+        new_job(store)  # opens this thread's connection
+        terminate_other_backends(pg_database_url)
+        job_id = new_job(store)  # the dead connection is replaced, the row written once
+        assert store.get(job_id) is not None
+    finally:
+        store.dispose()
+
+
+def test_connections_of_finished_threads_are_closed(pg_database_url: str) -> None:
+    store = JobStore(pg_database_url)
+    try:
+        before = backend_count(pg_database_url)
+        threads = [threading.Thread(target=new_job, args=(store,)) for _ in range(10)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wait_for(
+            lambda: backend_count(pg_database_url) <= before + 1,
+            timeout=10,
+            what="the finished threads' connections to close",
+        )
+    finally:
+        store.dispose()
+
+
+def backend_count(url: str) -> int:
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            return int(
+                conn.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                ).scalar_one()
+            )
+    finally:
+        engine.dispose()
+
+
+def terminate_other_backends(url: str) -> None:
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            )
+            conn.commit()
+    finally:
+        engine.dispose()

@@ -61,3 +61,32 @@ def test_backoff_is_exponential_jittered_and_capped() -> None:
 
 def test_unrecoverable_is_rooted() -> None:
     assert issubclass(Unrecoverable, TrackedError)
+
+
+def test_mask_url_handles_awkward_passwords() -> None:
+    assert mask_url("redis://:pa/ss@h:1/0") == "redis://***@h:1/0"
+    assert mask_url("postgresql://u:p@ss@h/db") == "postgresql://***@h/db"
+    assert mask_url("redis://h:6379/0") == "redis://h:6379/0"
+
+
+def test_error_type_never_names_an_internal_class() -> None:
+    from celery_tracked.errors import StoreError, error_type
+    from celery_tracked.store import _Disconnected
+
+    assert error_type(_Disconnected("gone")) == "StoreError"
+    assert error_type(StoreError("x")) == "StoreError"
+    assert error_type(ValueError("x")) == "ValueError"
+
+
+def test_exception_chain_is_masked_in_place() -> None:
+    from celery_tracked.task import _mask_exception
+
+    try:
+        try:
+            raise ValueError("inner hunter22")
+        except ValueError as inner:
+            raise RuntimeError("outer hunter22") from inner
+    except RuntimeError as exc:
+        _mask_exception(exc, ["hunter22"], KEYS)
+        assert "hunter22" not in str(exc)
+        assert exc.__cause__ is not None and "hunter22" not in str(exc.__cause__)
