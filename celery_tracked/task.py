@@ -623,6 +623,11 @@ class TrackedTask(Task[Any, Any]):
             secrets = self._secrets(args, kwargs)
             cause = retry.exc if isinstance(retry.exc, BaseException) else retry
             _mask_exception(cause, secrets, keys)
+            # Celery kept a text copy of the cause when it built the Retry: mask it too
+            for attr in ("excs", "message"):
+                text = getattr(retry, attr, None)
+                if isinstance(text, str):
+                    setattr(retry, attr, mask_secrets(text, secrets, keys))
             exhausted = claim.attempt >= claim.max_attempts
             delay = None if exhausted else _retry_delay_ms(retry)
             self._record_failure(claim, cause, started, extra, secrets, delay)

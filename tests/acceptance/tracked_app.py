@@ -30,6 +30,7 @@ from typing import Any
 
 import redis
 from celery import Celery
+from celery.exceptions import Ignore, Reject
 
 from celery_tracked import Tracker, Unrecoverable, tracked_task
 
@@ -217,6 +218,96 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         if run <= fail_times:
             raise RuntimeError(f"login failed for {user} with password {password}")
         return {"user": user, "run": run}
+
+    # -- edge cases (test_edge_cases.py) ------------------------------------------------
+
+    @tracked_task(app=app, bind=True, shared=False, name="acc.ignore", queue=QUEUE, max_attempts=3)
+    def ignore(self: Any, x: Any) -> None:
+        """The body drops its work on purpose: ``raise Ignore()``."""
+        r, job_id, _run, started = _begin(self)
+        _end(r, job_id, started)
+        raise Ignore()
+
+    @tracked_task(app=app, bind=True, shared=False, name="acc.reject", queue=QUEUE, max_attempts=3)
+    def reject(self: Any, x: Any) -> None:
+        """The body refuses its message for good: ``raise Reject(requeue=False)``."""
+        r, job_id, _run, started = _begin(self)
+        _end(r, job_id, started)
+        raise Reject(f"document {x} refused", requeue=False)
+
+    @tracked_task(
+        app=app,
+        bind=True,
+        shared=False,
+        name="acc.hold_max_retries",
+        queue=QUEUE,
+        max_attempts=3,
+        backoff_ms=200,
+        max_retries=1,
+    )
+    def hold_max_retries(self: Any, x: Any) -> dict[str, Any]:
+        """``acc.hold`` with Celery's own ``max_retries=1``."""
+        r, job_id, run, started = _begin(self)
+        if run == 1:
+            r.set(f"holding:{job_id}", os.getpid())
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not r.exists(f"go:{job_id}"):
+                time.sleep(0.05)
+        _end(r, job_id, started)
+        return {"x": x, "run": run}
+
+    @tracked_task(
+        app=app,
+        bind=True,
+        shared=False,
+        name="acc.autoretry_secret",
+        queue=QUEUE,
+        max_attempts=3,
+        autoretry_for=(ValueError,),
+        retry_kwargs={"countdown": 0.2},
+    )
+    def autoretry_secret(self: Any, user: str, password: str) -> dict[str, Any]:
+        """Run 1 raises a ValueError holding the password (Celery's autoretry); then succeeds."""
+        r, job_id, run, started = _begin(self)
+        _end(r, job_id, started)
+        if run == 1:
+            raise ValueError(f"login failed for {user} with password {password}")
+        return {"user": user, "run": run}
+
+    @tracked_task(
+        app=app,
+        bind=True,
+        shared=False,
+        name="acc.self_retry_secret",
+        queue=QUEUE,
+        max_attempts=3,
+    )
+    def self_retry_secret(self: Any, user: str, password: str) -> dict[str, Any]:
+        """Run 1 calls ``self.retry(exc=...)`` with the password in the exception."""
+        r, job_id, run, started = _begin(self)
+        _end(r, job_id, started)
+        if run == 1:
+            exc = ValueError(f"login failed for {user} with password {password}")
+            raise self.retry(exc=exc, countdown=0.2)
+        return {"user": user, "run": run}
+
+    @tracked_task(
+        app=app,
+        bind=True,
+        shared=False,
+        name="acc.chained_secret",
+        queue=QUEUE,
+        max_attempts=2,
+        backoff_ms=50,
+    )
+    def chained_secret(self: Any, user: str, password: str) -> None:
+        """Every run raises ``RuntimeError("outer")`` caused by a ValueError with the password."""
+        r, job_id, _run, started = _begin(self)
+        _end(r, job_id, started)
+        try:
+            raise ValueError(f"inner {user} {password}")
+        except ValueError as inner:
+            raise RuntimeError("outer") from inner
 
     return app
 
