@@ -145,13 +145,20 @@ class _Publisher:
                 local.conn, local.pid, local.pending = conn, os.getpid(), False
             if local.pending:
                 conn.read_response()
-            conn.send_packed_command(conn.pack_command("PUBLISH", channel, message), False)
+            conn.send_packed_command([_publish_command(channel, message)], False)
             local.pending = True
-        except redis.RedisError as exc:
+        except (redis.RedisError, OSError) as exc:
             local.conn = None
             if conn is not None:
                 conn.disconnect()
             raise GuardError(f"Redis publish failed: {mask_url(str(exc))}") from None
+
+
+def _publish_command(channel: str, message: str) -> bytes:
+    """``PUBLISH channel message`` in RESP, packed by hand (redis-py's generic packer costs
+    more than the rest of the call)."""
+    c, m = channel.encode(), message.encode()
+    return b"*3\r\n$7\r\nPUBLISH\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(c), c, len(m), m)
 
 
 class _RedisSubscription:
