@@ -40,3 +40,8 @@ def test_statuses() -> None:
         "failed",
         "cancelled",
     ]
+
+
+def test_tracked_tasks_default_to_late_acks_and_reject_on_worker_lost() -> None:
+    assert celery_tracked.TrackedTask.acks_late is True
+    assert celery_tracked.TrackedTask.reject_on_worker_lost is True
