@@ -12,10 +12,12 @@ server crash only makes the job run again); the completion is always durable.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -95,11 +97,12 @@ _INHERITED: list[Any] = []
 class _ThreadConnections:
     """One thread's two hot-path connections."""
 
-    __slots__ = ("__weakref__", "durable", "fast")
+    __slots__ = ("__weakref__", "durable", "durable_used", "fast")
 
     def __init__(self) -> None:
         self.durable: Any = None
         self.fast: Any = None
+        self.durable_used = 0.0
 
 
 class _HotPath:
@@ -118,13 +121,32 @@ class _HotPath:
         self._opened: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()
 
+    #: A durable connection idle this long is checked before a job's body runs.
+    IDLE_CHECK_S = 5.0
+
+    def _slot(self) -> _ThreadConnections:
+        slot: _ThreadConnections | None = getattr(self._local, "slot", None)
+        if slot is None:
+            slot = self._local.slot = _ThreadConnections()
+        return slot
+
+    def check_idle_durable(self) -> None:
+        """Before a body runs: if this thread's durable connection sat idle (a PostgreSQL
+        restart, an idle timeout of a proxy or firewall may have closed it), ping it and
+        drop it if dead, so the completion does not fail for a reason older than the job.
+        A connection that dies while the body runs still fails the completion: that attempt
+        is then retried, never reported done."""
+        slot = self._slot()
+        if slot.durable is None or time.monotonic() - slot.durable_used < self.IDLE_CHECK_S:
+            return
+        with contextlib.suppress(StoreError):  # a dead one is dropped: the completion reconnects
+            self.execute(True, "SELECT 1", {})
+
     def execute(self, durable: bool, sql: str, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
         import psycopg
 
         name = "durable" if durable else "fast"
-        slot = getattr(self._local, "slot", None)
-        if slot is None:
-            slot = self._local.slot = _ThreadConnections()
+        slot = self._slot()
         conn = getattr(slot, name)
         try:
             if conn is None or conn.closed:
@@ -137,6 +159,8 @@ class _HotPath:
                     self._opened.add(conn)
             cursor = conn.execute(sql, params)
             row: tuple[Any, ...] | None = None if cursor.description is None else cursor.fetchone()
+            if durable:
+                slot.durable_used = time.monotonic()
             return row
         except psycopg.IntegrityError:
             raise DuplicateJob() from None
@@ -446,6 +470,8 @@ class JobStore:
                 engines = self._engines.get()
                 if engines.hot is not None:
                     found = engines.hot.execute(False, _PG_CLAIM_DRIVER, params)
+                    if found is not None:
+                        engines.hot.check_idle_durable()
                 else:
                     with engines.fast.connect() as conn:
                         found = conn.execute(_PG_CLAIM, params).first()

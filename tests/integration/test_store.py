@@ -234,3 +234,40 @@ def terminate_other_backends(url: str) -> None:
             conn.commit()
     finally:
         engine.dispose()
+
+
+def _claimed(store: JobStore) -> Claim:
+    c = claim(store, new_job(store))
+    assert c is not None
+    return c
+
+
+def test_connection_killed_while_idle_does_not_fail_the_next_job(
+    pg_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle timeout or a server restart between jobs is not the job's problem."""
+    from celery_tracked.store import _HotPath
+
+    monkeypatch.setattr(_HotPath, "IDLE_CHECK_S", 0.0)
+    store = JobStore(pg_database_url)
+    try:
+        assert store.complete(_claimed(store), result_json=None, now=utcnow(), duration_ms=0)
+        terminate_other_backends(pg_database_url)  # while no job runs
+        c = _claimed(store)  # the claim reconnects; the idle durable connection is checked
+        assert store.complete(c, result_json=None, now=utcnow(), duration_ms=0)
+    finally:
+        store.dispose()
+
+
+def test_connection_killed_while_the_body_runs_fails_the_completion(pg_database_url: str) -> None:
+    store = JobStore(pg_database_url)
+    try:
+        assert store.complete(_claimed(store), result_json=None, now=utcnow(), duration_ms=0)
+        c = _claimed(store)
+        terminate_other_backends(pg_database_url)  # during the body
+        with pytest.raises(StoreError):
+            store.complete(c, result_json=None, now=utcnow(), duration_ms=0)
+        job = store.get(c.job_id)
+        assert job is not None and job.status is JobStatus.PROCESSING
+    finally:
+        store.dispose()
