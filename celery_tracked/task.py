@@ -58,6 +58,9 @@ HEADER_JOB_ID = "tracked_job_id"
 HEADER_CORRELATION_ID = "tracked_correlation_id"
 HEADER_PARENT_JOB_ID = "tracked_parent_job_id"
 HEADER_QUEUE = "tracked_queue"
+#: A failure decided by an attempt whose write failed: the next delivery records it and
+#: runs no body.
+HEADER_OUTCOME = "tracked_pending_failure"
 
 #: Control options ``apply_async`` accepts besides Celery's own.
 CONTROL_OPTIONS = ("idempotency_key", "correlation_id", "parent_job_id", "owner_id", "max_attempts")
@@ -553,10 +556,15 @@ class TrackedTask(Task[Any, Any]):
             "attempt": None,
             "duration_ms": None,
         }
+        pending_failure = headers.get(HEADER_OUTCOME)
+        if pending_failure:
+            self._record_pending_failure(job_id, str(pending_failure), extra)
         try:
             claim = self._claim(job_id)
         except StoreError as exc:
-            countdown = backoff_ms(1, settings.default_backoff_ms, 30_000, random.random) / 1000
+            countdown = max(
+                0.5, backoff_ms(1, settings.default_backoff_ms, 30_000, random.random) / 1000
+            )
             logger.warning(
                 "job %s not started, database unavailable: %s; retry in %.1f s",
                 job_id,
@@ -679,16 +687,51 @@ class TrackedTask(Task[Any, Any]):
             extra={**extra, "status": "completed", "duration_ms": duration},
         )
 
-    def _retry_later(self, countdown: float, exc: Exception | None = None) -> NoReturn:
+    def _retry_later(
+        self,
+        countdown: float,
+        exc: Exception | None = None,
+        extra_headers: Mapping[str, Any] | None = None,
+    ) -> NoReturn:
         """Re-publish this delivery (same task id and headers) after ``countdown`` seconds.
 
         Celery's own retry limit never applies (attempts are the tracker's). If the broker
         refuses the re-publish, Celery would drop the message: put it back instead.
         """
+        options: dict[str, Any] = {}
+        if extra_headers:
+            options["headers"] = {**(self.request.headers or {}), **extra_headers}
         try:
-            raise self.retry(exc=exc, countdown=countdown, max_retries=_UNLIMITED)
+            raise self.retry(exc=exc, countdown=countdown, max_retries=_UNLIMITED, **options)
         except Reject as reject:
             raise Reject(getattr(reject, "reason", None), requeue=True) from None
+
+    def _record_pending_failure(self, job_id: str, decided: str, extra: dict[str, Any]) -> NoReturn:
+        """Write the failure an earlier attempt decided but could not save; no body runs."""
+        outcome = json.loads(decided)
+        attempt = int(outcome["attempt"])
+        try:
+            written = self.tracker.store.fail(
+                Claim(job_id, attempt, attempt),
+                error_type=str(outcome["error_type"]),
+                error_message=str(outcome["error_message"]),
+                duration_ms=None,
+                now=utcnow(),
+            )
+        except StoreError as exc:
+            logger.warning("job %s: failure still not recorded: %s", job_id, exc)
+            self._retry_later(max(0.5, self._backoff(1) / 1000))
+        if written:
+            self._notify(job_id, JobStatus.FAILED)
+            logger.error(
+                "job %s failed after attempt %d: %s: %s (recorded late)",
+                job_id,
+                attempt,
+                outcome["error_type"],
+                outcome["error_message"],
+                extra={**extra, "status": "failed", "attempt": attempt},
+            )
+        raise Ignore()
 
     def _lost(self, claim: Claim, outcome: str, extra: dict[str, Any]) -> NoReturn:
         """The fenced write matched nothing: another attempt took over, or (after a database
@@ -837,8 +880,10 @@ class TrackedTask(Task[Any, Any]):
                 extra={**extra, "status": "error", "duration_ms": duration},
             )
             if delay_ms is None:
-                # a failure that cannot be recorded is retried: the takeover will record it
-                self._retry_later(1.0)
+                # the decision must not be lost, nor the body run again: the re-published
+                # message carries it, and its delivery records it once the database answers
+                decided = {"attempt": claim.attempt, "error_type": kind, "error_message": summary}
+                self._retry_later(1.0, extra_headers={HEADER_OUTCOME: json.dumps(decided)})
             return
         if not written:
             self._lost(claim, status.value, {**extra, "duration_ms": duration})

@@ -74,3 +74,51 @@ def test_db_connection_terminated_during_body_is_not_completed_by_that_attempt(
     assert completed[0].attempt == job.attempts_made
     assert completed[0].attempt >= 2
     assert "retrying" in [e.event for e in history]
+
+
+def test_unrecoverable_whose_failure_write_fails_never_runs_again(
+    env: Any, start_worker: Any
+) -> None:
+    """The failure is decided but the database refuses every connection when it is written:
+    the decision travels in the re-published message and is recorded later; no body reruns."""
+    worker = start_worker(concurrency=1)
+    job_id = env.task("acc.hold_then_unrecoverable").enqueue(x="d").job_id
+    wait_for(lambda: env.redis.exists(f"holding:{job_id}"), timeout=20, what="the body to start")
+
+    database = env.database_url.rsplit("/", 1)[1]
+    admin = create_engine(
+        env.database_url.rsplit("/", 1)[0] + "/postgres",
+        poolclass=NullPool,
+        isolation_level="AUTOCOMMIT",
+    )
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false'))
+            conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = :db AND pid <> pg_backend_pid()"
+                ),
+                {"db": database},
+            )
+        env.redis.set(f"go:{job_id}", 1)
+        wait_for(
+            lambda: "could not record failed" in worker.log(),
+            timeout=30,
+            what="the failure write to fail",
+        )
+        wait_for(
+            lambda: "failure still not recorded" in worker.log(),
+            timeout=30,
+            what="the re-published delivery to find the database still closed",
+        )
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true'))
+        admin.dispose()
+
+    job = env.wait_status(job_id, "failed", "completed", timeout=30)
+    assert job.status is JobStatus.FAILED
+    assert job.error_type == "Unrecoverable"
+    assert job.attempts_made == 1
+    assert env.ran(job_id) == 1, "the body must not run again"

@@ -207,6 +207,25 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         app=app,
         bind=True,
         shared=False,
+        name="acc.hold_then_unrecoverable",
+        queue=QUEUE,
+        max_attempts=5,
+        backoff_ms=200,
+    )
+    def hold_then_unrecoverable(self: Any, x: Any) -> None:
+        """Says it is running, waits for the test's ``go:<job_id>``, then gives up for good."""
+        r, job_id, _run, started = _begin(self)
+        r.set(f"holding:{job_id}", os.getpid())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not r.exists(f"go:{job_id}"):
+            time.sleep(0.05)
+        _end(r, job_id, started)
+        raise Unrecoverable(f"document {x} is gone")
+
+    @tracked_task(
+        app=app,
+        bind=True,
+        shared=False,
         name="acc.secret",
         queue=QUEUE,
         max_attempts=3,
