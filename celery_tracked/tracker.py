@@ -32,6 +32,9 @@ _create_lock = threading.Lock()
 class Tracker:
     """The tracking side of one Celery app. Get it with :meth:`Tracker.for_app`."""
 
+    #: ``wait`` re-reads the row at least this often, whatever the notifications do.
+    REREAD_S = 1.0
+
     def __init__(self, app: Celery, settings: Settings) -> None:
         self.app = app
         self.settings = settings
@@ -121,7 +124,7 @@ class Tracker:
                     raise WaitTimeout(f"job {job_id} still {job.status} after {timeout} s")
                 # a notification wakes us at once; the cap re-reads the row in case the
                 # notifier lost one (Redis restart), so waiting never depends on it alone
-                subscription.wait(min(remaining, 5.0))
+                subscription.wait(min(remaining, self.REREAD_S))
         finally:
             subscription.close()
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from celery_tracked import JobFailed, JobNotFound, WaitTimeout, tracked_task
+from celery_tracked import JobFailed, JobNotFound, Tracker, WaitTimeout, tracked_task
 from celery_tracked.store import utcnow
 
 from ..conftest import wait_for
@@ -41,7 +41,10 @@ def finish_later(app: object, job_id: str, ok: bool) -> threading.Thread:
     return thread
 
 
-def test_wait_returns_the_result_when_notified(make_app: AppFactory) -> None:
+def test_wait_returns_the_result_when_notified(
+    make_app: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Tracker, "REREAD_S", 30.0)  # only the notification can wake it early
     app = make_app()
 
     @tracked_task(app=app, queue="q")
