@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import mysql
 
 revision = "0001"
 down_revision = None
 branch_labels = ("celery_tracked",)
 depends_on = None
 
-UTC = sa.DateTime(timezone=True)
+UTC = sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
