@@ -132,6 +132,26 @@ def postgres_url(postgres_available: None) -> Iterator[str]:
     yield from _fresh_postgres()
 
 
+MARIADB_URL = os.environ.get("TEST_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
+
+
+@pytest.fixture
+def mariadb_url() -> Iterator[str]:
+    """A new, empty MariaDB database for this test."""
+    url = make_url(MARIADB_URL)
+    _require(_port_open(url.host or "127.0.0.1", url.port or 3306), "MariaDB")
+    name = f"ct_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(MARIADB_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE `{name}`"))
+    try:
+        yield url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+        admin.dispose()
+
+
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'tracked.sqlite3'}"

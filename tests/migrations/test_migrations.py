@@ -19,12 +19,12 @@ from celery_tracked.models import metadata
 from ..conftest import ROOT
 
 
-@pytest.fixture(params=["postgres", "sqlite"])
+@pytest.fixture(params=["postgres", "sqlite", "mariadb"])
 def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty database, on PostgreSQL and SQLite."""
-    if request.param == "postgres":
-        return str(request.getfixturevalue("postgres_url"))
-    return f"sqlite:///{tmp_path / 'm.sqlite3'}"
+    """An empty database, on PostgreSQL, SQLite and MariaDB."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'm.sqlite3'}"
+    return str(request.getfixturevalue(f"{request.param}_url"))
 
 
 def diff(url: str) -> list[object]:
@@ -135,3 +135,45 @@ def test_migrate_command_from_the_built_wheel(tmp_path: Path, postgres_url: str)
         check=True,
     ).stdout
     assert "site-packages" in shipped
+
+
+def test_store_round_trip_on_mariadb(mariadb_url: str) -> None:
+    """The portable types and the generic (no RETURNING) statements work on MariaDB."""
+    from datetime import timedelta
+
+    from celery_tracked import JobStatus
+    from celery_tracked.store import JobStore, utcnow
+
+    migrate.upgrade(mariadb_url)
+    store = JobStore(mariadb_url)
+    try:
+        now = utcnow()
+        store.insert(
+            {
+                "id": "job-1",
+                "queue_name": "q",
+                "job_type": "t",
+                "task_name": "t",
+                "celery_task_id": "job-1",
+                "status": "pending",
+                "payload_json": "{}",
+                "max_attempts": 3,
+                "idempotency_key": "k",
+                "correlation_id": "job-1",
+                "parent_job_id": None,
+                "owner_id": None,
+                "created_at": now,
+                "updated_at": now,
+            }
+        )
+        claim = store.claim(
+            "job-1", owner="h:1", worker="w", now=utcnow(), until=utcnow() + timedelta(seconds=9)
+        )
+        assert claim is not None and claim.attempt == 1
+        assert store.complete(claim, result_json='{"ok":true}', now=utcnow(), duration_ms=1)
+        job = store.get("job-1")
+        assert job is not None and job.status is JobStatus.COMPLETED
+        assert job.created_at == now, "microseconds and UTC survive the round trip"
+        assert [e.event for e in store.events("job-1")] == ["enqueued", "started", "completed"]
+    finally:
+        store.dispose()
