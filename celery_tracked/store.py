@@ -95,14 +95,34 @@ _INHERITED: list[Any] = []
 
 
 class _ThreadConnections:
-    """One thread's two hot-path connections."""
+    """One thread's two hot-path connections, closed when the thread ends, but only by
+    the process that opened them: a forked child (whose copies of other threads' locals
+    are dropped at fork) must never end the parent's sessions."""
 
-    __slots__ = ("__weakref__", "durable", "durable_used", "fast")
+    __slots__ = ("__weakref__", "durable", "durable_used", "fast", "owned")
 
     def __init__(self) -> None:
         self.durable: Any = None
         self.fast: Any = None
         self.durable_used = 0.0
+        self.owned: dict[str, Any] = {}  # the finaliser's view: never references the slot
+        weakref.finalize(self, _close_owned, self.owned, os.getpid())
+
+    def set(self, name: str, conn: Any) -> None:
+        setattr(self, name, conn)
+        if conn is None:
+            self.owned.pop(name, None)
+        else:
+            self.owned[name] = conn
+
+
+def _close_owned(owned: dict[str, Any], pid: int) -> None:
+    if os.getpid() != pid:
+        return
+    for conn in list(owned.values()):
+        with contextlib.suppress(Exception):
+            conn.close()
+    owned.clear()
 
 
 class _HotPath:
@@ -152,9 +172,7 @@ class _HotPath:
             if conn is None or conn.closed:
                 params_ = self._params if durable else _async_commit(self._params)
                 conn = psycopg.connect(**params_, autocommit=True)
-                setattr(slot, name, conn)
-                # closed when its thread ends (the thread-local drops the last reference)
-                weakref.finalize(slot, conn.close)
+                slot.set(name, conn)
                 with self._lock:
                     self._opened.add(conn)
             cursor = conn.execute(sql, params)
@@ -167,7 +185,7 @@ class _HotPath:
         except psycopg.Error as exc:
             if conn is not None and (conn.broken or isinstance(exc, psycopg.OperationalError)):
                 conn.close()
-                setattr(slot, name, None)
+                slot.set(name, None)
                 raise _Disconnected(_first_line(exc)) from None
             raise StoreError(_first_line(exc)) from None
 

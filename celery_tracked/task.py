@@ -736,7 +736,10 @@ class TrackedTask(Task[Any, Any]):
     def _lost(self, claim: Claim, outcome: str, extra: dict[str, Any]) -> NoReturn:
         """The fenced write matched nothing: another attempt took over, or (after a database
         crash lost the claim) the row is claimable again and this delivery must retry."""
-        job = self.tracker.store.get(claim.job_id)
+        try:
+            job = self.tracker.store.get(claim.job_id)
+        except StoreError:
+            self._retry_later(1.0)  # cannot tell: deliver again, the claim will decide
         logger.warning(
             "job %s attempt %d no longer holds its lease; %s not written (now %s)",
             claim.job_id,
@@ -978,18 +981,17 @@ def _mask_exception(exc: BaseException, secrets: Sequence[str], keys: Sequence[s
     """Mask secrets in the args of the exception and of its whole chain (``__cause__``,
     ``__context__``), in place, so Celery's logs, events and result backend never show them."""
     seen: set[int] = set()
-    current: BaseException | None = exc
-    pending: list[BaseException] = []
-    while current is not None and id(current) not in seen:
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
         seen.add(id(current))
         with contextlib.suppress(AttributeError, TypeError):
             current.args = tuple(
                 mask_secrets(a, secrets, keys) if isinstance(a, str) else a for a in current.args
             )
-        for linked in (current.__cause__, current.__context__):
-            if linked is not None:
-                pending.append(linked)
-        current = pending.pop() if pending else None
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
 
 
 @overload
@@ -1059,8 +1061,13 @@ def _on_revoked(sender: Any = None, request: Any = None, **info: Any) -> None:
     process). A running job is not touched; its lease decides."""
     if not isinstance(sender, TrackedTask) or request is None:
         return
-    headers = getattr(request, "request_dict", {}).get("headers") or {}
-    job_id = headers.get(HEADER_JOB_ID) or getattr(request, "id", None)
+    headers = getattr(request, "headers", None) or {}  # a Context: custom headers are attributes
+    job_id = (
+        headers.get(HEADER_JOB_ID)
+        or getattr(request, HEADER_JOB_ID, None)
+        or getattr(request, "id", None)
+    )
+    queue = headers.get(HEADER_QUEUE) or getattr(request, HEADER_QUEUE, None)
     if not job_id:
         return
     reason = "expired before it ran" if info.get("expired") else "revoked"
@@ -1071,7 +1078,7 @@ def _on_revoked(sender: Any = None, request: Any = None, **info: Any) -> None:
                 job_id,
                 reason,
                 extra={
-                    "queue": headers.get(HEADER_QUEUE),
+                    "queue": queue,
                     "job_type": sender.tracked_job_type,
                     "job_id": job_id,
                     "status": "cancelled",

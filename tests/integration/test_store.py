@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
+import weakref
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -270,4 +272,42 @@ def test_connection_killed_while_the_body_runs_fails_the_completion(pg_database_
         job = store.get(c.job_id)
         assert job is not None and job.status is JobStatus.PROCESSING
     finally:
+        store.dispose()
+
+
+def test_a_forked_child_never_closes_the_parents_connections(pg_database_url: str) -> None:
+    """Thread locals of other threads are dropped in a forked child, and exit finalisers
+    run there: neither may end the parent's PostgreSQL sessions."""
+    store = JobStore(pg_database_url)
+    release = threading.Event()
+    opened = threading.Event()
+    results: list[bool] = []
+
+    def other_thread() -> None:
+        mine = _claimed(store)  # opens this thread's connections (insert: durable; claim: fast)
+        opened.set()
+        release.wait(30)
+        # the completion is never re-sent on a new connection: it needs the old session
+        results.append(store.complete(mine, result_json=None, now=utcnow(), duration_ms=0))
+
+    thread = threading.Thread(target=other_thread)
+    try:
+        main_claim = _claimed(store)  # the main thread's connections
+        thread.start()
+        assert opened.wait(30)
+        pid = os.fork()
+        if pid == 0:  # the child: run what a normal exit would run, then leave
+            try:
+                weakref.finalize._exitfunc()  # type: ignore[attr-defined]
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        assert store.complete(main_claim, result_json=None, now=utcnow(), duration_ms=0), (
+            "the main thread's session survived"
+        )
+        release.set()
+        thread.join(30)
+        assert results == [True], "the other thread's session survived"
+    finally:
+        release.set()
         store.dispose()

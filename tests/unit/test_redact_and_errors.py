@@ -90,3 +90,16 @@ def test_exception_chain_is_masked_in_place() -> None:
         _mask_exception(exc, ["hunter22"], KEYS)
         assert "hunter22" not in str(exc)
         assert exc.__cause__ is not None and "hunter22" not in str(exc.__cause__)
+
+
+def test_a_chain_that_revisits_an_exception_is_masked_to_the_end() -> None:
+    from celery_tracked.task import _mask_exception
+
+    d = ValueError("D has hunter22")
+    b = KeyError("B has hunter22")
+    b.__cause__, b.__context__ = d, d
+    a = TypeError("A has hunter22")
+    e = RuntimeError("E has hunter22")
+    e.__cause__, e.__context__ = a, b
+    _mask_exception(e, ["hunter22"], KEYS)
+    assert all("hunter22" not in str(x.args) for x in (a, b, d, e))
