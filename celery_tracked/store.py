@@ -555,25 +555,22 @@ class JobStore:
         """processing → failed when the last attempt was lost: fenced like a takeover (the
         attempt last seen, and a lease that lapsed or whose owner is dead)."""
         with self._translate("saving the failure"), self._tx() as conn:
-            result = conn.execute(
-                update(jobs)
-                .where(
+            if not _update_one(
+                conn,
+                [
                     jobs.c.id == job_id,
                     jobs.c.status == JobStatus.PROCESSING.value,
                     jobs.c.attempts_made == seen_attempt,
                     _lapsed(now, stale_owner),
-                )
-                .values(
-                    status=JobStatus.FAILED.value,
-                    error_type="WorkerLost",
-                    error_message=message,
-                    finished_at=now,
-                    updated_at=now,
-                    locked_by=None,
-                    locked_until=None,
-                )
-            )
-            if result.rowcount != 1:
+                ],
+                status=JobStatus.FAILED.value,
+                error_type="WorkerLost",
+                error_message=message,
+                finished_at=now,
+                updated_at=now,
+                locked_by=None,
+                locked_until=None,
+            ):
                 return False
             self._event(conn, job_id, "failed", JobStatus.FAILED, seen_attempt, message, None, now)
         return True
@@ -582,18 +579,15 @@ class JobStore:
     def cancel(self, job_id: str, *, now: datetime, reason: str) -> bool:
         """pending | retrying → cancelled. A running job is never interrupted."""
         with self._translate("cancelling the job"), self._tx() as conn:
-            result = conn.execute(
-                update(jobs)
-                .where(jobs.c.id == job_id, jobs.c.status.in_(CLAIMABLE))
-                .values(
-                    status=JobStatus.CANCELLED.value,
-                    finished_at=now,
-                    updated_at=now,
-                    error_type=None,
-                    error_message=reason,
-                )
-            )
-            if result.rowcount != 1:
+            if not _update_one(
+                conn,
+                [jobs.c.id == job_id, jobs.c.status.in_(CLAIMABLE)],
+                status=JobStatus.CANCELLED.value,
+                finished_at=now,
+                updated_at=now,
+                error_type=None,
+                error_message=reason,
+            ):
                 return False
             attempt = self._attempts(conn, job_id)[0]
             self._event(conn, job_id, "cancelled", JobStatus.CANCELLED, attempt, reason, None, now)
@@ -786,18 +780,19 @@ class JobStore:
     def _finish(
         conn: Connection, claim: Claim, status: JobStatus, now: datetime, **values: Any
     ) -> bool:
-        result = conn.execute(
-            update(jobs)
-            .where(
+        return _update_one(
+            conn,
+            [
                 jobs.c.id == claim.job_id,
                 jobs.c.status == JobStatus.PROCESSING.value,
                 jobs.c.attempts_made == claim.attempt,
-            )
-            .values(
-                status=status.value, updated_at=now, locked_by=None, locked_until=None, **values
-            )
+            ],
+            status=status.value,
+            updated_at=now,
+            locked_by=None,
+            locked_until=None,
+            **values,
         )
-        return result.rowcount == 1
 
     @staticmethod
     def _event(
@@ -821,6 +816,11 @@ class JobStore:
                 created_at=now,
             )
         )
+
+
+def _update_one(conn: Connection, where: Sequence[Any], **values: Any) -> bool:
+    """One conditional UPDATE of ``background_jobs``; True if it moved the row."""
+    return bool(conn.execute(update(jobs).where(*where).values(**values)).rowcount == 1)
 
 
 def _lapsed(now: datetime, stale_owner: str | None) -> Any:

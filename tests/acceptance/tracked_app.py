@@ -77,6 +77,14 @@ def _end(r: redis.Redis, job_id: str, started: float) -> None:
     r.rpush(f"spans:{job_id}", f"{os.getpid()} {started:.6f} {time.time():.6f}")
 
 
+def _hold_until_go(r: redis.Redis, job_id: str) -> None:
+    """Say the run is holding, then wait (at most 30 s) for the test's ``go:<job_id>``."""
+    r.set(f"holding:{job_id}", os.getpid())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not r.exists(f"go:{job_id}"):
+        time.sleep(0.05)
+
+
 def create_app(config: Mapping[str, Any]) -> Celery:
     """A Celery app with the acceptance-test tasks, configured from ``config``."""
     app = Celery("tracked_acceptance", broker=config["broker"], set_as_current=False)
@@ -196,10 +204,7 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         """Run 1 says it is running and waits for the test's ``go:<job_id>``."""
         r, job_id, run, started = _begin(self)
         if run == 1:
-            r.set(f"holding:{job_id}", os.getpid())
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and not r.exists(f"go:{job_id}"):
-                time.sleep(0.05)
+            _hold_until_go(r, job_id)
         _end(r, job_id, started)
         return {"x": x, "run": run}
 
@@ -215,10 +220,7 @@ def create_app(config: Mapping[str, Any]) -> Celery:
     def hold_then_unrecoverable(self: Any, x: Any) -> None:
         """Says it is running, waits for the test's ``go:<job_id>``, then gives up for good."""
         r, job_id, _run, started = _begin(self)
-        r.set(f"holding:{job_id}", os.getpid())
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not r.exists(f"go:{job_id}"):
-            time.sleep(0.05)
+        _hold_until_go(r, job_id)
         _end(r, job_id, started)
         raise Unrecoverable(f"document {x} is gone")
 
@@ -268,10 +270,7 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         """``acc.hold`` with Celery's own ``max_retries=1``."""
         r, job_id, run, started = _begin(self)
         if run == 1:
-            r.set(f"holding:{job_id}", os.getpid())
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and not r.exists(f"go:{job_id}"):
-                time.sleep(0.05)
+            _hold_until_go(r, job_id)
         _end(r, job_id, started)
         return {"x": x, "run": run}
 
