@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ import redis
 from celery import Celery
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
-from tracked_app import QUEUE, create_app
+from tracked_app import DEFAULT_LEASE_SECONDS, QUEUE, WORKER_APPNAME, create_app
 
 from celery_tracked import Tracker
 from tests.conftest import wait_for
@@ -175,13 +175,19 @@ class Env:
 
 
 @pytest.fixture
-def env(redis_url: str, pg_database_url: str) -> Iterator[Env]:
+def lease_seconds() -> float:
+    """``tracked_lease_seconds`` of the test's app and workers; a test may parametrize it."""
+    return DEFAULT_LEASE_SECONDS
+
+
+@pytest.fixture
+def env(redis_url: str, pg_database_url: str, lease_seconds: float) -> Iterator[Env]:
     config = {
         "broker": redis_url,
         "database_url": pg_database_url,
         "redis_url": redis_url,
         "record_url": redis_url,
-        "lease_seconds": 2.0,
+        "lease_seconds": lease_seconds,
     }
     app = create_app(config)
     tracker = Tracker.for_app(app)
@@ -195,8 +201,18 @@ def env(redis_url: str, pg_database_url: str) -> Iterator[Env]:
         client.close()
 
 
-def worker_environ(config: dict[str, Any], jsonl_path: Path) -> dict[str, str]:
-    environ = dict(os.environ)
+def worker_environ(
+    config: dict[str, Any],
+    jsonl_path: Path | None = None,
+    overrides: Mapping[str, str | None] | None = None,
+) -> dict[str, str]:
+    """The environment of a process running ``tracked_app`` on the test's services;
+    ``overrides`` set variables, or remove them when the value is None."""
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("CELERY_TRACKED_", "TRACKED_TEST_")) and k != "REDIS_URL"
+    }
     environ.update(
         {
             "TRACKED_TEST_BROKER": config["broker"],
@@ -204,13 +220,20 @@ def worker_environ(config: dict[str, Any], jsonl_path: Path) -> dict[str, str]:
             "REDIS_URL": config["redis_url"],
             "TRACKED_TEST_RECORD_URL": config["record_url"],
             "TRACKED_TEST_LEASE_SECONDS": str(config["lease_seconds"]),
-            "TRACKED_TEST_LOG_JSONL": str(jsonl_path),
+            "PGAPPNAME": WORKER_APPNAME,
             "PYTHONPATH": os.pathsep.join(
                 p for p in (str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")) if p
             ),
             "PYTHONUNBUFFERED": "1",
         }
     )
+    if jsonl_path is not None:
+        environ["TRACKED_TEST_LOG_JSONL"] = str(jsonl_path)
+    for name, value in (overrides or {}).items():
+        if value is None:
+            environ.pop(name, None)
+        else:
+            environ[name] = value
     return environ
 
 
@@ -220,7 +243,11 @@ def start_worker(env: Env, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
     started: list[Worker] = []
 
     def start(
-        name: str = "w1", concurrency: int = 2, events: bool = False, ready: bool = True
+        name: str = "w1",
+        concurrency: int = 2,
+        events: bool = False,
+        ready: bool = True,
+        environ: Mapping[str, str | None] | None = None,
     ) -> Worker:
         log_path = tmp_path / f"worker-{name}.log"
         jsonl_path = tmp_path / f"worker-{name}.jsonl"
@@ -251,7 +278,7 @@ def start_worker(env: Env, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
         proc = subprocess.Popen(
             cmd,
             cwd=str(HERE),
-            env=worker_environ(env.config, jsonl_path),
+            env=worker_environ(env.config, jsonl_path, environ),
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
+from tracked_app import WORKER_APPNAME
 
 from celery_tracked import JobStatus
 from tests.conftest import wait_for
@@ -28,7 +29,9 @@ def test_sigkill_of_pool_child_mid_job_is_redelivered_and_completes(
     assert job.status is JobStatus.COMPLETED
     assert job.attempts_made == 2
     assert env.ran(job_id) == 2
-    assert [p for p, _, _ in env.spans(job_id)] != [pid]  # only run 2 finished
+    # run 1 never finished (killed): the one span is run 2's, in another process
+    [(run_2_pid, _, _)] = env.spans(job_id)
+    assert run_2_pid != pid
     history = env.tracker.history(job_id)
     assert [e.event for e in history] == ["enqueued", "started", "redelivered", "completed"]
     assert [e.event for e in history].count("redelivered") == 1
@@ -49,19 +52,21 @@ def test_db_connection_terminated_during_body_is_not_completed_by_that_attempt(
     wait_for(lambda: env.redis.exists(f"holding:{job_id}"), timeout=20, what="run 1 to start")
     assert env.status(job_id) == "processing"
 
+    # only the worker's connections (its application_name), never this process's
     killer = create_engine(env.database_url, poolclass=NullPool)
     try:
         with killer.connect() as conn:
             terminated = conn.execute(
                 text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                )
+                    "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND application_name = :app"
+                ),
+                {"app": WORKER_APPNAME},
             ).all()
     finally:
         killer.dispose()
     assert terminated, "no database connection of the worker was found"
-    env.tracker.store.dispose()  # this process's pooled connections were terminated too
+    assert all(ok for _, ok in terminated), terminated
     env.redis.set(f"go:{job_id}", 1)
 
     job = env.wait_status(job_id, "completed", "failed", timeout=40)

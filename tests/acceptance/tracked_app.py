@@ -4,10 +4,13 @@ Importable as ``tracked_app`` (``celery -A tracked_app worker ...`` with this fo
 ``PYTHONPATH``). The worker reads its configuration from the environment:
 
     TRACKED_TEST_BROKER            broker URL (a per-test Redis DB)
+    TRACKED_TEST_BROKER_WRITE      if set: ``broker_write_url`` (the worker's re-publishes)
     CELERY_TRACKED_DATABASE_URL    the per-test PostgreSQL database (read by celery-tracked)
-    REDIS_URL                      the guard's Redis (read by celery-tracked)
+    REDIS_URL                      the guard's Redis (read by celery-tracked); if unset,
+                                   ``tracked_redis_url`` is left unset too, so
+                                   celery-tracked reads ``CELERY_TRACKED_REDIS_URL``
     TRACKED_TEST_RECORD_URL        Redis where bodies record their runs (default REDIS_URL)
-    TRACKED_TEST_LEASE_SECONDS     tracked_lease_seconds (default 2)
+    TRACKED_TEST_LEASE_SECONDS     tracked_lease_seconds (default 5)
     TRACKED_TEST_LOG_JSONL         if set: a JSON-lines file receiving every record of the
                                    ``celery_tracked`` logger, with its ``extra`` fields
 
@@ -20,11 +23,13 @@ Bodies record every execution in Redis: ``INCR ran:<job_id>`` (exact execution c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,22 +37,33 @@ import redis
 from celery import Celery
 from celery.exceptions import Ignore, Reject
 
-from celery_tracked import Tracker, Unrecoverable, tracked_task
+from celery_tracked import JobNotFound, TrackedTask, Tracker, Unrecoverable, tracked_task
 
 QUEUE = "acc"
+#: ``application_name`` of every PostgreSQL connection a worker opens (libpq's PGAPPNAME,
+#: set by the tests), so a test can find (and terminate) the worker's connections only.
+WORKER_APPNAME = "celery-tracked-acc-worker"
 
 _records: dict[int, redis.Redis] = {}
 
 
+#: Long enough that a renewal (every third of it) delayed by a loaded 2-core machine never
+#: lets a running attempt's lease lapse; tests that need a lapse wait on conditions.
+DEFAULT_LEASE_SECONDS = 5.0
+_FALLBACK_REDIS = "redis://127.0.0.1:6379/15"
+
+
 def config_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     env = os.environ if environ is None else environ
-    redis_url = env.get("REDIS_URL", "redis://127.0.0.1:6379/15")
+    redis_url = env.get("REDIS_URL") or None
+    some_redis = redis_url or env.get("CELERY_TRACKED_REDIS_URL") or _FALLBACK_REDIS
     return {
-        "broker": env.get("TRACKED_TEST_BROKER", redis_url),
+        "broker": env.get("TRACKED_TEST_BROKER", some_redis),
+        "broker_write": env.get("TRACKED_TEST_BROKER_WRITE") or None,
         "database_url": env.get("CELERY_TRACKED_DATABASE_URL", "sqlite:///acceptance.sqlite3"),
         "redis_url": redis_url,
-        "record_url": env.get("TRACKED_TEST_RECORD_URL", redis_url),
-        "lease_seconds": float(env.get("TRACKED_TEST_LEASE_SECONDS", "2")),
+        "record_url": env.get("TRACKED_TEST_RECORD_URL", some_redis),
+        "lease_seconds": float(env.get("TRACKED_TEST_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)),
     }
 
 
@@ -90,10 +106,9 @@ def create_app(config: Mapping[str, Any]) -> Celery:
     app = Celery("tracked_acceptance", broker=config["broker"], set_as_current=False)
     app.conf.update(
         tracked_database_url=config["database_url"],
-        tracked_redis_url=config["redis_url"],
-        tracked_lease_seconds=config.get("lease_seconds", 2),
+        tracked_lease_seconds=config.get("lease_seconds", DEFAULT_LEASE_SECONDS),
         tracked_default_backoff_ms=100,
-        tracked_test_record_url=config.get("record_url", config["redis_url"]),
+        tracked_test_record_url=config.get("record_url") or config["redis_url"],
         task_default_queue=QUEUE,
         task_send_sent_event=True,
         broker_connection_retry_on_startup=True,
@@ -101,6 +116,10 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         result_backend=None,
         task_ignore_result=True,
     )
+    if config.get("redis_url"):  # else celery-tracked reads its environment
+        app.conf.tracked_redis_url = config["redis_url"]
+    if config.get("broker_write"):
+        app.conf.broker_write_url = config["broker_write"]
 
     @tracked_task(app=app, bind=True, shared=False, name="acc.succeed", queue=QUEUE, max_attempts=3)
     def succeed(self: Any, x: Any, sleep: float = 0.0) -> dict[str, Any]:
@@ -327,6 +346,76 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         except ValueError as inner:
             raise RuntimeError("outer") from inner
 
+    # -- documented behaviours (test_documented.py) ------------------------------------
+
+    @tracked_task(
+        app=app, bind=True, shared=False, name="acc.reject_requeue", queue=QUEUE, max_attempts=3
+    )
+    def reject_requeue(self: Any, x: Any) -> dict[str, Any]:
+        """Run 1 hands its message back: ``raise Reject(requeue=True)``; later runs finish."""
+        r, job_id, run, started = _begin(self)
+        _end(r, job_id, started)
+        if run == 1:
+            raise Reject(f"document {x} not yet", requeue=True)
+        return {"x": x, "run": run}
+
+    @app.task(bind=True, shared=False, name="acc.plain")
+    def plain(self: Any, x: Any) -> dict[str, Any]:
+        """An untracked task (a replacement signature)."""
+        r, job_id, run, started = _begin(self)
+        r.set(f"plain:{job_id}", json.dumps({"x": x, "run": run}))
+        _end(r, job_id, started)
+        return {"x": x, "run": run}
+
+    @tracked_task(app=app, bind=True, shared=False, name="acc.replacer", queue=QUEUE)
+    def replacer(self: Any, x: Any) -> None:
+        """Hands its work over to ``acc.plain`` with ``self.replace``."""
+        r, job_id, _run, started = _begin(self)
+        _end(r, job_id, started)
+        raise self.replace(plain.s(f"replaced {x}"))
+
+    @tracked_task(app=app, bind=True, shared=False, name="acc.replacer_tracked", queue=QUEUE)
+    def replacer_tracked(self: Any, x: Any) -> None:
+        """Hands its work over to the tracked ``acc.succeed`` with ``self.replace``."""
+        r, job_id, _run, started = _begin(self)
+        _end(r, job_id, started)
+        raise self.replace(succeed.s(f"replaced {x}"))
+
+    @tracked_task(app=app, bind=True, shared=False, name="acc.spawn", queue=QUEUE)
+    def spawn(self: Any, x: Any) -> dict[str, Any]:
+        """Enqueues a tracked child (``acc.succeed``) from inside its body."""
+        r, job_id, run, started = _begin(self)
+        child = succeed.enqueue(x=f"child of {x}")
+        _end(r, job_id, started)
+        return {"child": child.job_id, "run": run}
+
+    @app.task(base=TrackedTask, bind=True, shared=False, name="acc.base_only", max_attempts=2)
+    def base_only(self: Any, x: Any) -> dict[str, Any]:
+        """Tracked through ``base=TrackedTask`` alone, no decorator; run 1 fails."""
+        r, job_id, run, started = _begin(self)
+        _end(r, job_id, started)
+        if run == 1:
+            raise ConnectionError(f"transient failure of run {run}")
+        return {"x": x, "run": run}
+
+    def positive_pages(document_id: str, pages: int) -> None:
+        if pages < 1:
+            raise ValueError(f"pages must be positive, got {pages}")
+
+    @tracked_task(
+        app=app,
+        bind=True,
+        shared=False,
+        name="acc.validated",
+        queue=QUEUE,
+        validator=positive_pages,
+        idempotency_key="v:{document_id}",
+    )
+    def validated(self: Any, document_id: str, pages: int) -> dict[str, Any]:
+        r, job_id, run, started = _begin(self)
+        _end(r, job_id, started)
+        return {"document_id": document_id, "pages": pages, "run": run}
+
     return app
 
 
@@ -344,8 +433,10 @@ def enqueue_storm(
     app = create_app(config)
     task = app.tasks["acc.keyed"]
     tracker = Tracker.for_app(app)
-    tracker.store.get("warm-up")  # connect before the race
-    tracker.guard.holder("warm-up")
+    # connect to the database and to Redis before the race
+    assert tracker.get_job(str(uuid.uuid4())) is None
+    with contextlib.suppress(JobNotFound):
+        tracker.wait(str(uuid.uuid4()), timeout=0.1)
     local = threading.Barrier(threads)
     out: list[tuple[str, bool, str]] = []
     lock = threading.Lock()
