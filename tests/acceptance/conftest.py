@@ -24,6 +24,7 @@ from celery import Celery
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 from tracked_app import DEFAULT_LEASE_SECONDS, QUEUE, WORKER_APPNAME, create_app
+from waiting import REREAD_S
 
 from celery_tracked import Tracker
 from tests.conftest import wait_for
@@ -172,6 +173,14 @@ class Env:
             f"redis keys: {sorted(k.decode() for k in self.redis.keys('*'))}"
             + ("" if self.redis.exists(SENTINEL) else "\nTHE TEST'S REDIS DB WAS FLUSHED")
         )
+
+
+@pytest.fixture
+def slow_reread(monkeypatch: pytest.MonkeyPatch) -> float:
+    """Raise ``Tracker.REREAD_S`` in this process (workers are others) to ``REREAD_S``: a
+    wait that ends quickly was woken by a notification, never by its periodic re-read."""
+    monkeypatch.setattr(Tracker, "REREAD_S", REREAD_S)
+    return REREAD_S
 
 
 @pytest.fixture

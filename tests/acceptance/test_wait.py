@@ -7,64 +7,15 @@ it wrote the outcome (or ``Tracker.cancel``'s), never by a re-read.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
 import pytest
+from waiting import PROMPT_S, REREAD_S, Waiter
 
-from celery_tracked import JobFailed, JobStatus, Tracker
-from tests.conftest import wait_for
+from celery_tracked import JobFailed, JobStatus
 
-REREAD_S = 60.0
-#: how long after the job ended a notified waiter must have returned (a re-read: 60 s)
-PROMPT_S = 5.0
-
-
-@pytest.fixture(autouse=True)
-def slow_reread(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(Tracker, "REREAD_S", REREAD_S)
-
-
-class Waiter:
-    """``tracker.wait(job_id)`` in a thread; records the outcome and when it came."""
-
-    def __init__(self, env: Any, job_id: str, timeout: float = REREAD_S - 10) -> None:
-        self.env = env
-        self.job_id = job_id
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.ended_at: float | None = None
-        self._thread = threading.Thread(target=self._run, args=(timeout,), daemon=True)
-
-    def _run(self, timeout: float) -> None:
-        try:
-            self.result = self.env.tracker.wait(self.job_id, timeout=timeout)
-        except BaseException as exc:  # examined by the test
-            self.error = exc
-        self.ended_at = time.time()
-
-    def start(self) -> Waiter:
-        """Start waiting; return once the waiter listens on a channel naming the job and
-        has had a moment to read the row (``wait`` subscribes before it reads)."""
-        self._thread.start()
-        wait_for(
-            lambda: any(self.job_id in c.decode() for c in self.env.redis.pubsub_channels()),
-            timeout=10,
-            what=f"the waiter of {self.job_id} to subscribe",
-        )
-        return self
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
-        assert not self._thread.is_alive(), f"wait({self.job_id}) still blocked after {timeout}s"
-
-    def latency(self) -> float:
-        """Seconds between the job's end (``finished_at``, the database's clock, same
-        host) and the wait's return."""
-        job = self.env.tracker.get_job(self.job_id)
-        assert job.finished_at is not None and self.ended_at is not None
-        return self.ended_at - job.finished_at.timestamp()
+pytestmark = pytest.mark.usefixtures("slow_reread")
 
 
 def test_wait_is_woken_by_the_worker_for_a_completed_and_a_failed_job(
