@@ -310,3 +310,22 @@ def start_worker(env: Env, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
         # shown by pytest only when the test failed
         print(f"===== worker {worker.name} log ({worker.log_path}) =====")
         print(worker.log()[-20000:])
+
+
+@pytest.fixture
+def run_cli(env: Env) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``celery -A tracked_app tracked <args>`` as a subprocess on the test's services."""
+
+    def run(
+        *args: str, environ: Mapping[str, str | None] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "celery", "-A", "tracked_app", "tracked", *args],
+            cwd=str(HERE),
+            env=worker_environ(env.config, None, environ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    return run

@@ -57,7 +57,7 @@ def test_revoke_of_a_queued_job_cancels_it_and_wakes_its_waiter(
 ) -> None:
     worker = start_worker()
     job_id = env.task("acc.succeed").enqueue(x="revoked", _options={"countdown": 3}).job_id
-    waiter = Waiter(env, job_id).start()
+    waiter = Waiter.on(env, job_id)
 
     env.app.control.revoke(job_id)
 

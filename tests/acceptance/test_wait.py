@@ -24,7 +24,7 @@ def test_wait_is_woken_by_the_worker_for_a_completed_and_a_failed_job(
     ok = env.task("acc.succeed").enqueue(x="waited").job_id
     bad = env.task("acc.unrecoverable").enqueue(x="waited").job_id
     # both waiters read the rows as pending long before any worker exists
-    waiters = [Waiter(env, ok).start(), Waiter(env, bad).start()]
+    waiters = [Waiter.on(env, ok), Waiter.on(env, bad)]
     assert env.status(ok) == env.status(bad) == "pending"
     started = time.monotonic()
 
@@ -49,7 +49,7 @@ def test_wait_is_woken_by_the_worker_for_a_completed_and_a_failed_job(
 
 def test_wait_on_a_job_cancelled_by_tracker_cancel_raises_job_failed_at_once(env: Any) -> None:
     job_id = env.task("acc.succeed").enqueue(x="to-cancel").job_id
-    waiter = Waiter(env, job_id).start()
+    waiter = Waiter.on(env, job_id)
 
     assert env.tracker.cancel(job_id) is True
     waiter.join(timeout=PROMPT_S)
