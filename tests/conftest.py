@@ -1,6 +1,8 @@
 """Shared fixtures: real services, fresh databases, deadline-based waiting.
 
-A missing service fails loudly when ``CI=true`` and is skipped (with the reason) otherwise.
+A missing service fails loudly when ``CI=true``. Otherwise its tests are skipped (with the
+reason), and the end of the run says, in red, which services were missing and how many
+tests did not run because of them: a green run without them covers less than it looks.
 """
 
 from __future__ import annotations
@@ -33,12 +35,52 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 ROOT = Path(__file__).resolve().parent.parent
 
 
+#: Starts the reason of every test skipped for a missing service (the summary counts them).
+MISSING = "missing service: "
+_NOT_REACHABLE = " is not reachable"
+
+
 def _require(ok: bool, what: str) -> None:
     if ok:
         return
     if IN_CI:
-        pytest.fail(f"{what} is not reachable (CI=true: a missing service is an error)")
-    pytest.skip(f"{what} is not reachable")
+        pytest.fail(f"{what}{_NOT_REACHABLE} (CI=true: a missing service is an error)")
+    pytest.skip(f"{MISSING}{what}{_NOT_REACHABLE}")
+
+
+def _missing_service(report: pytest.TestReport) -> str | None:
+    """The service a skipped test's report names as missing, if any."""
+    longrepr = report.longrepr
+    if not (isinstance(longrepr, tuple) and len(longrepr) == 3):
+        return None
+    reason = str(longrepr[2])
+    start = reason.find(MISSING)
+    if start < 0:
+        return None
+    return reason[start + len(MISSING) :].removesuffix(_NOT_REACHABLE)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Say loudly which services were missing and how many tests they kept from running."""
+    missing: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        service = _missing_service(report)
+        if service is not None:
+            missing[service] = missing.get(service, 0) + 1
+    if not missing:
+        return
+    total = sum(missing.values())
+    terminalreporter.section("SERVICES MISSING: TESTS NOT RUN", sep="!", red=True, bold=True)
+    for service, count in sorted(missing.items()):
+        terminalreporter.write_line(
+            f"  {service}{_NOT_REACHABLE}: {count} test(s) skipped", red=True, bold=True
+        )
+    terminalreporter.write_line(
+        f"{total} test(s) did not run, so this result does not cover them. Start the "
+        "services (see README.md), or set CI=true to make a missing service an error.",
+        red=True,
+        bold=True,
+    )
 
 
 def _port_open(host: str, port: int) -> bool:
