@@ -1,5 +1,6 @@
 """celery-tracked: durable job tracking and idempotency for any Celery app."""
 
+from . import signals as _signals  # noqa: F401 (connects the worker's handlers)
 from .errors import (
     ConfigurationError,
     EnqueueError,

@@ -12,7 +12,7 @@ import click
 from celery.bin.base import CeleryCommand, handle_preload_options
 
 from . import migrate as migrations
-from .errors import TrackedError, mask_url
+from .errors import TrackedError, first_line
 from .tracker import Tracker
 
 
@@ -24,10 +24,8 @@ def _friendly(action: str) -> Iterator[None]:
     except click.ClickException:
         raise
     except Exception as exc:
-        detail = mask_url(str(exc)).strip().splitlines()
-        raise click.ClickException(
-            f"{action} failed: {detail[0] if detail else type(exc).__name__}"
-        ) from None
+        detail = first_line(str(exc), type(exc).__name__)
+        raise click.ClickException(f"{action} failed: {detail}") from None
 
 
 def _tracker(ctx: click.Context) -> Tracker:

@@ -18,8 +18,9 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -128,11 +129,15 @@ def mask_secrets(text: str, secrets: Iterable[str] = (), keys: Iterable[str] = (
     return text
 
 
+def first_line(text: str, fallback: str = "") -> str:
+    """The first non-empty line of ``text`` with URL credentials masked (``fallback`` if none)."""
+    lines = mask_url(text).strip().splitlines()
+    return lines[0] if lines else fallback
+
+
 def summarize(exc: BaseException, secrets: Iterable[str] = (), keys: Iterable[str] = ()) -> str:
     """A safe one-line summary: the first line of the message, secrets masked, no traceback."""
-    lines = str(exc).strip().splitlines()
-    first = lines[0] if lines else ""
-    summary = mask_secrets(first, secrets, keys)
+    summary = mask_secrets(first_line(str(exc)), secrets, keys)
     if len(summary) > MAX_SUMMARY_CHARS:
         summary = summary[: MAX_SUMMARY_CHARS - 1] + "…"
     return summary
@@ -140,8 +145,33 @@ def summarize(exc: BaseException, secrets: Iterable[str] = (), keys: Iterable[st
 
 def error_type(exc: BaseException) -> str:
     """The exception's class name, as stored in ``background_jobs.error_type`` (the first
-    public class of its hierarchy: internal subclasses never leak their names)."""
+    public class of its hierarchy: internal subclasses, named with a leading underscore or
+    marked ``internal = True``, never leak their names)."""
     for cls in type(exc).__mro__:
-        if not cls.__name__.startswith("_"):
+        if not cls.__name__.startswith("_") and not cls.__dict__.get("internal", False):
             return cls.__name__
     return type(exc).__name__
+
+
+def mask_exception(exc: BaseException, secrets: Sequence[str], keys: Sequence[str]) -> None:
+    """Mask secrets in the text of ``exc`` and of its whole chain (``__cause__``,
+    ``__context__``), in place, so Celery's logs, events and result backend never show
+    them. Text copies some exceptions keep (Celery's ``Retry.excs``/``message``) too."""
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        with contextlib.suppress(AttributeError, TypeError):
+            current.args = tuple(
+                mask_secrets(a, secrets, keys) if isinstance(a, str) else a for a in current.args
+            )
+        for attr in ("excs", "message"):
+            text = getattr(current, attr, None)
+            if isinstance(text, str):
+                with contextlib.suppress(AttributeError, TypeError):
+                    setattr(current, attr, mask_secrets(text, secrets, keys))
+        linked = (getattr(current, "exc", None), current.__cause__, current.__context__)
+        pending.extend(e for e in linked if isinstance(e, BaseException))

@@ -39,6 +39,9 @@ return 0
 
 
 class Guard(Protocol):
+    def key(self, *parts: str) -> str:
+        """The Redis key of ``parts`` (under the configured prefix)."""
+
     def acquire(self, key: str, token: str, ttl_ms: int) -> str | None:
         """Take ``key`` for ``token``; None when taken, else the current holder's token."""
 

@@ -1,4 +1,4 @@
-"""Value objects: statuses, jobs, events, enqueue results."""
+"""Value objects: statuses, jobs, events, claims, enqueue results, and the clock."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import enum
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 
@@ -34,6 +34,32 @@ class JobStatus(str, enum.Enum):
 
 
 TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+#: The statuses a delivery may claim.
+CLAIMABLE = (JobStatus.PENDING, JobStatus.RETRYING)
+
+
+def utcnow() -> datetime:
+    """The one clock of every timestamp celery-tracked writes (aware, UTC)."""
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run's hold on a job: the attempt number is the fence for its outcome."""
+
+    job_id: str
+    attempt: int
+    max_attempts: int
+    takeover: bool = False
+
+
+@dataclass(frozen=True)
+class NewRow:
+    """A row to insert inside a completion transaction (``table`` is one of the library's
+    own tables). It exists if and only if the job is marked completed."""
+
+    table: str
+    values: Mapping[str, Any]
 
 
 class EnqueueResult(NamedTuple):

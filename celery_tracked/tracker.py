@@ -1,27 +1,28 @@
 """``Tracker``: one per Celery app, created lazily from ``app.conf``.
 
-It owns the settings, the job store, the guard/notifier and the per-process lease
-keeper, and offers the read side: ``get_job``, ``history``, ``wait``, ``stats``.
+It wires the services of one app (settings, job store, guard and notifier, lease keeper,
+hooks, the producer's ``Enqueuer`` and the worker's ``Runner``) and offers the read side:
+``get_job``, ``history``, ``wait``, ``stats``, and ``cancel``.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import timedelta
 from typing import Any
 
 from celery import Celery
 
-from .errors import ConfigurationError, JobFailed, JobNotFound, TrackedError, WaitTimeout, mask_url
+from .enqueuer import Enqueuer
+from .errors import ConfigurationError, JobFailed, JobNotFound, WaitTimeout, mask_url
 from .guard import Guard, MemoryGuard, Notifier, RedisGuard
-from .jobs import Job, JobEvent
+from .hooks import HookChain, Hooks, LogTransitions, NotifyTerminal, Transition
+from .jobs import Job, JobEvent, utcnow
+from .lease import LeaseKeeper
+from .runner import Runner
 from .settings import Settings
-from .store import Claim, JobStore, utcnow
+from .store import JobStore
 
 logger = logging.getLogger("celery_tracked")
 
@@ -53,6 +54,13 @@ class Tracker:
         self.guard: Guard = backend
         self.notifier: Notifier = backend
         self.leases = LeaseKeeper(self.store, settings.lease_seconds)
+        self.hooks = HookChain([NotifyTerminal(self.notifier), LogTransitions()])
+        self.enqueuer = Enqueuer(self.store, self.guard, settings.guard_ttl_seconds, self.hooks)
+        self.runner = Runner(self.store, self.leases, self.hooks, settings)
+
+    def add_hook(self, hook: Hooks) -> None:
+        """Register ``hook`` (after the built-in notification and logging hooks)."""
+        self.hooks.add(hook)
 
     @classmethod
     def for_app(cls, app: Celery) -> Tracker:
@@ -80,17 +88,27 @@ class Tracker:
         """The job's events, oldest first."""
         return self.store.events(job_id)
 
-    def cancel(self, job_id: str, reason: str = "cancelled") -> bool:
+    def cancel(
+        self,
+        job_id: str,
+        reason: str = "cancelled",
+        *,
+        log_message: str | None = None,
+        queue: str | None = None,
+        job_type: str | None = None,
+        level: int = logging.INFO,
+    ) -> bool:
         """pending | retrying → cancelled; False if the job is in any other status.
 
         Never interrupts a running job. Its message, when delivered, runs no body.
+        ``reason`` is stored in ``error_message``; the other keywords only shape the log.
         """
         cancelled = self.store.cancel(job_id, now=utcnow(), reason=reason)
         if cancelled:
-            try:
-                self.notifier.publish(job_id, "cancelled")
-            except TrackedError as exc:
-                logger.warning("job %s: notification not sent: %s", job_id, exc)
+            message = log_message or f"job {job_id} cancelled: {reason}"
+            self.hooks.after_transition(
+                Transition(job_id, "cancelled", "cancelled", message, queue, job_type, level=level)
+            )
         return cancelled
 
     def stats(self) -> dict[str, dict[str, Any]]:
@@ -132,65 +150,3 @@ class Tracker:
         self.leases.stop()
         self.store.dispose()
         self.backend.close()
-
-
-class LeaseKeeper:
-    """Renews the leases of the attempts running in this process, every third of a lease.
-
-    One daemon thread per process, started on first use (after any fork).
-    """
-
-    def __init__(self, store: JobStore, lease_seconds: float) -> None:
-        self.store = store
-        self.lease_seconds = lease_seconds
-        self._active: dict[str, Claim] = {}
-        self._lock = threading.Lock()
-        self._pid = 0
-        self._stop = threading.Event()
-
-    def lease_until(self) -> Any:
-        return utcnow() + timedelta(seconds=self.lease_seconds)
-
-    def is_active(self, job_id: str) -> bool:
-        with self._lock:
-            return job_id in self._active and self._pid == os.getpid()
-
-    @contextmanager
-    def holding(self, claim: Claim) -> Iterator[None]:
-        self._ensure_thread()
-        with self._lock:
-            self._active[claim.job_id] = claim
-        try:
-            yield
-        finally:
-            with self._lock:
-                if self._active.get(claim.job_id) is claim:
-                    del self._active[claim.job_id]
-
-    def _ensure_thread(self) -> None:
-        if self._pid == os.getpid():
-            return
-        with self._lock:
-            if self._pid == os.getpid():
-                return
-            self._active = {}
-            self._stop = threading.Event()
-            thread = threading.Thread(target=self._run, name="celery-tracked-leases", daemon=True)
-            thread.start()
-            self._pid = os.getpid()
-
-    def _run(self) -> None:
-        interval = self.lease_seconds / 3
-        stop = self._stop
-        while not stop.wait(interval):
-            with self._lock:
-                claims = list(self._active.values())
-            if not claims:
-                continue
-            try:
-                self.store.renew(claims, self.lease_until())
-            except Exception as exc:  # keep renewing; a lapsed lease only allows a takeover
-                logger.warning("could not renew %d lease(s): %s", len(claims), exc)
-
-    def stop(self) -> None:
-        self._stop.set()

@@ -11,12 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import Connection, create_engine, insert, text
+from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from celery_tracked import JobStatus, StoreError
-from celery_tracked.models import events
-from celery_tracked.store import Claim, JobStore, utcnow
+from celery_tracked.jobs import Claim, NewRow, utcnow
+from celery_tracked.store import JobStore
+from celery_tracked.store.fastpath import FastPath
 
 from ..conftest import wait_for
 
@@ -150,23 +151,17 @@ def test_joined_rows_exist_only_if_the_completion_committed(store: JobStore) -> 
     c = claim(store, job_id)
     assert c is not None
 
-    def successor(conn: Connection) -> None:
-        conn.execute(
-            insert(events).values(
-                job_id=job_id, event="joined", status="completed", attempt=1, created_at=utcnow()
-            )
-        )
+    joined = {"job_id": job_id, "event": "joined", "status": "completed", "attempt": 1}
+    successor = NewRow("background_job_events", {**joined, "created_at": utcnow()})
+    # the second row violates NOT NULL (no created_at): the whole transaction is undone
+    broken = [successor, NewRow("background_job_events", joined)]
 
-    def broken(conn: Connection) -> None:
-        successor(conn)
-        raise RuntimeError("successor insert failed")
-
-    with pytest.raises(RuntimeError):
-        store.complete(c, result_json=None, now=utcnow(), duration_ms=0, join=[broken])
+    with pytest.raises(StoreError):
+        store.complete(c, result_json=None, now=utcnow(), duration_ms=0, rows=broken)
     job = store.get(job_id)
     assert job is not None and job.status is JobStatus.PROCESSING
     assert "joined" not in [e.event for e in store.events(job_id)]
-    assert store.complete(c, result_json=None, now=utcnow(), duration_ms=0, join=[successor])
+    assert store.complete(c, result_json=None, now=utcnow(), duration_ms=0, rows=[successor])
     assert [e.event for e in store.events(job_id)][-2:] == ["completed", "joined"]
 
 
@@ -248,9 +243,7 @@ def test_connection_killed_while_idle_does_not_fail_the_next_job(
     pg_database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An idle timeout or a server restart between jobs is not the job's problem."""
-    from celery_tracked.store import _HotPath
-
-    monkeypatch.setattr(_HotPath, "IDLE_CHECK_S", 0.0)
+    monkeypatch.setattr(FastPath, "IDLE_CHECK_S", 0.0)
     store = JobStore(pg_database_url)
     try:
         assert store.complete(_claimed(store), result_json=None, now=utcnow(), duration_ms=0)

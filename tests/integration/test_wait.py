@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from celery_tracked import JobFailed, JobNotFound, Tracker, WaitTimeout, tracked_task
-from celery_tracked.store import utcnow
+from celery_tracked.jobs import utcnow
 
 from ..conftest import wait_for
 from .conftest import AppFactory, tracker_of

@@ -142,7 +142,8 @@ def test_store_round_trip_on_mariadb(mariadb_url: str) -> None:
     from datetime import timedelta
 
     from celery_tracked import JobStatus
-    from celery_tracked.store import JobStore, utcnow
+    from celery_tracked.jobs import utcnow
+    from celery_tracked.store import JobStore
 
     migrate.upgrade(mariadb_url)
     store = JobStore(mariadb_url)

@@ -3,10 +3,16 @@ from __future__ import annotations
 import pytest
 
 from celery_tracked import PayloadNotSerializable, PayloadTooLarge, Unrecoverable
-from celery_tracked.errors import MAX_SUMMARY_CHARS, TrackedError, mask_url, summarize
+from celery_tracked.errors import (
+    MAX_SUMMARY_CHARS,
+    TrackedError,
+    mask_exception,
+    mask_url,
+    summarize,
+)
+from celery_tracked.outcome import backoff_ms
 from celery_tracked.redact import REDACTED, encode_payload, redact, secret_values
 from celery_tracked.settings import DEFAULT_REDACT_KEYS
-from celery_tracked.task import backoff_ms
 
 KEYS = DEFAULT_REDACT_KEYS
 
@@ -71,35 +77,31 @@ def test_mask_url_handles_awkward_passwords() -> None:
 
 def test_error_type_never_names_an_internal_class() -> None:
     from celery_tracked.errors import StoreError, error_type
-    from celery_tracked.store import _Disconnected
+    from celery_tracked.store import Disconnected
 
-    assert error_type(_Disconnected("gone")) == "StoreError"
+    assert error_type(Disconnected("gone")) == "StoreError"
     assert error_type(StoreError("x")) == "StoreError"
     assert error_type(ValueError("x")) == "ValueError"
 
 
 def test_exception_chain_is_masked_in_place() -> None:
-    from celery_tracked.task import _mask_exception
-
     try:
         try:
             raise ValueError("inner hunter22")
         except ValueError as inner:
             raise RuntimeError("outer hunter22") from inner
     except RuntimeError as exc:
-        _mask_exception(exc, ["hunter22"], KEYS)
+        mask_exception(exc, ["hunter22"], KEYS)
         assert "hunter22" not in str(exc)
         assert exc.__cause__ is not None and "hunter22" not in str(exc.__cause__)
 
 
 def test_a_chain_that_revisits_an_exception_is_masked_to_the_end() -> None:
-    from celery_tracked.task import _mask_exception
-
     d = ValueError("D has hunter22")
     b = KeyError("B has hunter22")
     b.__cause__, b.__context__ = d, d
     a = TypeError("A has hunter22")
     e = RuntimeError("E has hunter22")
     e.__cause__, e.__context__ = a, b
-    _mask_exception(e, ["hunter22"], KEYS)
+    mask_exception(e, ["hunter22"], KEYS)
     assert all("hunter22" not in str(x.args) for x in (a, b, d, e))

@@ -1,0 +1,185 @@
+"""Call preparation: bind a call's arguments once, then derive everything else from them.
+
+Pure functions over a :class:`CallShape` (the body's signature, computed once per task):
+the validated payload, the redacted payload, the ``argsrepr``/``kwargsrepr`` Flower shows,
+the secret values to mask in errors, and the idempotency key. Positional arguments are
+named in exactly one place (:meth:`CallShape.named`), so the payload, the reprs and the
+error masks always agree. No Redis, SQL or Celery here.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from celery.utils.saferepr import saferepr
+
+from .errors import InvalidPayload, summarize
+from .redact import REDACTED, dumps, encode_payload, is_secret_key, redact, secret_values
+
+#: Longest ``argsrepr``/``kwargsrepr``.
+REPR_CHARS = 1024
+#: Longest idempotency key (the column's width).
+MAX_KEY_CHARS = 255
+
+
+class CallShape:
+    """How a body takes its arguments (from its signature; None when it has none)."""
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        try:
+            self.signature: inspect.Signature | None = inspect.signature(func)
+        except (TypeError, ValueError):
+            self.signature = None
+        params = [] if self.signature is None else list(self.signature.parameters.values())
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        self.positional = tuple(p.name for p in params if p.kind in kinds)
+
+    def names(self, count: int) -> list[str | None]:
+        """The parameter name of each of ``count`` positional arguments (None past them)."""
+        return [self.positional[i] if i < len(self.positional) else None for i in range(count)]
+
+    def named(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The call's arguments by name, as given (never raises; unnamed ones are left out)."""
+        named = dict(kwargs)
+        for name, value in zip(self.names(len(args)), args, strict=True):
+            if name is not None:
+                named[name] = value
+        return named
+
+    def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any], task: str) -> dict[str, Any]:
+        """The call's arguments by name with defaults applied (``**kwargs`` flattened).
+
+        Raises:
+            InvalidPayload: the arguments do not fit the signature.
+        """
+        if self.signature is None:
+            return dict(kwargs)
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InvalidPayload(f"{task}: {exc}") from None
+        bound.apply_defaults()
+        named: dict[str, Any] = {}
+        for name, value in bound.arguments.items():
+            if self.signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+                named.update(value)
+            else:
+                named[name] = value
+        return named
+
+    def redacted(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """Positional and keyword arguments with values under secret names replaced."""
+        safe_args = [
+            REDACTED if is_secret_key(name, keys) else redact(value, keys)
+            for name, value in zip(self.names(len(args)), args, strict=True)
+        ]
+        return safe_args, redact(dict(kwargs), keys)
+
+    def reprs(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
+    ) -> tuple[str, str]:
+        """``argsrepr`` and ``kwargsrepr``, redacted (what Flower and events show)."""
+        safe_args, safe_kwargs = self.redacted(args, kwargs, keys)
+        return saferepr(tuple(safe_args), REPR_CHARS), saferepr(safe_kwargs, REPR_CHARS)
+
+    def secrets(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
+    ) -> list[str]:
+        """Every value under a secret name, to mask wherever the call's text may appear."""
+        return secret_values(self.named(args, kwargs), keys)
+
+
+@dataclass(frozen=True)
+class CallRules:
+    """What a task asks of its calls (from its options and the settings)."""
+
+    task_name: str
+    redact_keys: tuple[str, ...]
+    max_payload_bytes: int
+    #: a pydantic model class or a callable taking the named arguments (raises to refuse)
+    validator: Any = None
+    #: a ``str.format`` template over the named arguments, or a callable taking the call
+    key: str | Callable[..., str] | None = None
+
+
+@dataclass(frozen=True)
+class PreparedCall:
+    """A validated call, ready to insert and publish."""
+
+    key: str | None
+    payload_json: str
+    argsrepr: str
+    kwargsrepr: str
+    secrets: tuple[str, ...]
+
+
+def prepare_call(
+    shape: CallShape,
+    rules: CallRules,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    explicit_key: Any = None,
+) -> PreparedCall:
+    """Bind, check (JSON, size, validator) and redact a call; build its idempotency key.
+
+    Raises:
+        InvalidPayload: (or a subclass) the call was refused.
+    """
+    named = shape.bind(args, kwargs, rules.task_name)
+    encode_payload(args, kwargs, rules.max_payload_bytes)
+    secrets = tuple(secret_values(named, rules.redact_keys))
+    validate(rules, named, secrets)
+    safe_args, safe_kwargs = shape.redacted(args, kwargs, rules.redact_keys)
+    return PreparedCall(
+        key=idempotency_key(rules, explicit_key, args, kwargs, named),
+        payload_json=dumps({"args": safe_args, "kwargs": safe_kwargs}),
+        argsrepr=saferepr(tuple(safe_args), REPR_CHARS),
+        kwargsrepr=saferepr(safe_kwargs, REPR_CHARS),
+        secrets=secrets,
+    )
+
+
+def validate(rules: CallRules, named: dict[str, Any], secrets: Sequence[str]) -> None:
+    """Run the task's validator over the named arguments; its refusal is masked."""
+    validator = rules.validator
+    if validator is None:
+        return
+    try:
+        if hasattr(validator, "model_validate"):
+            validator.model_validate(named)
+        else:
+            validator(**named)
+    except InvalidPayload:
+        raise
+    except Exception as exc:
+        detail = summarize(exc, secrets, rules.redact_keys)
+        raise InvalidPayload(f"{rules.task_name}: invalid arguments: {detail}") from None
+
+
+def idempotency_key(
+    rules: CallRules,
+    explicit: Any,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    named: Mapping[str, Any],
+) -> str | None:
+    """The call's key: ``explicit`` (a key, template or callable) or the task's own."""
+    template = explicit if explicit is not None else rules.key
+    if template is None:
+        return None
+    try:
+        key = template(*args, **kwargs) if callable(template) else str(template).format(**named)
+    except Exception as exc:  # a key template or callable that cannot use these arguments
+        raise InvalidPayload(
+            f"{rules.task_name}: cannot build the idempotency key from the arguments: {exc!r}"
+        ) from None
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS:
+        raise InvalidPayload(
+            f"{rules.task_name}: the idempotency key must be 1-{MAX_KEY_CHARS} characters"
+        )
+    return key

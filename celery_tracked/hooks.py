@@ -1,0 +1,140 @@
+"""Hooks: documented no-ops that features are built on (like dramatiq's middleware and
+Celery's own ``before_start``...``after_return``).
+
+- :meth:`Hooks.before_claim` may postpone a delivery without using an attempt (a global
+  rate limiter will use it).
+- :meth:`Hooks.completion_rows` returns rows to insert inside the completion transaction:
+  they exist if and only if the job is marked completed (pipelines will use it). It returns
+  data and never sees a connection.
+- :meth:`Hooks.after_transition` hears every transition once it is written (or failed to
+  be): the structured log lines and the terminal notification are the first two built-ins.
+
+Register your own with ``Tracker.for_app(app).add_hook(MyHooks())``. A hook that raises in
+``after_transition`` is logged and ignored: the row is already the truth.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import TrackedError
+from .guard import Notifier
+from .jobs import Claim, NewRow
+
+logger = logging.getLogger("celery_tracked")
+
+#: The events after which a waiter is notified.
+_TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+
+@dataclass(frozen=True)
+class Transition:
+    """Something that happened to a job (a status change, or a delivery's fate).
+
+    ``event`` names it (``enqueued``, ``deduplicated``, ``processing``, ``completed``,
+    ``retrying``, ``failed``, ``cancelled``, ``skipped``, ``busy``, ``lease_lost``,
+    ``error``); ``status`` is the job's status after it, or the delivery's fate for the
+    last four. ``message`` is a human line, already masked.
+    """
+
+    job_id: str
+    event: str
+    status: str
+    message: str
+    queue: str | None = None
+    job_type: str | None = None
+    attempt: int | None = None
+    duration_ms: int | None = None
+    level: int = logging.INFO
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A delivery about to claim its job."""
+
+    job_id: str
+    job_type: str
+    queue: str | None
+    task_name: str
+
+
+class Hooks:
+    """Override what you need; every method does nothing by default."""
+
+    def before_claim(self, delivery: Delivery) -> float | None:
+        """Return a number of seconds to postpone this delivery (no attempt is used), or
+        None to go on and claim."""
+        return None
+
+    def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
+        """Rows to insert in the completion transaction of ``claim`` (whose body returned
+        ``result``)."""
+        return ()
+
+    def after_transition(self, transition: Transition) -> None:
+        """Called after each transition (from the process where it happened)."""
+
+
+class LogTransitions(Hooks):
+    """One structured log record per transition (``extra``: queue, job_type, job_id,
+    status, attempt, duration_ms)."""
+
+    def after_transition(self, transition: Transition) -> None:
+        logger.log(
+            transition.level,
+            transition.message,
+            extra={
+                "queue": transition.queue,
+                "job_type": transition.job_type,
+                "job_id": transition.job_id,
+                "status": transition.status,
+                "attempt": transition.attempt,
+                "duration_ms": transition.duration_ms,
+            },
+        )
+
+
+class NotifyTerminal(Hooks):
+    """Wake ``Tracker.wait`` callers when a job ends."""
+
+    def __init__(self, notifier: Notifier) -> None:
+        self.notifier = notifier
+
+    def after_transition(self, transition: Transition) -> None:
+        if transition.event not in _TERMINAL:
+            return
+        try:
+            self.notifier.publish(transition.job_id, transition.event)
+        except TrackedError as exc:  # the row is the truth; waiters re-read it anyway
+            logger.warning("job %s: notification not sent: %s", transition.job_id, exc)
+
+
+class HookChain(Hooks):
+    """Hooks run in registration order; the first postponement wins."""
+
+    def __init__(self, hooks: Sequence[Hooks] = ()) -> None:
+        self.hooks: list[Hooks] = list(hooks)
+
+    def add(self, hook: Hooks) -> None:
+        self.hooks.append(hook)
+
+    def before_claim(self, delivery: Delivery) -> float | None:
+        for hook in self.hooks:
+            delay = hook.before_claim(delivery)
+            if delay is not None:
+                return delay
+        return None
+
+    def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
+        return [row for hook in self.hooks for row in hook.completion_rows(claim, result)]
+
+    def after_transition(self, transition: Transition) -> None:
+        for hook in self.hooks:
+            try:
+                hook.after_transition(transition)
+            except Exception:
+                logger.exception("celery-tracked hook %r failed", hook)

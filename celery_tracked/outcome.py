@@ -1,0 +1,161 @@
+"""Pure decisions of a run, and the verdicts the runner hands to the Celery adapter.
+
+``plan_outcome`` classifies how a body ended (a result, Celery's ``Ignore``/``Reject``/
+``Retry``, ``Unrecoverable``, any other error) into what to write and what happens next;
+``backoff_ms`` and ``retry_delay_ms`` give the delays. No I/O here.
+
+The verdicts are what a run amounts to for Celery. Only ``TrackedTask`` turns them into
+Celery's ``Ignore``/``Retry``/``Reject``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from celery.exceptions import Ignore, Reject, Retry
+
+from .errors import Unrecoverable
+
+# -- verdicts -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Completed:
+    """The body's result, durably recorded: acknowledge with it."""
+
+    result: Any
+
+
+@dataclass(frozen=True)
+class Retrying:
+    """The attempt failed and another comes: re-publish after ``countdown`` seconds.
+    ``cause`` is None when the body succeeded but its completion could not be saved."""
+
+    countdown: float
+    cause: Exception | None
+
+
+@dataclass(frozen=True)
+class Failed:
+    """No attempt remains (or ``Unrecoverable``, or the body's ``Reject``): raise ``error``
+    (masked) to Celery."""
+
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class PassedOn:
+    """The body raised Celery's own ``Ignore``, ``Reject(requeue=True)`` or ``Retry``
+    (attempts remaining): recorded, raised as is."""
+
+    signal: BaseException
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """This delivery runs nothing (the job ended, is gone, or the outcome was written
+    elsewhere): acknowledge without a result."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Postponed:
+    """Deliver again after ``countdown`` seconds without using an attempt (another run holds
+    the lease, the database is unreachable, a hook asked to wait). ``headers`` replace the
+    message's tracked headers when given."""
+
+    countdown: float
+    reason: str
+    headers: Mapping[str, Any] | None = None
+
+
+Verdict = Completed | Retrying | Failed | PassedOn | Skipped | Postponed
+
+
+# -- the classification of a body's end -----------------------------------------------
+
+
+class Write(enum.Enum):
+    """The fenced write that records an attempt's end."""
+
+    COMPLETE = "completed"
+    RETRY = "retrying"
+    FAIL = "failed"
+    RELEASE = "released"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to write after a body ended, and what to tell Celery.
+
+    ``delay_ms``: before the next attempt (``Write.RETRY`` only). ``reraise``: the body's
+    exception goes to Celery as is (after the write); otherwise the runner re-publishes
+    (a retry) or returns the result.
+    """
+
+    write: Write
+    delay_ms: int | None = None
+    reraise: bool = False
+    note: str | None = None
+
+
+def plan_outcome(
+    error: BaseException | None, attempt: int, max_attempts: int, backoff: Callable[[int], int]
+) -> Plan:
+    """Classify how attempt ``attempt`` of ``max_attempts`` ended (``error`` None: it
+    returned). ``backoff(attempt)`` gives the delay after a failed attempt, in ms."""
+    last = attempt >= max_attempts
+    if error is None:
+        return Plan(Write.COMPLETE)
+    if isinstance(error, Ignore):  # the body handed its work over (``replace``) or dropped it
+        return Plan(Write.COMPLETE, reraise=True, note="ignored or replaced")
+    if isinstance(error, Reject):
+        # requeued: the message comes back at once and takes the released lease over
+        write = Write.RELEASE if getattr(error, "requeue", False) else Write.FAIL
+        return Plan(write, reraise=True)
+    if isinstance(error, Retry):
+        # the body asked for a retry itself (``self.retry``/``autoretry_for``): the message is
+        # already re-published; with no attempt left its delivery finds the job failed
+        if last:
+            return Plan(Write.FAIL, reraise=True)
+        return Plan(Write.RETRY, delay_ms=retry_delay_ms(error), reraise=True)
+    if isinstance(error, Unrecoverable) or last:
+        return Plan(Write.FAIL, reraise=True)
+    return Plan(Write.RETRY, delay_ms=backoff(attempt))
+
+
+def retry_cause(error: BaseException) -> BaseException:
+    """The exception a failure record is about: a ``Retry``'s cause when it has one."""
+    if isinstance(error, Retry) and isinstance(error.exc, BaseException):
+        return error.exc
+    return error
+
+
+def backoff_ms(attempt: int, base_ms: int, cap_ms: int, rand: Callable[[], float]) -> int:
+    """Delay before the attempt after ``attempt``: ``base * 2**(attempt-1)`` plus up to
+    25 % jitter, capped at ``cap_ms``. Never below ``base_ms`` (unless the cap is)."""
+    exponential = base_ms * (2 ** max(0, attempt - 1))
+    return int(min(cap_ms, exponential * (1 + 0.25 * rand())))
+
+
+def retry_delay_ms(retry: Retry, now: datetime | None = None) -> int:
+    """The delay a body's own ``self.retry(countdown=...|eta=...)`` asked for."""
+    when = retry.when
+    if isinstance(when, int | float):
+        return int(when * 1000)
+    if isinstance(when, datetime):
+        if when.tzinfo is None:  # Celery reads a naive eta as UTC
+            when = when.replace(tzinfo=timezone.utc)
+        now = now or datetime.now(timezone.utc)
+        return max(0, int((when - now).total_seconds() * 1000))
+    return 0
+
+
+def postpone_for(remaining_s: float, lease_s: float) -> float:
+    """How long a duplicate delivery waits for a live lease to end (or lapse)."""
+    return min(max(remaining_s + 0.1, 0.2), lease_s)

@@ -1,0 +1,36 @@
+"""The tracking database. Knows nothing of Celery.
+
+- ``statements``: every SQL statement, each written once as a Core statement; a status
+  change is a ``Move`` (conditional ``UPDATE`` + its history row).
+- ``moves``: the allowed moves, each run by one helper (``Moves.apply``), fence included.
+- ``reads``: one job, a job by key, a job's history, statistics.
+- ``engines``: engines per process (fork safety), SQLite pragmas, transactions.
+- ``fastpath``: PostgreSQL: the same statements compiled once for psycopg, per-thread
+  autocommit connections (claim with ``synchronous_commit=off``; the completion durable).
+- ``translate``: driver errors become ``StoreError`` at the edge.
+"""
+
+from __future__ import annotations
+
+from .engines import Engines
+from .moves import Moves
+from .reads import Reads
+from .translate import Disconnected, DuplicateJob
+
+__all__ = ["Disconnected", "DuplicateJob", "JobStore"]
+
+
+class JobStore(Moves, Reads):
+    """The tracking database of one app; engines are created per process."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engines = Engines(url)
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.engines.is_postgres
+
+    def dispose(self) -> None:
+        """Close this process's connections (the next call opens new ones)."""
+        self.engines.dispose()

@@ -1,0 +1,250 @@
+"""The allowed moves of a job row, each one conditional ``UPDATE`` run by :meth:`Moves.apply`.
+
+A move returns the moved row's ``(attempts_made, max_attempts)``, or ``None`` when the row
+was not in a state the move allows (another run holds it, it ended, it is gone): the
+caller decides what that means. Nothing here reads a row to decide a write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, insert
+
+from ..jobs import Claim, JobStatus, NewRow
+from ..models import jobs, metadata
+from . import statements as sql
+from .engines import Engines
+from .translate import Disconnected, DuplicateJob, reconnecting, translated
+
+Moved = tuple[int, int]
+
+
+class Moves:
+    """The write side of :class:`~celery_tracked.store.JobStore`."""
+
+    engines: Engines
+
+    def apply(
+        self, move: sql.Move, params: Mapping[str, Any], rows: Sequence[NewRow] = ()
+    ) -> Moved | None:
+        """Run ``move`` and its history row atomically, plus ``rows`` if it applied.
+
+        One statement on PostgreSQL (a CTE; through the fast path when no rows are joined),
+        a short transaction elsewhere.
+        """
+        engines = self.engines.get()
+        with translated(f"{move.name.replace('_', ' ')} of the job"):
+            if engines.is_postgres and engines.fastpath is not None and not rows:
+                found = engines.fastpath.execute(
+                    move.name, lambda: sql.move_cte(move), params, move.durable
+                )
+                return None if found is None else (int(found[0]), int(found[1]))
+            with engines.transaction(move.durable) as conn:
+                found = self._apply_in(conn, move, params, engines.is_postgres)
+                if found is not None:
+                    _insert_rows(conn, rows)
+                return found
+
+    @staticmethod
+    def _apply_in(
+        conn: Connection, move: sql.Move, params: Mapping[str, Any], postgres: bool
+    ) -> Moved | None:
+        values = dict(params)
+        if postgres:
+            row = conn.execute(sql.move_cte(move), values).first()
+        else:
+            if conn.execute(sql.move_update(move), values).rowcount != 1:
+                return None
+            row = conn.execute(sql.SELECT_ATTEMPTS, values).first()
+            if move.event is not None and move.target is not None:
+                conn.execute(sql.event_insert(jobs, move.event, move.target), values)
+        return None if row is None else (int(row[0]), int(row[1]))
+
+    # -- producer ---------------------------------------------------------------------
+
+    def insert(self, row: Mapping[str, Any]) -> None:
+        """Insert a pending job and its ``enqueued`` event, committed.
+
+        A dead pooled connection gets one re-send on a fresh one; if that re-send finds
+        this very row (same id and ``created_at``), the first send had committed.
+
+        Raises:
+            DuplicateJob: the id or ``(job_type, idempotency_key)`` already exists.
+            StoreError: the database failed.
+        """
+        params = {"attempts_made": 0, "progress": 0, **row, "now": row["created_at"]}
+        try:
+            self._insert(params)
+        except Disconnected:
+            try:
+                self._insert(params)
+            except DuplicateJob:
+                with translated("reading the job"):
+                    mine = self.engines.execute(sql.SELECT_JOB, {"job_id": row["id"]})
+                if mine is None or mine.created_at != row["created_at"]:
+                    raise
+                # the first send committed, its reply was lost: the row is ours
+
+    def _insert(self, params: Mapping[str, Any]) -> None:
+        engines = self.engines.get()
+        with translated("inserting the job row", inserting=True):
+            if engines.is_postgres and engines.fastpath is not None:
+                engines.fastpath.execute("insert", sql.job_insert_cte, params, durable=True)
+                return
+            with engines.transaction() as conn:
+                if engines.is_postgres:
+                    conn.execute(sql.job_insert_cte(), dict(params))
+                    return
+                conn.execute(sql.JOB_INSERT, dict(params))
+                event = sql.event_insert(jobs, "enqueued", JobStatus.PENDING)
+                conn.execute(event, {"job_id": params["id"], "now": params["created_at"]})
+
+    @reconnecting
+    def delete(self, job_id: str) -> None:
+        """Remove a job and its history (used to undo an enqueue whose publish failed)."""
+        with translated("deleting the job row"), self.engines.transaction() as conn:
+            conn.execute(sql.DELETE_EVENTS, {"job_id": job_id})
+            conn.execute(sql.DELETE_JOB, {"job_id": job_id})
+
+    # -- worker -----------------------------------------------------------------------
+
+    @reconnecting
+    def claim(
+        self, job_id: str, *, owner: str, worker: str, now: datetime, until: datetime
+    ) -> Claim | None:
+        """pending | retrying → processing, taking the lease; None if not claimable."""
+        params = {"job_id": job_id, "owner": owner, "worker_name": worker, "now": now}
+        moved = self.apply(sql.CLAIM, {**params, "until": until})
+        if moved is None:
+            return None
+        fastpath = self.engines.get().fastpath
+        if fastpath is not None:
+            fastpath.check_idle_durable()
+        return Claim(job_id, moved[0], moved[1])
+
+    @reconnecting
+    def take_over(
+        self,
+        job_id: str,
+        *,
+        seen_attempt: int,
+        owner: str,
+        worker: str,
+        now: datetime,
+        until: datetime,
+        stale_owner: str | None,
+        reason: str,
+    ) -> Claim | None:
+        """processing → processing for a new attempt, when the old lease expired or its
+        owner is known dead. Fenced by the attempt number last seen."""
+        params = {"job_id": job_id, "attempt": seen_attempt, "owner": owner, "now": now}
+        params.update(worker_name=worker, until=until, stale_owner=stale_owner, message=reason)
+        moved = self.apply(sql.TAKE_OVER, params)
+        return None if moved is None else Claim(job_id, moved[0], moved[1], takeover=True)
+
+    @reconnecting
+    def fail_lost(
+        self,
+        job_id: str,
+        *,
+        seen_attempt: int,
+        now: datetime,
+        stale_owner: str | None,
+        message: str,
+    ) -> bool:
+        """processing → failed when the last attempt was lost: fenced like a takeover (the
+        attempt last seen, and a lease that lapsed or whose owner is dead)."""
+        params = {"job_id": job_id, "attempt": seen_attempt, "now": now, "message": message}
+        return self.apply(sql.FAIL_LOST, {**params, "stale_owner": stale_owner}) is not None
+
+    @reconnecting
+    def cancel(self, job_id: str, *, now: datetime, reason: str) -> bool:
+        """pending | retrying → cancelled. A running job is never interrupted."""
+        return self.apply(sql.CANCEL, {"job_id": job_id, "now": now, "message": reason}) is not None
+
+    def complete(
+        self,
+        claim: Claim,
+        *,
+        result_json: str | None,
+        now: datetime,
+        duration_ms: int,
+        rows: Sequence[NewRow] = (),
+    ) -> bool:
+        """processing → completed, fenced by the claim; ``rows`` are inserted in the same
+        transaction. False when the run no longer holds the lease. Never re-sent."""
+        params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": now}
+        params.update(result_json=result_json, duration_ms=duration_ms)
+        return self.apply(sql.COMPLETE, params, rows) is not None
+
+    @reconnecting
+    def retrying(
+        self,
+        claim: Claim,
+        *,
+        error_type: str,
+        error_message: str,
+        delay_ms: int,
+        duration_ms: int | None,
+        now: datetime,
+    ) -> bool:
+        """processing → retrying after a failed attempt, fenced by the claim."""
+        message = f"retry in {delay_ms} ms after {error_type}: {error_message}"
+        return self._end_run(
+            sql.RETRYING, claim, error_type, error_message, message, duration_ms, now
+        )
+
+    @reconnecting
+    def fail(
+        self,
+        claim: Claim,
+        *,
+        error_type: str,
+        error_message: str,
+        duration_ms: int | None,
+        now: datetime,
+    ) -> bool:
+        """processing → failed, fenced by the claim."""
+        message = f"{error_type}: {error_message}"
+        return self._end_run(sql.FAIL, claim, error_type, error_message, message, duration_ms, now)
+
+    def _end_run(
+        self,
+        move: sql.Move,
+        claim: Claim,
+        error_type: str,
+        error_message: str,
+        message: str,
+        duration_ms: int | None,
+        now: datetime,
+    ) -> bool:
+        params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": now}
+        params.update(error_type=error_type, error_message=error_message)
+        params.update(message=message[:1000], duration_ms=duration_ms)
+        return self.apply(move, params) is not None
+
+    @reconnecting
+    def renew(self, claims: Sequence[Claim], until: datetime) -> int:
+        """Extend the leases of running attempts; returns how many were still held."""
+        renewed = 0
+        for claim in claims:
+            params = {"job_id": claim.job_id, "attempt": claim.attempt, "until": until}
+            renewed += self.apply(sql.RENEW, params) is not None
+        return renewed
+
+    @reconnecting
+    def release(self, claim: Claim, now: datetime) -> bool:
+        """Let the lease of an abandoned attempt lapse now, so a redelivery can take over."""
+        params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": now}
+        return self.apply(sql.RELEASE, params) is not None
+
+
+def _insert_rows(conn: Connection, rows: Sequence[NewRow]) -> None:
+    for row in rows:
+        table = metadata.tables.get(row.table)
+        if table is None:
+            raise ValueError(f"not a celery-tracked table: {row.table!r}")
+        conn.execute(insert(table).values(dict(row.values)))

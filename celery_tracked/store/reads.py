@@ -1,0 +1,62 @@
+"""The read side of the store: one job, a job by key, a job's history, queue statistics."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from ..jobs import Job, JobEvent, JobStatus, utcnow
+from . import statements as sql
+from .engines import Engines
+from .translate import reconnecting, translated
+
+
+class Reads:
+    """The read side of :class:`~celery_tracked.store.JobStore`."""
+
+    engines: Engines
+
+    @reconnecting
+    def get(self, job_id: str) -> Job | None:
+        with translated("reading the job"), self.engines.transaction() as conn:
+            row = conn.execute(sql.SELECT_JOB, {"job_id": job_id}).mappings().first()
+        return None if row is None else Job.from_row(row)
+
+    @reconnecting
+    def find_by_key(self, job_type: str, key: str) -> Job | None:
+        params = {"job_type": job_type, "idempotency_key": key}
+        with translated("reading the job"), self.engines.transaction() as conn:
+            row = conn.execute(sql.SELECT_BY_KEY, params).mappings().first()
+        return None if row is None else Job.from_row(row)
+
+    @reconnecting
+    def events(self, job_id: str) -> list[JobEvent]:
+        with translated("reading the job history"), self.engines.transaction() as conn:
+            rows = conn.execute(sql.SELECT_EVENTS, {"job_id": job_id}).mappings().all()
+        return [JobEvent.from_row(r) for r in rows]
+
+    @reconnecting
+    def stats(self, now: datetime | None = None) -> dict[str, dict[str, Any]]:
+        """Counts per queue and status, and the age of the oldest pending job per queue."""
+        now = now or utcnow()
+        with translated("reading queue statistics"), self.engines.transaction() as conn:
+            count_rows = conn.execute(sql.COUNT_BY_STATUS).all()
+            oldest_rows = conn.execute(sql.OLDEST_PENDING).all()
+        out: dict[str, dict[str, Any]] = {}
+        for queue, status, n in count_rows:
+            entry = out.setdefault(queue, _empty_stats())
+            entry["counts"][status] = n
+            entry["total"] += n
+        for queue, created in oldest_rows:
+            if created is None:
+                continue
+            if created.tzinfo is None:
+                created = created.replace(tzinfo=timezone.utc)
+            out.setdefault(queue, _empty_stats())["oldest_pending_age_s"] = max(
+                0.0, (now - created).total_seconds()
+            )
+        return out
+
+
+def _empty_stats() -> dict[str, Any]:
+    return {"counts": {s.value: 0 for s in JobStatus}, "total": 0, "oldest_pending_age_s": None}

@@ -1,0 +1,255 @@
+"""Every SQL statement celery-tracked runs, each written once as a SQLAlchemy Core statement.
+
+A status change is a :class:`Move`: one conditional ``UPDATE`` (``WHERE id AND status IN
+(...)`` plus the move's fence) and the event that records it. Both are built from the move
+by :func:`move_update` and :func:`event_insert`. On PostgreSQL :func:`move_cte` joins the
+same two statements into one round trip (a data-modifying CTE); elsewhere they run one
+after the other in a transaction. Parameters are named bind parameters, so a statement is
+the same object for every job and can be compiled once (see ``fastpath.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Delete,
+    FromClause,
+    Insert,
+    Integer,
+    Select,
+    String,
+    Text,
+    Update,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.sql.elements import BindParameter
+
+from ..jobs import CLAIMABLE, JobStatus
+from ..models import UTCDateTime, events, jobs
+
+
+def _param(name: str, type_: Any, optional: bool = False) -> BindParameter[Any]:
+    """A named parameter; ``optional`` ones default to NULL."""
+    if optional:
+        return bindparam(name, value=None, type_=type_)
+    return bindparam(name, type_=type_)
+
+
+JOB_ID = _param("job_id", String)
+NOW = _param("now", UTCDateTime)
+UNTIL = _param("until", UTCDateTime)
+ATTEMPT = _param("attempt", Integer)
+MESSAGE = _param("message", Text, optional=True)
+DURATION_MS = _param("duration_ms", Integer, optional=True)
+STALE_OWNER = _param("stale_owner", String, optional=True)
+
+#: The run's fence: the attempt it claimed (or, for a takeover, the attempt last seen).
+HELD = (jobs.c.attempts_made == ATTEMPT,)
+#: A lease that expired, or whose holder is known dead.
+LAPSED = (
+    jobs.c.attempts_made == ATTEMPT,
+    or_(jobs.c.locked_until < NOW, jobs.c.locked_by == STALE_OWNER),
+)
+
+_TAKE_LEASE: dict[str, Any] = {
+    "attempts_made": jobs.c.attempts_made + 1,
+    "started_at": func.coalesce(jobs.c.started_at, NOW),
+    "worker": _param("worker_name", String),
+    "locked_by": _param("owner", String),
+    "locked_until": UNTIL,
+    "updated_at": NOW,
+}
+_END_RUN: dict[str, Any] = {"updated_at": NOW, "locked_by": None, "locked_until": None}
+_ERROR = {
+    "error_type": _param("error_type", String),
+    "error_message": _param("error_message", Text),
+}
+
+
+@dataclass(frozen=True, eq=False)  # hashed by identity: statements are cached per move
+class Move:
+    """One allowed change of a row: from ``sources``, under ``fence``, to ``target``.
+
+    ``event`` names the history row it appends (none for lease bookkeeping); ``durable``
+    is False only for writes whose loss merely lets a job run again (claim, renewal).
+    """
+
+    name: str
+    sources: tuple[JobStatus, ...]
+    target: JobStatus | None
+    values: Mapping[str, Any]
+    fence: tuple[ColumnElement[bool], ...] = ()
+    event: str | None = None
+    durable: bool = True
+    extra_where: tuple[ColumnElement[bool], ...] = field(default=())
+
+
+_PROCESSING = (JobStatus.PROCESSING,)
+
+CLAIM = Move("claim", CLAIMABLE, JobStatus.PROCESSING, _TAKE_LEASE, event="started", durable=False)
+TAKE_OVER = Move(
+    "take_over",
+    _PROCESSING,
+    JobStatus.PROCESSING,
+    _TAKE_LEASE,
+    fence=LAPSED,
+    event="redelivered",
+    extra_where=(jobs.c.attempts_made < jobs.c.max_attempts,),
+)
+FAIL_LOST = Move(
+    "fail_lost",
+    _PROCESSING,
+    JobStatus.FAILED,
+    {**_END_RUN, "error_type": "WorkerLost", "error_message": MESSAGE, "finished_at": NOW},
+    fence=LAPSED,
+    event="failed",
+)
+CANCEL = Move(
+    "cancel",
+    CLAIMABLE,
+    JobStatus.CANCELLED,
+    {"finished_at": NOW, "updated_at": NOW, "error_type": None, "error_message": MESSAGE},
+    event="cancelled",
+)
+COMPLETE = Move(
+    "complete",
+    _PROCESSING,
+    JobStatus.COMPLETED,
+    {
+        **_END_RUN,
+        "result_json": _param("result_json", Text, optional=True),
+        "finished_at": NOW,
+        "error_type": None,
+        "error_message": None,
+        "progress": 100,
+    },
+    fence=HELD,
+    event="completed",
+)
+RETRYING = Move(
+    "retrying", _PROCESSING, JobStatus.RETRYING, {**_END_RUN, **_ERROR}, HELD, "retrying"
+)
+FAIL = Move(
+    "fail",
+    _PROCESSING,
+    JobStatus.FAILED,
+    {**_END_RUN, **_ERROR, "finished_at": NOW},
+    HELD,
+    "failed",
+)
+RENEW = Move("renew", _PROCESSING, None, {"locked_until": UNTIL}, HELD, durable=False)
+RELEASE = Move(
+    "release", _PROCESSING, None, {"locked_until": NOW, "locked_by": None, "updated_at": NOW}, HELD
+)
+
+
+def _status_in(statuses: Sequence[JobStatus]) -> ColumnElement[bool]:
+    # plain OR of equalities, not IN: an expanding IN could not be compiled once for all
+    return or_(*(jobs.c.status == s.value for s in statuses))
+
+
+@functools.cache
+def move_update(move: Move) -> Update:
+    """The move's conditional ``UPDATE`` of ``background_jobs``."""
+    values = dict(move.values)
+    if move.target is not None:
+        values["status"] = move.target.value
+    return (
+        update(jobs)
+        .where(jobs.c.id == JOB_ID, _status_in(move.sources), *move.fence, *move.extra_where)
+        .values(values)
+    )
+
+
+@functools.cache
+def event_insert(source: FromClause, event: str, status: JobStatus) -> Insert:
+    """The history row of a change: copied from ``source`` (the changed row), so its
+    attempt is the row's ``attempts_made`` after the change."""
+    columns = ["job_id", "event", "status", "attempt", "message", "duration_ms", "created_at"]
+    rows = select(
+        source.c.id,
+        literal(event, String),
+        literal(status.value, String),
+        source.c.attempts_made,
+        MESSAGE,
+        DURATION_MS,
+        NOW,
+    )
+    if source is jobs:
+        rows = rows.where(jobs.c.id == JOB_ID)
+    return insert(events).from_select(columns, rows)
+
+
+@functools.cache
+def move_cte(move: Move) -> Select[Any]:
+    """PostgreSQL: the move's ``UPDATE`` and its event in one statement; selects the
+    moved row's ``attempts_made, max_attempts`` (no row: the move did not apply)."""
+    moved = (
+        move_update(move)
+        .returning(jobs.c.id, jobs.c.attempts_made, jobs.c.max_attempts)
+        .cte("moved")
+    )
+    query = select(moved.c.attempts_made, moved.c.max_attempts)
+    if move.event is not None and move.target is not None:
+        query = query.add_cte(event_insert(moved, move.event, move.target).cte("history"))
+    return query
+
+
+#: Columns of a new job row, in the order the producer gives them.
+NEW_JOB_COLUMNS = (
+    "id",
+    "queue_name",
+    "job_type",
+    "task_name",
+    "celery_task_id",
+    "status",
+    "payload_json",
+    "attempts_made",
+    "max_attempts",
+    "idempotency_key",
+    "correlation_id",
+    "parent_job_id",
+    "owner_id",
+    "progress",
+    "created_at",
+    "updated_at",
+)
+JOB_INSERT = insert(jobs).values({c: bindparam(c, type_=jobs.c[c].type) for c in NEW_JOB_COLUMNS})
+
+
+@functools.cache
+def job_insert_cte() -> Insert:
+    """PostgreSQL: the new row and its ``enqueued`` event in one statement."""
+    inserted = JOB_INSERT.returning(jobs.c.id, jobs.c.attempts_made).cte("inserted")
+    return event_insert(inserted, "enqueued", JobStatus.PENDING).add_cte(inserted)
+
+
+SELECT_JOB = select(jobs).where(jobs.c.id == JOB_ID)
+SELECT_BY_KEY = select(jobs).where(
+    jobs.c.job_type == _param("job_type", String),
+    jobs.c.idempotency_key == _param("idempotency_key", String),
+)
+SELECT_ATTEMPTS = select(jobs.c.attempts_made, jobs.c.max_attempts).where(jobs.c.id == JOB_ID)
+SELECT_EVENTS = select(events).where(events.c.job_id == JOB_ID).order_by(events.c.id)
+COUNT_BY_STATUS = select(jobs.c.queue_name, jobs.c.status, func.count()).group_by(
+    jobs.c.queue_name, jobs.c.status
+)
+OLDEST_PENDING = (
+    select(jobs.c.queue_name, func.min(jobs.c.created_at))
+    .where(jobs.c.status == JobStatus.PENDING.value)
+    .group_by(jobs.c.queue_name)
+)
+DELETE_EVENTS: Delete = delete(events).where(events.c.job_id == JOB_ID)
+DELETE_JOB: Delete = delete(jobs).where(jobs.c.id == JOB_ID)

@@ -1,0 +1,72 @@
+"""Driver errors translated at the edge: every driver or SQLAlchemy error leaves the
+store as a :class:`~celery_tracked.errors.StoreError` (masked, one line)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar, cast
+
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+
+from ..errors import StoreError, first_line
+
+
+class DuplicateJob(Exception):
+    """Internal: the insert hit the unique key or the primary key."""
+
+
+class Disconnected(StoreError):
+    """The statement failed because its pooled connection was dead (now discarded)."""
+
+    internal = True  # recorded as a StoreError
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def reconnecting(method: F) -> F:
+    """Run ``method`` once more on a fresh connection when the first one was dead.
+
+    Never used for the completion: a completion whose connection died is not re-sent in
+    the same attempt; the attempt is retried instead.
+    """
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except Disconnected:
+            return method(*args, **kwargs)
+
+    return cast(F, wrapper)
+
+
+@contextmanager
+def translated(action: str, inserting: bool = False) -> Iterator[None]:
+    """Turn driver and SQLAlchemy errors into ``StoreError`` (``Disconnected`` for a dead
+    pooled connection). A constraint violation is ``DuplicateJob`` when ``inserting`` a
+    job, else a ``StoreError`` like any other refusal."""
+    try:
+        yield
+    except DuplicateJob:
+        if inserting:
+            raise
+        raise StoreError(f"{action} failed: a constraint refused the row") from None
+    except StoreError:
+        raise
+    except IntegrityError as exc:
+        if inserting:
+            raise DuplicateJob() from None
+        raise StoreError(f"{action} failed: {_reason(exc)}") from None
+    except SQLAlchemyError as exc:
+        kind = StoreError
+        if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+            kind = Disconnected
+        raise kind(f"{action} failed: {_reason(exc)}") from None
+
+
+def _reason(exc: SQLAlchemyError) -> str:
+    orig = getattr(exc, "orig", None)
+    return first_line(str(orig) if orig is not None else str(exc), type(exc).__name__)
