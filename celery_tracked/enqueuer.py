@@ -39,12 +39,14 @@ class NewJob:
     job_id: str
     task_name: str
     job_type: str
+    #: the queue the message goes to (also ``queue_name`` of the row)
     queue: str
     call: PreparedCall
     max_attempts: int
+    #: shared by a job and every job enqueued from inside it
     correlation_id: str
-    parent_job_id: str | None = None
-    owner_id: str | None = None
+    parent_job_id: str | None
+    owner_id: str | None
 
     def headers(self) -> TrackedHeaders:
         return TrackedHeaders(self.job_id, self.correlation_id, self.parent_job_id, self.queue)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 
 class JobStatus(str, enum.Enum):
@@ -102,33 +102,7 @@ class Job:
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> Job:
-        return cls(
-            id=row["id"],
-            queue_name=row["queue_name"],
-            job_type=row["job_type"],
-            task_name=row["task_name"],
-            celery_task_id=row["celery_task_id"],
-            status=JobStatus(row["status"]),
-            attempts_made=row["attempts_made"],
-            max_attempts=row["max_attempts"],
-            idempotency_key=row["idempotency_key"],
-            correlation_id=row["correlation_id"],
-            parent_job_id=row["parent_job_id"],
-            owner_id=row["owner_id"],
-            progress=row["progress"],
-            stage=row["stage"],
-            worker=row["worker"],
-            error_type=row["error_type"],
-            error_message=row["error_message"],
-            created_at=row["created_at"],
-            started_at=row["started_at"],
-            finished_at=row["finished_at"],
-            updated_at=row["updated_at"],
-            locked_by=row["locked_by"],
-            locked_until=row["locked_until"],
-            payload_json=row["payload_json"],
-            result_json=row["result_json"],
-        )
+        return _from_row(cls, row)
 
     @property
     def terminal(self) -> bool:
@@ -166,13 +140,14 @@ class JobEvent:
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> JobEvent:
-        return cls(
-            id=row["id"],
-            job_id=row["job_id"],
-            event=row["event"],
-            status=JobStatus(row["status"]),
-            attempt=row["attempt"],
-            message=row["message"],
-            duration_ms=row["duration_ms"],
-            created_at=row["created_at"],
-        )
+        return _from_row(cls, row)
+
+
+R = TypeVar("R", Job, JobEvent)
+
+
+def _from_row(cls: type[R], row: Mapping[Any, Any]) -> R:
+    """A value object from a row (its ``status`` as a :class:`JobStatus`)."""
+    values = {f.name: row[f.name] for f in fields(cls)}
+    values["status"] = JobStatus(values["status"])
+    return cls(**values)

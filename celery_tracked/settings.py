@@ -70,67 +70,29 @@ class Settings:
     def from_conf(
         cls, conf: Mapping[str, Any], environ: Mapping[str, str] | None = None
     ) -> Settings:
-        """Read and validate every setting from a Celery ``app.conf`` and the environment."""
+        """Read and validate every setting from a Celery ``app.conf`` and the environment.
+
+        Precedence: ``app.conf.tracked_<name>``, then ``CELERY_TRACKED_<NAME>``, then the
+        seeds' alias (``REDIS_URL``...), then the default.
+        """
         env = os.environ if environ is None else environ
         defaults = {f.name: f.default for f in fields(cls)}
-
-        def read(name: str, env_names: tuple[str, ...], convert: Callable[[str, Any], T]) -> T:
+        values: dict[str, Any] = {}
+        for name, alias, convert in _SOURCES:
             setting = f"tracked_{name}"
-            value = conf.get(setting)
-            source = setting
+            value, source = conf.get(setting), setting
             if value is None:
-                for env_name in env_names:
+                for env_name in (f"CELERY_TRACKED_{name.upper()}", *alias):
                     if env.get(env_name) not in (None, ""):
                         value, source = env[env_name], env_name
                         break
-            if value is None:
-                value = defaults[name]
             try:
-                return convert(source, value)
+                values[name] = convert(source, defaults[name] if value is None else value)
             except ConfigurationError:
                 raise
             except (TypeError, ValueError) as exc:
                 raise ConfigurationError(setting, f"invalid value ({exc})") from None
-
-        def env_of(name: str) -> tuple[str, ...]:
-            return (f"CELERY_TRACKED_{name.upper()}",)
-
-        settings = cls(
-            database_url=read("database_url", env_of("database_url"), _url("database_url")),
-            redis_url=read("redis_url", ("REDIS_URL", *env_of("redis_url")), _redis_url),
-            default_attempts=read(
-                "default_attempts",
-                ("JOB_QUEUE_DEFAULT_ATTEMPTS", *env_of("default_attempts")),
-                _int("default_attempts", minimum=1),
-            ),
-            default_backoff_ms=read(
-                "default_backoff_ms",
-                ("JOB_QUEUE_DEFAULT_BACKOFF_MS", *env_of("default_backoff_ms")),
-                _int("default_backoff_ms", minimum=0),
-            ),
-            max_backoff_ms=read(
-                "max_backoff_ms", env_of("max_backoff_ms"), _int("max_backoff_ms", minimum=0)
-            ),
-            max_payload_bytes=read(
-                "max_payload_bytes",
-                env_of("max_payload_bytes"),
-                _int("max_payload_bytes", minimum=1),
-            ),
-            redact_keys=read("redact_keys", env_of("redact_keys"), _keys),
-            lease_seconds=read(
-                "lease_seconds", env_of("lease_seconds"), _float("lease_seconds", minimum=0.5)
-            ),
-            guard_ttl_seconds=read(
-                "guard_ttl_seconds",
-                env_of("guard_ttl_seconds"),
-                _int("guard_ttl_seconds", minimum=1),
-            ),
-            key_prefix=read("key_prefix", env_of("key_prefix"), _nonempty("key_prefix")),
-            check_redis_eviction=read(
-                "check_redis_eviction", env_of("check_redis_eviction"), _bool
-            ),
-        )
-        return settings
+        return cls(**values)
 
 
 def _nonempty(name: str) -> Callable[[str, Any], str]:
@@ -171,39 +133,35 @@ def _redis_url(source: str, value: Any) -> str:
 
 
 def _int(name: str, minimum: int) -> Callable[[str, Any], int]:
-    def convert(source: str, value: Any) -> int:
-        if isinstance(value, bool):
-            raise ConfigurationError(f"tracked_{name}", "must be an integer, not a boolean")
-        try:
-            number = int(value)
-        except (TypeError, ValueError):
-            raise ConfigurationError(
-                f"tracked_{name}", f"must be an integer, got {value!r} (from {source})"
-            ) from None
-        if isinstance(value, float) and number != value:
-            raise ConfigurationError(f"tracked_{name}", f"must be an integer, got {value!r}")
-        if number < minimum:
-            raise ConfigurationError(
-                f"tracked_{name}", f"must be >= {minimum}, got {number} (from {source})"
-            )
-        return number
-
-    return convert
+    return _number(name, int, minimum)
 
 
 def _float(name: str, minimum: float) -> Callable[[str, Any], float]:
-    def convert(source: str, value: Any) -> float:
+    return _number(name, float, minimum)
+
+
+N = TypeVar("N", int, float)
+
+
+def _number(name: str, kind: type[N], minimum: N) -> Callable[[str, Any], N]:
+    """A converter to ``kind`` (an integer refuses fractions, a float infinity)."""
+    setting, noun = f"tracked_{name}", "an integer" if kind is int else "a number"
+
+    def convert(source: str, value: Any) -> N:
         if isinstance(value, bool):
-            raise ConfigurationError(f"tracked_{name}", "must be a number, not a boolean")
+            raise ConfigurationError(setting, f"must be {noun}, not a boolean")
         try:
-            number = float(value)
+            number = kind(value)
         except (TypeError, ValueError):
             raise ConfigurationError(
-                f"tracked_{name}", f"must be a number, got {value!r} (from {source})"
+                setting, f"must be {noun}, got {value!r} (from {source})"
             ) from None
+        if kind is int and isinstance(value, float) and number != value:
+            raise ConfigurationError(setting, f"must be {noun}, got {value!r}")
         if not minimum <= number < float("inf"):
+            finite = "" if kind is int else "a finite number "
             raise ConfigurationError(
-                f"tracked_{name}", f"must be a finite number >= {minimum}, got {number} ({source})"
+                setting, f"must be {finite}>= {minimum}, got {number} (from {source})"
             )
         return number
 
@@ -232,3 +190,19 @@ def _keys(source: str, value: Any) -> tuple[str, ...]:
             "tracked_redact_keys", f"must be a list of key names, got {type(value).__name__}"
         ) from None
     return keys
+
+
+#: Each setting: its name, the seeds' environment aliases, its converter.
+_SOURCES: tuple[tuple[str, tuple[str, ...], Callable[[str, Any], Any]], ...] = (
+    ("database_url", (), _url("database_url")),
+    ("redis_url", ("REDIS_URL",), _redis_url),
+    ("default_attempts", ("JOB_QUEUE_DEFAULT_ATTEMPTS",), _int("default_attempts", minimum=1)),
+    ("default_backoff_ms", ("JOB_QUEUE_DEFAULT_BACKOFF_MS",), _int("default_backoff_ms", 0)),
+    ("max_backoff_ms", (), _int("max_backoff_ms", minimum=0)),
+    ("max_payload_bytes", (), _int("max_payload_bytes", minimum=1)),
+    ("redact_keys", (), _keys),
+    ("lease_seconds", (), _float("lease_seconds", minimum=0.5)),
+    ("guard_ttl_seconds", (), _int("guard_ttl_seconds", minimum=1)),
+    ("key_prefix", (), _nonempty("key_prefix")),
+    ("check_redis_eviction", (), _bool),
+)

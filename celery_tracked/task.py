@@ -286,53 +286,35 @@ def tracked_task(__func: F) -> TrackedTask: ...
 
 
 @overload
-def tracked_task(
-    *,
-    app: Celery | None = None,
-    queue: str | None = None,
-    job_type: str | None = None,
-    max_attempts: int | None = None,
-    backoff_ms: int | None = None,
-    idempotency_key: str | Callable[..., str] | None = None,
-    validator: Any = None,
-    **options: Any,
-) -> Callable[[F], TrackedTask]: ...
+def tracked_task(*, app: Celery | None = None, **options: Any) -> Callable[[F], TrackedTask]: ...
 
 
 def tracked_task(
-    __func: Callable[..., Any] | None = None,
-    *,
-    app: Celery | None = None,
-    queue: str | None = None,
-    job_type: str | None = None,
-    max_attempts: int | None = None,
-    backoff_ms: int | None = None,
-    idempotency_key: str | Callable[..., str] | None = None,
-    validator: Any = None,
-    **options: Any,
+    __func: Callable[..., Any] | None = None, *, app: Celery | None = None, **options: Any
 ) -> Any:
     """Declare a tracked task: ``@tracked_task`` or ``@tracked_task(queue=..., ...)``.
 
+    Tracked options: ``queue``, ``job_type``, ``max_attempts``, ``backoff_ms``,
+    ``idempotency_key`` (a template or callable) and ``validator`` (see ``TrackedTask``).
     Without ``app`` it is a ``shared_task`` (bound to every app, like Celery's own);
     other keywords are Celery task options (``bind``, ``name``, ``acks_late``...).
+
+    Raises:
+        InvalidPayload: ``max_attempts`` is not a positive integer.
     """
-    positive(max_attempts, "max_attempts")
-    tracked: dict[str, Any] = {
-        "job_type": job_type,
-        "max_attempts": max_attempts,
-        "backoff_ms": backoff_ms,
-        "idempotency_key": staticmethod(idempotency_key)
-        if callable(idempotency_key)
-        else idempotency_key,
-        "validator": staticmethod(validator)
-        if validator is not None and not inspect.isclass(validator)
-        else validator,
-    }
-    opts = {k: v for k, v in tracked.items() if v is not None}
+    positive(options.get("max_attempts"), "max_attempts")
+    opts: dict[str, Any] = {}
+    for name in ("idempotency_key", "validator"):
+        value = options.pop(name, None)
+        if value is not None:  # a function stays a plain function on the task class
+            opts[name] = (
+                value if inspect.isclass(value) or not callable(value) else staticmethod(value)
+            )
+    queue = options.pop("queue", None)
     if queue is not None:
         opts["tracked_queue"] = queue  # Celery 5.7 deprecates the `queue` task attribute
+    opts.update({k: v for k, v in options.items() if v is not None})
     opts.setdefault("base", TrackedTask)
-    opts.update(options)
 
     def decorate(func: Callable[..., Any]) -> TrackedTask:
         factory = app.task(**opts) if app is not None else shared_task(**opts)
