@@ -13,6 +13,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from .errors import StoreError, Unrecoverable, error_type, mask_exception, summarize
@@ -238,24 +239,13 @@ class Runner:
         summary = summarize(exc, run.secrets() if secret else (), keys)
         duration = int((time.monotonic() - started) * 1000)
         status = JobStatus.FAILED if delay_ms is None else JobStatus.RETRYING
+        write = (
+            self.store.fail if delay_ms is None else partial(self.store.retrying, delay_ms=delay_ms)
+        )
         try:
-            if delay_ms is None:
-                written = self.store.fail(
-                    claim,
-                    error_type=kind,
-                    error_message=summary,
-                    duration_ms=duration,
-                    now=utcnow(),
-                )
-            else:
-                written = self.store.retrying(
-                    claim,
-                    error_type=kind,
-                    error_message=summary,
-                    delay_ms=delay_ms,
-                    duration_ms=duration,
-                    now=utcnow(),
-                )
+            written = write(
+                claim, error_type=kind, error_message=summary, duration_ms=duration, now=utcnow()
+            )
         except StoreError as store_exc:
             message = f"job {claim.job_id}: could not record {status.value}: {store_exc}"
             self._tell(run, "error", message, logging.ERROR, claim.attempt, duration)
