@@ -168,7 +168,7 @@ def test_replace_with_a_tracked_signature_runs_the_replacement(env: Any, start_w
         rows = env.sql("SELECT count(*) FROM background_jobs WHERE task_name = 'acc.succeed'")
         return env.ran(job_id) == 2 or rows[0][0] == 1
 
-    wait_for(replacement_ran, timeout=8, what="the tracked replacement to run")
+    wait_for(replacement_ran, timeout=5, what="the tracked replacement to run")
 
 
 @pytest.fixture

@@ -25,7 +25,9 @@ def test_message_consumed_after_it_expired_cancels_the_job_without_running_it(
     sent_at = time.time()
     via_enqueue = env.task("acc.succeed").enqueue(x="exp-1", _options={"expires": 1}).job_id
     via_apply = env.task("acc.succeed").apply_async(kwargs={"x": "exp-2"}, expires=1).id
-    for message in env.broker_messages():
+    messages = env.broker_messages()
+    assert sorted(m["headers"]["id"] for m in messages) == sorted([via_enqueue, via_apply])
+    for message in messages:
         assert message["headers"]["expires"] is not None
     assert env.status(via_enqueue) == env.status(via_apply) == "pending"
 
