@@ -22,9 +22,13 @@ from celery_tracked.store.fastpath import FastPath
 from ..conftest import wait_for
 
 
-@pytest.fixture
-def store(database_url: str) -> Iterator[JobStore]:
+@pytest.fixture(params=["as-configured", "core-statements"])
+def store(request: pytest.FixtureRequest, database_url: str) -> Iterator[JobStore]:
+    """The store as configured (on PostgreSQL: the psycopg fast path), and the same store
+    running the same Core statements through SQLAlchemy (as with another PostgreSQL driver)."""
     s = JobStore(database_url)
+    if request.param == "core-statements":
+        s.engines.get().fastpath = None
     yield s
     s.dispose()
 
