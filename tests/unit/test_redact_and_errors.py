@@ -12,9 +12,32 @@ from celery_tracked.errors import (
 )
 from celery_tracked.outcome import backoff_ms
 from celery_tracked.redact import REDACTED, encode_payload, redact, secret_values
-from celery_tracked.settings import DEFAULT_REDACT_KEYS
+from celery_tracked.settings import Settings
 
-KEYS = DEFAULT_REDACT_KEYS
+#: ``tracked_redact_keys`` as documented in docs/configuration.md, pinned literally (not
+#: imported from the implementation, so a changed default fails here).
+KEYS = (
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "api_key",
+    "apikey",
+    "authorization",
+    "auth",
+    "credential",
+    "private_key",
+    "cookie",
+    "session",
+    "card_number",
+    "cvv",
+    "ssn",
+)
+
+
+def test_the_default_redact_keys_are_the_documented_ones() -> None:
+    assert Settings().redact_keys == KEYS
+    assert Settings.from_conf({"tracked_redis_url": "memory://"}, environ={}).redact_keys == KEYS
 
 
 def test_redact_nested_secret_keys() -> None:
@@ -48,9 +71,32 @@ def test_summary_is_one_line_masked_and_bounded() -> None:
     exc = ValueError(
         "cannot connect to postgresql://app:pw123@db/x password=hunter22\nTraceback: ..."
     )
-    text = summarize(exc, secrets=["hunter22"], keys=KEYS)
-    assert "pw123" not in text and "hunter22" not in text and "Traceback" not in text
+    # no known secret values: the URL and ``key=value`` rules alone must mask both
+    text = summarize(exc, secrets=[], keys=KEYS)
+    assert text == "cannot connect to postgresql://***@db/x password=***"
     assert len(summarize(ValueError("x" * 2000))) <= MAX_SUMMARY_CHARS
+
+
+@pytest.mark.parametrize(
+    ("message", "masked"),
+    [
+        ("password=hunter22", "password=***"),
+        ("db_password: 'hunter22' next", "db_password: '***' next"),
+        ('{"api_key": "k-123"}', '{"api_key": "***"}'),
+        ("Authorization=Bearer", "Authorization=***"),
+        ("user=alice token=abc&x=1", "user=alice token=***&x=1"),
+    ],
+)
+def test_key_value_pairs_are_masked_by_their_key_alone(message: str, masked: str) -> None:
+    assert summarize(ValueError(message), secrets=[], keys=KEYS) == masked
+
+
+def test_known_secret_values_are_masked_without_a_key() -> None:
+    assert summarize(ValueError("login hunter22 refused"), ["hunter22"], KEYS) == (
+        "login *** refused"
+    )
+    # without the value being known, nothing names it as a secret
+    assert summarize(ValueError("login hunter22 refused"), [], KEYS) == "login hunter22 refused"
 
 
 def test_mask_url() -> None:
@@ -63,6 +109,13 @@ def test_backoff_is_exponential_jittered_and_capped() -> None:
     assert [backoff_ms(n, 1000, 10**9, lambda: 0.0) for n in (1, 2, 3)] == [1000, 2000, 4000]
     assert backoff_ms(2, 1000, 10**9, lambda: 1.0) == 2500
     assert backoff_ms(30, 1000, 60_000, lambda: 0.5) == 60_000
+
+
+@pytest.mark.parametrize("rand", [0.0, 0.3, 0.7, 1.0])
+def test_backoff_of_the_first_attempt_is_within_the_documented_jitter(rand: float) -> None:
+    # documented: base x 2^(n-1) plus up to 25 % jitter
+    assert 1000 <= backoff_ms(1, 1000, 10**9, lambda: rand) <= 1000 * 1.25
+    assert backoff_ms(1, 1000, 10**9, lambda: 1.0) == 1250
 
 
 def test_unrecoverable_is_rooted() -> None:

@@ -8,9 +8,33 @@ from celery_tracked import ConfigurationError, Settings
 def test_defaults_with_explicit_memory_guard() -> None:
     s = Settings.from_conf({"tracked_redis_url": "memory://"}, environ={})
     assert s.memory_guard
-    assert s.max_payload_bytes == 65536
+    # the defaults documented in docs/configuration.md, pinned literally
+    assert s.database_url == "sqlite:///celery_tracked.sqlite3"
     assert s.default_attempts == 3
-    assert s.database_url.startswith("sqlite:///")
+    assert s.default_backoff_ms == 1000
+    assert s.max_backoff_ms == 3_600_000
+    assert s.max_payload_bytes == 65536
+    assert s.lease_seconds == 60
+    assert s.guard_ttl_seconds == 86_400
+    assert s.key_prefix == "celery_tracked"
+    assert s.check_redis_eviction is True
+    assert s.redact_keys == (
+        "password",
+        "passwd",
+        "secret",
+        "token",
+        "api_key",
+        "apikey",
+        "authorization",
+        "auth",
+        "credential",
+        "private_key",
+        "cookie",
+        "session",
+        "card_number",
+        "cvv",
+        "ssn",
+    )
 
 
 def test_no_silent_fallback_to_the_in_process_guard() -> None:

@@ -1,0 +1,387 @@
+"""Call preparation: arguments bound once, then payload, reprs, secrets and key derived."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, field_validator
+
+from celery_tracked import InvalidPayload, PayloadNotSerializable, PayloadTooLarge
+from celery_tracked.calls import (
+    MAX_KEY_CHARS,
+    CallRules,
+    CallShape,
+    PreparedCall,
+    idempotency_key,
+    prepare_call,
+    validate,
+)
+
+# the documented default redact keys (docs/configuration.md), pinned literally
+KEYS = (
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "api_key",
+    "apikey",
+    "authorization",
+    "auth",
+    "credential",
+    "private_key",
+    "cookie",
+    "session",
+    "card_number",
+    "cvv",
+    "ssn",
+)
+REDACTED = "[redacted]"
+
+
+def rules(**options: Any) -> CallRules:
+    values: dict[str, Any] = {
+        "task_name": "app.tasks.send",
+        "redact_keys": KEYS,
+        "max_payload_bytes": 65_536,
+    }
+    values.update(options)
+    return CallRules(**values)
+
+
+def prepare(
+    func: Callable[..., Any],
+    *args: Any,
+    explicit_key: Any = None,
+    rules_: CallRules | None = None,
+    **kwargs: Any,
+) -> PreparedCall:
+    return prepare_call(CallShape(func), rules_ or rules(), args, kwargs, explicit_key)
+
+
+def login(user: str, password: str, retries: int = 2) -> None: ...
+
+
+def with_extra(user: str, **extra: Any) -> None: ...
+
+
+# -- positional and keyword arguments, named once ----------------------------------
+
+
+def test_a_positional_secret_is_redacted_everywhere_and_listed() -> None:
+    call = prepare(login, "alice", "hunter22")
+    assert json.loads(call.payload_json) == {"args": ["alice", REDACTED], "kwargs": {}}
+    assert call.argsrepr == "('alice', '[redacted]')"
+    assert call.kwargsrepr == "{}"
+    assert call.secrets == ("hunter22",)
+    for text in (call.payload_json, call.argsrepr, call.kwargsrepr):
+        assert "hunter22" not in text
+
+
+def test_a_keyword_secret_is_redacted_everywhere_and_listed() -> None:
+    call = prepare(login, "alice", password="hunter22")
+    assert json.loads(call.payload_json) == {
+        "args": ["alice"],
+        "kwargs": {"password": REDACTED},
+    }
+    assert call.argsrepr == "('alice',)"
+    assert call.kwargsrepr == "{'password': '[redacted]'}"
+    assert call.secrets == ("hunter22",)
+
+
+def test_the_payload_keeps_the_call_as_given_without_defaults() -> None:
+    call = prepare(login, "alice", "hunter22")
+    # retry re-runs what was passed: the default ``retries`` is not added
+    assert "retries" not in call.payload_json
+
+
+def test_nested_secrets_in_a_positional_argument() -> None:
+    def configure(config: dict[str, Any], name: str) -> None: ...
+
+    call = prepare(configure, {"db": {"api-key": "k-123456"}, "size": 3}, "n")
+    assert json.loads(call.payload_json)["args"] == [{"db": {"api-key": REDACTED}, "size": 3}, "n"]
+    assert call.secrets == ("k-123456",)
+    assert "k-123456" not in call.argsrepr
+
+
+def test_shape_names_positional_arguments_once() -> None:
+    shape = CallShape(login)
+    assert shape.positional == ("user", "password", "retries")
+    assert shape.names(4) == ["user", "password", "retries", None]
+    assert shape.named(["a", "pw", 5, "extra"], {"k": 1}) == {
+        "k": 1,
+        "user": "a",
+        "password": "pw",
+        "retries": 5,
+    }
+
+
+def test_keyword_only_parameters_are_not_positional() -> None:
+    def f(a: int, /, b: int, *, password: str) -> None: ...
+
+    shape = CallShape(f)
+    assert shape.positional == ("a", "b")
+    call = prepare(f, 1, 2, password="s3cret")
+    assert call.secrets == ("s3cret",)
+    assert json.loads(call.payload_json)["kwargs"] == {"password": REDACTED}
+
+
+def test_defaults_apply_to_key_templates() -> None:
+    call = prepare(login, "alice", "pw", rules_=rules(key="{user}-{retries}"))
+    assert call.key == "alice-2"
+
+
+def test_var_keyword_arguments_are_flattened_for_keys_validators_and_secrets() -> None:
+    seen: dict[str, Any] = {}
+
+    def validator(**named: Any) -> None:
+        seen.update(named)
+
+    call = prepare(
+        with_extra,
+        "bob",
+        tenant="t1",
+        auth_token="tok-999",
+        rules_=rules(key="{user}:{tenant}", validator=validator),
+    )
+    assert call.key == "bob:t1"
+    assert seen == {"user": "bob", "tenant": "t1", "auth_token": "tok-999"}
+    assert call.secrets == ("tok-999",)
+    assert json.loads(call.payload_json)["kwargs"] == {"tenant": "t1", "auth_token": REDACTED}
+
+
+# -- refusals ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [((), {}), (("a",), {}), (("a", "b", 1, 2), {}), (("a", "b"), {"nope": 1})],
+)
+def test_bad_arity_is_invalid_payload(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    with pytest.raises(InvalidPayload) as info:
+        prepare_call(CallShape(login), rules(), args, kwargs)
+    assert str(info.value).startswith("app.tasks.send: ")
+
+
+def test_an_argument_given_twice_is_invalid_payload() -> None:
+    with pytest.raises(InvalidPayload):
+        prepare(login, "a", "b", user="c")
+
+
+@pytest.mark.parametrize("value", [object(), {1, 2}, float("nan"), b"bytes"])
+def test_non_json_arguments_are_refused(value: Any) -> None:
+    with pytest.raises(PayloadNotSerializable):
+        prepare(login, "a", value)
+
+
+def test_too_large_arguments_are_refused() -> None:
+    small = rules(max_payload_bytes=100)
+    prepare(login, "a", "x" * 50, rules_=small)
+    with pytest.raises(PayloadTooLarge) as info:
+        prepare(login, "a", "x" * 100, rules_=small)
+    assert "100" in str(info.value)
+
+
+# -- validators -------------------------------------------------------------------
+
+
+class LoginModel(BaseModel):
+    user: str
+    password: str
+    retries: int
+
+    @field_validator("password")
+    @classmethod
+    def long_enough(cls, value: str) -> str:
+        if len(value) < 10:
+            raise ValueError(f"password {value} is too short")
+        return value
+
+
+def test_pydantic_model_accepts_a_valid_call() -> None:
+    call = prepare(login, "alice", "long-enough-pw", rules_=rules(validator=LoginModel))
+    assert call.secrets == ("long-enough-pw",)
+
+
+def test_pydantic_model_refusal_is_invalid_payload_without_the_secret() -> None:
+    with pytest.raises(InvalidPayload) as info:
+        prepare(login, "alice", "hunter22", rules_=rules(validator=LoginModel))
+    assert str(info.value).startswith("app.tasks.send: invalid arguments: ")
+    assert "hunter22" not in str(info.value)
+
+
+def test_pydantic_model_sees_defaults() -> None:
+    class Strict(BaseModel):
+        user: str
+        password: str
+        retries: int  # required: only present through the default
+
+    prepare(login, "alice", "pw", rules_=rules(validator=Strict))
+
+
+def test_callable_validator_receives_named_arguments() -> None:
+    seen: list[dict[str, Any]] = []
+    prepare(login, "alice", "pw", rules_=rules(validator=lambda **kw: seen.append(kw)))
+    assert seen == [{"user": "alice", "password": "pw", "retries": 2}]
+
+
+def test_callable_validator_refusal_masks_the_secret_value() -> None:
+    def refuse(user: str, password: str, retries: int) -> None:
+        # the value alone, no ``password=`` before it: only value masking can hide it
+        raise ValueError(f"{user} cannot use {password} here")
+
+    with pytest.raises(InvalidPayload) as info:
+        prepare(login, "alice", "hunter22", rules_=rules(validator=refuse))
+    message = str(info.value)
+    assert "hunter22" not in message
+    assert message == "app.tasks.send: invalid arguments: alice cannot use *** here"
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_validator_raising_invalid_payload_passes_through() -> None:
+    def refuse(**_: Any) -> None:
+        raise InvalidPayload("my own words")
+
+    with pytest.raises(InvalidPayload) as info:
+        prepare(login, "a", "b", rules_=rules(validator=refuse))
+    assert str(info.value) == "my own words"
+
+
+def test_validate_without_validator_does_nothing() -> None:
+    validate(rules(), {"anything": object()}, ())
+
+
+# -- idempotency key ---------------------------------------------------------------
+
+
+def test_no_key_by_default() -> None:
+    assert prepare(login, "a", "b").key is None
+
+
+def test_key_template_over_named_arguments() -> None:
+    assert prepare(login, "alice", "pw", rules_=rules(key="login:{user}")).key == "login:alice"
+
+
+def test_key_callable_gets_the_call_as_given() -> None:
+    seen: list[tuple[Any, ...]] = []
+
+    def key(*args: Any, **kwargs: Any) -> str:
+        seen.append((args, kwargs))
+        return f"k-{args[0]}"
+
+    call = prepare(login, "alice", password="pw", rules_=rules(key=key))
+    assert call.key == "k-alice"
+    assert seen == [(("alice",), {"password": "pw"})]
+
+
+@pytest.mark.parametrize(
+    ("explicit", "expected"),
+    [
+        ("fixed-key", "fixed-key"),
+        ("call:{user}", "call:alice"),
+        (lambda user, password: f"fn:{user}", "fn:alice"),
+        (42, "42"),
+    ],
+)
+def test_explicit_key_wins_over_the_tasks(explicit: Any, expected: str) -> None:
+    call = prepare(login, "alice", "pw", explicit_key=explicit, rules_=rules(key="task:{user}"))
+    assert call.key == expected
+
+
+def test_the_longest_key_is_accepted() -> None:
+    key = "k" * MAX_KEY_CHARS
+    assert prepare(login, "a", "b", explicit_key=key).key == key
+
+
+@pytest.mark.parametrize("key", ["", "k" * (MAX_KEY_CHARS + 1)])
+def test_an_empty_or_too_long_key_is_refused(key: str) -> None:
+    with pytest.raises(InvalidPayload) as info:
+        prepare(login, "a", "b", explicit_key=key)
+    assert f"1-{MAX_KEY_CHARS} characters" in str(info.value)
+
+
+@pytest.mark.parametrize("result", [None, 5, ["k"]])
+def test_a_key_callable_returning_no_string_is_refused(result: Any) -> None:
+    with pytest.raises(InvalidPayload):
+        prepare(login, "a", "b", rules_=rules(key=lambda *a, **k: result))
+
+
+def test_a_template_naming_a_missing_argument_is_refused() -> None:
+    with pytest.raises(InvalidPayload) as info:
+        prepare(login, "a", "b", rules_=rules(key="{user}:{region}"))
+    assert "cannot build the idempotency key" in str(info.value)
+    assert "region" in str(info.value)
+
+
+def test_a_key_callable_that_raises_is_refused() -> None:
+    def key(*args: Any, **kwargs: Any) -> str:
+        raise KeyError("tenant")
+
+    with pytest.raises(InvalidPayload, match="cannot build the idempotency key"):
+        prepare(login, "a", "b", rules_=rules(key=key))
+
+
+def test_idempotency_key_directly() -> None:
+    r = rules(key="{a}")
+    assert idempotency_key(r, None, (), {}, {"a": 1}) == "1"
+    assert idempotency_key(r, "x{a}y", (), {}, {"a": 1}) == "x1y"
+    assert idempotency_key(rules(), None, (), {}, {"a": 1}) is None
+
+
+# -- bodies without an inspectable signature ---------------------------------------
+
+
+def test_a_builtin_with_a_text_signature_names_its_positional_argument() -> None:
+    call = prepare_call(CallShape(len), rules(key="len:{obj}"), ["abc"], {})
+    assert call.key == "len:abc"
+    assert json.loads(call.payload_json) == {"args": ["abc"], "kwargs": {}}
+
+
+def test_a_builtin_without_signature_still_works() -> None:
+    shape = CallShape(max)
+    assert shape.signature is None and shape.positional == ()
+    call = prepare_call(shape, rules(key="m:{password}"), [3, 4], {"password": "hunter22"})
+    assert json.loads(call.payload_json) == {"args": [3, 4], "kwargs": {"password": REDACTED}}
+    assert call.argsrepr == "(3, 4)"
+    assert call.secrets == ("hunter22",)
+    assert call.key == "m:hunter22"
+
+
+class Opaque:
+    """A callable instance whose signature cannot be read."""
+
+    __signature__ = "not a signature"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None: ...
+
+
+def test_a_callable_instance_without_signature_still_works() -> None:
+    shape = CallShape(Opaque())
+    assert shape.signature is None
+    call = prepare_call(shape, rules(), ["x", {"token": "abc123"}], {"n": 1})
+    assert json.loads(call.payload_json) == {
+        "args": ["x", {"token": REDACTED}],
+        "kwargs": {"n": 1},
+    }
+    assert "abc123" not in call.argsrepr
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: without a signature, a value under a secret key nested in a positional "
+    "argument is redacted in payload_json/argsrepr but not listed in secrets (errors keep it)",
+)
+def test_a_nested_secret_of_an_unnamed_argument_is_listed_for_masking() -> None:
+    call = prepare_call(CallShape(Opaque()), rules(), ["x", {"token": "abc123"}], {})
+    assert "abc123" not in call.payload_json
+    assert call.secrets == ("abc123",)
+
+
+def test_a_nested_secret_under_var_positional_is_listed_for_masking() -> None:
+    def f(*items: Any) -> None: ...
+
+    call = prepare(f, "x", {"token": "abc123"})
+    assert json.loads(call.payload_json)["args"] == ["x", {"token": REDACTED}]
+    assert call.secrets == ("abc123",)

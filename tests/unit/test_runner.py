@@ -1,0 +1,739 @@
+"""The worker runner against an in-memory twin of the store: every verdict, no service."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from celery.exceptions import Ignore, Reject, Retry
+
+from celery_tracked import StoreError, Unrecoverable
+from celery_tracked.hooks import Delivery, HookChain, Hooks, Transition
+from celery_tracked.jobs import CLAIMABLE, Claim, Job, JobStatus, NewRow, utcnow
+from celery_tracked.lease import LeaseKeeper, owner_id
+from celery_tracked.messages import HEADER_PENDING_FAILURE, PendingFailure, TrackedHeaders
+from celery_tracked.outcome import (
+    Completed,
+    Failed,
+    PassedOn,
+    Postponed,
+    Retrying,
+    Skipped,
+    Verdict,
+)
+from celery_tracked.runner import Run, Runner
+from celery_tracked.settings import Settings
+
+SECRET = "hunter22"
+BASE_MS = 1000
+
+
+class MemoryStore:
+    """The moves the runner makes, on a dict of ``Job`` rows, fenced like the real ones.
+
+    ``broken`` names methods that raise ``StoreError``; ``calls`` records what was called.
+    """
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, Job] = {}
+        self.broken: set[str] = set()
+        self.calls: list[str] = []
+        self.completion_rows: list[NewRow] = []
+
+    def add(self, job_id: str = "j-1", **changes: Any) -> Job:
+        now = utcnow()
+        job = Job(
+            id=job_id,
+            queue_name="q",
+            job_type="send",
+            task_name="app.send",
+            celery_task_id=job_id,
+            status=JobStatus.PENDING,
+            attempts_made=0,
+            max_attempts=3,
+            idempotency_key=None,
+            correlation_id=job_id,
+            parent_job_id=None,
+            owner_id=None,
+            progress=0,
+            stage=None,
+            worker=None,
+            error_type=None,
+            error_message=None,
+            created_at=now,
+            started_at=None,
+            finished_at=None,
+            updated_at=now,
+        )
+        self.jobs[job_id] = replace(job, **changes)
+        return self.jobs[job_id]
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        if name in self.broken:
+            raise StoreError(f"{name}: database unavailable")
+
+    def _set(self, job_id: str, **changes: Any) -> None:
+        self.jobs[job_id] = replace(self.jobs[job_id], **changes)
+
+    def _held(self, claim: Claim) -> bool:
+        job = self.jobs.get(claim.job_id)
+        return (
+            job is not None
+            and job.status is JobStatus.PROCESSING
+            and job.attempts_made == claim.attempt
+        )
+
+    def _take(self, job: Job, owner: str, worker: str, now: datetime, until: datetime) -> None:
+        self._set(
+            job.id,
+            status=JobStatus.PROCESSING,
+            attempts_made=job.attempts_made + 1,
+            locked_by=owner,
+            locked_until=until,
+            worker=worker,
+            started_at=job.started_at or now,
+        )
+
+    def get(self, job_id: str) -> Job | None:
+        self._call("get")
+        return self.jobs.get(job_id)
+
+    def claim(
+        self, job_id: str, *, owner: str, worker: str, now: datetime, until: datetime
+    ) -> Claim | None:
+        self._call("claim")
+        job = self.jobs.get(job_id)
+        if job is None or job.status not in CLAIMABLE:
+            return None
+        self._take(job, owner, worker, now, until)
+        return Claim(job_id, job.attempts_made + 1, job.max_attempts)
+
+    def _lapsed(self, job: Job, seen: int, now: datetime, stale_owner: str | None) -> bool:
+        expired = job.locked_until is not None and job.locked_until < now
+        return (
+            job.status is JobStatus.PROCESSING
+            and job.attempts_made == seen
+            and (expired or (stale_owner is not None and job.locked_by == stale_owner))
+        )
+
+    def take_over(
+        self,
+        job_id: str,
+        *,
+        seen_attempt: int,
+        owner: str,
+        worker: str,
+        now: datetime,
+        until: datetime,
+        stale_owner: str | None,
+        reason: str,
+    ) -> Claim | None:
+        self._call("take_over")
+        job = self.jobs[job_id]
+        if not self._lapsed(job, seen_attempt, now, stale_owner):
+            return None
+        if job.attempts_made >= job.max_attempts:
+            return None
+        self._take(job, owner, worker, now, until)
+        return Claim(job_id, job.attempts_made + 1, job.max_attempts, takeover=True)
+
+    def fail_lost(
+        self,
+        job_id: str,
+        *,
+        seen_attempt: int,
+        now: datetime,
+        stale_owner: str | None,
+        message: str,
+    ) -> bool:
+        self._call("fail_lost")
+        if not self._lapsed(self.jobs[job_id], seen_attempt, now, stale_owner):
+            return False
+        self._end(job_id, JobStatus.FAILED, now, error_type="WorkerLost", error_message=message)
+        return True
+
+    def _end(self, job_id: str, status: JobStatus, now: datetime, **changes: Any) -> None:
+        finished = now if status.terminal else None
+        self._set(
+            job_id,
+            status=status,
+            locked_by=None,
+            locked_until=None,
+            updated_at=now,
+            finished_at=finished,
+            **changes,
+        )
+
+    def complete(
+        self,
+        claim: Claim,
+        *,
+        result_json: str | None,
+        now: datetime,
+        duration_ms: int,
+        rows: Sequence[NewRow] = (),
+    ) -> bool:
+        self._call("complete")
+        if not self._held(claim):
+            return False
+        self.completion_rows.extend(rows)
+        self._end(claim.job_id, JobStatus.COMPLETED, now, result_json=result_json)
+        return True
+
+    def retrying(
+        self,
+        claim: Claim,
+        *,
+        error_type: str,
+        error_message: str,
+        delay_ms: int,
+        duration_ms: int | None,
+        now: datetime,
+    ) -> bool:
+        self._call("retrying")
+        if not self._held(claim):
+            return False
+        self._end(
+            claim.job_id,
+            JobStatus.RETRYING,
+            now,
+            error_type=error_type,
+            error_message=error_message,
+        )
+        return True
+
+    def fail(
+        self,
+        claim: Claim,
+        *,
+        error_type: str,
+        error_message: str,
+        duration_ms: int | None,
+        now: datetime,
+    ) -> bool:
+        self._call("fail")
+        if not self._held(claim):
+            return False
+        self._end(
+            claim.job_id, JobStatus.FAILED, now, error_type=error_type, error_message=error_message
+        )
+        return True
+
+    def release(self, claim: Claim, now: datetime) -> bool:
+        self._call("release")
+        if not self._held(claim):
+            return False
+        self._set(claim.job_id, locked_by=None, locked_until=now, updated_at=now)
+        return True
+
+    def renew(self, claims: Sequence[Claim], until: datetime) -> int:
+        self._call("renew")
+        held = [c for c in claims if self._held(c)]
+        for claim in held:
+            self._set(claim.job_id, locked_until=until)
+        return len(held)
+
+
+class Recorder(Hooks):
+    """Collects every transition; optionally postpones deliveries or adds completion rows."""
+
+    def __init__(self) -> None:
+        self.transitions: list[Transition] = []
+        self.postpone: float | None = None
+        self.rows: list[NewRow] = []
+        self.deliveries: list[Delivery] = []
+
+    def before_claim(self, delivery: Delivery) -> float | None:
+        self.deliveries.append(delivery)
+        return self.postpone
+
+    def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
+        return self.rows
+
+    def after_transition(self, transition: Transition) -> None:
+        self.transitions.append(transition)
+
+    @property
+    def events(self) -> list[str]:
+        return [t.event for t in self.transitions]
+
+
+class World:
+    def __init__(self, store: MemoryStore, recorder: Recorder, runner: Runner) -> None:
+        self.store = store
+        self.recorder = recorder
+        self.runner = runner
+        self.bodies = 0
+
+    def run(
+        self,
+        body: Callable[[], Any] = lambda: None,
+        job_id: str = "j-1",
+        headers: TrackedHeaders | None = None,
+    ) -> Verdict:
+        def counted() -> Any:
+            self.bodies += 1
+            return body()
+
+        run = Run(
+            headers=headers or TrackedHeaders(job_id, job_id, None, "q"),
+            task_name="app.send",
+            job_type="send",
+            queue="q",
+            worker="w1@host",
+            backoff_base_ms=BASE_MS,
+            secrets=lambda: [SECRET],
+        )
+        return self.runner.run(run, counted)
+
+    def job(self, job_id: str = "j-1") -> Job:
+        return self.store.jobs[job_id]
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    store = MemoryStore()
+    recorder = Recorder()
+    keeper = LeaseKeeper(store, lease_seconds=3600)  # type: ignore[arg-type]
+    settings = Settings(redis_url="memory://")
+    runner = Runner(store, keeper, HookChain([recorder]), settings)  # type: ignore[arg-type]
+    yield World(store, recorder, runner)
+    keeper.stop()
+
+
+def fail_with(error: BaseException) -> Callable[[], Any]:
+    def body() -> Any:
+        raise error
+
+    return body
+
+
+# -- Completed ----------------------------------------------------------------------
+
+
+def test_completed_records_the_result(world: World) -> None:
+    world.store.add()
+    verdict = world.run(lambda: {"sent": 2})
+    assert verdict == Completed({"sent": 2})
+    job = world.job()
+    assert (job.status, job.attempts_made, job.result_json) == (
+        JobStatus.COMPLETED,
+        1,
+        '{"sent":2}',
+    )
+    assert job.locked_by is None and job.worker == "w1@host"
+    assert world.recorder.events == ["processing", "completed"]
+    done = world.recorder.transitions[-1]
+    assert (done.job_id, done.attempt, done.queue, done.job_type) == ("j-1", 1, "q", "send")
+    assert done.duration_ms is not None and done.duration_ms >= 0
+
+
+def test_completion_rows_of_the_hooks_are_written_with_the_completion(world: World) -> None:
+    world.store.add()
+    row = NewRow("background_job_events", {"job_id": "j-1"})
+    world.recorder.rows = [row]
+    assert world.run(lambda: 1) == Completed(1)
+    assert world.store.completion_rows == [row]
+
+
+def test_the_lease_is_held_while_the_body_runs(world: World) -> None:
+    world.store.add()
+    seen: list[bool] = []
+    world.run(lambda: seen.append(world.runner.leases.is_active("j-1")))
+    assert seen == [True]
+    assert not world.runner.leases.is_active("j-1")
+
+
+def test_a_result_that_is_not_json_fails_the_job(world: World) -> None:
+    world.store.add()
+    verdict = world.run(lambda: object())
+    assert isinstance(verdict, Failed) and isinstance(verdict.error, Unrecoverable)
+    assert (world.job().status, world.job().error_type) == (JobStatus.FAILED, "Unrecoverable")
+
+
+# -- Retrying -----------------------------------------------------------------------
+
+
+def test_a_plain_error_with_attempts_left_retries_after_the_backoff(world: World) -> None:
+    world.store.add()
+    error = ValueError("smtp down")
+    verdict = world.run(fail_with(error))
+    assert isinstance(verdict, Retrying) and verdict.cause is error
+    assert BASE_MS / 1000 <= verdict.countdown <= BASE_MS * 1.25 / 1000
+    job = world.job()
+    assert (job.status, job.error_type, job.error_message) == (
+        JobStatus.RETRYING,
+        "ValueError",
+        "smtp down",
+    )
+    assert world.recorder.events == ["processing", "retrying"]
+
+
+def test_the_second_attempt_backs_off_twice_as_long(world: World) -> None:
+    world.store.add(status=JobStatus.RETRYING, attempts_made=1)
+    verdict = world.run(fail_with(ValueError("x")))
+    assert isinstance(verdict, Retrying)
+    assert 2 * BASE_MS / 1000 <= verdict.countdown <= 2 * BASE_MS * 1.25 / 1000
+    assert world.job().attempts_made == 2
+
+
+# -- Failed -------------------------------------------------------------------------
+
+
+def test_the_last_attempt_fails(world: World) -> None:
+    world.store.add(status=JobStatus.RETRYING, attempts_made=2)
+    error = KeyError("gone")
+    assert world.run(fail_with(error)) == Failed(error)
+    job = world.job()
+    assert (job.status, job.attempts_made, job.error_type) == (JobStatus.FAILED, 3, "KeyError")
+    assert job.finished_at is not None
+    assert world.recorder.events == ["processing", "failed"]
+
+
+def test_unrecoverable_fails_on_the_first_attempt(world: World) -> None:
+    world.store.add(max_attempts=5)
+    error = Unrecoverable("bad address")
+    assert world.run(fail_with(error)) == Failed(error)
+    job = world.job()
+    assert (job.status, job.attempts_made, job.error_type, job.error_message) == (
+        JobStatus.FAILED,
+        1,
+        "Unrecoverable",
+        "bad address",
+    )
+
+
+def test_reject_without_requeue_fails(world: World) -> None:
+    world.store.add()
+    error = Reject("poison", requeue=False)
+    assert world.run(fail_with(error)) == Failed(error)
+    assert world.job().status is JobStatus.FAILED
+
+
+# -- PassedOn -----------------------------------------------------------------------
+
+
+def test_ignore_is_passed_on_and_the_job_completed(world: World) -> None:
+    world.store.add()
+    signal = Ignore()
+    assert world.run(fail_with(signal)) == PassedOn(signal)
+    assert world.job().status is JobStatus.COMPLETED
+    assert world.job().result_json is None
+    assert "ignored or replaced" in world.recorder.transitions[-1].message
+
+
+def test_reject_requeue_releases_the_lease(world: World) -> None:
+    world.store.add()
+    signal = Reject("not now", requeue=True)
+    before = utcnow()
+    assert world.run(fail_with(signal)) == PassedOn(signal)
+    job = world.job()
+    assert (job.status, job.attempts_made, job.locked_by) == (JobStatus.PROCESSING, 1, None)
+    assert job.locked_until is not None and job.locked_until >= before
+    assert job.locked_until <= utcnow()
+    assert "release" in world.store.calls
+
+
+def test_a_requeued_delivery_takes_the_released_lease_over(world: World) -> None:
+    world.store.add()
+    world.run(fail_with(Reject("not now", requeue=True)))
+    assert world.run(lambda: "ok") == Completed("ok")
+    assert (world.job().status, world.job().attempts_made) == (JobStatus.COMPLETED, 2)
+
+
+def test_a_self_retry_with_attempts_left_is_passed_on_and_recorded(world: World) -> None:
+    world.store.add()
+    cause = ValueError("rate limited")
+    signal = Retry(exc=cause, when=30)
+    assert world.run(fail_with(signal)) == PassedOn(signal)
+    job = world.job()
+    assert (job.status, job.error_type, job.error_message) == (
+        JobStatus.RETRYING,
+        "ValueError",
+        "rate limited",
+    )
+    retrying = world.recorder.transitions[-1]
+    assert retrying.event == "retrying" and "retry in 30000 ms" in retrying.message
+
+
+def test_a_self_retry_on_the_last_attempt_fails(world: World) -> None:
+    world.store.add(status=JobStatus.RETRYING, attempts_made=2)
+    signal = Retry(exc=ValueError("still limited"), when=30)
+    assert world.run(fail_with(signal)) == Failed(signal)
+    assert (world.job().status, world.job().error_type) == (JobStatus.FAILED, "ValueError")
+
+
+# -- Skipped ------------------------------------------------------------------------
+
+
+def test_a_missing_job_is_skipped(world: World) -> None:
+    verdict = world.run(job_id="nope")
+    assert isinstance(verdict, Skipped) and "no such job" in verdict.reason
+    assert world.bodies == 0
+    assert world.recorder.events == ["skipped"]
+
+
+@pytest.mark.parametrize("status", [JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED])
+def test_an_ended_job_is_skipped(world: World, status: JobStatus) -> None:
+    world.store.add(status=status, attempts_made=1)
+    assert world.run() == Skipped(f"job already {status.value}")
+    assert world.bodies == 0
+    assert world.job().status is status
+
+
+def test_a_lost_last_attempt_with_a_dead_holder_fails_worker_lost(world: World) -> None:
+    # held by this very process, which no longer runs it: its holder is dead, even though
+    # the lease itself has not expired
+    world.store.add(
+        status=JobStatus.PROCESSING,
+        attempts_made=3,
+        locked_by=owner_id(),
+        locked_until=utcnow() + timedelta(hours=1),
+    )
+    verdict = world.run()
+    assert isinstance(verdict, Skipped) and "no attempts remain" in verdict.reason
+    assert world.bodies == 0
+    job = world.job()
+    assert (job.status, job.error_type) == (JobStatus.FAILED, "WorkerLost")
+    assert "its worker process died" in (job.error_message or "")
+    assert world.recorder.events == ["failed", "skipped"]
+
+
+def test_a_lost_attempt_with_attempts_left_is_taken_over(world: World) -> None:
+    world.store.add(
+        status=JobStatus.PROCESSING,
+        attempts_made=1,
+        locked_by="elsewhere:1:123",
+        locked_until=utcnow() - timedelta(seconds=1),
+    )
+    assert world.run(lambda: "again") == Completed("again")
+    assert (world.job().status, world.job().attempts_made) == (JobStatus.COMPLETED, 2)
+    assert "take_over" in world.store.calls
+
+
+def test_a_completion_whose_lease_was_taken_over_is_skipped(world: World) -> None:
+    world.store.add()
+
+    def body() -> str:  # another delivery takes the job over while this body runs
+        world.store._set("j-1", attempts_made=2, locked_by="elsewhere:1:9")
+        return "late"
+
+    verdict = world.run(body)
+    assert verdict == Skipped("attempt 1 lost its lease")
+    assert world.job().status is JobStatus.PROCESSING
+    assert world.recorder.events == ["processing", "lease_lost"]
+
+
+def test_a_completion_whose_claim_was_lost_is_postponed(world: World) -> None:
+    world.store.add()
+
+    def body() -> str:  # the database lost the claim: the row is claimable again
+        world.store._set("j-1", status=JobStatus.PENDING, attempts_made=0)
+        return "x"
+
+    assert world.run(body) == Postponed(0.5, "the job is claimable again")
+
+
+# -- Postponed ----------------------------------------------------------------------
+
+
+def test_another_live_lease_postpones_for_its_remaining_time(world: World) -> None:
+    world.store.add(
+        status=JobStatus.PROCESSING,
+        attempts_made=1,
+        locked_by="elsewhere:1:123",
+        locked_until=utcnow() + timedelta(seconds=20),
+    )
+    verdict = world.run()
+    assert isinstance(verdict, Postponed)
+    assert 19.0 <= verdict.countdown <= 20.1
+    assert verdict.reason == "attempt 1 is running elsewhere"
+    assert world.bodies == 0 and world.job().attempts_made == 1
+    assert world.recorder.events == ["busy"]
+
+
+def test_a_long_live_lease_postpones_at_most_one_lease(world: World) -> None:
+    world.store.add(
+        status=JobStatus.PROCESSING,
+        attempts_made=1,
+        locked_by="elsewhere:1:123",
+        locked_until=utcnow() + timedelta(hours=2),
+    )
+    verdict = world.run()
+    assert isinstance(verdict, Postponed) and verdict.countdown == 60.0  # lease_seconds
+
+
+def test_an_unreachable_database_at_claim_postpones(world: World) -> None:
+    world.store.add()
+    world.store.broken.add("claim")
+    verdict = world.run()
+    assert isinstance(verdict, Postponed) and verdict.reason == "database unavailable"
+    assert 0.5 <= verdict.countdown <= 1.25
+    assert world.bodies == 0
+    assert world.job().attempts_made == 0
+    assert world.recorder.events == ["error"]
+
+
+def test_a_hook_postpones_before_the_claim(world: World) -> None:
+    world.store.add()
+    world.recorder.postpone = 2.0
+    assert world.run() == Postponed(2.0, "a hook asked to wait")
+    assert world.recorder.deliveries == [Delivery("j-1", "send", "q", "app.send")]
+    assert "claim" not in world.store.calls
+    assert world.bodies == 0 and world.job().status is JobStatus.PENDING
+    assert world.recorder.events == ["busy"]
+
+
+def test_a_completion_that_cannot_be_written_retries(world: World) -> None:
+    world.store.add()
+    world.store.broken.add("complete")
+    verdict = world.run(lambda: "done")
+    assert isinstance(verdict, Retrying) and verdict.cause is None
+    assert BASE_MS / 1000 <= verdict.countdown <= BASE_MS * 1.25 / 1000
+    assert (world.job().status, world.job().error_type) == (JobStatus.RETRYING, "StoreError")
+
+
+def test_a_retry_that_cannot_be_written_still_retries(world: World) -> None:
+    world.store.add()
+    world.store.broken.add("retrying")
+    error = ValueError("x")
+    verdict = world.run(fail_with(error))
+    assert isinstance(verdict, Retrying) and verdict.cause is error
+    assert world.recorder.events == ["processing", "error"]
+
+
+def test_a_failure_that_cannot_be_written_is_carried_by_the_message(world: World) -> None:
+    world.store.add(status=JobStatus.RETRYING, attempts_made=2)
+    world.store.broken.add("fail")
+    verdict = world.run(fail_with(ValueError(f"login {SECRET} refused")))
+    assert isinstance(verdict, Postponed) and verdict.reason == "failure not recorded"
+    assert verdict.countdown == 1.0
+    assert verdict.headers is not None
+    failure = PendingFailure.decode(verdict.headers[HEADER_PENDING_FAILURE])
+    assert failure == PendingFailure(3, "ValueError", "login *** refused")
+    assert world.job().status is JobStatus.PROCESSING
+
+    # the next delivery, with those headers, records the failure and runs nothing
+    world.store.broken.clear()
+    headers = TrackedHeaders("j-1", "j-1", None, "q").to_headers()
+    redelivered = TrackedHeaders.read({**headers, **verdict.headers})
+    assert redelivered is not None
+    assert world.run(headers=redelivered) == Skipped("failure recorded late")
+    assert world.bodies == 1
+    job = world.job()
+    assert (job.status, job.error_type, job.error_message) == (
+        JobStatus.FAILED,
+        "ValueError",
+        "login *** refused",
+    )
+    assert world.recorder.events[-1] == "failed"
+
+
+def test_a_pending_failure_is_recorded_without_calling_the_body(world: World) -> None:
+    world.store.add(status=JobStatus.PROCESSING, attempts_made=2, locked_by="x:1:1")
+    headers = TrackedHeaders("j-1", pending_failure=PendingFailure(2, "KeyError", "k"))
+    assert world.run(headers=headers) == Skipped("failure recorded late")
+    assert world.bodies == 0
+    assert "claim" not in world.store.calls
+    assert (world.job().status, world.job().error_type) == (JobStatus.FAILED, "KeyError")
+
+
+def test_a_pending_failure_still_not_recordable_is_postponed_again(world: World) -> None:
+    world.store.add(status=JobStatus.PROCESSING, attempts_made=2)
+    world.store.broken.add("fail")
+    headers = TrackedHeaders("j-1", pending_failure=PendingFailure(2, "KeyError", "k"))
+    verdict = world.run(headers=headers)
+    assert isinstance(verdict, Postponed) and verdict.reason == "failure still not recorded"
+    assert verdict.countdown >= 0.5
+    assert world.bodies == 0
+
+
+def test_a_pending_failure_of_an_attempt_taken_over_writes_nothing(world: World) -> None:
+    world.store.add(status=JobStatus.PROCESSING, attempts_made=3)
+    headers = TrackedHeaders("j-1", pending_failure=PendingFailure(2, "KeyError", "k"))
+    assert world.run(headers=headers) == Skipped("failure recorded late")
+    assert world.job().status is JobStatus.PROCESSING
+    assert "failed" not in world.recorder.events
+
+
+# -- secrets ------------------------------------------------------------------------
+
+
+def test_secrets_are_masked_in_the_raised_exception_and_the_record(world: World) -> None:
+    world.store.add()
+    error = ValueError(f"cannot log in with {SECRET}")
+    verdict = world.run(fail_with(error))
+    assert isinstance(verdict, Retrying) and verdict.cause is error
+    assert str(error) == "cannot log in with ***"
+    assert world.job().error_message == "cannot log in with ***"
+    assert all(SECRET not in t.message for t in world.recorder.transitions)
+
+
+class OpaqueError(Exception):
+    """An exception whose text ignores its ``args``: it cannot be masked in place."""
+
+    def __init__(self, password: str) -> None:
+        super().__init__("login refused")
+        self.password = password
+
+    def __str__(self) -> str:
+        return f"login refused for {self.password}"
+
+
+def test_the_record_is_masked_even_when_the_exception_cannot_be(world: World) -> None:
+    world.store.add()
+    world.run(fail_with(OpaqueError(SECRET)))
+    assert world.job().error_message == "login refused for ***"
+
+
+def test_secrets_are_masked_in_a_failed_attempts_chain(world: World) -> None:
+    world.store.add(max_attempts=1)
+    try:
+        try:
+            raise OSError(f"token {SECRET} rejected")
+        except OSError as inner:
+            raise Unrecoverable(f"gave up on {SECRET}") from inner
+    except Unrecoverable as exc:
+        error = exc
+    verdict = world.run(fail_with(error))
+    assert verdict == Failed(error)
+    assert SECRET not in str(error) and SECRET not in str(error.__cause__)
+    assert world.job().error_message == "gave up on ***"
+
+
+def test_secrets_are_masked_in_a_self_retrys_cause(world: World) -> None:
+    world.store.add()
+    cause = ValueError(f"bad {SECRET}")
+    world.run(fail_with(Retry(exc=cause, when=1)))
+    assert str(cause) == "bad ***"
+    assert world.job().error_message == "bad ***"
+
+
+def test_secrets_are_only_computed_when_an_error_must_be_masked(world: World) -> None:
+    world.store.add()
+    asked: list[int] = []
+    run = Run(
+        headers=TrackedHeaders("j-1"),
+        task_name="app.send",
+        job_type="send",
+        queue="q",
+        worker="w",
+        backoff_base_ms=BASE_MS,
+        secrets=lambda: asked.append(1) or [SECRET],
+    )
+    assert world.runner.run(run, lambda: "fine") == Completed("fine")
+    assert asked == []
+
+
+def test_the_live_lease_of_this_process_is_never_taken_for_a_dead_one(world: World) -> None:
+    world.store.add()
+    inner: list[Verdict] = []
+    # a duplicate delivery in the same process while the first still runs the body
+    world.run(lambda: inner.append(world.run()))
+    assert isinstance(inner[0], Postponed)
+    assert world.job().status is JobStatus.COMPLETED
+    assert world.job().attempts_made == 1

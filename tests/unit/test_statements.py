@@ -1,0 +1,117 @@
+"""Every statement written once: the Core statements compile for PostgreSQL and SQLite
+without a server, and each move's WHERE clause carries its sources and its fence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.dialects.postgresql import psycopg
+
+from celery_tracked.store import statements as sql
+
+PG = psycopg.dialect()
+SQLITE = sqlite.dialect()
+
+MOVES = {
+    m.name: m
+    for m in (
+        sql.CLAIM,
+        sql.TAKE_OVER,
+        sql.FAIL_LOST,
+        sql.CANCEL,
+        sql.COMPLETE,
+        sql.RETRYING,
+        sql.FAIL,
+        sql.RENEW,
+        sql.RELEASE,
+    )
+}
+
+#: move → (source statuses, target status or None, fenced by the attempt, by a lapsed lease)
+EXPECTED: dict[str, tuple[set[str], str | None, bool, bool]] = {
+    "claim": ({"pending", "retrying"}, "processing", False, False),
+    "take_over": ({"processing"}, "processing", True, True),
+    "fail_lost": ({"processing"}, "failed", True, True),
+    "cancel": ({"pending", "retrying"}, "cancelled", False, False),
+    "complete": ({"processing"}, "completed", True, False),
+    "retrying": ({"processing"}, "retrying", True, False),
+    "fail": ({"processing"}, "failed", True, False),
+    "renew": ({"processing"}, None, True, False),
+    "release": ({"processing"}, None, True, False),
+}
+
+
+def where_of(text: str) -> str:
+    return text.split(" WHERE ", 1)[1]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_move_is_one_conditional_update(name: str) -> None:
+    sources, target, attempt_fence, lapsed_fence = EXPECTED[name]
+    compiled = sql.move_update(MOVES[name]).compile(dialect=SQLITE)
+    params: dict[str, Any] = compiled.params
+    statuses = {v for k, v in params.items() if k.startswith("status_")}
+    assert statuses == sources
+    assert params.get("status") == target
+    where = where_of(str(compiled))
+    assert where.startswith("background_jobs.id = ?")
+    assert ("background_jobs.attempts_made = ?" in where) is attempt_fence
+    assert ("background_jobs.locked_until < ?" in where) is lapsed_fence
+    assert ("background_jobs.locked_by = ?" in where) is lapsed_fence
+
+
+def test_a_takeover_never_exceeds_the_attempts() -> None:
+    where = where_of(str(sql.move_update(sql.TAKE_OVER).compile(dialect=SQLITE)))
+    assert "background_jobs.attempts_made < background_jobs.max_attempts" in where
+
+
+def test_a_lost_last_attempt_is_recorded_as_worker_lost() -> None:
+    params = sql.move_update(sql.FAIL_LOST).compile(dialect=SQLITE).params
+    assert params["error_type"] == "WorkerLost"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_the_postgresql_cte_is_the_same_update_and_its_event(name: str) -> None:
+    move = MOVES[name]
+    text = str(sql.move_cte(move).compile(dialect=PG))
+    update = str(sql.move_update(move).compile(dialect=PG))
+    assert text.startswith("WITH moved AS")
+    assert where_of(update) in text  # the same WHERE, fence included
+    assert "RETURNING background_jobs.id, background_jobs.attempts_made" in text
+    has_event = move.event is not None and move.target is not None
+    assert ("INSERT INTO background_job_events" in text) is has_event
+    assert text.rstrip().endswith("FROM moved")
+
+
+def test_statements_are_built_once() -> None:
+    assert sql.move_update(sql.COMPLETE) is sql.move_update(sql.COMPLETE)
+    assert sql.move_cte(sql.COMPLETE) is sql.move_cte(sql.COMPLETE)
+    assert sql.job_insert_cte() is sql.job_insert_cte()
+
+
+@pytest.mark.parametrize("dialect", [PG, SQLITE], ids=["postgresql", "sqlite"])
+def test_every_other_statement_compiles(dialect: Any) -> None:
+    for statement in (
+        sql.JOB_INSERT,
+        sql.SELECT_JOB,
+        sql.SELECT_BY_KEY,
+        sql.SELECT_ATTEMPTS,
+        sql.SELECT_EVENTS,
+        sql.COUNT_BY_STATUS,
+        sql.OLDEST_PENDING,
+        sql.DELETE_EVENTS,
+        sql.DELETE_JOB,
+        sql.event_insert(sql.jobs, "enqueued", sql.JobStatus.PENDING),
+    ):
+        assert str(statement.compile(dialect=dialect))
+
+
+def test_the_new_job_insert_writes_its_enqueued_event_in_one_statement() -> None:
+    text = str(sql.job_insert_cte().compile(dialect=PG))
+    assert text.startswith("WITH inserted AS")
+    assert "INSERT INTO background_jobs" in text
+    assert "INSERT INTO background_job_events" in text
+    params = sql.job_insert_cte().compile(dialect=PG).params
+    assert {"enqueued", "pending"} <= set(params.values())
