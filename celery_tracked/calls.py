@@ -49,6 +49,10 @@ class CallShape:
                 named[name] = value
         return named
 
+    def unnamed(self, args: Sequence[Any]) -> list[Any]:
+        """The positional arguments no parameter names (past the signature, or none)."""
+        return [v for n, v in zip(self.names(len(args)), args, strict=True) if n is None]
+
     def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any], task: str) -> dict[str, Any]:
         """The call's arguments by name with defaults applied (``**kwargs`` flattened).
 
@@ -91,7 +95,7 @@ class CallShape:
         self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
     ) -> list[str]:
         """Every value under a secret name, to mask wherever the call's text may appear."""
-        return secret_values(self.named(args, kwargs), keys)
+        return secret_values([self.named(args, kwargs), self.unnamed(args)], keys)
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,7 @@ def prepare_call(
     """
     named = shape.bind(args, kwargs, rules.task_name)
     encode_payload(args, kwargs, rules.max_payload_bytes)
-    secrets = tuple(secret_values(named, rules.redact_keys))
+    secrets = tuple(secret_values([named, shape.unnamed(args)], rules.redact_keys))
     validate(rules, named, secrets)
     safe_args, safe_kwargs = shape.redacted(args, kwargs, rules.redact_keys)
     return PreparedCall(

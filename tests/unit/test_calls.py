@@ -368,11 +368,6 @@ def test_a_callable_instance_without_signature_still_works() -> None:
     assert "abc123" not in call.argsrepr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: without a signature, a value under a secret key nested in a positional "
-    "argument is redacted in payload_json/argsrepr but not listed in secrets (errors keep it)",
-)
 def test_a_nested_secret_of_an_unnamed_argument_is_listed_for_masking() -> None:
     call = prepare_call(CallShape(Opaque()), rules(), ["x", {"token": "abc123"}], {})
     assert "abc123" not in call.payload_json
