@@ -36,7 +36,8 @@ def redact(value: Any, redact_keys: Sequence[str]) -> Any:
 
 
 def secret_values(value: Any, redact_keys: Sequence[str]) -> list[str]:
-    """Every string (or number) found under a secret key, to mask them in messages."""
+    """Every string (or number) found under a secret key, each once, to mask them in
+    messages."""
     found: list[str] = []
 
     def walk(node: Any, secret: bool) -> None:
@@ -52,7 +53,7 @@ def secret_values(value: Any, redact_keys: Sequence[str]) -> list[str]:
                 found.append(text)
 
     walk(value, False)
-    return found
+    return list(dict.fromkeys(found))  # each once, in order
 
 
 def encode_payload(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int) -> int:
