@@ -114,12 +114,8 @@ def test_worker_configured_by_celery_tracked_redis_url_alone(
     assert "invalid configuration" not in worker.log()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: DESIGN.md's precedence is app.conf > CELERY_TRACKED_* > the seeds' aliases "
-    "(REDIS_URL, JOB_QUEUE_DEFAULT_ATTEMPTS); Settings.from_conf reads the alias first",
-)
 def test_celery_tracked_env_names_win_over_the_seed_aliases() -> None:
+    """DESIGN.md: app.conf > ``CELERY_TRACKED_*`` > the seeds' names as aliases."""
     settings = Settings.from_conf(
         {},
         environ={
