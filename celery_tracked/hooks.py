@@ -10,7 +10,10 @@ Celery's own ``before_start``...``after_return``).
   be): the structured log lines and the terminal notification are the first two built-ins.
 
 Register your own with ``Tracker.for_app(app).add_hook(MyHooks())``. A hook that raises in
-``after_transition`` is logged and ignored: the row is already the truth.
+``before_claim`` or ``after_transition`` is logged and ignored (the delivery goes on; the
+row is already the truth). One that raises in ``completion_rows``, or whose rows the
+database refuses, fails the attempt like a body that raised: it is retried up to
+``max_attempts``.
 """
 
 from __future__ import annotations
@@ -124,7 +127,11 @@ class HookChain(Hooks):
 
     def before_claim(self, delivery: Delivery) -> float | None:
         for hook in self.hooks:
-            delay = hook.before_claim(delivery)
+            try:
+                delay = hook.before_claim(delivery)
+            except Exception:  # fail open: a broken hook must not strand the job
+                logger.exception("celery-tracked hook %r failed in before_claim", hook)
+                continue
             if delay is not None:
                 return delay
         return None

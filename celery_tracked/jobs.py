@@ -61,6 +61,14 @@ class NewRow:
     table: str
     values: Mapping[str, Any]
 
+    def __post_init__(self) -> None:
+        if self.table not in TABLES:
+            raise ValueError(f"not a celery-tracked table: {self.table!r} (one of {TABLES})")
+
+
+#: The library's own tables: the only ones a completion may add rows to.
+TABLES = ("background_jobs", "background_job_events")
+
 
 class EnqueueResult(NamedTuple):
     """What ``enqueue`` returns. ``created`` is False for a deduplicated call."""

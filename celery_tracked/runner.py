@@ -37,7 +37,7 @@ from .outcome import (
     retry_cause,
 )
 from .settings import Settings
-from .store import JobStore
+from .store import JobStore, Refused
 
 #: Longest wait before re-reading an unreachable database at claim time.
 _CLAIM_RETRY_CAP_MS = 30_000
@@ -171,20 +171,37 @@ class Runner:
         except Exception as exc:
             error = exc
             mask_exception(exc, run.secrets(), self.settings.redact_keys)  # and its cause
-        base = run.backoff_base_ms
-        plan = plan_outcome(
-            error, claim.attempt, claim.max_attempts, lambda n: self._backoff(n, base)
-        )
+        plan = self._plan(run, claim, error)
         if plan.write is Write.COMPLETE:
             return self._complete(run, claim, plan, error, result, result_json, started)
         if plan.write is Write.RELEASE:
             self._release(claim)
-        else:
-            assert error is not None
-            written = self._record_failure(run, claim, retry_cause(error), started, plan.delay_ms)
-            if written is not None:
-                return written
-        return _after_write(plan, error)
+            return _after_write(plan, error)
+        assert error is not None
+        return self._fail_attempt(run, claim, plan, error, started)
+
+    def _plan(self, run: Run, claim: Claim, error: BaseException | None) -> Plan:
+        base = run.backoff_base_ms
+        return plan_outcome(
+            error, claim.attempt, claim.max_attempts, lambda n: self._backoff(n, base)
+        )
+
+    def _fail_attempt(
+        self, run: Run, claim: Claim, plan: Plan, error: Exception, started: float
+    ) -> Verdict:
+        """Record the attempt as failed (``retrying`` or ``failed``, as ``plan`` says)."""
+        written = self._record_failure(run, claim, retry_cause(error), started, plan.delay_ms)
+        return written if written is not None else _after_write(plan, error)
+
+    def _job_error(self, run: Run, claim: Claim, error: Exception, started: float) -> Verdict:
+        """The completion could not be written for a reason of the job's own (a hook
+        raised, the database refused its rows): the attempt fails as if the body had
+        raised ``error``, and counts against ``max_attempts``."""
+        mask_exception(error, run.secrets(), self.settings.redact_keys)
+        plan = self._plan(run, claim, error)
+        if plan.write not in (Write.RETRY, Write.FAIL):  # Celery's own signals from a hook
+            plan = Plan(Write.FAIL, reraise=True)
+        return self._fail_attempt(run, claim, plan, error, started)
 
     def _complete(
         self,
@@ -198,15 +215,17 @@ class Runner:
     ) -> Verdict:
         """Write ``completed`` durably, or retry the attempt: never acknowledged as done
         without the write."""
+        try:
+            rows = self.hooks.completion_rows(claim, result)
+        except Exception as exc:
+            return self._job_error(run, claim, exc, started)
         duration = int((time.monotonic() - started) * 1000)
         try:
             saved = self.store.complete(
-                claim,
-                result_json=result_json,
-                now=utcnow(),
-                duration_ms=duration,
-                rows=self.hooks.completion_rows(claim, result),
+                claim, result_json=result_json, now=utcnow(), duration_ms=duration, rows=rows
             )
+        except Refused as exc:
+            return self._job_error(run, claim, exc, started)
         except StoreError as exc:
             delay = self._backoff(claim.attempt, run.backoff_base_ms)
             lost = self._record_failure(run, claim, exc, started, delay, secret=False)

@@ -15,9 +15,9 @@ from __future__ import annotations
 from .engines import Engines
 from .moves import Moves
 from .reads import Reads
-from .translate import Disconnected, DuplicateJob
+from .translate import Disconnected, DuplicateJob, Refused
 
-__all__ = ["Disconnected", "DuplicateJob", "JobStore"]
+__all__ = ["Disconnected", "DuplicateJob", "JobStore", "Refused"]
 
 
 class JobStore(Moves, Reads):

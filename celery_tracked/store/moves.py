@@ -244,7 +244,4 @@ class Moves:
 
 def _insert_rows(conn: Connection, rows: Sequence[NewRow]) -> None:
     for row in rows:
-        table = metadata.tables.get(row.table)
-        if table is None:
-            raise ValueError(f"not a celery-tracked table: {row.table!r}")
-        conn.execute(insert(table).values(dict(row.values)))
+        conn.execute(insert(metadata.tables[row.table]).values(dict(row.values)))

@@ -8,7 +8,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
-from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import (
+    ArgumentError,
+    CompileError,
+    DataError,
+    DBAPIError,
+    IntegrityError,
+    SQLAlchemyError,
+)
 
 from ..errors import StoreError, first_line
 
@@ -19,6 +26,13 @@ class DuplicateJob(Exception):
 
 class Disconnected(StoreError):
     """The statement failed because its pooled connection was dead (now discarded)."""
+
+    internal = True  # recorded as a StoreError
+
+
+class Refused(StoreError):
+    """The database refused a row for what it holds (a constraint), not for being down:
+    sending it again cannot help."""
 
     internal = True  # recorded as a StoreError
 
@@ -47,19 +61,21 @@ def reconnecting(method: F) -> F:
 def translated(action: str, inserting: bool = False) -> Iterator[None]:
     """Turn driver and SQLAlchemy errors into ``StoreError`` (``Disconnected`` for a dead
     pooled connection). A constraint violation is ``DuplicateJob`` when ``inserting`` a
-    job, else a ``StoreError`` like any other refusal."""
+    job, else ``Refused``."""
     try:
         yield
     except DuplicateJob:
         if inserting:
             raise
-        raise StoreError(f"{action} failed: a constraint refused the row") from None
+        raise Refused(f"{action} failed: a constraint refused a row") from None
     except StoreError:
         raise
     except IntegrityError as exc:
         if inserting:
             raise DuplicateJob() from None
-        raise StoreError(f"{action} failed: {_reason(exc)}") from None
+        raise Refused(f"{action} failed: {_reason(exc)}") from None
+    except (DataError, CompileError, ArgumentError) as exc:  # a value or column it cannot hold
+        raise Refused(f"{action} failed: {_reason(exc)}") from None
     except SQLAlchemyError as exc:
         kind = StoreError
         if isinstance(exc, DBAPIError) and exc.connection_invalidated:

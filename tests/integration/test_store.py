@@ -16,7 +16,7 @@ from sqlalchemy.pool import NullPool
 
 from celery_tracked import JobStatus, StoreError
 from celery_tracked.jobs import Claim, NewRow, utcnow
-from celery_tracked.store import JobStore
+from celery_tracked.store import JobStore, Refused
 from celery_tracked.store.fastpath import FastPath
 
 from ..conftest import wait_for
@@ -308,3 +308,22 @@ def test_a_forked_child_never_closes_the_parents_connections(pg_database_url: st
     finally:
         release.set()
         store.dispose()
+
+
+def test_completion_rows_the_database_refuses_raise_refused(store: JobStore) -> None:
+    """A constraint or an unknown column is the job's problem, not an outage: ``Refused``
+    (the runner then fails the attempt), and nothing of the completion is written."""
+    job_id = new_job(store)
+    c = claim(store, job_id)
+    assert c is not None
+    now = utcnow()
+    duplicate = {"id": job_id, "queue_name": "q", "job_type": "t", "task_name": "t"}
+    duplicate |= {"status": "pending", "max_attempts": 1, "created_at": now, "updated_at": now}
+    for rows in (
+        [NewRow("background_jobs", duplicate)],
+        [NewRow("background_job_events", {"job_id": job_id, "no_such_column": 1})],
+    ):
+        with pytest.raises(Refused):
+            store.complete(c, result_json=None, now=now, duration_ms=0, rows=rows)
+        job = store.get(job_id)
+        assert job is not None and job.status is JobStatus.PROCESSING

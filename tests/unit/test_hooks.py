@@ -47,7 +47,7 @@ class Recording(Hooks):
         return self.delay
 
     def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
-        return [NewRow("t", {"hook": self.name, "result": result})]
+        return [NewRow("background_job_events", {"hook": self.name, "result": result})]
 
     def after_transition(self, transition: Transition) -> None:
         self.log.append(f"{self.name}.{transition.event}")
@@ -84,8 +84,8 @@ def test_completion_rows_of_every_hook_in_order() -> None:
     chain = HookChain([Recording("a", []), Hooks()])
     chain.add(Recording("b", []))
     assert chain.completion_rows(CLAIM, 7) == [
-        NewRow("t", {"hook": "a", "result": 7}),
-        NewRow("t", {"hook": "b", "result": 7}),
+        NewRow("background_job_events", {"hook": "a", "result": 7}),
+        NewRow("background_job_events", {"hook": "b", "result": 7}),
     ]
 
 

@@ -26,6 +26,7 @@ from celery_tracked.outcome import (
 )
 from celery_tracked.runner import Run, Runner
 from celery_tracked.settings import Settings
+from celery_tracked.store import Refused
 
 SECRET = "hunter22"
 BASE_MS = 1000
@@ -40,6 +41,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self.jobs: dict[str, Job] = {}
         self.broken: set[str] = set()
+        self.refused: set[str] = set()
         self.calls: list[str] = []
         self.completion_rows: list[NewRow] = []
 
@@ -73,6 +75,8 @@ class MemoryStore:
 
     def _call(self, name: str) -> None:
         self.calls.append(name)
+        if name in self.refused:
+            raise Refused(f"{name}: a constraint refused a row")
         if name in self.broken:
             raise StoreError(f"{name}: database unavailable")
 
@@ -737,3 +741,63 @@ def test_the_live_lease_of_this_process_is_never_taken_for_a_dead_one(world: Wor
     assert isinstance(inner[0], Postponed)
     assert world.job().status is JobStatus.COMPLETED
     assert world.job().attempts_made == 1
+
+
+# -- hooks and refused rows: defined outcomes, never a stuck row ----------------------
+
+
+class Raising(Hooks):
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def before_claim(self, delivery: Delivery) -> float | None:
+        if self.where == "before_claim":
+            raise RuntimeError("hook bug")
+        return None
+
+    def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
+        if self.where == "completion_rows":
+            raise RuntimeError(f"hook bug ({SECRET})")
+        return ()
+
+
+def test_a_before_claim_hook_that_raises_does_not_strand_the_job(world: World) -> None:
+    world.store.add()
+    world.runner.hooks.add(Raising("before_claim"))  # type: ignore[attr-defined]
+    assert world.run(lambda: 1) == Completed(1)
+    assert world.job().status is JobStatus.COMPLETED
+
+
+@pytest.mark.parametrize("attempts_made, status", [(0, JobStatus.RETRYING), (2, JobStatus.FAILED)])
+def test_a_completion_rows_hook_that_raises_fails_the_attempt(
+    world: World, attempts_made: int, status: JobStatus
+) -> None:
+    world.store.add(attempts_made=attempts_made, status=JobStatus.RETRYING)
+    world.runner.hooks.add(Raising("completion_rows"))  # type: ignore[attr-defined]
+    verdict = world.run(lambda: 1)
+    job = world.job()
+    assert job.status is status and job.attempts_made == attempts_made + 1
+    assert job.error_type == "RuntimeError" and SECRET not in (job.error_message or "")
+    if status is JobStatus.RETRYING:
+        assert isinstance(verdict, Retrying) and verdict.countdown >= BASE_MS / 1000
+    else:
+        assert isinstance(verdict, Failed) and SECRET not in str(verdict.error)
+    assert "complete" not in world.store.calls
+
+
+@pytest.mark.parametrize("attempts_made, status", [(0, JobStatus.RETRYING), (2, JobStatus.FAILED)])
+def test_completion_rows_the_database_refuses_fail_the_attempt(
+    world: World, attempts_made: int, status: JobStatus
+) -> None:
+    """A refused row is not an outage: retried like a failed body, within max_attempts."""
+    world.store.add(attempts_made=attempts_made, status=JobStatus.RETRYING)
+    world.store.refused.add("complete")
+    verdict = world.run(lambda: 1)
+    job = world.job()
+    assert job.status is status and job.error_type == "StoreError"
+    assert isinstance(verdict, Retrying if status is JobStatus.RETRYING else Failed)
+
+
+def test_rows_of_an_unknown_table_are_refused_when_built() -> None:
+    with pytest.raises(ValueError, match="not a celery-tracked table"):
+        NewRow("users", {"id": 1})
