@@ -1,0 +1,270 @@
+"""Writing what a run amounts to: the fenced outcome writes and the transitions.
+
+The ``Runner`` (``runner.py``) claims and runs; the ``Recorder`` writes ``completed``,
+``retrying`` or ``failed`` for the run's claim, never acknowledging a job as done without
+the write, turns a write that matched nothing into the right verdict (the lease was lost),
+and tells the hooks every transition. Knows nothing of Celery.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from .errors import StoreError, error_type, mask_exception, summarize
+from .hooks import Hooks, Transition
+from .jobs import CLAIMABLE, Claim, JobStatus, utcnow
+from .messages import HEADER_PENDING_FAILURE, PendingFailure, TrackedHeaders
+from .outcome import (
+    Completed,
+    Failed,
+    PassedOn,
+    Plan,
+    Postponed,
+    Retrying,
+    Skipped,
+    Verdict,
+    Write,
+    backoff_ms,
+    plan_outcome,
+    retry_cause,
+)
+from .settings import Settings
+from .store import JobStore, Refused
+
+
+@dataclass(frozen=True)
+class Run:
+    """One delivery of a tracked message to this worker."""
+
+    headers: TrackedHeaders
+    task_name: str
+    job_type: str
+    queue: str
+    worker: str
+    backoff_base_ms: int
+    #: the call's secret values (computed only when an error must be masked)
+    secrets: Callable[[], Sequence[str]]
+
+    @property
+    def job_id(self) -> str:
+        return self.headers.job_id
+
+
+class Recorder:
+    """Writes the outcomes of runs in this process and tells the hooks."""
+
+    def __init__(self, store: JobStore, hooks: Hooks, settings: Settings) -> None:
+        self.store = store
+        self.hooks = hooks
+        self.settings = settings
+
+    def plan(self, run: Run, claim: Claim, error: BaseException | None) -> Plan:
+        base = run.backoff_base_ms
+        return plan_outcome(
+            error, claim.attempt, claim.max_attempts, lambda n: self.backoff(n, base)
+        )
+
+    def complete(
+        self,
+        run: Run,
+        claim: Claim,
+        plan: Plan,
+        error: Exception | None,
+        result: Any,
+        result_json: str | None,
+        started: float,
+    ) -> Verdict:
+        """Write ``completed`` durably, or retry the attempt: never acknowledged as done
+        without the write."""
+        try:
+            rows = self.hooks.completion_rows(claim, result)
+        except Exception as exc:
+            return self.job_error(run, claim, exc, started)
+        duration = int((time.monotonic() - started) * 1000)
+        try:
+            saved = self.store.complete(
+                claim, result_json=result_json, now=utcnow(), duration_ms=duration, rows=rows
+            )
+        except Refused as exc:
+            return self.job_error(run, claim, exc, started)
+        except StoreError as exc:
+            delay = self.backoff(claim.attempt, run.backoff_base_ms)
+            lost = self.record_failure(run, claim, exc, started, delay, secret=False)
+            return lost if lost is not None else Retrying(delay / 1000, None)
+        if not saved:
+            return self.lost(run, claim, "completed", duration)
+        note = f" ({plan.note})" if plan.note else ""
+        self.tell(
+            run,
+            "completed",
+            f"job {claim.job_id} completed in {duration} ms{note}",
+            attempt=claim.attempt,
+            duration_ms=duration,
+        )
+        return after_write(plan, error, result)
+
+    def fail_attempt(
+        self, run: Run, claim: Claim, plan: Plan, error: Exception, started: float
+    ) -> Verdict:
+        """Record the attempt as failed (``retrying`` or ``failed``, as ``plan`` says)."""
+        written = self.record_failure(run, claim, retry_cause(error), started, plan.delay_ms)
+        return written if written is not None else after_write(plan, error)
+
+    def job_error(self, run: Run, claim: Claim, error: Exception, started: float) -> Verdict:
+        """The completion could not be written for a reason of the job's own (a hook
+        raised, the database refused its rows): the attempt fails as if the body had
+        raised ``error``, and counts against ``max_attempts``."""
+        mask_exception(error, run.secrets(), self.settings.redact_keys)
+        plan = self.plan(run, claim, error)
+        if plan.write not in (Write.RETRY, Write.FAIL):  # Celery's own signals from a hook
+            plan = Plan(Write.FAIL, reraise=True)
+        return self.fail_attempt(run, claim, plan, error, started)
+
+    def record_failure(
+        self,
+        run: Run,
+        claim: Claim,
+        exc: BaseException,
+        started: float,
+        delay_ms: int | None,
+        secret: bool = True,
+    ) -> Verdict | None:
+        """Write retrying (``delay_ms`` given) or failed, fenced. None when written; else
+        the verdict that replaces the plan's (lease lost, or the failure to carry over)."""
+        keys = self.settings.redact_keys
+        kind = error_type(exc)
+        summary = summarize(exc, run.secrets() if secret else (), keys)
+        duration = int((time.monotonic() - started) * 1000)
+        status = JobStatus.FAILED if delay_ms is None else JobStatus.RETRYING
+        write = (
+            self.store.fail if delay_ms is None else partial(self.store.retrying, delay_ms=delay_ms)
+        )
+        try:
+            written = write(
+                claim, error_type=kind, error_message=summary, duration_ms=duration, now=utcnow()
+            )
+        except StoreError as store_exc:
+            message = f"job {claim.job_id}: could not record {status.value}: {store_exc}"
+            self.tell(run, "error", message, logging.ERROR, claim.attempt, duration)
+            if delay_ms is not None:
+                return None  # the re-publish that follows makes the next attempt anyway
+            # the decision must not be lost, nor the body run again: the re-published
+            # message carries it, and its delivery records it once the database answers
+            failure = PendingFailure(claim.attempt, kind, summary)
+            return Postponed(
+                1.0, "failure not recorded", {HEADER_PENDING_FAILURE: failure.encode()}
+            )
+        if not written:
+            return self.lost(run, claim, status.value, duration)
+        tail = "" if delay_ms is None else f"; retry in {delay_ms} ms"
+        self.tell(
+            run,
+            status.value,
+            f"job {claim.job_id} {status.value} after attempt {claim.attempt}/"
+            f"{claim.max_attempts}: {kind}: {summary}{tail}",
+            logging.ERROR if delay_ms is None else logging.WARNING,
+            claim.attempt,
+            duration,
+        )
+        return None
+
+    def record_pending_failure(self, run: Run, failure: PendingFailure) -> Verdict:
+        """Write the failure an earlier attempt decided but could not save; no body runs."""
+        attempt = failure.attempt
+        try:
+            written = self.store.fail(
+                Claim(run.job_id, attempt, attempt),
+                error_type=failure.error_type,
+                error_message=failure.error_message,
+                duration_ms=None,
+                now=utcnow(),
+            )
+        except StoreError as exc:
+            logging.getLogger("celery_tracked").warning(
+                "job %s: failure still not recorded: %s", run.job_id, exc
+            )
+            wait = self.backoff(1, self.settings.default_backoff_ms) / 1000
+            return Postponed(max(0.5, wait), "failure still not recorded")
+        if written:
+            self.tell(
+                run,
+                "failed",
+                f"job {run.job_id} failed after attempt {attempt}: {failure.error_type}: "
+                f"{failure.error_message} (recorded late)",
+                logging.ERROR,
+                attempt,
+            )
+        return Skipped("failure recorded late")
+
+    def lost(self, run: Run, claim: Claim, outcome: str, duration_ms: int) -> Verdict:
+        """The fenced write matched nothing: another attempt took over, or (after a database
+        crash lost the claim) the row is claimable again and this delivery must retry."""
+        try:
+            job = self.store.get(claim.job_id)
+        except StoreError:
+            return Postponed(1.0, "cannot tell who holds the job")  # the claim will decide
+        now = job.status.value if job else "missing"
+        self.tell(
+            run,
+            "lease_lost",
+            f"job {claim.job_id} attempt {claim.attempt} no longer holds its lease; "
+            f"{outcome} not written (now {now})",
+            logging.WARNING,
+            claim.attempt,
+            duration_ms,
+        )
+        if job is not None and job.status in CLAIMABLE:
+            return Postponed(0.5, "the job is claimable again")
+        return Skipped(f"attempt {claim.attempt} lost its lease")
+
+    def release(self, claim: Claim) -> None:
+        try:
+            self.store.release(claim, utcnow())
+        except StoreError as exc:
+            logging.getLogger("celery_tracked").warning(
+                "job %s: could not release its lease: %s", claim.job_id, exc
+            )
+
+    def backoff(self, attempt: int, base_ms: int, cap_ms: int | None = None) -> int:
+        cap = self.settings.max_backoff_ms if cap_ms is None else cap_ms
+        return backoff_ms(attempt, base_ms, cap, random.random)
+
+    def tell(
+        self,
+        run: Run,
+        event: str,
+        message: str,
+        level: int = logging.INFO,
+        attempt: int | None = None,
+        duration_ms: int | None = None,
+    ) -> None:
+        self.hooks.after_transition(
+            Transition(
+                run.job_id,
+                event,
+                event,
+                message,
+                run.queue,
+                run.job_type,
+                attempt,
+                duration_ms,
+                level,
+            )
+        )
+
+
+def after_write(plan: Plan, error: Exception | None, result: Any = None) -> Verdict:
+    """The verdict once the plan's write is done."""
+    if error is None:
+        return Completed(result)
+    if not plan.reraise:
+        return Retrying((plan.delay_ms or 0) / 1000, error)
+    if plan.write is Write.FAIL:
+        return Failed(error)
+    return PassedOn(error)
