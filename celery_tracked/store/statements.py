@@ -149,6 +149,29 @@ FAIL = Move(
     HELD,
     "failed",
 )
+# A run that died outside its call path (killed by the hard time limit, terminated by a
+# revoke) is ended from the worker's main process once its holder is dead: fenced like a
+# takeover (the attempt last seen, and a lease that lapsed or whose owner is dead).
+RETRY_DEAD = Move(
+    "retry_dead", _PROCESSING, JobStatus.RETRYING, {**_END_RUN, **_ERROR}, LAPSED, "retrying"
+)
+FAIL_DEAD = Move(
+    "fail_dead",
+    _PROCESSING,
+    JobStatus.FAILED,
+    {**_END_RUN, **_ERROR, "finished_at": NOW},
+    LAPSED,
+    "failed",
+)
+#: Not in the design's first list of moves: ``revoke(terminate=True)`` ends a running job.
+CANCEL_DEAD = Move(
+    "cancel_dead",
+    _PROCESSING,
+    JobStatus.CANCELLED,
+    {**_END_RUN, "finished_at": NOW, "error_type": None, "error_message": MESSAGE},
+    LAPSED,
+    "cancelled",
+)
 RENEW = Move("renew", _PROCESSING, None, {"locked_until": UNTIL}, HELD, durable=False)
 RELEASE = Move(
     "release", _PROCESSING, None, {"locked_until": NOW, "locked_by": None, "updated_at": NOW}, HELD

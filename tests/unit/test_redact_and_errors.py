@@ -19,14 +19,19 @@ from celery_tracked.settings import Settings
 KEYS = (
     "password",
     "passwd",
+    "passphrase",
+    "pwd",
     "secret",
     "token",
     "api_key",
     "apikey",
+    "*_key",
     "authorization",
     "auth",
     "credential",
     "private_key",
+    "jwt",
+    "otp",
     "cookie",
     "session",
     "card_number",
@@ -158,3 +163,19 @@ def test_a_chain_that_revisits_an_exception_is_masked_to_the_end() -> None:
     e.__cause__, e.__context__ = a, b
     mask_exception(e, ["hunter22"], KEYS)
     assert all("hunter22" not in str(x.args) for x in (a, b, d, e))
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_an_unprintable_exception_is_summarised_by_its_type() -> None:
+    from celery_tracked.errors import first_line, safe_text
+
+    exc = _Unprintable("hunter22")
+    assert summarize(exc, ["hunter22"], KEYS) == "<unprintable _Unprintable>"
+    assert first_line(exc) == "<unprintable _Unprintable>"
+    assert safe_text(exc) == "<unprintable _Unprintable>"
+    mask_exception(exc, ["hunter22"], KEYS)  # never raises either
+    assert exc.args == ("***",)
