@@ -5,6 +5,7 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
 
     TrackedError
     ├── ConfigurationError        a setting is missing or invalid (names the setting)
+    │   └── InvalidTaskOption     a task's tracked option is invalid (at decoration)
     ├── InvalidPayload            bad input at enqueue; nothing was created
     │   ├── PayloadNotSerializable
     │   └── PayloadTooLarge
@@ -20,8 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .jobs import Job
@@ -46,6 +47,12 @@ class ConfigurationError(TrackedError):
         self.setting = setting
         self.reason = reason
         super().__init__(f"{setting}: {reason}")
+
+
+class InvalidTaskOption(ConfigurationError, ValueError):
+    """A tracked option of a task (``max_attempts``, ``backoff_ms``, ``job_type``,
+    ``tracked_queue``/``queue``, ``idempotency_key``, ``validator``) is invalid: raised
+    when the task is declared. ``setting`` names the option."""
 
 
 class InvalidPayload(TrackedError, ValueError):
@@ -107,8 +114,24 @@ def mask_url(text: str) -> str:
     return _URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
 
 
+def url_userinfo(text: str) -> list[str]:
+    """The user-info part (``user:password``) of every URL in ``text``."""
+    return [m.group("creds") for m in _URL_CREDENTIALS.finditer(text)]
+
+
+def _key_regex(key: str) -> str:
+    """A redact key as a regular expression over names (see ``redact.key_matches``):
+    ``_`` and ``-`` are one, a short key is a whole word, ``*_x`` is a suffix."""
+    word = re.escape(key.lstrip("*")).replace("_", "[_-]")
+    if key.startswith("*"):
+        return r"[\w\-]*" + word
+    if len(key) < 5:
+        return r"(?<![a-zA-Z0-9])" + word + r"(?![a-zA-Z0-9])"
+    return word
+
+
 def _key_value_pattern(keys: Iterable[str]) -> re.Pattern[str] | None:
-    words = sorted({re.escape(k) for k in keys if k}, key=len, reverse=True)
+    words = sorted({_key_regex(k) for k in keys if k.strip("*")}, key=len, reverse=True)
     if not words:
         return None
     return re.compile(
@@ -118,6 +141,14 @@ def _key_value_pattern(keys: Iterable[str]) -> re.Pattern[str] | None:
     )
 
 
+def _mask_pair(match: re.Match[str]) -> str:
+    from .redact import NOT_SECRET_NAMES, normalise_key  # redact imports this module
+
+    if normalise_key(match.group("key")) in NOT_SECRET_NAMES:
+        return match.group(0)
+    return f"{match.group('key')}{match.group('sep')}{MASK}"
+
+
 def mask_secrets(text: str, secrets: Iterable[str] = (), keys: Iterable[str] = ()) -> str:
     """Mask URL credentials, ``key=value`` pairs under secret keys, and known secret values."""
     text = mask_url(text)
@@ -125,19 +156,31 @@ def mask_secrets(text: str, secrets: Iterable[str] = (), keys: Iterable[str] = (
         text = text.replace(value, MASK)
     pattern = _key_value_pattern(keys)
     if pattern is not None:
-        text = pattern.sub(lambda m: f"{m.group('key')}{m.group('sep')}{MASK}", text)
+        text = pattern.sub(_mask_pair, text)
     return text
 
 
-def first_line(text: str, fallback: str = "") -> str:
-    """The first non-empty line of ``text`` with URL credentials masked (``fallback`` if none)."""
-    lines = mask_url(text).strip().splitlines()
+def safe_text(value: object) -> str:
+    """``str(value)``, or a placeholder naming its type when its ``__str__`` raises."""
+    if isinstance(value, str):
+        return value
+    try:
+        return str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"
+
+
+def first_line(text: object, fallback: str = "") -> str:
+    """The first non-empty line of ``text`` (an exception: its message, see
+    :func:`safe_text`) with URL credentials masked (``fallback`` if none). Never raises."""
+    lines = mask_url(safe_text(text)).strip().splitlines()
     return lines[0] if lines else fallback
 
 
 def summarize(exc: BaseException, secrets: Iterable[str] = (), keys: Iterable[str] = ()) -> str:
-    """A safe one-line summary: the first line of the message, secrets masked, no traceback."""
-    summary = mask_secrets(first_line(str(exc)), secrets, keys)
+    """A safe one-line summary: the first line of the message, secrets masked, no traceback.
+    An exception whose ``__str__`` raises is summarised by its type. Never raises."""
+    summary = mask_secrets(first_line(exc), secrets, keys)
     if len(summary) > MAX_SUMMARY_CHARS:
         summary = summary[: MAX_SUMMARY_CHARS - 1] + "…"
     return summary
@@ -153,10 +196,36 @@ def error_type(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def _masked(value: Any, secrets: Sequence[str], keys: Sequence[str]) -> Any:
+    """``value`` (an exception argument or note) with secrets masked: strings by
+    :func:`mask_secrets`, containers copied with values under secret keys redacted."""
+    from .redact import redact  # redact imports this module
+
+    if isinstance(value, str):
+        return mask_secrets(value, secrets, keys)
+    if isinstance(value, Mapping | list | tuple):
+        cleaned = redact(value, keys)
+        items = cleaned.items() if isinstance(cleaned, Mapping) else enumerate(cleaned)
+        for k, v in list(items):
+            cleaned[k] = _masked(v, secrets, keys)
+        return tuple(cleaned) if isinstance(value, tuple) else cleaned
+    return value
+
+
+def _linked(exc: BaseException) -> list[BaseException]:
+    """The exceptions ``exc`` shows with it: its chain, a ``Retry``'s cause, a group's
+    members."""
+    linked = [getattr(exc, "exc", None), exc.__cause__, exc.__context__]
+    linked.extend(getattr(exc, "exceptions", None) or ())
+    return [e for e in linked if isinstance(e, BaseException)]
+
+
 def mask_exception(exc: BaseException, secrets: Sequence[str], keys: Sequence[str]) -> None:
-    """Mask secrets in the text of ``exc`` and of its whole chain (``__cause__``,
-    ``__context__``), in place, so Celery's logs, events and result backend never show
-    them. Text copies some exceptions keep (Celery's ``Retry.excs``/``message``) too."""
+    """Mask secrets in the text of ``exc`` and of everything shown with it (``__cause__``,
+    ``__context__``, an ``ExceptionGroup``'s members, ``__notes__``), in place, so Celery's
+    logs, events and result backend never show them: string arguments, containers among
+    the arguments (values under secret keys redacted), and text copies some exceptions
+    keep (Celery's ``Retry.excs``/``message``). Never raises."""
     seen: set[int] = set()
     pending: list[BaseException] = [exc]
     while pending:
@@ -164,14 +233,11 @@ def mask_exception(exc: BaseException, secrets: Sequence[str], keys: Sequence[st
         if id(current) in seen:
             continue
         seen.add(id(current))
-        with contextlib.suppress(AttributeError, TypeError):
-            current.args = tuple(
-                mask_secrets(a, secrets, keys) if isinstance(a, str) else a for a in current.args
-            )
-        for attr in ("excs", "message"):
+        with contextlib.suppress(Exception):
+            current.args = tuple(_masked(a, secrets, keys) for a in current.args)
+        for attr in ("excs", "message", "__notes__"):
             text = getattr(current, attr, None)
-            if isinstance(text, str):
-                with contextlib.suppress(AttributeError, TypeError):
-                    setattr(current, attr, mask_secrets(text, secrets, keys))
-        linked = (getattr(current, "exc", None), current.__cause__, current.__context__)
-        pending.extend(e for e in linked if isinstance(e, BaseException))
+            if isinstance(text, str | list):
+                with contextlib.suppress(Exception):
+                    setattr(current, attr, _masked(text, secrets, keys))
+        pending.extend(_linked(current))

@@ -1,30 +1,78 @@
-"""Payload checks and redaction: JSON, size, secret keys.
+"""Payload checks and redaction: JSON, size, secret keys, credentials in URLs.
 
-Pure functions, no I/O. A key is secret when its normalised name contains one of the
-configured redact keys (``db_password`` matches ``password``).
+Pure functions, no I/O. Names are compared normalised (:func:`normalise_key`: lower case,
+``-`` and camelCase humps become ``_``). A name is secret when a configured redact key
+matches it (:func:`is_secret_key`):
+
+- a key of 5 characters or more matches anywhere in the name (``db_password`` matches
+  ``password``);
+- a shorter key (``pwd``, ``otp``, ``jwt``, ``ssn``, ``cvv``, ``auth``) matches only as a
+  whole ``_``-separated word (``user_pwd`` and ``auth_header`` match, ``author`` and
+  ``footprint`` do not);
+- a key starting with ``*`` (``*_key``) matches names ending with the rest, except the
+  harmless names of :data:`NOT_SECRET_NAMES` (``idempotency_key``, ``cache_key``...).
+
+A string value holding a URL with credentials (``scheme://user:pass@host``) keeps its
+shape with the user-info masked, wherever it sits.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .errors import PayloadNotSerializable, PayloadTooLarge
+from .errors import MASK, PayloadNotSerializable, PayloadTooLarge, mask_url, url_userinfo
 
 #: Stored in place of a redacted value.
 REDACTED = "[redacted]"
+#: Keys shorter than this match whole words only.
+_SUBSTRING_MIN = 5
+#: Names a ``*_...`` pattern never redacts: identifiers, not credentials.
+NOT_SECRET_NAMES = frozenset(
+    {
+        "idempotency_key",
+        "cache_key",
+        "sort_key",
+        "primary_key",
+        "foreign_key",
+        "partition_key",
+        "routing_key",
+        "lookup_key",
+        "dedup_key",
+        "object_key",
+        "storage_key",
+        "group_key",
+    }
+)
+_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def normalise_key(name: str) -> str:
+    """``X-Auth-Token``, ``xAuthToken`` and ``x_auth_token`` all become ``x_auth_token``."""
+    return _HUMP.sub("_", name.strip()).lower().replace("-", "_")
+
+
+def key_matches(key: str, name: str) -> bool:
+    """Does the (normalised) redact ``key`` match the (normalised) ``name``?"""
+    if key.startswith("*"):
+        return name.endswith(key[1:]) and name not in NOT_SECRET_NAMES
+    if len(key) >= _SUBSTRING_MIN:
+        return key in name
+    return f"_{key}_" in f"_{name}_"
 
 
 def is_secret_key(key: object, redact_keys: Iterable[str]) -> bool:
     if not isinstance(key, str):
         return False
-    name = key.lower().replace("-", "_")
-    return any(k in name for k in redact_keys)
+    name = normalise_key(key)
+    return any(key_matches(normalise_key(k), name) for k in redact_keys)
 
 
 def redact(value: Any, redact_keys: Sequence[str]) -> Any:
-    """A copy of ``value`` with every value under a secret key replaced by ``REDACTED``."""
+    """A copy of ``value`` with every value under a secret key replaced by ``REDACTED``
+    and the credentials of URLs in strings masked."""
     if isinstance(value, Mapping):
         return {
             k: (REDACTED if is_secret_key(k, redact_keys) else redact(v, redact_keys))
@@ -32,12 +80,27 @@ def redact(value: Any, redact_keys: Sequence[str]) -> Any:
         }
     if isinstance(value, list | tuple):
         return [redact(v, redact_keys) for v in value]
+    if isinstance(value, str) and "@" in value:
+        return mask_url(value)
     return value
 
 
+def url_credentials(text: str) -> list[str]:
+    """The user-info parts of the URLs in ``text`` (``user:pass`` and ``pass``)."""
+    found: list[str] = []
+    for creds in url_userinfo(text):
+        if creds == MASK:
+            continue
+        found.append(creds)
+        password = creds.partition(":")[2]
+        if len(password) >= 3:
+            found.append(password)
+    return found
+
+
 def secret_values(value: Any, redact_keys: Sequence[str]) -> list[str]:
-    """Every string (or number) found under a secret key, each once, to mask them in
-    messages."""
+    """Every string (or number) found under a secret key, and every credential inside a
+    URL, each once, to mask them in messages."""
     found: list[str] = []
 
     def walk(node: Any, secret: bool) -> None:
@@ -51,6 +114,8 @@ def secret_values(value: Any, redact_keys: Sequence[str]) -> list[str]:
             text = str(node)
             if len(text) >= 3:
                 found.append(text)
+        elif isinstance(node, str) and "@" in node:
+            found.extend(url_credentials(node))
 
     walk(value, False)
     return list(dict.fromkeys(found))  # each once, in order

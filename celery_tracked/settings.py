@@ -13,20 +13,28 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from .errors import ConfigurationError, mask_url
+from .redact import normalise_key
 
 MEMORY_URL = "memory://"
 
+#: See ``redact.py`` for how a key matches a name (short keys: whole words; ``*_key``:
+#: any name ending in ``_key`` but ``idempotency_key`` and other identifiers).
 DEFAULT_REDACT_KEYS: tuple[str, ...] = (
     "password",
     "passwd",
+    "passphrase",
+    "pwd",
     "secret",
     "token",
     "api_key",
     "apikey",
+    "*_key",
     "authorization",
     "auth",
     "credential",
     "private_key",
+    "jwt",
+    "otp",
     "cookie",
     "session",
     "card_number",
@@ -184,7 +192,7 @@ def _bool(source: str, value: Any) -> bool:
 def _keys(source: str, value: Any) -> tuple[str, ...]:
     items = value.split(",") if isinstance(value, str) else value
     try:
-        keys = tuple(str(k).strip().lower() for k in items if str(k).strip())
+        keys = tuple(normalise_key(str(k)) for k in items if str(k).strip())
     except TypeError:
         raise ConfigurationError(
             "tracked_redact_keys", f"must be a list of key names, got {type(value).__name__}"

@@ -22,7 +22,8 @@ logger = logging.getLogger("celery_tracked")
 @task_revoked.connect(weak=False)
 def cancel_revoked(sender: Any = None, request: Any = None, **info: Any) -> None:
     """A revoked or expired message never runs: cancel its waiting job (worker main
-    process). A running job is not touched; its lease decides."""
+    process). ``revoke(terminate=True)`` killed a running job's pool child: once that
+    process is gone, its run is cancelled (fenced to it, ``aftermath.py``)."""
     if not isinstance(sender, TrackedTask) or request is None:
         return
     # a Context: custom headers are attributes
@@ -32,7 +33,7 @@ def cancel_revoked(sender: Any = None, request: Any = None, **info: Any) -> None
         return
     reason = "expired before it ran" if info.get("expired") else "revoked"
     try:
-        sender.tracker.cancel(
+        cancelled = sender.tracker.cancel(
             str(job_id),
             reason=f"message {reason}",
             log_message=f"job {job_id} cancelled: its message was {reason}",
@@ -40,6 +41,8 @@ def cancel_revoked(sender: Any = None, request: Any = None, **info: Any) -> None
             job_type=sender.tracked_job_type,
             level=logging.WARNING,
         )
+        if not cancelled and info.get("terminated"):
+            sender.tracker.aftermath.terminated(str(job_id))
     except TrackedError as exc:
         logger.error("job %s: could not record its revocation: %s", job_id, exc)
 

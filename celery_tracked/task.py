@@ -19,18 +19,21 @@ import logging
 import socket
 import sys
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from functools import partial
 from typing import Any, ClassVar, NoReturn, TypeVar, cast, overload
 
 from celery import Celery, Task, current_task, shared_task
-from celery.exceptions import Ignore, Reject
+from celery.exceptions import Ignore, Reject, Retry, TimeLimitExceeded
 from celery.result import AsyncResult
 
 from .calls import CallRules, CallShape, prepare_call
 from .enqueuer import NewJob
-from .jobs import EnqueueResult
-from .messages import CONTROL_OPTIONS, Control, TrackedHeaders, check_job_id, positive
-from .outcome import Completed, Failed, PassedOn, Retrying, Skipped, Verdict
+from .jobs import EnqueueResult, Job
+from .messages import CONTROL_OPTIONS, Control, TrackedHeaders, check_job_id
+from .options import check_task_options
+from .outcome import Completed, Failed, PassedOn, Postponed, Retrying, Verdict
 from .runner import Run
 from .tracker import Tracker
 
@@ -46,16 +49,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 class TrackedTask(Task[Any, Any]):
     """A Celery task whose every job has a durable row, a guard and a fenced lease.
 
-    Options (class attributes, or keywords of ``tracked_task`` / ``app.task``):
-        tracked_queue: the queue jobs are sent to unless the call names one
-            (``tracked_task(queue=...)`` sets it; ``task_routes`` work as usual).
-        job_type: logical type, default the task name; idempotency keys are unique per type.
-        max_attempts: attempts before ``failed`` (default ``tracked_default_attempts``).
-        backoff_ms: base of the exponential backoff (default ``tracked_default_backoff_ms``).
-        idempotency_key: a ``str.format`` template over the call's arguments
-            (``"ocr:{document_id}"``) or a callable taking the call's arguments.
-        validator: a pydantic model class (validated against the named arguments) or a
-            callable taking the named arguments that raises to refuse them.
+    Tracked options (class attributes, or keywords of ``tracked_task`` / ``app.task``):
+    ``tracked_queue``, ``job_type``, ``max_attempts``, ``backoff_ms``, ``idempotency_key``,
+    ``validator``; what each means and accepts: ``celery_tracked/options.py``.
     """
 
     acks_late = True
@@ -68,6 +64,12 @@ class TrackedTask(Task[Any, Any]):
     backoff_ms: ClassVar[int | None] = None
     idempotency_key: ClassVar[str | Callable[..., str] | None] = None
     validator: ClassVar[Any] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse bad tracked options (``InvalidTaskOption``) when a task class is made
+        (``@app.task``/``@tracked_task`` make one with ``type()``)."""
+        super().__init_subclass__(**kwargs)
+        check_task_options(cls.__dict__)
 
     @property
     def tracker(self) -> Tracker:
@@ -234,7 +236,6 @@ class TrackedTask(Task[Any, Any]):
             return self.run(*args, **kwargs)
         tracker = self.tracker
         settings = tracker.settings
-        backoff = self._static("backoff_ms")
         shape = self._shape()
         run = Run(
             headers=headers,
@@ -242,24 +243,29 @@ class TrackedTask(Task[Any, Any]):
             job_type=self.tracked_job_type,
             queue=headers.queue or self._queue_name({}, args, kwargs),
             worker=str(request.hostname or _HOSTNAME),
-            backoff_base_ms=settings.default_backoff_ms if backoff is None else int(backoff),
+            backoff_base_ms=self._backoff_base_ms(),
             secrets=lambda: shape.secrets(args, kwargs, settings.redact_keys),
         )
         return self._settle(tracker.runner.run(run, lambda: self.run(*args, **kwargs)))
 
+    def _backoff_base_ms(self) -> int:
+        backoff = self._static("backoff_ms")
+        return self.tracker.settings.default_backoff_ms if backoff is None else int(backoff)
+
     def _settle(self, verdict: Verdict) -> Any:
         """Turn the runner's verdict into Celery's terms."""
+        if isinstance(verdict, Retrying):
+            self._republish(verdict.countdown, verdict.cause)
+        if isinstance(verdict, Postponed):
+            self._republish(verdict.countdown, None, verdict.headers)
+        _hide_arguments(self)
         if isinstance(verdict, Completed):
             return verdict.result
         if isinstance(verdict, Failed):
             raise verdict.error
         if isinstance(verdict, PassedOn):
             raise verdict.signal
-        if isinstance(verdict, Skipped):
-            raise Ignore()
-        if isinstance(verdict, Retrying):
-            self._republish(verdict.countdown, verdict.cause)
-        self._republish(verdict.countdown, None, verdict.headers)
+        raise Ignore()
 
     def _republish(
         self,
@@ -269,16 +275,58 @@ class TrackedTask(Task[Any, Any]):
     ) -> NoReturn:
         """Deliver this message again (same task id and headers) after ``countdown`` s.
 
-        Celery's own retry limit never applies (attempts are the tracker's). If the broker
-        refuses the re-publish, Celery would drop the message: put it back instead.
+        Celery's own retry limit never applies (attempts are the tracker's).
         """
         options: dict[str, Any] = {}
         if headers:
             options["headers"] = {**(self.request.headers or {}), **headers}
         try:
             raise self.retry(exc=exc, countdown=countdown, max_retries=_UNLIMITED, **options)
-        except Reject as reject:
-            raise Reject(getattr(reject, "reason", None), requeue=True) from None
+        except Retry:
+            _hide_arguments(self)  # re-published: Celery now only stores the request
+            raise
+
+    def retry(self, *args: Any, **kwargs: Any) -> Any:
+        """Celery's ``retry`` (also behind ``autoretry_for``); a re-publish the broker
+        refused is handed back (``Reject(requeue=True)``), never dropped with attempts left."""
+        with _requeue_refused():
+            return super().retry(*args, **kwargs)
+
+    def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, _: Any) -> None:
+        """Worker main process: a run killed by the hard time limit wrote nothing and its
+        message is acknowledged: retry or fail its job (``aftermath.py``)."""
+        if isinstance(exc, TimeLimitExceeded):
+            republish = partial(_publish_again, self, args, kwargs)
+            limit = exc.args[0] if exc.args else "?"
+            self.tracker.aftermath.time_limited(task_id, limit, self._backoff_base_ms(), republish)
+
+
+def _hide_arguments(task: TrackedTask) -> None:
+    """Redact the request's arguments once nothing is re-published from them (Celery
+    stores them in the result backend with ``result_extended=True``)."""
+    req, keys = task.request, task.tracker.settings.redact_keys
+    req.args, req.kwargs = task._shape().redacted(req.args or (), req.kwargs or {}, keys)
+
+
+@contextmanager
+def _requeue_refused() -> Iterator[None]:
+    """Celery's ``retry`` turns a failed re-publish into ``Reject(requeue=False)``: the
+    message would be dropped. Requeue it instead."""
+    try:
+        yield
+    except Reject as reject:
+        if getattr(reject, "requeue", False):
+            raise
+        raise Reject(getattr(reject, "reason", None), requeue=True) from None
+
+
+def _publish_again(task: TrackedTask, args: Any, kwargs: Any, job: Job, countdown: float) -> None:
+    """Publish ``job``'s message again from the worker's main process (no request there:
+    the tracked headers come from the row)."""
+    tracked = TrackedHeaders(job.id, job.correlation_id, job.parent_job_id, job.queue_name)
+    task.apply_async(
+        args, kwargs, headers=tracked.to_headers(), countdown=countdown, queue=job.queue_name
+    )
 
 
 @overload
@@ -300,9 +348,8 @@ def tracked_task(
     other keywords are Celery task options (``bind``, ``name``, ``acks_late``...).
 
     Raises:
-        InvalidPayload: ``max_attempts`` is not a positive integer.
+        InvalidTaskOption: a tracked option is invalid (``backoff_ms="5s"``...).
     """
-    positive(options.get("max_attempts"), "max_attempts")
     opts: dict[str, Any] = {}
     for name in ("idempotency_key", "validator"):
         value = options.pop(name, None)
@@ -315,6 +362,7 @@ def tracked_task(
         opts["tracked_queue"] = queue  # Celery 5.7 deprecates the `queue` task attribute
     opts.update({k: v for k, v in options.items() if v is not None})
     opts.setdefault("base", TrackedTask)
+    check_task_options(opts)  # now: a shared task's class is only made when first used
 
     def decorate(func: Callable[..., Any]) -> TrackedTask:
         factory = app.task(**opts) if app is not None else shared_task(**opts)

@@ -14,6 +14,7 @@ from typing import Any
 
 from celery import Celery
 
+from .aftermath import Aftermath
 from .enqueuer import Enqueuer
 from .errors import ConfigurationError, JobFailed, JobNotFound, WaitTimeout, mask_url
 from .guard import Guard, MemoryGuard, Notifier, RedisGuard
@@ -57,6 +58,7 @@ class Tracker:
         self.hooks = HookChain([NotifyTerminal(self.notifier), LogTransitions()])
         self.enqueuer = Enqueuer(self.store, self.guard, settings.guard_ttl_seconds, self.hooks)
         self.runner = Runner(self.store, self.leases, self.hooks, settings)
+        self.aftermath = Aftermath(self.store, self.hooks, settings)
 
     def add_hook(self, hook: Hooks) -> None:
         """Register ``hook`` (after the built-in notification and logging hooks)."""

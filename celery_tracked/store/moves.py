@@ -165,6 +165,32 @@ class Moves:
         """pending | retrying → cancelled. A running job is never interrupted."""
         return self.apply(sql.CANCEL, {"job_id": job_id, "now": now, "message": reason}) is not None
 
+    @reconnecting
+    def end_dead_run(
+        self,
+        job_id: str,
+        *,
+        seen_attempt: int,
+        stale_owner: str | None,
+        status: JobStatus,
+        error_type: str | None,
+        error_message: str | None,
+        message: str,
+        now: datetime,
+    ) -> bool:
+        """processing → retrying | failed | cancelled for a run that died outside its call
+        path (hard time limit, ``revoke(terminate=True)``), fenced to that run: the attempt
+        last seen, and a lease that lapsed or whose owner (``stale_owner``) is dead.
+        ``message`` is the history line (and a cancellation's ``error_message``)."""
+        move = {
+            JobStatus.RETRYING: sql.RETRY_DEAD,
+            JobStatus.FAILED: sql.FAIL_DEAD,
+            JobStatus.CANCELLED: sql.CANCEL_DEAD,
+        }[status]
+        params = {"job_id": job_id, "attempt": seen_attempt, "now": now, "message": message}
+        params.update(stale_owner=stale_owner, error_type=error_type, error_message=error_message)
+        return self.apply(move, params) is not None
+
     def complete(
         self,
         claim: Claim,

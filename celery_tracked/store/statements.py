@@ -138,16 +138,23 @@ COMPLETE = Move(
     fence=HELD,
     event="completed",
 )
-RETRYING = Move(
-    "retrying", _PROCESSING, JobStatus.RETRYING, {**_END_RUN, **_ERROR}, HELD, "retrying"
-)
-FAIL = Move(
-    "fail",
+_RETRY_RUN = {**_END_RUN, **_ERROR}
+_FAILED_RUN = {**_END_RUN, **_ERROR, "finished_at": NOW}
+RETRYING = Move("retrying", _PROCESSING, JobStatus.RETRYING, _RETRY_RUN, HELD, "retrying")
+FAIL = Move("fail", _PROCESSING, JobStatus.FAILED, _FAILED_RUN, HELD, "failed")
+# A run that died outside its call path (killed by the hard time limit, terminated by a
+# revoke) is ended from the worker's main process once its holder is dead: fenced like a
+# takeover (the attempt last seen, and a lease that lapsed or whose owner is dead).
+RETRY_DEAD = Move("retry_dead", _PROCESSING, JobStatus.RETRYING, _RETRY_RUN, LAPSED, "retrying")
+FAIL_DEAD = Move("fail_dead", _PROCESSING, JobStatus.FAILED, _FAILED_RUN, LAPSED, "failed")
+#: Not in the design's first list of moves: ``revoke(terminate=True)`` ends a running job.
+CANCEL_DEAD = Move(
+    "cancel_dead",
     _PROCESSING,
-    JobStatus.FAILED,
-    {**_END_RUN, **_ERROR, "finished_at": NOW},
-    HELD,
-    "failed",
+    JobStatus.CANCELLED,
+    {**_END_RUN, "finished_at": NOW, "error_type": None, "error_message": MESSAGE},
+    LAPSED,
+    "cancelled",
 )
 RENEW = Move("renew", _PROCESSING, None, {"locked_until": UNTIL}, HELD, durable=False)
 RELEASE = Move(

@@ -228,3 +228,24 @@ def test_a_refused_republish_is_requeued_not_dropped(
     assert "NOPERM" in worker.log() or "no permissions" in worker.log().lower()
     wait_for(env.broker_empty, timeout=10, what="the broker to be empty")
     assert env.ran(job_id) == 2
+
+
+def test_a_bodys_own_retry_whose_republish_is_refused_is_requeued_not_failed(
+    env: Any, start_worker: Any, refusing_broker: tuple[str, str]
+) -> None:
+    """Issue 6, item 8: a body's ``self.retry()`` (and ``autoretry_for``) whose re-publish
+    the broker refuses made Celery raise ``Reject(requeue=False)``, recorded ``failed``
+    with attempts remaining. The message is handed back instead and attempt 2 completes."""
+    read_url, write_url = refusing_broker
+    worker = start_worker(
+        environ={"TRACKED_TEST_BROKER": read_url, "TRACKED_TEST_BROKER_WRITE": write_url}
+    )
+    own = env.task("acc.self_retry_secret").enqueue(user="u", password="pw-own").job_id
+    auto = env.task("acc.autoretry_secret").enqueue(user="u", password="pw-auto").job_id
+    for job_id in (own, auto):
+        job = env.wait_status(job_id, "completed", "failed", timeout=30)
+        assert job.status is JobStatus.COMPLETED, env.diagnose(job_id)
+        assert job.attempts_made == 2 and env.ran(job_id) == 2
+        assert job.result == {"user": "u", "run": 2}
+    assert "NOPERM" in worker.log() or "no permissions" in worker.log().lower()
+    wait_for(env.broker_empty, timeout=10, what="the broker to be empty")

@@ -8,9 +8,17 @@ for the retried messages), the job's ``error_message`` or its history.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
+
+from conftest import HERE, worker_environ
+from safety_tasks import CUSTOM_KEY
 
 from celery_tracked import JobStatus
 from tests.conftest import wait_for
@@ -148,3 +156,83 @@ def test_canary_secret_never_leaks(env: Any, start_worker: Any) -> None:
     assert "login failed for bob" in log  # the failure was logged...
     assert canary not in log  # ...without the password
     assert canary not in worker.jsonl_path.read_text()
+
+
+def test_a_canary_leaks_nowhere_with_result_extended_and_events(
+    env: Any, start_worker: Any, tmp_path: Path
+) -> None:
+    """Issue 6, item 5: a canary passed as ``password``, under a custom hyphenated redact
+    key and inside a URL, raised inside an ``ExceptionGroup`` member, in a dict exception
+    argument and in ``__notes__``, appears in none of: the tables, the Redis result backend
+    with ``result_extended=True``, the worker log at INFO, ``celery events --dump``."""
+    canary = f"canary{uuid.uuid4().hex}"
+    task = env.task("acc.leaky")
+    call = {"user": "alice", "password": canary, "dsn": f"postgresql://app:{canary}@db/x"}
+    call[CUSTOM_KEY] = canary
+    keep = {"ignore_result": False}  # the test's own app ignores results
+    once = task.enqueue(**call, fail_times=1, _options=keep).job_id
+    never = task.enqueue(**call, fail_times=99, _options=keep).job_id
+
+    dump_path = tmp_path / "events.dump"
+    with dump_path.open("wb") as out:
+        dump = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "tracked_app", "events", "--dump"],
+            cwd=str(HERE),
+            env=worker_environ(env.config),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for(lambda: "evdump" in dump_path.read_text(), timeout=20, what="events --dump")
+        worker = start_worker(
+            events=True, environ={"TRACKED_TEST_RESULT_BACKEND": env.config["broker"]}
+        )
+        job_once = env.wait_status(once, "completed", "failed", timeout=30)
+        job_never = env.wait_status(never, "completed", "failed", timeout=30)
+
+        def dumped() -> bool:
+            text = dump_path.read_text()
+            return (
+                f"task succeeded: acc.leaky({once})" in text
+                and f"task failed: acc.leaky({never})" in text
+            )
+
+        wait_for(dumped, timeout=20, what="the final events in the dump")
+    finally:
+        os.killpg(dump.pid, signal.SIGTERM)
+        dump.wait(timeout=10)
+
+    assert job_once.status is JobStatus.COMPLETED and job_once.attempts_made == 2
+    assert job_never.status is JobStatus.FAILED and job_never.error_type == "ExceptionGroup"
+    assert job_once.payload["kwargs"][CUSTOM_KEY] == "[redacted]"
+    assert job_once.payload["kwargs"]["dsn"] == "postgresql://***@db/x"
+
+    # the tables, every column of every row
+    rows = env.sql("SELECT row_to_json(j)::text FROM background_jobs j")
+    rows += env.sql("SELECT row_to_json(e)::text FROM background_job_events e")
+    assert len(rows) >= 8 and not [r for r in rows if canary in r[0]]
+
+    # the result backend stored the (redacted) arguments of the success and of the failure
+    metas = {job_id: env.redis.get(f"celery-task-meta-{job_id}") for job_id in (once, never)}
+    for job_id, meta in metas.items():
+        assert meta is not None, job_id
+        stored = json.loads(meta)
+        assert stored["status"] in ("SUCCESS", "FAILURE")
+        assert stored["kwargs"]["password"] == "[redacted]", stored
+        assert canary not in meta.decode(), stored
+    leaked = [
+        k for k in env.redis.scan_iter("celery-task-meta-*") if canary.encode() in env.redis.get(k)
+    ]
+    assert leaked == []
+
+    # the worker's output at INFO (it logged the failures) and its structured records
+    log = worker.log()
+    assert "batch failed" in log and "while connecting with ***" in log
+    assert canary not in log
+    assert canary not in worker.jsonl_path.read_text()
+
+    # celery events --dump
+    text = dump_path.read_text()
+    assert f"task retried: acc.leaky({once})" in text and "while connecting with ***" in text
+    assert canary not in text

@@ -5,6 +5,7 @@ Importable as ``tracked_app`` (``celery -A tracked_app worker ...`` with this fo
 
     TRACKED_TEST_BROKER            broker URL (a per-test Redis DB)
     TRACKED_TEST_BROKER_WRITE      if set: ``broker_write_url`` (the worker's re-publishes)
+    TRACKED_TEST_RESULT_BACKEND    if set: ``result_backend``, with ``result_extended=True``
     CELERY_TRACKED_DATABASE_URL    the per-test PostgreSQL database (read by celery-tracked)
     REDIS_URL                      the guard's Redis (read by celery-tracked); if unset,
                                    ``tracked_redis_url`` is left unset too, so
@@ -36,8 +37,10 @@ from typing import Any
 import redis
 from celery import Celery
 from celery.exceptions import Ignore, Reject
+from safety_tasks import CUSTOM_KEY, add_safety_tasks
 
 from celery_tracked import JobNotFound, TrackedTask, Tracker, Unrecoverable, tracked_task
+from celery_tracked.settings import DEFAULT_REDACT_KEYS
 
 QUEUE = "acc"
 #: ``application_name`` of every PostgreSQL connection a worker opens (libpq's PGAPPNAME,
@@ -64,6 +67,7 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         "redis_url": redis_url,
         "record_url": env.get("TRACKED_TEST_RECORD_URL", some_redis),
         "lease_seconds": float(env.get("TRACKED_TEST_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)),
+        "result_backend": env.get("TRACKED_TEST_RESULT_BACKEND") or None,
     }
 
 
@@ -120,6 +124,13 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         app.conf.tracked_redis_url = config["redis_url"]
     if config.get("broker_write"):
         app.conf.broker_write_url = config["broker_write"]
+    if config.get("result_backend"):  # a Redis result backend storing the request's arguments
+        app.conf.update(
+            result_backend=config["result_backend"], result_extended=True, task_ignore_result=False
+        )
+    # the defaults plus a custom key with a hyphen (issue 6, item 5)
+    app.conf.tracked_redact_keys = (*DEFAULT_REDACT_KEYS, CUSTOM_KEY)
+    add_safety_tasks(app, QUEUE, _begin, _end)
 
     @tracked_task(app=app, bind=True, shared=False, name="acc.succeed", queue=QUEUE, max_attempts=3)
     def succeed(self: Any, x: Any, sleep: float = 0.0) -> dict[str, Any]:

@@ -6,6 +6,7 @@ EXPECTED = {
     "EnqueueResult",
     "GuardError",
     "InvalidPayload",
+    "InvalidTaskOption",
     "Job",
     "JobEvent",
     "JobFailed",

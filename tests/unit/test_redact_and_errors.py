@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from celery_tracked import PayloadNotSerializable, PayloadTooLarge, Unrecoverable
@@ -19,14 +21,19 @@ from celery_tracked.settings import Settings
 KEYS = (
     "password",
     "passwd",
+    "passphrase",
+    "pwd",
     "secret",
     "token",
     "api_key",
     "apikey",
+    "*_key",
     "authorization",
     "auth",
     "credential",
     "private_key",
+    "jwt",
+    "otp",
     "cookie",
     "session",
     "card_number",
@@ -158,3 +165,82 @@ def test_a_chain_that_revisits_an_exception_is_masked_to_the_end() -> None:
     e.__cause__, e.__context__ = a, b
     mask_exception(e, ["hunter22"], KEYS)
     assert all("hunter22" not in str(x.args) for x in (a, b, d, e))
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_an_unprintable_exception_is_summarised_by_its_type() -> None:
+    from celery_tracked.errors import first_line, safe_text
+
+    exc = _Unprintable("hunter22")
+    assert summarize(exc, ["hunter22"], KEYS) == "<unprintable _Unprintable>"
+    assert first_line(exc) == "<unprintable _Unprintable>"
+    assert safe_text(exc) == "<unprintable _Unprintable>"
+    mask_exception(exc, ["hunter22"], KEYS)  # never raises either
+    assert exc.args == ("***",)
+
+
+def test_custom_keys_with_hyphens_match_like_names() -> None:
+    from celery_tracked.calls import CallShape
+    from celery_tracked.redact import is_secret_key
+
+    keys = Settings.from_conf(
+        {"tracked_redis_url": "memory://", "tracked_redact_keys": "X-Client-Sig"}, environ={}
+    ).redact_keys
+    assert keys == ("x_client_sig",)
+    assert is_secret_key("x-client-sig", keys) and is_secret_key("xClientSig", keys)
+
+    def body(**kwargs: object) -> None: ...
+
+    _, kwargsrepr = CallShape(body).reprs((), {"x-client-sig": "s3cret!"}, keys)
+    assert "s3cret!" not in kwargsrepr and REDACTED in kwargsrepr
+    assert summarize(ValueError("x-client-sig=s3cret!"), [], keys) == "x-client-sig=***"
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("passphrase", True),
+        ("user_pwd", True),
+        ("signing_key", True),
+        ("jwt", True),
+        ("otp_code", True),
+        ("credentials", True),
+        ("Authorization", True),
+        ("session_cookie", True),
+        ("idempotency_key", False),
+        ("cache_key", False),
+        ("key", False),
+        ("author", False),
+        ("footprint", False),
+        ("document_id", False),
+    ],
+)
+def test_the_wider_default_list_spares_harmless_names(name: str, secret: bool) -> None:
+    from celery_tracked.redact import is_secret_key
+
+    assert is_secret_key(name, Settings().redact_keys) is secret
+
+
+def test_credentials_in_url_values_are_masked_and_known() -> None:
+    keys = Settings().redact_keys
+    value = {"dsn": "postgresql://app:hunter22@db/x", "list": ["redis://:pw-1234@h/0"]}
+    assert redact(value, keys) == {"dsn": "postgresql://***@db/x", "list": ["redis://***@h/0"]}
+    assert "hunter22" in secret_values(value, keys) and "pw-1234" in secret_values(value, keys)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="ExceptionGroup is Python 3.11+")
+def test_group_members_dict_arguments_and_notes_are_masked() -> None:
+    keys = Settings().redact_keys
+    member = KeyError({"password": "hunter22", "user": "a"})
+    member.__notes__ = ["note hunter22"]  # type: ignore[attr-defined]
+    group = ExceptionGroup("batch", [member, ValueError("v hunter22")])  # noqa: F821
+    group.__notes__ = ["outer hunter22"]  # type: ignore[attr-defined]
+    mask_exception(group, ["hunter22"], keys)
+    assert member.args == ({"password": REDACTED, "user": "a"},)
+    assert member.__notes__ == ["note ***"]  # type: ignore[attr-defined]
+    assert group.__notes__ == ["outer ***"]  # type: ignore[attr-defined]
+    assert group.exceptions[1].args == ("v ***",)

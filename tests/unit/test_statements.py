@@ -26,6 +26,9 @@ MOVES = {
         sql.FAIL,
         sql.RENEW,
         sql.RELEASE,
+        sql.RETRY_DEAD,
+        sql.FAIL_DEAD,
+        sql.CANCEL_DEAD,
     )
 }
 
@@ -40,6 +43,9 @@ EXPECTED: dict[str, tuple[set[str], str | None, bool, bool]] = {
     "fail": ({"processing"}, "failed", True, False),
     "renew": ({"processing"}, None, True, False),
     "release": ({"processing"}, None, True, False),
+    "retry_dead": ({"processing"}, "retrying", True, True),
+    "fail_dead": ({"processing"}, "failed", True, True),
+    "cancel_dead": ({"processing"}, "cancelled", True, True),
 }
 
 

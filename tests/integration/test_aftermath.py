@@ -1,0 +1,164 @@
+"""Runs Celery killed outside their call path (hard time limit, ``revoke(terminate=True)``)
+are ended from the worker's main process, fenced to the killed run (PostgreSQL, SQLite)."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from celery_tracked import JobStatus, Settings
+from celery_tracked import aftermath as aftermath_module
+from celery_tracked.aftermath import Aftermath
+from celery_tracked.hooks import Hooks
+from celery_tracked.jobs import Job, utcnow
+from celery_tracked.lease import owner_id
+from celery_tracked.store import JobStore
+
+from ..conftest import wait_for
+from .test_store import claim, new_job
+
+
+@pytest.fixture
+def store(database_url: str) -> Iterator[JobStore]:
+    s = JobStore(database_url)
+    yield s
+    s.dispose()
+
+
+@pytest.fixture
+def aftermath(store: JobStore) -> Aftermath:
+    return Aftermath(store, Hooks(), Settings(redis_url="memory://"))
+
+
+def dead_owner() -> str:
+    """The owner id of a process of this host that has exited (and was reaped)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return owner_id(proc.pid)
+
+
+def killed_run(store: JobStore, max_attempts: int = 3) -> tuple[str, str]:
+    job_id = new_job(store, max_attempts=max_attempts)
+    owner = dead_owner()
+    assert claim(store, job_id, owner=owner) is not None
+    return job_id, owner
+
+
+def test_a_time_limited_run_with_attempts_left_is_retried_and_republished(
+    store: JobStore, aftermath: Aftermath
+) -> None:
+    job_id, owner = killed_run(store)
+    found = aftermath.dead_run(job_id)
+    assert found is not None and found[1] == owner
+    sent: list[tuple[str, float]] = []
+    aftermath.end_time_limited(*found, "hard time limit", 1000, lambda j, c: sent.append((j.id, c)))
+    job = store.get(job_id)
+    assert job is not None and job.status is JobStatus.RETRYING
+    assert job.error_type == "TimeLimitExceeded"
+    assert job.locked_by is None
+    assert len(sent) == 1 and sent[0][0] == job_id and 1.0 <= sent[0][1] <= 1.25
+    assert [e.event for e in store.events(job_id)][-1] == "retrying"
+
+
+def test_a_time_limited_last_attempt_fails_with_its_own_error_type(
+    store: JobStore, aftermath: Aftermath
+) -> None:
+    job_id, _ = killed_run(store, max_attempts=1)
+    found = aftermath.dead_run(job_id)
+    assert found is not None
+    sent: list[Any] = []
+    aftermath.end_time_limited(*found, "hard time limit", 1000, lambda j, c: sent.append(j))
+    job = store.get(job_id)
+    assert job is not None and job.status is JobStatus.FAILED
+    assert job.error_type == "TimeLimitExceeded" and sent == []
+    assert job.finished_at is not None
+
+
+def test_a_retry_that_cannot_be_published_fails_the_job(
+    store: JobStore, aftermath: Aftermath
+) -> None:
+    job_id, _ = killed_run(store)
+    found = aftermath.dead_run(job_id)
+    assert found is not None
+
+    def refuse(job: Job, countdown: float) -> None:
+        raise ConnectionError("broker down")
+
+    aftermath.end_time_limited(*found, "hard time limit", 1000, refuse)
+    job = store.get(job_id)
+    assert job is not None and job.status is JobStatus.FAILED
+    assert "could not be published: broker down" in (job.error_message or "")
+
+
+def test_a_run_that_moved_on_is_never_overwritten(store: JobStore, aftermath: Aftermath) -> None:
+    job_id, owner = killed_run(store)
+    found = aftermath.dead_run(job_id)
+    assert found is not None
+    # meanwhile a redelivery took the job over (attempt 2, a live owner)
+    now = utcnow()
+    taken = store.take_over(
+        job_id,
+        seen_attempt=1,
+        owner=owner_id(),
+        worker="w",
+        now=now,
+        until=now + timedelta(seconds=60),
+        stale_owner=owner,
+        reason="dead",
+    )
+    assert taken is not None and taken.attempt == 2
+    aftermath.end_time_limited(*found, "hard time limit", 1000, lambda j, c: None)
+    job = store.get(job_id)
+    assert job is not None and job.status is JobStatus.PROCESSING and job.attempts_made == 2
+    assert not store.end_dead_run(
+        job_id,
+        seen_attempt=1,
+        stale_owner=owner,
+        status=JobStatus.CANCELLED,
+        error_type=None,
+        error_message=None,
+        message="late",
+        now=utcnow(),
+    )
+
+
+def test_a_live_holder_or_a_foreign_host_is_left_to_its_lease(
+    store: JobStore, aftermath: Aftermath, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(aftermath_module, "DEATH_WAIT_S", 0.3)
+    live = new_job(store)
+    assert claim(store, live, owner=owner_id()) is not None  # this very process: alive
+    assert aftermath.dead_run(live) is None
+    foreign = new_job(store)
+    assert claim(store, foreign, owner="elsewhere:1:1") is not None
+    assert aftermath.dead_run(foreign) is None
+    assert aftermath.dead_run(str(uuid.uuid4())) is None
+
+
+def test_a_terminated_run_is_cancelled_once_its_process_is_gone(
+    store: JobStore, aftermath: Aftermath
+) -> None:
+    job_id = new_job(store)
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert claim(store, job_id, owner=owner_id(child.pid)) is not None
+        aftermath.terminated(job_id)  # waits in a thread for the holder to die
+        job = store.get(job_id)
+        assert job is not None and job.status is JobStatus.PROCESSING
+    finally:
+        child.kill()
+        child.wait()
+
+    def cancelled() -> bool:
+        job = store.get(job_id)
+        return job is not None and job.status is JobStatus.CANCELLED
+
+    wait_for(cancelled, timeout=10, what="the terminated run to be cancelled")
+    job = store.get(job_id)
+    assert job is not None and job.locked_by is None and job.finished_at is not None
+    assert [e.event for e in store.events(job_id)][-1] == "cancelled"

@@ -1,0 +1,99 @@
+"""Bad tracked options are refused when the task is declared (issue 6, item 3), whichever
+way the task class is made: ``@tracked_task``, ``@app.task(base=TrackedTask)``, a
+subclass. A worker never meets them halfway through a job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from celery_tracked import ConfigurationError, InvalidTaskOption, TrackedTask, tracked_task
+
+BAD = [
+    ("backoff_ms", "5s"),
+    ("backoff_ms", -1),
+    ("backoff_ms", 1.5),
+    ("backoff_ms", True),
+    ("max_attempts", 0),
+    ("max_attempts", "3"),
+    ("job_type", ""),
+    ("job_type", 7),
+    ("idempotency_key", 12),
+    ("idempotency_key", "k:{x"),
+    ("validator", "not callable"),
+    ("validator", int),
+]
+
+
+def app() -> Celery:
+    return Celery("options", broker="memory://", set_as_current=False)
+
+
+@pytest.mark.parametrize(("name", "value"), BAD)
+def test_tracked_task_refuses_a_bad_option_at_decoration(name: str, value: Any) -> None:
+    with pytest.raises(InvalidTaskOption) as info:
+        tracked_task(app=app(), **{name: value})(lambda x: x)
+    assert info.value.setting == name
+    assert repr(value) in str(info.value)
+    # without an app (a shared task, made lazily): refused at decoration too
+    with pytest.raises(InvalidTaskOption):
+        tracked_task(**{name: value})(lambda x: x)
+
+
+def test_a_bad_queue_is_refused() -> None:
+    with pytest.raises(InvalidTaskOption, match="tracked_queue"):
+        tracked_task(app=app(), queue="")(lambda x: x)
+
+
+@pytest.mark.parametrize(("name", "value"), BAD)
+def test_a_subclass_with_a_bad_option_is_refused(name: str, value: Any) -> None:
+    with pytest.raises(InvalidTaskOption):
+        type("Bad", (TrackedTask,), {name: value})
+
+
+def test_app_task_with_the_base_class_refuses_a_bad_option() -> None:
+    a = app()
+    a.finalize()  # a finalized app makes the class at decoration (else when first used)
+    with pytest.raises(InvalidTaskOption, match="backoff_ms"):
+
+        @a.task(base=TrackedTask, backoff_ms="5s")
+        def send(x: Any) -> None: ...
+
+
+def test_app_task_on_a_lazy_app_refuses_it_when_the_class_is_made() -> None:
+    a = app()
+
+    @a.task(base=TrackedTask, backoff_ms="5s", shared=False)
+    def send(x: Any) -> None: ...
+
+    with pytest.raises(InvalidTaskOption):
+        a.finalize()
+
+
+def test_good_options_are_accepted() -> None:
+    class Model:
+        @classmethod
+        def model_validate(cls, data: Any) -> None: ...
+
+    class Good(TrackedTask):
+        backoff_ms = 0
+        max_attempts = 2
+        job_type = "good"
+        idempotency_key = "k:{x}"
+        validator = Model
+
+    assert Good.backoff_ms == 0
+
+    def body(x: Any) -> Any:
+        return x
+
+    options = {"backoff_ms": 5000, "idempotency_key": lambda x: x, "validator": print}
+    task = tracked_task(app=app(), **options)(body)
+    assert isinstance(task, TrackedTask) and task.backoff_ms == 5000
+
+
+def test_invalid_task_option_is_a_configuration_error() -> None:
+    assert issubclass(InvalidTaskOption, ConfigurationError)
+    assert issubclass(InvalidTaskOption, ValueError)
