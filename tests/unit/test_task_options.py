@@ -53,6 +53,9 @@ def test_a_subclass_with_a_bad_option_is_refused(name: str, value: Any) -> None:
         type("Bad", (TrackedTask,), {name: value})
 
 
+# finalizing an app also registers every shared task other test modules declared (some
+# share a name on purpose): Celery's warning about those is not what these tests are about
+@pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 def test_app_task_with_the_base_class_refuses_a_bad_option() -> None:
     a = app()
     a.finalize()  # a finalized app makes the class at decoration (else when first used)
@@ -62,6 +65,9 @@ def test_app_task_with_the_base_class_refuses_a_bad_option() -> None:
         def send(x: Any) -> None: ...
 
 
+# finalizing an app also registers every shared task other test modules declared (some
+# share a name on purpose): Celery's warning about those is not what these tests are about
+@pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 def test_app_task_on_a_lazy_app_refuses_it_when_the_class_is_made() -> None:
     a = app()
 
