@@ -182,8 +182,9 @@ def idempotency_key(
         raise InvalidPayload(
             f"{rules.task_name}: cannot build the idempotency key from the arguments: {exc!r}"
         ) from None
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS:
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS or "\x00" in key:
         raise InvalidPayload(
-            f"{rules.task_name}: the idempotency key must be 1-{MAX_KEY_CHARS} characters"
+            f"{rules.task_name}: the idempotency_key must be 1-{MAX_KEY_CHARS} characters, "
+            "without NUL bytes"
         )
     return key

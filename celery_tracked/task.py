@@ -29,7 +29,15 @@ from celery.result import AsyncResult
 from .calls import CallRules, CallShape, prepare_call
 from .enqueuer import NewJob
 from .jobs import EnqueueResult
-from .messages import CONTROL_OPTIONS, Control, TrackedHeaders, check_job_id, positive
+from .messages import (
+    CONTROL_OPTIONS,
+    Control,
+    TrackedHeaders,
+    check_job_id,
+    check_options,
+    check_text,
+    positive,
+)
 from .outcome import Completed, Failed, PassedOn, Retrying, Skipped, Verdict
 from .runner import Run
 from .tracker import Tracker
@@ -167,6 +175,7 @@ class TrackedTask(Task[Any, Any]):
         tracker = self.tracker
         settings = tracker.settings
         job_id = check_job_id(task_id) or str(uuid.uuid4())
+        check_options(options)
         rules = CallRules(
             task_name=self.name,
             redact_keys=settings.redact_keys,
@@ -175,14 +184,14 @@ class TrackedTask(Task[Any, Any]):
             key=self._static("idempotency_key"),
         )
         call = prepare_call(self._shape(), rules, args, kwargs, control.idempotency_key)
-        queue = self._queue_name(options, args, kwargs)
+        queue = check_text(self._queue_name(options, args, kwargs), "queue", 200)
         if "queue" not in options and self._static("tracked_queue"):
             options["queue"] = queue
         parent_job_id, correlation_id = self._lineage(control, job_id)
         job = NewJob(
             job_id=job_id,
             task_name=self.name,
-            job_type=self.tracked_job_type,
+            job_type=check_text(self.tracked_job_type, "job_type", 200),
             queue=queue,
             call=call,
             max_attempts=control.max_attempts
