@@ -10,6 +10,8 @@ error masks always agree. No Redis, SQL or Celery here.
 from __future__ import annotations
 
 import inspect
+import string
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -172,19 +174,59 @@ def idempotency_key(
     kwargs: Mapping[str, Any],
     named: Mapping[str, Any],
 ) -> str | None:
-    """The call's key: ``explicit`` (a key, template or callable) or the task's own."""
-    template = explicit if explicit is not None else rules.key
-    if template is None:
+    """The call's key: ``explicit`` (a per-call key, taken literally: a client's HTTP
+    idempotency key may hold braces) or the task's own (a template or a callable).
+
+    Raises:
+        InvalidPayload: no key of 1-255 characters without NUL bytes could be had.
+    """
+    if explicit is not None:
+        if isinstance(explicit, bool) or not isinstance(explicit, str | int | uuid.UUID):
+            raise InvalidPayload(
+                f"{rules.task_name}: a per-call idempotency_key must be a string "
+                f"(taken literally), not {type(explicit).__name__}"
+            )
+        key: Any = str(explicit)
+    elif rules.key is None:
         return None
-    try:
-        key = template(*args, **kwargs) if callable(template) else str(template).format(**named)
-    except Exception as exc:  # a key template or callable that cannot use these arguments
-        raise InvalidPayload(
-            f"{rules.task_name}: cannot build the idempotency key from the arguments: {exc!r}"
-        ) from None
+    else:
+        template = rules.key
+        try:
+            key = template(*args, **kwargs) if callable(template) else template.format(**named)
+        except Exception as exc:  # a key template or callable that cannot use these arguments
+            raise InvalidPayload(
+                f"{rules.task_name}: cannot build the idempotency key from the arguments: {exc!r}"
+            ) from None
     if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS or "\x00" in key:
         raise InvalidPayload(
             f"{rules.task_name}: the idempotency_key must be 1-{MAX_KEY_CHARS} characters, "
             "without NUL bytes"
         )
     return key
+
+
+def check_key_template(template: Any) -> None:
+    """A task's ``idempotency_key`` template may only name the call's arguments
+    (``"ocr:{document_id}"``, conversions and format specs allowed): attribute or index
+    access (``{doc.id}``, ``{ids[0]}``) and positional fields (``{}``, ``{0}``) are refused,
+    so a key never depends on more than the arguments' values.
+
+    Raises:
+        InvalidPayload: the template is malformed or uses anything but argument names.
+    """
+    if template is None or callable(template):
+        return
+    if not isinstance(template, str):
+        raise InvalidPayload(
+            f"idempotency_key must be a str.format template or a callable, not {template!r}"
+        )
+    try:
+        fields = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+    except ValueError as exc:
+        raise InvalidPayload(f"idempotency_key {template!r} is not a template: {exc}") from None
+    for name in fields:
+        if not name.isidentifier():
+            raise InvalidPayload(
+                f"idempotency_key {template!r}: {{{name}}} must name an argument "
+                "(no attribute or index access, no positional fields)"
+            )

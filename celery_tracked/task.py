@@ -26,7 +26,7 @@ from celery import Celery, Task, current_task, shared_task
 from celery.exceptions import Ignore, Reject
 from celery.result import AsyncResult
 
-from .calls import CallRules, CallShape, prepare_call
+from .calls import CallRules, CallShape, check_key_template, prepare_call
 from .enqueuer import NewJob
 from .jobs import EnqueueResult
 from .messages import (
@@ -60,8 +60,9 @@ class TrackedTask(Task[Any, Any]):
         job_type: logical type, default the task name; idempotency keys are unique per type.
         max_attempts: attempts before ``failed`` (default ``tracked_default_attempts``).
         backoff_ms: base of the exponential backoff (default ``tracked_default_backoff_ms``).
-        idempotency_key: a ``str.format`` template over the call's arguments
-            (``"ocr:{document_id}"``) or a callable taking the call's arguments.
+        idempotency_key: a ``str.format`` template naming the call's arguments
+            (``"ocr:{document_id}"``; no attribute or index access) or a callable taking
+            the call's arguments. A key given per call is taken literally.
         validator: a pydantic model class (validated against the named arguments) or a
             callable taking the named arguments that raises to refuse them.
     """
@@ -76,6 +77,10 @@ class TrackedTask(Task[Any, Any]):
     backoff_ms: ClassVar[int | None] = None
     idempotency_key: ClassVar[str | Callable[..., str] | None] = None
     validator: ClassVar[Any] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        check_key_template(cls.__dict__.get("idempotency_key"))
 
     @property
     def tracker(self) -> Tracker:
@@ -309,9 +314,12 @@ def tracked_task(
     other keywords are Celery task options (``bind``, ``name``, ``acks_late``...).
 
     Raises:
-        InvalidPayload: ``max_attempts`` is not a positive integer.
+        InvalidPayload: ``max_attempts`` is not a positive integer, or the
+            ``idempotency_key`` template uses more than argument names (attribute or index
+            access, positional fields).
     """
     positive(options.get("max_attempts"), "max_attempts")
+    check_key_template(options.get("idempotency_key"))
     opts: dict[str, Any] = {}
     for name in ("idempotency_key", "validator"):
         value = options.pop(name, None)
