@@ -29,6 +29,7 @@ from celery.result import AsyncResult
 from .calls import CallRules, CallShape, check_key_template, prepare_call
 from .enqueuer import NewJob
 from .jobs import EnqueueResult
+from .maintenance import install_beat_entries
 from .messages import (
     CONTROL_OPTIONS,
     Control,
@@ -81,6 +82,12 @@ class TrackedTask(Task[Any, Any]):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         check_key_template(cls.__dict__.get("idempotency_key"))
+
+    @classmethod
+    def on_bound(cls, app: Celery) -> None:
+        """An app with a tracked task gets the default Beat entries (``maintenance.py``)."""
+        super().on_bound(app)
+        install_beat_entries(app)
 
     @property
     def tracker(self) -> Tracker:

@@ -1,8 +1,8 @@
 """``Tracker``: one per Celery app, created lazily from ``app.conf``.
 
 It wires the services of one app (settings, job store, guard and notifier, lease keeper,
-hooks, the producer's ``Enqueuer`` and the worker's ``Runner``) and offers the read side:
-``get_job``, ``history``, ``wait``, ``stats``, and ``cancel``.
+hooks, the producer's ``Enqueuer``, the worker's ``Runner``, the ``Relay``) and offers the
+read side: ``get_job``, ``history``, ``wait``, ``stats``, and ``cancel``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from .hooks import HookChain, Hooks, LogTransitions, NotifyTerminal, Transition
 from .jobs import Job, JobEvent, utcnow
 from .lease import LeaseKeeper
 from .messages import as_job_id
+from .relay import Relay
 from .runner import Runner
 from .settings import Settings
 from .store import JobStore
@@ -59,6 +60,7 @@ class Tracker:
         self.hooks = HookChain([NotifyTerminal(self.notifier), LogTransitions()])
         self.enqueuer = Enqueuer(self.store, self.guard, settings.guard_ttl_seconds, self.hooks)
         self.runner = Runner(self.store, self.leases, self.hooks, settings)
+        self.relay = Relay(self.store, settings.relay_grace_seconds, self.cancel)
 
     def add_hook(self, hook: Hooks) -> None:
         """Register ``hook`` (after the built-in notification and logging hooks)."""
