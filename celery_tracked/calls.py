@@ -10,6 +10,7 @@ error masks always agree. No Redis, SQL or Celery here.
 from __future__ import annotations
 
 import inspect
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -172,18 +173,32 @@ def idempotency_key(
     kwargs: Mapping[str, Any],
     named: Mapping[str, Any],
 ) -> str | None:
-    """The call's key: ``explicit`` (a key, template or callable) or the task's own."""
-    template = explicit if explicit is not None else rules.key
-    if template is None:
+    """The call's key: ``explicit`` (a per-call key, taken literally: a client's HTTP
+    idempotency key may hold braces) or the task's own (a template or a callable).
+
+    Raises:
+        InvalidPayload: no key of 1-255 characters without NUL bytes could be had.
+    """
+    if explicit is not None:
+        if isinstance(explicit, bool) or not isinstance(explicit, str | int | uuid.UUID):
+            raise InvalidPayload(
+                f"{rules.task_name}: a per-call idempotency_key must be a string "
+                f"(taken literally), not {type(explicit).__name__}"
+            )
+        key: Any = str(explicit)
+    elif rules.key is None:
         return None
-    try:
-        key = template(*args, **kwargs) if callable(template) else str(template).format(**named)
-    except Exception as exc:  # a key template or callable that cannot use these arguments
+    else:
+        template = rules.key
+        try:
+            key = template(*args, **kwargs) if callable(template) else template.format(**named)
+        except Exception as exc:  # a key template or callable that cannot use these arguments
+            raise InvalidPayload(
+                f"{rules.task_name}: cannot build the idempotency key from the arguments: {exc!r}"
+            ) from None
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS or "\x00" in key:
         raise InvalidPayload(
-            f"{rules.task_name}: cannot build the idempotency key from the arguments: {exc!r}"
-        ) from None
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS:
-        raise InvalidPayload(
-            f"{rules.task_name}: the idempotency key must be 1-{MAX_KEY_CHARS} characters"
+            f"{rules.task_name}: the idempotency_key must be 1-{MAX_KEY_CHARS} characters, "
+            "without NUL bytes"
         )
     return key

@@ -6,7 +6,14 @@ hands in its own send), and never calls back into the task class:
 1. take the idempotency guard (``Guard``: ``SET NX`` holding the job id), or wait for the
    winner's row and return that job (``created=False``);
 2. insert the pending row and its ``enqueued`` event, committed;
-3. publish; if that fails, delete the row and release the guard (nothing left behind).
+3. publish, then record in the row that its message was handed to the broker
+   (``published_at``); if the publish fails, delete the row and release the guard (nothing
+   left behind) unless a relay handed the row over meanwhile (then the job is returned).
+
+A duplicate producer never trusts a row whose message was not handed over yet: it waits
+(bounded) for the first producer's outcome, and takes the key over if that one undid its
+row. A producer that died between insert and publish leaves such a row for the relay
+(``relay.py``), which publishes it after ``tracked_relay_grace_seconds``.
 """
 
 from __future__ import annotations
@@ -26,7 +33,8 @@ from .store import DuplicateJob, JobStore
 
 logger = logging.getLogger("celery_tracked")
 
-#: How long a producer that lost the guard race waits for the winner's row.
+#: How long a producer that lost the guard race waits for the winner's row, then for the
+#: winner to hand its message to the broker.
 DUPLICATE_WAIT_S = 5.0
 #: The guard of a job without idempotency key only covers the enqueue itself.
 ID_GUARD_TTL_MS = 60_000
@@ -88,6 +96,7 @@ class Enqueuer:
         self.guard = guard
         self.guard_ttl_s = guard_ttl_s
         self.hooks = hooks
+        self.duplicate_wait_s = DUPLICATE_WAIT_S
 
     def enqueue(
         self, job: NewJob, publish: Callable[[TrackedHeaders], None], redact_keys: tuple[str, ...]
@@ -100,15 +109,15 @@ class Enqueuer:
         parts, ttl_ms = guard_of(job, self.guard_ttl_s)
         key = self.guard.key(*parts)
 
-        def fail(stage: str, exc: BaseException) -> EnqueueError:
-            detail = mask_secrets(str(exc), job.call.secrets, redact_keys)
+        def fail(stage: str, exc: BaseException, note: str = "") -> EnqueueError:
+            detail = mask_secrets(str(exc), job.call.secrets, redact_keys) + note
             self._tell(
                 job, "error", "error", f"enqueue of {job.task_name} failed at {stage}: {detail}"
             )
             return EnqueueError(f"enqueue of {job.task_name} failed ({stage}): {detail}")
 
         try:
-            holder = self._acquire(key, job.job_id, ttl_ms)
+            holder = self._acquire(job, key, ttl_ms)
         except (GuardError, StoreError) as exc:
             raise fail(
                 "idempotency guard" if isinstance(exc, GuardError) else "database", exc
@@ -126,26 +135,58 @@ class Enqueuer:
         try:
             publish(job.headers())
         except Exception as exc:
-            self._undo(job.job_id, key)
+            try:
+                kept = self._undo(job.job_id, key)
+            except StoreError as undo_exc:
+                raise fail("broker publish", exc, _kept(job.job_id, undo_exc)) from None
+            if kept is not None:  # a relay handed it over meanwhile: the job exists and runs
+                return EnqueueResult(kept.id, kept.status, True)
             raise fail("broker publish", exc) from None
+        self._handed_over(job.job_id)
         self._tell(job, "enqueued", "pending", f"job {job.job_id} enqueued on {job.queue}")
         return EnqueueResult(job.job_id, JobStatus.PENDING, True)
 
-    def _acquire(self, key: str, token: str, ttl_ms: int) -> str | None:
-        """None when this producer holds the key; else the job id of the holder."""
-        deadline = time.monotonic() + DUPLICATE_WAIT_S
+    def _acquire(self, job: NewJob, key: str, ttl_ms: int) -> str | None:
+        """None when this producer holds the key; else the job id of the holder, once the
+        holder's message was handed to the broker."""
+        deadline = time.monotonic() + self.duplicate_wait_s
         while True:
-            holder = self.guard.acquire(key, token, ttl_ms)
-            if holder is None or holder == token:
+            holder = self.guard.acquire(key, job.job_id, ttl_ms)
+            if holder is None or holder == job.job_id:
                 return None
-            if self.store.get(holder) is not None:
-                return holder
+            found = self.store.get(holder)
+            if found is not None:
+                if self._settled(job, found) is not None:
+                    return holder
+                continue  # the holder undid its enqueue: the key is free again
             # the holder has not committed its row yet, or it died before doing so
             if time.monotonic() >= deadline:
                 self.guard.release(key, holder)  # a stale token: only that exact one goes
-                deadline = time.monotonic() + DUPLICATE_WAIT_S
+                deadline = time.monotonic() + self.duplicate_wait_s
                 continue
             time.sleep(0.01)
+
+    def _settled(self, job: NewJob, found: Job) -> Job | None:
+        """``found`` once its message was handed to the broker (or it moved on), None once
+        its row is gone (its producer's publish failed). Waits at most the duplicate wait.
+
+        Raises:
+            EnqueueError: its producer is still publishing (or died: the relay publishes
+                the row after the grace period); retryable.
+        """
+        deadline = time.monotonic() + self.duplicate_wait_s
+        current: Job | None = found
+        while current is not None and current.published_at is None:
+            if current.status is not JobStatus.PENDING:
+                break
+            if time.monotonic() >= deadline:
+                raise EnqueueError(
+                    f"enqueue of {job.task_name}: job {current.id} holds this idempotency "
+                    "key but its message was not handed to the broker yet; retry later"
+                )
+            time.sleep(0.02)
+            current = self.store.get(current.id)
+        return current
 
     def _duplicate(self, job: NewJob, holder: str | None) -> EnqueueResult:
         try:
@@ -154,6 +195,7 @@ class Enqueuer:
                 found = self.store.find_by_key(job.job_type, job.call.key)
             if found is None:
                 found = self.store.get(job.job_id)
+            found = None if found is None else self._settled(job, found)
         except StoreError as exc:
             raise EnqueueError(f"enqueue of {job.task_name} failed (database): {exc}") from None
         if found is None:
@@ -178,11 +220,31 @@ class Enqueuer:
         except GuardError as exc:
             logger.warning("could not release guard key: %s (it expires by itself)", exc)
 
-    def _undo(self, job_id: str, key: str) -> None:
-        try:
-            self.store.delete(job_id)
-        except StoreError as exc:
-            # the row stays: keep the guard too, so the key keeps pointing at that row
-            logger.error("could not delete the row of unpublished job %s: %s", job_id, exc)
-            return
+    def _undo(self, job_id: str, key: str) -> Job | None:
+        """Delete the row of a job whose publish failed and release the guard; returns
+        the job instead if a relay handed it over meanwhile (the guard then stays).
+
+        Raises:
+            StoreError: the row could not be deleted (the guard stays, pointing at it).
+        """
+        if not self.store.undo(job_id):
+            kept = self.store.get(job_id)
+            if kept is not None:
+                return kept
         self._release(key, job_id)
+        return None
+
+    def _handed_over(self, job_id: str) -> None:
+        try:
+            self.store.handed_over(job_id, utcnow())
+        except StoreError as exc:
+            # harmless: the relay may publish it again, and a duplicate delivery never runs
+            logger.warning("could not record that job %s was published: %s", job_id, exc)
+
+
+def _kept(job_id: str, exc: StoreError) -> str:
+    """What a caller must know when the row of a failed enqueue could not be removed."""
+    return (
+        f"; its row could not be removed ({exc}): job {job_id} will be published by the "
+        "relay after tracked_relay_grace_seconds unless you cancel it"
+    )

@@ -105,6 +105,8 @@ class Job:
     updated_at: datetime
     locked_by: str | None = None
     locked_until: datetime | None = None
+    #: when the message was handed to the broker (None: not yet; see the relay)
+    published_at: datetime | None = None
     payload_json: str | None = field(default=None, repr=False)
     result_json: str | None = field(default=None, repr=False)
 

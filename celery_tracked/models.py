@@ -93,6 +93,10 @@ jobs = Table(
     Column("started_at", UTCDateTime, nullable=True),
     Column("finished_at", UTCDateTime, nullable=True),
     Column("updated_at", UTCDateTime, nullable=False),
+    # when the job's message was handed to the broker (NULL: not yet, or its producer died
+    # first; the relay publishes such a pending row after a grace period). While the relay
+    # publishes a pending row, ``locked_by``/``locked_until`` hold the relay's claim.
+    Column("published_at", UTCDateTime, nullable=True),
     UniqueConstraint("job_type", "idempotency_key", name="uq_background_jobs_idempotency"),
     Index("ix_background_jobs_queue_name", "queue_name"),
     Index("ix_background_jobs_status", "status"),

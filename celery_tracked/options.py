@@ -13,8 +13,9 @@ The options (``None``: the default):
     max_attempts: attempts before ``failed`` (default ``tracked_default_attempts``).
     backoff_ms: base of the exponential backoff, an integer of milliseconds (default
         ``tracked_default_backoff_ms``).
-    idempotency_key: a ``str.format`` template over the call's arguments
-        (``"ocr:{document_id}"``) or a callable taking the call's arguments.
+    idempotency_key: a ``str.format`` template naming the call's arguments
+        (``"ocr:{document_id}"``; no attribute or index access, no positional fields) or a
+        callable taking the call's arguments. A key given per call is taken literally.
     validator: a pydantic model class (validated against the named arguments) or a
         callable taking the named arguments that raises to refuse them.
 """
@@ -57,14 +58,38 @@ def _text(name: str, value: Any) -> None:
 
 
 def _key(name: str, value: Any) -> None:
-    if callable(value):
+    check_key_template(value)
+
+
+def check_key_template(template: Any) -> None:
+    """A task's ``idempotency_key`` template may only name the call's arguments
+    (``"ocr:{document_id}"``, conversions and format specs allowed): attribute or index
+    access (``{doc.id}``, ``{ids[0]}``) and positional fields (``{}``, ``{0}``) are refused,
+    so a key never depends on more than the arguments' values.
+
+    Raises:
+        InvalidTaskOption: the template is malformed or uses anything but argument names.
+    """
+    template = _unwrap(template)
+    if template is None or callable(template):
         return
-    if not isinstance(value, str) or not value:
-        raise InvalidTaskOption(name, f"must be a str.format template or a callable, got {value!r}")
+    if not isinstance(template, str) or not template:
+        raise InvalidTaskOption(
+            "idempotency_key", f"must be a str.format template or a callable, got {template!r}"
+        )
     try:
-        list(string.Formatter().parse(value))
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
     except ValueError as exc:
-        raise InvalidTaskOption(name, f"is not a valid template {value!r}: {exc}") from None
+        raise InvalidTaskOption(
+            "idempotency_key", f"is not a valid template {template!r}: {exc}"
+        ) from None
+    for field in fields:
+        if not field.isidentifier():
+            raise InvalidTaskOption(
+                "idempotency_key",
+                f"{template!r}: {{{field}}} must name an argument "
+                "(no attribute or index access, no positional fields)",
+            )
 
 
 def _validator(name: str, value: Any) -> None:

@@ -60,6 +60,10 @@ class Settings:
     guard_ttl_seconds: int = 86_400
     key_prefix: str = "celery_tracked"
     check_redis_eviction: bool = True
+    #: a pending row whose message was never handed over is relayed after this long
+    relay_grace_seconds: float = 60.0
+    #: how often the default Beat entry runs the relay (0: no Beat entry)
+    relay_interval_seconds: float = 30.0
 
     @property
     def memory_guard(self) -> bool:
@@ -213,4 +217,6 @@ _SOURCES: tuple[tuple[str, tuple[str, ...], Callable[[str, Any], Any]], ...] = (
     ("guard_ttl_seconds", (), _int("guard_ttl_seconds", minimum=1)),
     ("key_prefix", (), _nonempty("key_prefix")),
     ("check_redis_eviction", (), _bool),
+    ("relay_grace_seconds", (), _float("relay_grace_seconds", minimum=1.0)),
+    ("relay_interval_seconds", (), _float("relay_interval_seconds", minimum=0.0)),
 )

@@ -31,7 +31,15 @@ from celery.result import AsyncResult
 from .calls import CallRules, CallShape, prepare_call
 from .enqueuer import NewJob
 from .jobs import EnqueueResult, Job
-from .messages import CONTROL_OPTIONS, Control, TrackedHeaders, check_job_id
+from .maintenance import install_beat_entries
+from .messages import (
+    CONTROL_OPTIONS,
+    Control,
+    TrackedHeaders,
+    check_job_id,
+    check_options,
+    check_text,
+)
 from .options import check_task_options
 from .outcome import Completed, Failed, PassedOn, Postponed, Retrying, Verdict
 from .runner import Run
@@ -50,8 +58,9 @@ class TrackedTask(Task[Any, Any]):
     """A Celery task whose every job has a durable row, a guard and a fenced lease.
 
     Tracked options (class attributes, or keywords of ``tracked_task`` / ``app.task``):
-    ``tracked_queue``, ``job_type``, ``max_attempts``, ``backoff_ms``, ``idempotency_key``,
-    ``validator``; what each means and accepts: ``celery_tracked/options.py``.
+    ``tracked_queue``, ``job_type``, ``max_attempts``, ``backoff_ms``, ``idempotency_key``
+    (a template naming the call's arguments, or a callable; a key given per call is taken
+    literally), ``validator``; what each means and accepts: ``celery_tracked/options.py``.
     """
 
     acks_late = True
@@ -70,6 +79,12 @@ class TrackedTask(Task[Any, Any]):
         (``@app.task``/``@tracked_task`` make one with ``type()``)."""
         super().__init_subclass__(**kwargs)
         check_task_options(cls.__dict__)
+
+    @classmethod
+    def on_bound(cls, app: Celery) -> None:
+        """An app with a tracked task gets the default Beat entries (``maintenance.py``)."""
+        super().on_bound(app)
+        install_beat_entries(app)
 
     @property
     def tracker(self) -> Tracker:
@@ -169,6 +184,7 @@ class TrackedTask(Task[Any, Any]):
         tracker = self.tracker
         settings = tracker.settings
         job_id = check_job_id(task_id) or str(uuid.uuid4())
+        check_options(options)
         rules = CallRules(
             task_name=self.name,
             redact_keys=settings.redact_keys,
@@ -177,14 +193,14 @@ class TrackedTask(Task[Any, Any]):
             key=self._static("idempotency_key"),
         )
         call = prepare_call(self._shape(), rules, args, kwargs, control.idempotency_key)
-        queue = self._queue_name(options, args, kwargs)
+        queue = check_text(self._queue_name(options, args, kwargs), "queue", 200)
         if "queue" not in options and self._static("tracked_queue"):
             options["queue"] = queue
         parent_job_id, correlation_id = self._lineage(control, job_id)
         job = NewJob(
             job_id=job_id,
             task_name=self.name,
-            job_type=self.tracked_job_type,
+            job_type=check_text(self.tracked_job_type, "job_type", 200),
             queue=queue,
             call=call,
             max_attempts=control.max_attempts
@@ -348,7 +364,8 @@ def tracked_task(
     other keywords are Celery task options (``bind``, ``name``, ``acks_late``...).
 
     Raises:
-        InvalidTaskOption: a tracked option is invalid (``backoff_ms="5s"``...).
+        InvalidTaskOption: a tracked option is invalid (``backoff_ms="5s"``, a key
+            template using attribute or index access...).
     """
     opts: dict[str, Any] = {}
     for name in ("idempotency_key", "validator"):

@@ -1,8 +1,8 @@
 """``Tracker``: one per Celery app, created lazily from ``app.conf``.
 
 It wires the services of one app (settings, job store, guard and notifier, lease keeper,
-hooks, the producer's ``Enqueuer`` and the worker's ``Runner``) and offers the read side:
-``get_job``, ``history``, ``wait``, ``stats``, and ``cancel``.
+hooks, the producer's ``Enqueuer``, the worker's ``Runner``, the ``Relay``) and offers the
+read side: ``get_job``, ``history``, ``wait``, ``stats``, and ``cancel``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from typing import Any
+from uuid import UUID
 
 from celery import Celery
 
@@ -21,6 +22,8 @@ from .guard import Guard, MemoryGuard, Notifier, RedisGuard
 from .hooks import HookChain, Hooks, LogTransitions, NotifyTerminal, Transition
 from .jobs import Job, JobEvent, utcnow
 from .lease import LeaseKeeper
+from .messages import as_job_id
+from .relay import Relay
 from .runner import Runner
 from .settings import Settings
 from .store import JobStore
@@ -59,6 +62,7 @@ class Tracker:
         self.enqueuer = Enqueuer(self.store, self.guard, settings.guard_ttl_seconds, self.hooks)
         self.runner = Runner(self.store, self.leases, self.hooks, settings)
         self.aftermath = Aftermath(self.store, self.hooks, settings)
+        self.relay = Relay(self.store, settings.relay_grace_seconds, self.cancel)
 
     def add_hook(self, hook: Hooks) -> None:
         """Register ``hook`` (after the built-in notification and logging hooks)."""
@@ -82,17 +86,21 @@ class Tracker:
 
     # -- reads ------------------------------------------------------------------------
 
-    def get_job(self, job_id: str) -> Job | None:
-        """The job's row, or None. Raises ``StoreError`` if the database fails."""
-        return self.store.get(job_id)
+    def get_job(self, job_id: str | UUID) -> Job | None:
+        """The job's row, or None. Raises ``StoreError`` if the database fails.
 
-    def history(self, job_id: str) -> list[JobEvent]:
+        Every method taking a ``job_id`` accepts a ``str`` or a ``uuid.UUID``; another type
+        is a ``TypeError``, a string holding a NUL byte ``InvalidPayload``.
+        """
+        return self.store.get(as_job_id(job_id))
+
+    def history(self, job_id: str | UUID) -> list[JobEvent]:
         """The job's events, oldest first."""
-        return self.store.events(job_id)
+        return self.store.events(as_job_id(job_id))
 
     def cancel(
         self,
-        job_id: str,
+        job_id: str | UUID,
         reason: str = "cancelled",
         *,
         log_message: str | None = None,
@@ -105,6 +113,7 @@ class Tracker:
         Never interrupts a running job. Its message, when delivered, runs no body.
         ``reason`` is stored in ``error_message``; the other keywords only shape the log.
         """
+        job_id = as_job_id(job_id)
         cancelled = self.store.cancel(job_id, now=utcnow(), reason=reason)
         if cancelled:
             message = log_message or f"job {job_id} cancelled: {reason}"
@@ -117,7 +126,7 @@ class Tracker:
         """Per queue: ``counts`` per status, ``total`` and ``oldest_pending_age_s``."""
         return self.store.stats()
 
-    def wait(self, job_id: str, timeout: float = 30.0) -> Any:
+    def wait(self, job_id: str | UUID, timeout: float = 30.0) -> Any:
         """Block until the job ends; return its result (decoded ``result_json``).
 
         Subscribes first, then reads the row, so a transition between the two is never
@@ -128,6 +137,7 @@ class Tracker:
             JobFailed: the job ended ``failed`` or ``cancelled``.
             WaitTimeout: it had not ended after ``timeout`` seconds.
         """
+        job_id = as_job_id(job_id)
         deadline = time.monotonic() + timeout
         subscription = self.notifier.subscribe(job_id)
         try:

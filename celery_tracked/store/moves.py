@@ -103,11 +103,36 @@ class Moves:
                 conn.execute(event, {"job_id": params["id"], "now": params["created_at"]})
 
     @reconnecting
-    def delete(self, job_id: str) -> None:
-        """Remove a job and its history (used to undo an enqueue whose publish failed)."""
+    def undo(self, job_id: str) -> bool:
+        """Remove a job whose publish failed, with its history, unless a relay handed its
+        message over meanwhile (then the job stays, and will run): True if removed."""
         with translated("deleting the job row"), self.engines.transaction() as conn:
+            if conn.execute(sql.DELETE_UNPUBLISHED, {"job_id": job_id}).rowcount != 1:
+                return False
             conn.execute(sql.DELETE_EVENTS, {"job_id": job_id})
-            conn.execute(sql.DELETE_JOB, {"job_id": job_id})
+            return True
+
+    @reconnecting
+    def handed_over(self, job_id: str, now: datetime) -> bool:
+        """Record that the job's message was handed to the broker (if not yet recorded)."""
+        return self.apply(sql.HANDED_OVER, {"job_id": job_id, "now": now}) is not None
+
+    # -- relay ------------------------------------------------------------------------
+
+    @reconnecting
+    def relay_claim(
+        self, job_id: str, *, owner: str, now: datetime, until: datetime, cutoff: datetime
+    ) -> bool:
+        """Take an unpublished pending row created before ``cutoff`` for the relay
+        ``owner`` until ``until``; False if it was published, taken or moved meanwhile."""
+        params = {"job_id": job_id, "owner": owner, "now": now, "until": until}
+        return self.apply(sql.RELAY_CLAIM, {**params, "cutoff": cutoff}) is not None
+
+    @reconnecting
+    def relayed(self, job_id: str, *, owner: str, now: datetime, message: str) -> bool:
+        """The relay ``owner`` published the row it claimed: mark it handed over."""
+        params = {"job_id": job_id, "owner": owner, "now": now, "message": message}
+        return self.apply(sql.RELAYED, params) is not None
 
     # -- worker -----------------------------------------------------------------------
 

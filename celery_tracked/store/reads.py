@@ -30,6 +30,14 @@ class Reads:
         return None if row is None else Job.from_row(row)
 
     @reconnecting
+    def unpublished(self, *, cutoff: datetime, now: datetime) -> list[str]:
+        """Ids of pending jobs created before ``cutoff`` whose message was never handed to
+        the broker and that no relay holds (oldest first, at most 100)."""
+        params = {"cutoff": cutoff, "now": now}
+        with translated("reading unpublished jobs"), self.engines.transaction() as conn:
+            return [str(r[0]) for r in conn.execute(sql.SELECT_UNPUBLISHED, params).all()]
+
+    @reconnecting
     def events(self, job_id: str) -> list[JobEvent]:
         with translated("reading the job history"), self.engines.transaction() as conn:
             rows = conn.execute(sql.SELECT_EVENTS, {"job_id": job_id}).mappings().all()

@@ -54,6 +54,9 @@ ATTEMPT = _param("attempt", Integer)
 MESSAGE = _param("message", Text, optional=True)
 DURATION_MS = _param("duration_ms", Integer, optional=True)
 STALE_OWNER = _param("stale_owner", String, optional=True)
+OWNER = _param("owner", String)
+#: Rows created before it whose message was never handed over are the relay's.
+CUTOFF = _param("cutoff", UTCDateTime)
 
 #: The run's fence: the attempt it claimed (or, for a takeover, the attempt last seen).
 HELD = (jobs.c.attempts_made == ATTEMPT,)
@@ -67,7 +70,7 @@ _TAKE_LEASE: dict[str, Any] = {
     "attempts_made": jobs.c.attempts_made + 1,
     "started_at": func.coalesce(jobs.c.started_at, NOW),
     "worker": _param("worker_name", String),
-    "locked_by": _param("owner", String),
+    "locked_by": OWNER,
     "locked_until": UNTIL,
     "updated_at": NOW,
 }
@@ -159,6 +162,39 @@ CANCEL_DEAD = Move(
 RENEW = Move("renew", _PROCESSING, None, {"locked_until": UNTIL}, HELD, durable=False)
 RELEASE = Move(
     "release", _PROCESSING, None, {"locked_until": NOW, "locked_by": None, "updated_at": NOW}, HELD
+)
+
+
+#: A pending row whose message was never handed to the broker, old enough to be relayed,
+#: and not held by a relay right now.
+_UNPUBLISHED = (
+    jobs.c.published_at.is_(None),
+    jobs.c.created_at < CUTOFF,
+    or_(jobs.c.locked_until.is_(None), jobs.c.locked_until < NOW),
+)
+_PENDING = (JobStatus.PENDING,)
+
+#: The producer's mark after its publish (any status: a fast worker may have claimed it).
+HANDED_OVER = Move(
+    "handed_over",
+    tuple(JobStatus),
+    None,
+    {"published_at": NOW},
+    fence=(jobs.c.published_at.is_(None),),
+    durable=False,  # lost, it only lets the relay send a harmless duplicate
+)
+#: A relay takes an unpublished row for ``locked_until``; many relays may run at once.
+RELAY_CLAIM = Move(
+    "relay_claim", _PENDING, None, {"locked_by": OWNER, "locked_until": UNTIL}, _UNPUBLISHED
+)
+#: The relay published the row it claimed.
+RELAYED = Move(
+    "relayed",
+    _PENDING,
+    JobStatus.PENDING,
+    {"published_at": NOW, "locked_by": None, "locked_until": None, "updated_at": NOW},
+    fence=(jobs.c.locked_by == OWNER, jobs.c.published_at.is_(None)),
+    event="relayed",
 )
 
 
@@ -258,5 +294,17 @@ OLDEST_PENDING = (
     .where(jobs.c.status == JobStatus.PENDING.value)
     .group_by(jobs.c.queue_name)
 )
+SELECT_UNPUBLISHED = (
+    select(jobs.c.id)
+    .where(jobs.c.status == JobStatus.PENDING.value, *_UNPUBLISHED)
+    .order_by(jobs.c.created_at)
+    .limit(100)
+)
 DELETE_EVENTS: Delete = delete(events).where(events.c.job_id == JOB_ID)
-DELETE_JOB: Delete = delete(jobs).where(jobs.c.id == JOB_ID)
+#: Undo of an enqueue whose publish failed: only while nobody else handed the row over.
+DELETE_UNPUBLISHED: Delete = delete(jobs).where(
+    jobs.c.id == JOB_ID,
+    jobs.c.status == JobStatus.PENDING.value,
+    jobs.c.published_at.is_(None),
+    jobs.c.locked_by.is_(None),
+)

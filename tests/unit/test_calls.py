@@ -7,9 +7,16 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from celery import Celery
 from pydantic import BaseModel, field_validator
 
-from celery_tracked import InvalidPayload, PayloadNotSerializable, PayloadTooLarge
+from celery_tracked import (
+    InvalidPayload,
+    PayloadNotSerializable,
+    PayloadTooLarge,
+    TrackedTask,
+    tracked_task,
+)
 from celery_tracked.calls import (
     MAX_KEY_CHARS,
     CallRules,
@@ -19,6 +26,8 @@ from celery_tracked.calls import (
     prepare_call,
     validate,
 )
+from celery_tracked.errors import InvalidTaskOption
+from celery_tracked.options import check_key_template
 
 # the documented default redact keys (docs/configuration.md), pinned literally
 KEYS = (
@@ -280,14 +289,42 @@ def test_key_callable_gets_the_call_as_given() -> None:
     ("explicit", "expected"),
     [
         ("fixed-key", "fixed-key"),
-        ("call:{user}", "call:alice"),
-        (lambda user, password: f"fn:{user}", "fn:alice"),
+        ("call:{user}", "call:{user}"),
         (42, "42"),
     ],
 )
 def test_explicit_key_wins_over_the_tasks(explicit: Any, expected: str) -> None:
     call = prepare(login, "alice", "pw", explicit_key=explicit, rules_=rules(key="task:{user}"))
     assert call.key == expected
+
+
+@pytest.mark.parametrize(
+    "key", ["order-{2024}", "client-key-{}", '{"k":1}', "a{user}b", "{", "}{0.x[1]}"]
+)
+def test_a_per_call_key_is_literal(key: str) -> None:
+    """Client-supplied keys (HTTP ``Idempotency-Key``) are never formatted (issue 6/6)."""
+    assert prepare(login, "alice", "pw", explicit_key=key).key == key
+    assert prepare(login, "alice", "pw", explicit_key=key, rules_=rules(key="t:{user}")).key == key
+
+
+@pytest.mark.parametrize("key", [lambda user, password: user, b"bytes", 1.5, True, ["k"]])
+def test_a_per_call_key_that_is_not_text_is_refused(key: Any) -> None:
+    with pytest.raises(InvalidPayload, match="idempotency_key"):
+        prepare(login, "alice", "pw", explicit_key=key)
+
+
+@pytest.mark.parametrize(
+    "template", ["k:{user.name}", "k:{user[0]}", "k:{}", "k:{0}", "k:{user", "k:{user}}x{"]
+)
+def test_a_template_with_attribute_index_or_positional_fields_is_refused(template: str) -> None:
+    with pytest.raises(InvalidTaskOption, match="idempotency_key"):
+        check_key_template(template)
+
+
+@pytest.mark.parametrize("template", ["k:{user}", "k:{user!r}:{n:05d}", "{{literal}}", "plain"])
+def test_a_template_naming_arguments_is_accepted(template: str) -> None:
+    check_key_template(template)
+    check_key_template(lambda *a, **k: "k")
 
 
 def test_the_longest_key_is_accepted() -> None:
@@ -326,7 +363,7 @@ def test_a_key_callable_that_raises_is_refused() -> None:
 def test_idempotency_key_directly() -> None:
     r = rules(key="{a}")
     assert idempotency_key(r, None, (), {}, {"a": 1}) == "1"
-    assert idempotency_key(r, "x{a}y", (), {}, {"a": 1}) == "x1y"
+    assert idempotency_key(r, "x{a}y", (), {}, {"a": 1}) == "x{a}y"
     assert idempotency_key(rules(), None, (), {}, {"a": 1}) is None
 
 
@@ -380,3 +417,27 @@ def test_a_nested_secret_under_var_positional_is_listed_for_masking() -> None:
     call = prepare(f, "x", {"token": "abc123"})
     assert json.loads(call.payload_json)["args"] == ["x", {"token": REDACTED}]
     assert call.secrets == ("abc123",)
+
+
+# -- key templates are checked when the task is declared -------------------------------
+
+
+@pytest.mark.parametrize("template", ["doc:{document.id}", "doc:{ids[0]}"])
+def test_tracked_task_refuses_attribute_or_index_access_at_decoration(template: str) -> None:
+    app = Celery("decl", broker="memory://", set_as_current=False)
+    with pytest.raises(InvalidTaskOption, match=r"idempotency_key.*attribute or index"):
+
+        @tracked_task(app=app, idempotency_key=template)
+        def ocr(document: Any, ids: Any) -> None: ...
+
+    with pytest.raises(InvalidTaskOption, match="idempotency_key"):
+
+        @tracked_task(idempotency_key=template)  # a shared task: checked now, not at first use
+        def ocr_shared(document: Any, ids: Any) -> None: ...
+
+    with pytest.raises(InvalidTaskOption, match="idempotency_key"):
+
+        class Custom(TrackedTask):
+            idempotency_key = template
+
+    app.close()

@@ -108,7 +108,8 @@ def test_every_other_statement_compiles(dialect: Any) -> None:
         sql.COUNT_BY_STATUS,
         sql.OLDEST_PENDING,
         sql.DELETE_EVENTS,
-        sql.DELETE_JOB,
+        sql.DELETE_UNPUBLISHED,
+        sql.SELECT_UNPUBLISHED,
         sql.event_insert(sql.jobs, "enqueued", sql.JobStatus.PENDING),
     ):
         assert str(statement.compile(dialect=dialect))
@@ -121,3 +122,30 @@ def test_the_new_job_insert_writes_its_enqueued_event_in_one_statement() -> None
     assert "INSERT INTO background_job_events" in text
     params = sql.job_insert_cte().compile(dialect=PG).params
     assert {"enqueued", "pending"} <= set(params.values())
+
+
+def test_the_relay_moves_and_the_undo_only_touch_rows_nobody_handed_over() -> None:
+    """Issue 6, item 4: a row is published by its producer, or, after the grace period, by
+    exactly one relay; the producer's undo deletes it only while nobody handed it over."""
+    handed = sql.move_update(sql.HANDED_OVER).compile(dialect=SQLITE)
+    assert {v for k, v in handed.params.items() if k.startswith("status_")} == {
+        s.value for s in sql.JobStatus
+    }
+    assert "background_jobs.published_at IS NULL" in where_of(str(handed))
+    claim = sql.move_update(sql.RELAY_CLAIM).compile(dialect=SQLITE)
+    where = where_of(str(claim))
+    assert {v for k, v in claim.params.items() if k.startswith("status_")} == {"pending"}
+    for condition in (
+        "background_jobs.published_at IS NULL",
+        "background_jobs.created_at < ?",
+        "background_jobs.locked_until IS NULL OR background_jobs.locked_until < ?",
+    ):
+        assert condition in where
+    relayed = where_of(str(sql.move_update(sql.RELAYED).compile(dialect=SQLITE)))
+    assert "background_jobs.locked_by = ?" in relayed
+    assert "background_jobs.published_at IS NULL" in relayed
+    assert sql.RELAYED.event == "relayed"
+    undo = where_of(str(sql.DELETE_UNPUBLISHED.compile(dialect=SQLITE)))
+    assert "published_at IS NULL" in undo and "locked_by IS NULL" in undo
+    for move in (sql.HANDED_OVER, sql.RELAY_CLAIM, sql.RELAYED):
+        assert str(sql.move_cte(move).compile(dialect=PG)).startswith("WITH moved AS")
