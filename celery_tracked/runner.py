@@ -56,6 +56,7 @@ class Runner:
         )
         if delay is not None:
             return self._turned_away(run, Postponed(delay, "a hook asked to wait"))
+        sent = time.monotonic()
         try:
             claim = self._claim(run)
         except StoreError as exc:
@@ -81,7 +82,7 @@ class Runner:
         )
         # registered from the claim until the outcome is written: a duplicate delivery in
         # this same process never mistakes the running attempt for an abandoned one
-        with self.leases.holding(claim):
+        with self.leases.holding(claim, since=sent):
             return self._execute(run, claim, body)
 
     # -- claim ------------------------------------------------------------------------
@@ -152,6 +153,7 @@ class Runner:
         except Exception as exc:
             error = exc
             mask_exception(exc, run.secrets(), self.settings.redact_keys)  # and its cause
+        self.leases.body_ended(claim)
         plan = self.recorder.plan(run, claim, error)
         if plan.write is Write.COMPLETE:
             return self.recorder.complete(run, claim, plan, error, result, result_json, started)

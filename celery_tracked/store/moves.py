@@ -8,12 +8,12 @@ caller decides what that means. Nothing here reads a row to decide a write.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, insert
 
-from ..jobs import Claim, JobStatus, NewRow
+from ..jobs import Claim, JobStatus, NewRow, utcnow
 from ..models import jobs, metadata
 from . import statements as sql
 from .engines import Engines
@@ -227,13 +227,11 @@ class Moves:
         return self.apply(move, params) is not None
 
     @reconnecting
-    def renew(self, claims: Sequence[Claim], until: datetime) -> int:
-        """Extend the leases of running attempts; returns how many were still held."""
-        renewed = 0
-        for claim in claims:
-            params = {"job_id": claim.job_id, "attempt": claim.attempt, "until": until}
-            renewed += self.apply(sql.RENEW, params) is not None
-        return renewed
+    def renew(self, claim: Claim, lease_seconds: float) -> bool:
+        """Extend a running attempt's lease; False when it no longer holds it."""
+        until = utcnow() + timedelta(seconds=lease_seconds)
+        params = {"job_id": claim.job_id, "attempt": claim.attempt, "until": until}
+        return self.apply(sql.RENEW, params) is not None
 
     @reconnecting
     def release(self, claim: Claim, now: datetime) -> bool:

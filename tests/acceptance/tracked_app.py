@@ -416,6 +416,22 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         _end(r, job_id, started)
         return {"document_id": document_id, "pages": pages, "run": run}
 
+    # -- reliability (test_reliability.py) ----------------------------------------------
+
+    @tracked_task(
+        app=app, bind=True, shared=False, name="acc.stepper", queue=QUEUE, max_attempts=3
+    )
+    def stepper(self: Any, x: Any, steps: int = 30) -> dict[str, Any]:
+        """Takes ``steps`` steps of 0.1 s, each recorded as ``RPUSH steps:<job_id> "<pid>
+        <attempt> <time>"``; publishes its pid as ``pid:<job_id>:<run>``."""
+        r, job_id, run, started = _begin(self)
+        r.set(f"pid:{job_id}:{run}", os.getpid())
+        for _ in range(steps):
+            r.rpush(f"steps:{job_id}", f"{os.getpid()} {run} {time.time():.6f}")
+            time.sleep(0.1)
+        _end(r, job_id, started)
+        return {"x": x, "run": run}
+
     return app
 
 

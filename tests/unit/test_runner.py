@@ -234,12 +234,12 @@ class MemoryStore:
         self._set(claim.job_id, locked_by=None, locked_until=now, updated_at=now)
         return True
 
-    def renew(self, claims: Sequence[Claim], until: datetime) -> int:
+    def renew(self, claim: Claim, lease_seconds: float) -> bool:
         self._call("renew")
-        held = [c for c in claims if self._held(c)]
-        for claim in held:
-            self._set(claim.job_id, locked_until=until)
-        return len(held)
+        if not self._held(claim):
+            return False
+        self._set(claim.job_id, locked_until=utcnow() + timedelta(seconds=lease_seconds))
+        return True
 
 
 class Recorder(Hooks):
