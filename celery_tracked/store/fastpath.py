@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -33,12 +32,11 @@ class _ThreadConnections:
     that opened them: a forked child (whose copies of other threads' locals are dropped at
     fork) must never end the parent's sessions."""
 
-    __slots__ = ("__weakref__", "durable", "durable_used", "fast", "owned")
+    __slots__ = ("__weakref__", "durable", "fast", "owned")
 
     def __init__(self) -> None:
         self.durable: Any = None
         self.fast: Any = None
-        self.durable_used = 0.0
         self.owned: dict[str, Any] = {}  # the finaliser's view: never references the slot
         weakref.finalize(self, _close_owned, self.owned, os.getpid())
 
@@ -62,9 +60,6 @@ def _close_owned(owned: dict[str, Any], pid: int) -> None:
 class FastPath:
     """Per-thread psycopg connections (the ``fast`` one with ``synchronous_commit=off``);
     a connection that fails is dropped and the next call opens a new one."""
-
-    #: A durable connection idle this long is checked before a job's body runs.
-    IDLE_CHECK_S = 5.0
 
     def __init__(self, params: Mapping[str, Any], dialect: Any) -> None:
         self._params = dict(params)
@@ -90,18 +85,6 @@ class FastPath:
             found = self._compiled[key] = (str(compiled), fixed)
         return found
 
-    def check_idle_durable(self) -> None:
-        """Before a body runs: if this thread's durable connection sat idle (a PostgreSQL
-        restart, an idle timeout of a proxy or firewall may have closed it), ping it and
-        drop it if dead, so the completion does not fail for a reason older than the job.
-        A connection that dies while the body runs still fails the completion: that attempt
-        is then retried, never reported done."""
-        slot = self._slot()
-        if slot.durable is None or time.monotonic() - slot.durable_used < self.IDLE_CHECK_S:
-            return
-        with contextlib.suppress(StoreError):  # a dead one is dropped: the completion reconnects
-            self.execute("ping", _select_one, {}, durable=True)
-
     def execute(
         self, key: str, build: Callable[[], Any], params: Mapping[str, Any], durable: bool
     ) -> tuple[Any, ...] | None:
@@ -124,8 +107,6 @@ class FastPath:
                 slot.set(name, conn)
             cursor = conn.execute(sql, {**fixed, **params})
             row: tuple[Any, ...] | None = None if cursor.description is None else cursor.fetchone()
-            if durable:
-                slot.durable_used = time.monotonic()
             return row
         except psycopg.IntegrityError:
             raise DuplicateJob() from None
@@ -162,8 +143,3 @@ class FastPath:
         _INHERITED.append(self._local)
         self._opened = weakref.WeakSet()
 
-
-def _select_one() -> Any:
-    from sqlalchemy import literal, select
-
-    return select(literal(1))

@@ -118,12 +118,7 @@ class Moves:
         """pending | retrying → processing, taking the lease; None if not claimable."""
         params = {"job_id": job_id, "owner": owner, "worker_name": worker, "now": now}
         moved = self.apply(sql.CLAIM, {**params, "until": until})
-        if moved is None:
-            return None
-        fastpath = self.engines.get().fastpath
-        if fastpath is not None:
-            fastpath.check_idle_durable()
-        return Claim(job_id, moved[0], moved[1])
+        return None if moved is None else Claim(job_id, moved[0], moved[1])
 
     @reconnecting
     def take_over(
@@ -173,12 +168,24 @@ class Moves:
         now: datetime,
         duration_ms: int,
         rows: Sequence[NewRow] = (),
+        resent: bool = False,
     ) -> bool:
         """processing → completed, fenced by the claim; ``rows`` are inserted in the same
-        transaction. False when the run no longer holds the lease. Never re-sent."""
+        transaction. False when the run no longer holds the lease.
+
+        ``resent``: an earlier send failed with its connection; if this one matches
+        nothing because that send had committed (the row is completed by this very
+        attempt), the completion is saved.
+        """
         params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": now}
         params.update(result_json=result_json, duration_ms=duration_ms)
-        return self.apply(sql.COMPLETE, params, rows) is not None
+        if self.apply(sql.COMPLETE, params, rows) is not None:
+            return True
+        if not resent:
+            return False
+        with translated("reading the job"):
+            row = self.engines.execute(sql.SELECT_ATTEMPTS_STATUS, {"job_id": claim.job_id})
+        return row is not None and tuple(row) == (claim.attempt, JobStatus.COMPLETED.value)
 
     @reconnecting
     def retrying(

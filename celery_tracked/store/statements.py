@@ -242,6 +242,7 @@ SELECT_BY_KEY = select(jobs).where(
     jobs.c.idempotency_key == _param("idempotency_key", String),
 )
 SELECT_ATTEMPTS = select(jobs.c.attempts_made, jobs.c.max_attempts).where(jobs.c.id == JOB_ID)
+SELECT_ATTEMPTS_STATUS = select(jobs.c.attempts_made, jobs.c.status).where(jobs.c.id == JOB_ID)
 SELECT_EVENTS = select(events).where(events.c.job_id == JOB_ID).order_by(events.c.id)
 COUNT_BY_STATUS = select(jobs.c.queue_name, jobs.c.status, func.count()).group_by(
     jobs.c.queue_name, jobs.c.status

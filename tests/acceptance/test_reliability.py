@@ -1,20 +1,24 @@
 """Acceptance: ordinary production faults around a running job (issue 6).
 
-A paused pool child whose lease lapses, a duplicate copy of a message.
+A paused pool child whose lease lapses, a duplicate copy of a message, a connection that
+dies while the body runs (idle timeout, server restart).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 from celery_tracked import JobStatus
 from celery_tracked.lease import process_alive
-from tests.conftest import wait_for
+from tests.conftest import PG_ADMIN_URL, wait_for
 
 LEASE_S = 2.0
 
@@ -96,4 +100,75 @@ def test_a_pause_shorter_than_the_lease_changes_nothing(env: Any, start_worker: 
     assert len(steps_of(env, job_id)) == 20
     assert process_alive(first)
     wait_for(lambda: worker.records_of(job_id, "skipped"), timeout=20, what="the copy skipped")
+    assert [e.event for e in env.tracker.history(job_id)] == ["enqueued", "started", "completed"]
+
+
+# -- a completion is not lost to a dead connection ---------------------------------------
+
+
+def alter_database(env: Any, setting: str, value: str) -> None:
+    """``ALTER DATABASE <the test's database> SET``: new sessions of this database only."""
+    database = env.database_url.rsplit("/", 1)[1]
+    admin = create_engine(PG_ADMIN_URL, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'ALTER DATABASE "{database}" SET {setting} = {value}'))
+    finally:
+        admin.dispose()
+
+
+def test_an_idle_session_timeout_shorter_than_the_body_costs_no_attempt(
+    env: Any, start_worker: Any
+) -> None:
+    """PostgreSQL ends the worker's idle connection while the body runs: the completion is
+    re-sent on a fresh one; the body ran once."""
+    alter_database(env, "idle_session_timeout", "'1500ms'")
+    start_worker(concurrency=1)
+    warm = env.task("acc.succeed").enqueue(x="warm").job_id  # the worker's connections exist
+    env.wait_status(warm, "completed", timeout=30)
+
+    job_id = env.task("acc.succeed").enqueue(x="idle", sleep=3.0).job_id
+
+    job = env.wait_status(job_id, "completed", "failed", timeout=40)
+    assert job.status is JobStatus.COMPLETED
+    assert job.attempts_made == 1
+    assert env.ran(job_id) == 1
+    assert [e.event for e in env.tracker.history(job_id)] == ["enqueued", "started", "completed"]
+
+
+def pg_cluster() -> tuple[str, str]:
+    versions = sorted(os.listdir("/etc/postgresql"))
+    return versions[-1], "main"
+
+
+def pg_ready() -> bool:
+    found = subprocess.run(["pg_isready", "-h", "127.0.0.1", "-p", "5432"], capture_output=True)
+    return found.returncode == 0
+
+
+@pytest.mark.pg_restart
+@pytest.mark.parametrize("lease_seconds", [30.0])  # the restart must not outlast the proof
+def test_a_postgresql_restart_during_the_body_costs_no_attempt(
+    env: Any, start_worker: Any
+) -> None:
+    start_worker(concurrency=1)
+    warm = env.task("acc.succeed").enqueue(x="warm").job_id  # the worker's connections exist
+    env.wait_status(warm, "completed", timeout=30)
+    job_id = env.task("acc.hold").enqueue(x="restart").job_id
+    wait_for(lambda: env.redis.exists(f"holding:{job_id}"), timeout=20, what="the body to start")
+
+    version, cluster = pg_cluster()
+    command = ["pg_ctlcluster", "--skip-systemctl-redirect", version, cluster]
+    try:
+        subprocess.run([*command, "restart", "-m", "fast"], check=True, timeout=60)
+    finally:
+        if not pg_ready():
+            subprocess.run([*command, "start"], check=False, timeout=60)
+        wait_for(pg_ready, timeout=60, what="PostgreSQL to be back")
+    env.redis.set(f"go:{job_id}", 1)
+
+    job = env.wait_status(job_id, "completed", "failed", timeout=40)
+    assert job.status is JobStatus.COMPLETED
+    assert job.attempts_made == 1
+    assert env.ran(job_id) == 1
     assert [e.event for e in env.tracker.history(job_id)] == ["enqueued", "started", "completed"]

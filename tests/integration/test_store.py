@@ -17,7 +17,6 @@ from sqlalchemy.pool import NullPool
 from celery_tracked import JobStatus, StoreError
 from celery_tracked.jobs import Claim, NewRow, utcnow
 from celery_tracked.store import JobStore, Refused
-from celery_tracked.store.fastpath import FastPath
 
 from ..conftest import wait_for
 
@@ -243,22 +242,9 @@ def _claimed(store: JobStore) -> Claim:
     return c
 
 
-def test_connection_killed_while_idle_does_not_fail_the_next_job(
-    pg_database_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An idle timeout or a server restart between jobs is not the job's problem."""
-    monkeypatch.setattr(FastPath, "IDLE_CHECK_S", 0.0)
-    store = JobStore(pg_database_url)
-    try:
-        assert store.complete(_claimed(store), result_json=None, now=utcnow(), duration_ms=0)
-        terminate_other_backends(pg_database_url)  # while no job runs
-        c = _claimed(store)  # the claim reconnects; the idle durable connection is checked
-        assert store.complete(c, result_json=None, now=utcnow(), duration_ms=0)
-    finally:
-        store.dispose()
-
-
-def test_connection_killed_while_the_body_runs_fails_the_completion(pg_database_url: str) -> None:
+def test_a_completion_whose_connection_died_is_saved_when_resent(pg_database_url: str) -> None:
+    """The store drops a dead connection and says so; the re-send (the ``Recorder``'s)
+    goes out on a fresh one."""
     store = JobStore(pg_database_url)
     try:
         assert store.complete(_claimed(store), result_json=None, now=utcnow(), duration_ms=0)
@@ -268,6 +254,24 @@ def test_connection_killed_while_the_body_runs_fails_the_completion(pg_database_
             store.complete(c, result_json=None, now=utcnow(), duration_ms=0)
         job = store.get(c.job_id)
         assert job is not None and job.status is JobStatus.PROCESSING
+        assert store.complete(c, result_json="1", now=utcnow(), duration_ms=0, resent=True)
+        job = store.get(c.job_id)
+        assert job is not None and job.status is JobStatus.COMPLETED and job.result == 1
+    finally:
+        store.dispose()
+
+
+def test_a_resent_completion_whose_first_send_committed_is_saved(pg_database_url: str) -> None:
+    """The first send committed but its reply was lost: the re-send matches nothing, and
+    finds the row completed by this very attempt. Any other attempt's is not ours."""
+    store = JobStore(pg_database_url)
+    try:
+        c = _claimed(store)
+        assert store.complete(c, result_json=None, now=utcnow(), duration_ms=0)
+        assert store.complete(c, result_json=None, now=utcnow(), duration_ms=0, resent=True)
+        assert not store.complete(c, result_json=None, now=utcnow(), duration_ms=0)
+        other = Claim(c.job_id, c.attempt + 1, c.max_attempts)
+        assert not store.complete(other, result_json=None, now=utcnow(), duration_ms=0, resent=True)
     finally:
         store.dispose()
 
@@ -284,7 +288,7 @@ def test_a_forked_child_never_closes_the_parents_connections(pg_database_url: st
         mine = _claimed(store)  # opens this thread's connections (insert: durable; claim: fast)
         opened.set()
         release.wait(30)
-        # the completion is never re-sent on a new connection: it needs the old session
+        # a plain send (no re-send): it needs the old session
         results.append(store.complete(mine, result_json=None, now=utcnow(), duration_ms=0))
 
     thread = threading.Thread(target=other_thread)

@@ -24,6 +24,7 @@ from celery_tracked.outcome import (
     Skipped,
     Verdict,
 )
+from celery_tracked.recorder import Recorder as RecorderService
 from celery_tracked.runner import Run, Runner
 from celery_tracked.settings import Settings
 from celery_tracked.store import Refused
@@ -42,6 +43,7 @@ class MemoryStore:
         self.jobs: dict[str, Job] = {}
         self.broken: set[str] = set()
         self.refused: set[str] = set()
+        self.fail_times: dict[str, int] = {}  # method → how many calls fail before it works
         self.calls: list[str] = []
         self.completion_rows: list[NewRow] = []
 
@@ -180,8 +182,12 @@ class MemoryStore:
         now: datetime,
         duration_ms: int,
         rows: Sequence[NewRow] = (),
+        resent: bool = False,
     ) -> bool:
         self._call("complete")
+        if self.fail_times.get("complete"):
+            self.fail_times["complete"] -= 1
+            raise StoreError("complete: server closed the connection unexpectedly")
         if not self._held(claim):
             return False
         self.completion_rows.extend(rows)
@@ -592,13 +598,32 @@ def test_a_hook_postpones_before_the_claim(world: World) -> None:
     assert world.recorder.events == ["busy"]
 
 
+@pytest.fixture(autouse=True)
+def no_resend_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(RecorderService, "RESEND_PAUSES_S", (0.0, 0.0, 0.0))
+
+
+def test_a_completion_whose_connection_failed_is_resent_and_completes(world: World) -> None:
+    world.store.add()
+    world.store.fail_times["complete"] = 2
+    verdict = world.run(lambda: "done")
+    assert verdict == Completed("done")
+    assert world.store.calls.count("complete") == 3
+    job = world.job()
+    assert (job.status, job.attempts_made) == (JobStatus.COMPLETED, 1)
+    assert world.bodies == 1
+    assert world.recorder.events == ["processing", "error", "error", "completed"]
+
+
 def test_a_completion_that_cannot_be_written_retries(world: World) -> None:
+    """Only once the bounded re-sends are spent does the attempt fall back to a retry."""
     world.store.add()
     world.store.broken.add("complete")
     verdict = world.run(lambda: "done")
     assert isinstance(verdict, Retrying) and verdict.cause is None
     assert BASE_MS / 1000 <= verdict.countdown <= BASE_MS * 1.25 / 1000
     assert (world.job().status, world.job().error_type) == (JobStatus.RETRYING, "StoreError")
+    assert world.store.calls.count("complete") == 4  # the send and three re-sends
 
 
 def test_a_retry_that_cannot_be_written_still_retries(world: World) -> None:
