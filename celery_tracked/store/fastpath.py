@@ -142,4 +142,3 @@ class FastPath:
         _INHERITED.extend(self._opened)
         _INHERITED.append(self._local)
         self._opened = weakref.WeakSet()
-

@@ -148,9 +148,7 @@ def pg_ready() -> bool:
 
 @pytest.mark.pg_restart
 @pytest.mark.parametrize("lease_seconds", [30.0])  # the restart must not outlast the proof
-def test_a_postgresql_restart_during_the_body_costs_no_attempt(
-    env: Any, start_worker: Any
-) -> None:
+def test_a_postgresql_restart_during_the_body_costs_no_attempt(env: Any, start_worker: Any) -> None:
     start_worker(concurrency=1)
     warm = env.task("acc.succeed").enqueue(x="warm").job_id  # the worker's connections exist
     env.wait_status(warm, "completed", timeout=30)

@@ -418,9 +418,7 @@ def create_app(config: Mapping[str, Any]) -> Celery:
 
     # -- reliability (test_reliability.py) ----------------------------------------------
 
-    @tracked_task(
-        app=app, bind=True, shared=False, name="acc.stepper", queue=QUEUE, max_attempts=3
-    )
+    @tracked_task(app=app, bind=True, shared=False, name="acc.stepper", queue=QUEUE, max_attempts=3)
     def stepper(self: Any, x: Any, steps: int = 30) -> dict[str, Any]:
         """Takes ``steps`` steps of 0.1 s, each recorded as ``RPUSH steps:<job_id> "<pid>
         <attempt> <time>"``; publishes its pid as ``pid:<job_id>:<run>``."""
