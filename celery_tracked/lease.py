@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Protocol
 
-from .jobs import Claim, Job, utcnow
+from .jobs import Claim, Job
 
 logger = logging.getLogger("celery_tracked")
 
@@ -35,8 +35,20 @@ def _pid_namespace() -> str:
         return "-"
 
 
-#: This host (hostname and PID namespace): pids are only comparable within it.
-HOST_ID = f"{socket.gethostname()}:{_pid_namespace()}"
+def _boot_id() -> str:
+    """The kernel's id of this boot: two hosts (cloned VMs, containers given one fixed
+    hostname) share a hostname and the root PID namespace's inode, never a boot id."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            return boot.read().strip()
+    except OSError:
+        return ""
+
+
+#: Empty where the kernel has no boot id: then no holder is ever judged dead by its pid.
+BOOT_ID = _boot_id()
+#: This host (hostname, boot, PID namespace): pids are only comparable within it.
+HOST_ID = f"{socket.gethostname()}:{BOOT_ID or '-'}:{_pid_namespace()}"
 
 
 def owner_id(pid: int | None = None) -> str:
@@ -95,14 +107,17 @@ class Diagnosis:
     why: str
 
 
-def diagnose(job: Job, now: datetime, stale_owner: str | None) -> Diagnosis:
-    """Is the lease of ``job`` (processing) still held? ``stale_owner`` from ``dead_holder``."""
+def diagnose(job: Job, now: datetime, stale_owner: str | None, grace_s: float = 0.0) -> Diagnosis:
+    """Is the lease of ``job`` (processing) still held? ``now`` is the database's clock,
+    ``stale_owner`` from ``dead_holder``; a lease is taken over ``grace_s`` after expiry."""
     until = job.locked_until
     if stale_owner is not None:
         return Diagnosis(True, 0.0, stale_owner, "its worker process died")
-    if until is None or until <= now:
+    if until is None:
+        return Diagnosis(True, 0.0, None, "its lease was released")
+    remaining = (until - now).total_seconds() + grace_s
+    if remaining < 0:
         return Diagnosis(True, 0.0, None, "its lease expired")
-    remaining = (until - now).total_seconds()
     return Diagnosis(False, remaining, None, f"attempt {job.attempts_made} is running elsewhere")
 
 
@@ -184,9 +199,6 @@ class LeaseKeeper:
         """How long after its expiry a lease may be taken over."""
         return self.lease_seconds * GRACE_SHARE
 
-    def lease_until(self) -> datetime:
-        return utcnow() + timedelta(seconds=self.lease_seconds)
-
     def is_active(self, job_id: str) -> bool:
         """True while this process runs ``job_id`` (between its claim and its outcome)."""
         with self._lock:
@@ -194,6 +206,8 @@ class LeaseKeeper:
 
     def dead_holder(self, job: Job) -> str | None:
         """``job.locked_by`` when that process (on this host) no longer runs it."""
+        if not BOOT_ID:  # this host cannot be told apart from a clone: expiry decides
+            return None
         return dead_holder(
             job.locked_by,
             host_id=HOST_ID,

@@ -8,12 +8,12 @@ caller decides what that means. Nothing here reads a row to decide a write.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, insert
 
-from ..jobs import Claim, JobStatus, NewRow, utcnow
+from ..jobs import Claim, JobStatus, NewRow
 from ..models import jobs, metadata
 from . import statements as sql
 from .engines import Engines
@@ -113,11 +113,12 @@ class Moves:
 
     @reconnecting
     def claim(
-        self, job_id: str, *, owner: str, worker: str, now: datetime, until: datetime
+        self, job_id: str, *, owner: str, worker: str, now: datetime, lease_s: float
     ) -> Claim | None:
-        """pending | retrying → processing, taking the lease; None if not claimable."""
+        """pending | retrying (its backoff due) → processing, taking the lease for
+        ``lease_s`` seconds of the database's clock; None if not claimable."""
         params = {"job_id": job_id, "owner": owner, "worker_name": worker, "now": now}
-        moved = self.apply(sql.CLAIM, {**params, "until": until})
+        moved = self.apply(sql.CLAIM, {**params, "lease_s": lease_s})
         return None if moved is None else Claim(job_id, moved[0], moved[1])
 
     @reconnecting
@@ -129,14 +130,17 @@ class Moves:
         owner: str,
         worker: str,
         now: datetime,
-        until: datetime,
+        lease_s: float,
+        grace_s: float,
         stale_owner: str | None,
         reason: str,
     ) -> Claim | None:
-        """processing → processing for a new attempt, when the old lease expired or its
-        owner is known dead. Fenced by the attempt number last seen."""
+        """processing → processing for a new attempt, when the old lease expired more than
+        ``grace_s`` ago (the database's clock) or its owner is known dead. Fenced by the
+        attempt number last seen."""
         params = {"job_id": job_id, "attempt": seen_attempt, "owner": owner, "now": now}
-        params.update(worker_name=worker, until=until, stale_owner=stale_owner, message=reason)
+        params.update(worker_name=worker, lease_s=lease_s, grace_s=grace_s)
+        params.update(stale_owner=stale_owner, message=reason)
         moved = self.apply(sql.TAKE_OVER, params)
         return None if moved is None else Claim(job_id, moved[0], moved[1], takeover=True)
 
@@ -147,13 +151,15 @@ class Moves:
         *,
         seen_attempt: int,
         now: datetime,
+        grace_s: float,
         stale_owner: str | None,
         message: str,
     ) -> bool:
         """processing → failed when the last attempt was lost: fenced like a takeover (the
         attempt last seen, and a lease that lapsed or whose owner is dead)."""
         params = {"job_id": job_id, "attempt": seen_attempt, "now": now, "message": message}
-        return self.apply(sql.FAIL_LOST, {**params, "stale_owner": stale_owner}) is not None
+        params.update(grace_s=grace_s, stale_owner=stale_owner)
+        return self.apply(sql.FAIL_LOST, params) is not None
 
     @reconnecting
     def cancel(self, job_id: str, *, now: datetime, reason: str) -> bool:
@@ -201,7 +207,7 @@ class Moves:
         """processing → retrying after a failed attempt, fenced by the claim."""
         message = f"retry in {delay_ms} ms after {error_type}: {error_message}"
         return self._end_run(
-            sql.RETRYING, claim, error_type, error_message, message, duration_ms, now
+            sql.RETRYING, claim, error_type, error_message, message, duration_ms, now, delay_ms
         )
 
     @reconnecting
@@ -227,22 +233,23 @@ class Moves:
         message: str,
         duration_ms: int | None,
         now: datetime,
+        delay_ms: int = 0,
     ) -> bool:
         params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": now}
-        params.update(error_type=error_type, error_message=error_message)
+        params.update(error_type=error_type, error_message=error_message, delay_s=delay_ms / 1000)
         params.update(message=message[:1000], duration_ms=duration_ms)
         return self.apply(move, params) is not None
 
     @reconnecting
     def renew(self, claim: Claim, lease_seconds: float) -> bool:
-        """Extend a running attempt's lease; False when it no longer holds it."""
-        until = utcnow() + timedelta(seconds=lease_seconds)
-        params = {"job_id": claim.job_id, "attempt": claim.attempt, "until": until}
+        """Extend a running attempt's lease to ``lease_seconds`` from now (the database's
+        clock); False when it no longer holds it."""
+        params = {"job_id": claim.job_id, "attempt": claim.attempt, "lease_s": lease_seconds}
         return self.apply(sql.RENEW, params) is not None
 
     @reconnecting
     def release(self, claim: Claim, now: datetime) -> bool:
-        """Let the lease of an abandoned attempt lapse now, so a redelivery can take over."""
+        """Drop the lease of an abandoned attempt, so a redelivery takes over at once."""
         params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": now}
         return self.apply(sql.RELEASE, params) is not None
 

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Delete,
+    Float,
     FromClause,
     Insert,
     Integer,
@@ -38,6 +39,7 @@ from sqlalchemy.sql.elements import BindParameter
 
 from ..jobs import CLAIMABLE, JobStatus
 from ..models import UTCDateTime, events, jobs
+from .clock import db_time
 
 
 def _param(name: str, type_: Any, optional: bool = False) -> BindParameter[Any]:
@@ -48,8 +50,12 @@ def _param(name: str, type_: Any, optional: bool = False) -> BindParameter[Any]:
 
 
 JOB_ID = _param("job_id", String)
+#: the worker's clock: for the record (``started_at``, ``updated_at``, events), never leases
 NOW = _param("now", UTCDateTime)
-UNTIL = _param("until", UTCDateTime)
+#: lease expiry and backoff are judged on the database's clock (``clock.db_time``)
+LEASE_S = _param("lease_s", Float)
+GRACE_S = _param("grace_s", Float)
+DELAY_S = _param("delay_s", Float)
 ATTEMPT = _param("attempt", Integer)
 MESSAGE = _param("message", Text, optional=True)
 DURATION_MS = _param("duration_ms", Integer, optional=True)
@@ -57,18 +63,24 @@ STALE_OWNER = _param("stale_owner", String, optional=True)
 
 #: The run's fence: the attempt it claimed (or, for a takeover, the attempt last seen).
 HELD = (jobs.c.attempts_made == ATTEMPT,)
-#: A lease that expired, or whose holder is known dead.
+#: A lease released, expired for longer than the grace, or whose holder is known dead.
 LAPSED = (
     jobs.c.attempts_made == ATTEMPT,
-    or_(jobs.c.locked_until < NOW, jobs.c.locked_by == STALE_OWNER),
+    or_(
+        jobs.c.locked_until.is_(None),
+        jobs.c.locked_until < db_time(-GRACE_S),
+        jobs.c.locked_by == STALE_OWNER,
+    ),
 )
+#: A ``retrying`` row keeps its backoff's due time in ``locked_until`` ("not before").
+DUE = (or_(jobs.c.locked_until.is_(None), jobs.c.locked_until <= db_time()),)
 
 _TAKE_LEASE: dict[str, Any] = {
     "attempts_made": jobs.c.attempts_made + 1,
     "started_at": func.coalesce(jobs.c.started_at, NOW),
     "worker": _param("worker_name", String),
     "locked_by": _param("owner", String),
-    "locked_until": UNTIL,
+    "locked_until": db_time(LEASE_S),
     "updated_at": NOW,
 }
 _END_RUN: dict[str, Any] = {"updated_at": NOW, "locked_by": None, "locked_until": None}
@@ -98,7 +110,9 @@ class Move:
 
 _PROCESSING = (JobStatus.PROCESSING,)
 
-CLAIM = Move("claim", CLAIMABLE, JobStatus.PROCESSING, _TAKE_LEASE, event="started", durable=False)
+CLAIM = Move(
+    "claim", CLAIMABLE, JobStatus.PROCESSING, _TAKE_LEASE, DUE, event="started", durable=False
+)
 TAKE_OVER = Move(
     "take_over",
     _PROCESSING,
@@ -120,7 +134,7 @@ CANCEL = Move(
     "cancel",
     CLAIMABLE,
     JobStatus.CANCELLED,
-    {"finished_at": NOW, "updated_at": NOW, "error_type": None, "error_message": MESSAGE},
+    {**_END_RUN, "finished_at": NOW, "error_type": None, "error_message": MESSAGE},
     event="cancelled",
 )
 COMPLETE = Move(
@@ -139,7 +153,12 @@ COMPLETE = Move(
     event="completed",
 )
 RETRYING = Move(
-    "retrying", _PROCESSING, JobStatus.RETRYING, {**_END_RUN, **_ERROR}, HELD, "retrying"
+    "retrying",
+    _PROCESSING,
+    JobStatus.RETRYING,
+    {**_END_RUN, **_ERROR, "locked_until": db_time(DELAY_S)},  # not before the backoff
+    HELD,
+    "retrying",
 )
 FAIL = Move(
     "fail",
@@ -149,10 +168,8 @@ FAIL = Move(
     HELD,
     "failed",
 )
-RENEW = Move("renew", _PROCESSING, None, {"locked_until": UNTIL}, HELD, durable=False)
-RELEASE = Move(
-    "release", _PROCESSING, None, {"locked_until": NOW, "locked_by": None, "updated_at": NOW}, HELD
-)
+RENEW = Move("renew", _PROCESSING, None, {"locked_until": db_time(LEASE_S)}, HELD, durable=False)
+RELEASE = Move("release", _PROCESSING, None, _END_RUN, HELD)
 
 
 def _status_in(statuses: Sequence[JobStatus]) -> ColumnElement[bool]:
@@ -242,6 +259,7 @@ SELECT_BY_KEY = select(jobs).where(
     jobs.c.idempotency_key == _param("idempotency_key", String),
 )
 SELECT_ATTEMPTS = select(jobs.c.attempts_made, jobs.c.max_attempts).where(jobs.c.id == JOB_ID)
+SELECT_CLOCK = select(db_time())
 SELECT_ATTEMPTS_STATUS = select(jobs.c.attempts_made, jobs.c.status).where(jobs.c.id == JOB_ID)
 SELECT_EVENTS = select(events).where(events.c.job_id == JOB_ID).order_by(events.c.id)
 COUNT_BY_STATUS = select(jobs.c.queue_name, jobs.c.status, func.count()).group_by(

@@ -8,7 +8,6 @@ import uuid
 import weakref
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -57,10 +56,7 @@ def new_job(store: JobStore, max_attempts: int = 3) -> str:
 
 
 def claim(store: JobStore, job_id: str, owner: str = "h:1", lease_s: float = 60) -> Claim | None:
-    now = utcnow()
-    return store.claim(
-        job_id, owner=owner, worker="w", now=now, until=now + timedelta(seconds=lease_s)
-    )
+    return store.claim(job_id, owner=owner, worker="w", now=utcnow(), lease_s=lease_s)
 
 
 def test_exactly_one_of_many_concurrent_claims_wins(store: JobStore) -> None:
@@ -90,7 +86,8 @@ def test_outcome_is_fenced_by_the_attempt(store: JobStore) -> None:
         owner="h:2",
         worker="w",
         now=now,
-        until=now + timedelta(seconds=60),
+        lease_s=60,
+        grace_s=0,
         stale_owner=None,
         reason="lease expired",
     )
@@ -118,7 +115,8 @@ def test_live_lease_cannot_be_taken_over(store: JobStore) -> None:
         owner="h:2",
         worker="w",
         now=now,
-        until=now,
+        lease_s=0,
+        grace_s=0,
         stale_owner=None,
         reason="",
     )
@@ -139,10 +137,11 @@ def test_retrying_then_failed(store: JobStore) -> None:
     c1 = claim(store, job_id)
     assert c1 is not None
     assert store.retrying(
-        c1, error_type="E", error_message="m", delay_ms=10, duration_ms=1, now=utcnow()
+        c1, error_type="E", error_message="m", delay_ms=300, duration_ms=1, now=utcnow()
     )
-    c2 = claim(store, job_id)
-    assert c2 is not None and c2.attempt == 2
+    assert claim(store, job_id) is None  # not before its backoff is due
+    c2 = wait_for(lambda: claim(store, job_id), timeout=10, what="the backoff to be due")
+    assert c2.attempt == 2
     assert store.fail(c2, error_type="E", error_message="m2", duration_ms=1, now=utcnow())
     job = store.get(job_id)
     assert job is not None and job.status is JobStatus.FAILED and job.error_message == "m2"

@@ -58,7 +58,7 @@ def test_each_move_is_one_conditional_update(name: str) -> None:
     where = where_of(str(compiled))
     assert where.startswith("background_jobs.id = ?")
     assert ("background_jobs.attempts_made = ?" in where) is attempt_fence
-    assert ("background_jobs.locked_until < ?" in where) is lapsed_fence
+    assert ("background_jobs.locked_until < strftime(" in where) is lapsed_fence
     assert ("background_jobs.locked_by = ?" in where) is lapsed_fence
 
 
@@ -115,3 +115,17 @@ def test_the_new_job_insert_writes_its_enqueued_event_in_one_statement() -> None
     assert "INSERT INTO background_job_events" in text
     params = sql.job_insert_cte().compile(dialect=PG).params
     assert {"enqueued", "pending"} <= set(params.values())
+
+
+@pytest.mark.parametrize("move", [sql.CLAIM, sql.TAKE_OVER, sql.RENEW, sql.RETRYING])
+def test_lease_and_backoff_times_come_from_the_database_clock(move: sql.Move) -> None:
+    text = str(sql.move_update(move).compile(dialect=PG))
+    assert "locked_until=(statement_timestamp() + make_interval(secs => " in text
+    assert "%(until)s" not in text
+
+
+def test_expiry_is_judged_on_the_database_clock_with_a_grace() -> None:
+    where = where_of(str(sql.move_update(sql.TAKE_OVER).compile(dialect=PG)))
+    assert "locked_until < (statement_timestamp() + make_interval(secs => -%(grace_s)s" in where
+    claim = where_of(str(sql.move_update(sql.CLAIM).compile(dialect=PG)))
+    assert "locked_until <= statement_timestamp()" in claim  # a retrying row's backoff is due
