@@ -22,30 +22,24 @@ from .translate import Disconnected, DuplicateJob
 _INHERITED: list[Any] = []
 
 
-def async_commit_options(params: Mapping[str, Any]) -> str:
-    """libpq ``options`` with ``synchronous_commit=off`` added to any given ones."""
-    return " ".join(filter(None, [params.get("options"), "-c synchronous_commit=off"]))
+class _ThreadConnection:
+    """One thread's connection, closed when the thread ends, but only by the process that
+    opened it: a forked child (whose copies of other threads' locals are dropped at fork)
+    must never end the parent's sessions."""
 
-
-class _ThreadConnections:
-    """One thread's two connections, closed when the thread ends, but only by the process
-    that opened them: a forked child (whose copies of other threads' locals are dropped at
-    fork) must never end the parent's sessions."""
-
-    __slots__ = ("__weakref__", "durable", "fast", "owned")
+    __slots__ = ("__weakref__", "conn", "owned")
 
     def __init__(self) -> None:
-        self.durable: Any = None
-        self.fast: Any = None
+        self.conn: Any = None
         self.owned: dict[str, Any] = {}  # the finaliser's view: never references the slot
         weakref.finalize(self, _close_owned, self.owned, os.getpid())
 
-    def set(self, name: str, conn: Any) -> None:
-        setattr(self, name, conn)
+    def set(self, conn: Any) -> None:
+        self.conn = conn
         if conn is None:
-            self.owned.pop(name, None)
+            self.owned.pop("conn", None)
         else:
-            self.owned[name] = conn
+            self.owned["conn"] = conn
 
 
 def _close_owned(owned: dict[str, Any], pid: int) -> None:
@@ -58,8 +52,9 @@ def _close_owned(owned: dict[str, Any], pid: int) -> None:
 
 
 class FastPath:
-    """Per-thread psycopg connections (the ``fast`` one with ``synchronous_commit=off``);
-    a connection that fails is dropped and the next call opens a new one."""
+    """One autocommit psycopg connection per thread; a connection that fails is dropped
+    and the next call opens a new one. ``params`` are psycopg's connect arguments
+    (``prepare_threshold=None`` behind a transaction pooler)."""
 
     def __init__(self, params: Mapping[str, Any], dialect: Any) -> None:
         self._params = dict(params)
@@ -69,10 +64,10 @@ class FastPath:
         self._opened: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()
 
-    def _slot(self) -> _ThreadConnections:
-        slot: _ThreadConnections | None = getattr(self._local, "slot", None)
+    def _slot(self) -> _ThreadConnection:
+        slot: _ThreadConnection | None = getattr(self._local, "slot", None)
         if slot is None:
-            slot = self._local.slot = _ThreadConnections()
+            slot = self._local.slot = _ThreadConnection()
         return slot
 
     def _sql(self, key: str, build: Callable[[], Any]) -> tuple[str, dict[str, Any]]:
@@ -86,7 +81,7 @@ class FastPath:
         return found
 
     def execute(
-        self, key: str, build: Callable[[], Any], params: Mapping[str, Any], durable: bool
+        self, key: str, build: Callable[[], Any], params: Mapping[str, Any]
     ) -> tuple[Any, ...] | None:
         """Run the statement ``build()`` (compiled once under ``key``); the first row or None.
 
@@ -98,13 +93,12 @@ class FastPath:
         import psycopg
 
         sql, fixed = self._sql(key, build)
-        name = "durable" if durable else "fast"
         slot = self._slot()
-        conn = getattr(slot, name)
+        conn = slot.conn
         try:
             if conn is None or conn.closed:
-                conn = self._connect(durable)
-                slot.set(name, conn)
+                conn = self._connect()
+                slot.set(conn)
             cursor = conn.execute(sql, {**fixed, **params})
             row: tuple[Any, ...] | None = None if cursor.description is None else cursor.fetchone()
             return row
@@ -114,17 +108,14 @@ class FastPath:
             reason = first_line(str(exc), type(exc).__name__)
             if conn is not None and (conn.broken or isinstance(exc, psycopg.OperationalError)):
                 conn.close()
-                slot.set(name, None)
+                slot.set(None)
                 raise Disconnected(reason) from None
             raise StoreError(reason) from None
 
-    def _connect(self, durable: bool) -> Any:
+    def _connect(self) -> Any:
         import psycopg
 
-        params = dict(self._params)
-        if not durable:
-            params["options"] = async_commit_options(params)
-        conn = psycopg.connect(**params, autocommit=True)
+        conn = psycopg.connect(**self._params, autocommit=True)
         with self._lock:
             self._opened.add(conn)
         return conn

@@ -38,11 +38,9 @@ class Moves:
         engines = self.engines.get()
         with translated(f"{move.name.replace('_', ' ')} of the job"):
             if engines.is_postgres and engines.fastpath is not None and not rows:
-                found = engines.fastpath.execute(
-                    move.name, lambda: sql.move_cte(move), params, move.durable
-                )
+                found = engines.fastpath.execute(move.name, lambda: sql.move_cte(move), params)
                 return None if found is None else (int(found[0]), int(found[1]))
-            with engines.transaction(move.durable) as conn:
+            with engines.transaction() as conn:
                 found = self._apply_in(conn, move, params, engines.is_postgres)
                 if found is not None:
                     _insert_rows(conn, rows)
@@ -92,7 +90,7 @@ class Moves:
         engines = self.engines.get()
         with translated("inserting the job row", inserting=True):
             if engines.is_postgres and engines.fastpath is not None:
-                engines.fastpath.execute("insert", sql.job_insert_cte, params, durable=True)
+                engines.fastpath.execute("insert", sql.job_insert_cte, params)
                 return
             with engines.transaction() as conn:
                 if engines.is_postgres:

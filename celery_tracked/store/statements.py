@@ -33,6 +33,7 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    true,
     update,
 )
 from sqlalchemy.sql.elements import BindParameter
@@ -209,16 +210,29 @@ def event_insert(source: FromClause, event: str, status: JobStatus) -> Insert:
     return insert(events).from_select(columns, rows)
 
 
+def commit_mode(durable: bool) -> Select[Any]:
+    """PostgreSQL: ``synchronous_commit`` for the rest of this transaction, ``on`` for a
+    durable move whatever the server's default, ``off`` for one whose loss only lets a job
+    run again. Part of the statement itself (no session setting, no libpq ``options``), so
+    it holds behind PgBouncer's transaction pooling."""
+    mode = literal("on" if durable else "off", String)
+    return select(func.set_config(literal("synchronous_commit", String), mode, true()))
+
+
 @functools.cache
 def move_cte(move: Move) -> Select[Any]:
-    """PostgreSQL: the move's ``UPDATE`` and its event in one statement; selects the
-    moved row's ``attempts_made, max_attempts`` (no row: the move did not apply)."""
+    """PostgreSQL: the move's ``UPDATE`` and its event in one statement, committed as
+    durably as the move needs; selects the moved row's ``attempts_made, max_attempts``
+    (no row: the move did not apply)."""
     moved = (
         move_update(move)
         .returning(jobs.c.id, jobs.c.attempts_made, jobs.c.max_attempts)
         .cte("moved")
     )
-    query = select(moved.c.attempts_made, moved.c.max_attempts)
+    mode = commit_mode(move.durable).cte("commit_mode")
+    query = select(moved.c.attempts_made, moved.c.max_attempts).select_from(
+        moved.join(mode, true())
+    )
     if move.event is not None and move.target is not None:
         query = query.add_cte(event_insert(moved, move.event, move.target).cte("history"))
     return query

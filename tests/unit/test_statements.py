@@ -82,7 +82,10 @@ def test_the_postgresql_cte_is_the_same_update_and_its_event(name: str) -> None:
     assert "RETURNING background_jobs.id, background_jobs.attempts_made" in text
     has_event = move.event is not None and move.target is not None
     assert ("INSERT INTO background_job_events" in text) is has_event
-    assert text.rstrip().endswith("FROM moved")
+    assert text.rstrip().endswith("FROM moved JOIN commit_mode ON true")
+    mode = "on" if move.durable else "off"
+    params = sql.move_cte(move).compile(dialect=PG).params
+    assert "synchronous_commit" in params.values() and mode in params.values()
 
 
 def test_statements_are_built_once() -> None:
