@@ -116,6 +116,8 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         result_backend=None,
         task_ignore_result=True,
     )
+    if config.get("database_pooler"):  # else celery-tracked reads its environment
+        app.conf.tracked_database_pooler = config["database_pooler"]
     if config.get("redis_url"):  # else celery-tracked reads its environment
         app.conf.tracked_redis_url = config["redis_url"]
     if config.get("broker_write"):
