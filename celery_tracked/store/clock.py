@@ -28,38 +28,24 @@ class db_time(FunctionElement[Any]):  # lower case: used like a SQL function
         super().__init__(*(() if offset is None else (offset,)))
 
 
-def _offset(element: db_time, compiler: Any, **kw: Any) -> str | None:
-    clauses = list(element.clauses)
-    return None if not clauses else str(compiler.process(clauses[0], **kw))
+#: per dialect: the current time, and the current time plus ``{offset}`` seconds
+_SQLITE = "strftime('%Y-%m-%d %H:%M:%f000', 'now'{modifier})"  # SQLAlchemy's DATETIME text
+_MYSQL = ("UTC_TIMESTAMP(6)", "TIMESTAMPADD(MICROSECOND, ROUND(({offset}) * 1000000), {now})")
+_DIALECTS: dict[str, tuple[str, str]] = {
+    "postgresql": ("statement_timestamp()", "({now} + make_interval(secs => {offset}))"),
+    "sqlite": (_SQLITE.format(modifier=""), _SQLITE.format(modifier=", ({offset}) || ' seconds'")),
+    "mysql": _MYSQL,
+    "mariadb": _MYSQL,
+}
 
 
 @compiles(db_time)
-def _default(element: db_time, compiler: Any, **kw: Any) -> str:
-    if _offset(element, compiler, **kw) is not None:
-        raise NotImplementedError(f"db_time with an offset on {compiler.dialect.name}")
-    return "CURRENT_TIMESTAMP"
-
-
-@compiles(db_time, "postgresql")
-def _postgresql(element: db_time, compiler: Any, **kw: Any) -> str:
-    offset = _offset(element, compiler, **kw)
-    if offset is None:
-        return "statement_timestamp()"
-    return f"(statement_timestamp() + make_interval(secs => {offset}))"
-
-
-@compiles(db_time, "sqlite")
-def _sqlite(element: db_time, compiler: Any, **kw: Any) -> str:
-    # the text SQLAlchemy stores for a DATETIME (microseconds), so comparisons are textual
-    offset = _offset(element, compiler, **kw)
-    modifier = "" if offset is None else f", ({offset}) || ' seconds'"
-    return f"strftime('%Y-%m-%d %H:%M:%f000', 'now'{modifier})"
-
-
-@compiles(db_time, "mysql")
-@compiles(db_time, "mariadb")
-def _mysql(element: db_time, compiler: Any, **kw: Any) -> str:
-    offset = _offset(element, compiler, **kw)
-    if offset is None:
-        return "UTC_TIMESTAMP(6)"
-    return f"TIMESTAMPADD(MICROSECOND, ROUND(({offset}) * 1000000), UTC_TIMESTAMP(6))"
+def _compile(element: db_time, compiler: Any, **kw: Any) -> str:
+    name = compiler.dialect.name
+    if name not in _DIALECTS:
+        raise NotImplementedError(f"db_time on {name}")
+    now, plus = _DIALECTS[name]
+    clauses = list(element.clauses)
+    if not clauses:
+        return now
+    return plus.format(now=now, offset=compiler.process(clauses[0], **kw))
