@@ -92,7 +92,7 @@ class Aftermath:
             self._write(job, stale_owner, JobStatus.FAILED, kind, failed, f"{kind}: {failed}")
             return
         message = f"retry in {delay} ms after {kind}: {reason}"
-        self._write(job, stale_owner, JobStatus.RETRYING, kind, reason, message)
+        self._write(job, stale_owner, JobStatus.RETRYING, kind, reason, message, delay)
 
     def dead_run(self, job_id: str) -> tuple[Job, str] | None:
         """The job and the owner of its lease once that process (of this host) is gone;
@@ -143,6 +143,7 @@ class Aftermath:
         error_type: str | None,
         error_message: str | None,
         message: str,
+        delay_ms: int = 0,
     ) -> None:
         written = self.store.end_dead_run(
             job.id,
@@ -153,6 +154,7 @@ class Aftermath:
             error_message=error_message,
             message=message,
             now=utcnow(),
+            delay_ms=delay_ms,
         )
         if not written:  # a redelivery took over meanwhile: its run decides
             return

@@ -18,7 +18,7 @@ from typing import Any
 
 from .errors import StoreError, error_type, mask_exception, summarize
 from .hooks import Hooks, Transition
-from .jobs import CLAIMABLE, Claim, JobStatus, utcnow
+from .jobs import CLAIMABLE, Claim, JobStatus, NewRow, utcnow
 from .messages import HEADER_PENDING_FAILURE, PendingFailure, TrackedHeaders
 from .outcome import (
     Completed,
@@ -59,6 +59,10 @@ class Run:
 class Recorder:
     """Writes the outcomes of runs in this process and tells the hooks."""
 
+    #: Pauses between re-sends of a completion whose database connection failed (about
+    #: 12 s in all); after the last one the attempt is retried.
+    RESEND_PAUSES_S: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 4.0)
+
     def __init__(self, store: JobStore, hooks: Hooks, settings: Settings) -> None:
         self.store = store
         self.hooks = hooks
@@ -88,9 +92,7 @@ class Recorder:
             return self.job_error(run, claim, exc, started)
         duration = int((time.monotonic() - started) * 1000)
         try:
-            saved = self.store.complete(
-                claim, result_json=result_json, now=utcnow(), duration_ms=duration, rows=rows
-            )
+            saved = self._save_completion(run, claim, result_json, duration, rows)
         except Refused as exc:
             return self.job_error(run, claim, exc, started)
         except StoreError as exc:
@@ -108,6 +110,39 @@ class Recorder:
             duration_ms=duration,
         )
         return after_write(plan, error, result)
+
+    def _save_completion(
+        self,
+        run: Run,
+        claim: Claim,
+        result_json: str | None,
+        duration: int,
+        rows: Sequence[NewRow],
+    ) -> bool:
+        """Send the fenced completion; a connection that failed (a server restart, an idle
+        timeout during the body) is replaced and the completion re-sent, a bounded number
+        of times with backoff, before the attempt falls back to a retry."""
+        resent = False
+        for pause in (*self.RESEND_PAUSES_S, None):
+            try:
+                return self.store.complete(
+                    claim,
+                    result_json=result_json,
+                    now=utcnow(),
+                    duration_ms=duration,
+                    rows=rows,
+                    resent=resent,
+                )
+            except Refused:
+                raise
+            except StoreError as exc:
+                if pause is None:
+                    raise
+                message = f"job {claim.job_id}: completion not saved ({exc}); re-sent in {pause} s"
+                self.tell(run, "error", message, logging.WARNING, claim.attempt, duration)
+                time.sleep(pause)
+                resent = True
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def fail_attempt(
         self, run: Run, claim: Claim, plan: Plan, error: Exception, started: float

@@ -68,11 +68,10 @@ class Relay:
         now = now or utcnow()
         owner = f"relay:{owner_id()}:{uuid.uuid4().hex[:8]}"
         cutoff = now - timedelta(seconds=self.grace_s)
-        until = now + timedelta(seconds=CLAIM_S)
         report = RelayReport()
         for job_id in self.store.unpublished(cutoff=cutoff, now=now):
             claimed = self.store.relay_claim(
-                job_id, owner=owner, now=now, until=until, cutoff=cutoff
+                job_id, owner=owner, now=now, lease_s=CLAIM_S, cutoff=cutoff
             )
             job = self.store.get(job_id) if claimed else None
             if job is not None:  # else published, taken by another relay, or moved meanwhile

@@ -56,6 +56,7 @@ class Runner:
         )
         if delay is not None:
             return self._turned_away(run, Postponed(delay, "a hook asked to wait"))
+        sent = time.monotonic()
         try:
             claim = self._claim(run)
         except StoreError as exc:
@@ -81,15 +82,15 @@ class Runner:
         )
         # registered from the claim until the outcome is written: a duplicate delivery in
         # this same process never mistakes the running attempt for an abandoned one
-        with self.leases.holding(claim):
+        with self.leases.holding(claim, since=sent):
             return self._execute(run, claim, body)
 
     # -- claim ------------------------------------------------------------------------
 
     def _claim(self, run: Run) -> Claim | Skipped | Postponed:
-        store, job_id = self.store, run.job_id
-        now, until = utcnow(), self.leases.lease_until()
-        claim = store.claim(job_id, owner=owner_id(), worker=run.worker, now=now, until=until)
+        store, job_id, leases = self.store, run.job_id, self.leases
+        now, lease_s = utcnow(), leases.lease_seconds
+        claim = store.claim(job_id, owner=owner_id(), worker=run.worker, now=now, lease_s=lease_s)
         if claim is not None:
             return claim
         job = store.get(job_id)
@@ -97,18 +98,25 @@ class Runner:
             return Skipped("no such job (its enqueue was undone, or the row was deleted)")
         if job.terminal:
             return Skipped(f"job already {job.status.value}")
+        if job.status is JobStatus.RETRYING and job.locked_until is not None:
+            due = (job.locked_until - store.clock()).total_seconds()
+            return Postponed(max(0.2, due), "its backoff is not due")
         if job.status is not JobStatus.PROCESSING:
             return Postponed(0.2, "claimed concurrently")
-        lease = diagnose(job, now, self.leases.dead_holder(job))
+        grace = leases.grace_seconds
+        lease = diagnose(job, store.clock(), leases.dead_holder(job), grace)
         if not lease.lapsed:
-            return Postponed(
-                postpone_for(lease.remaining_s, self.settings.lease_seconds), lease.why
-            )
+            return Postponed(postpone_for(lease.remaining_s, lease_s), lease.why)
         seen = job.attempts_made
         if seen >= job.max_attempts:
             message = f"attempt {seen} was lost ({lease.why}) and no attempts remain"
             if store.fail_lost(
-                job_id, seen_attempt=seen, now=now, stale_owner=lease.stale_owner, message=message
+                job_id,
+                seen_attempt=seen,
+                now=now,
+                grace_s=grace,
+                stale_owner=lease.stale_owner,
+                message=message,
             ):
                 self.recorder.tell(
                     run, "failed", f"job {job_id} failed: {message}", logging.ERROR, seen
@@ -120,7 +128,8 @@ class Runner:
             owner=owner_id(),
             worker=run.worker,
             now=now,
-            until=until,
+            lease_s=lease_s,
+            grace_s=grace,
             stale_owner=lease.stale_owner,
             reason=f"attempt {seen} lost ({lease.why}); attempt {seen + 1} takes over",
         )
@@ -152,6 +161,7 @@ class Runner:
         except Exception as exc:
             error = exc
             mask_exception(exc, run.secrets(), self.settings.redact_keys)  # and its cause
+        self.leases.body_ended(claim)
         plan = self.recorder.plan(run, claim, error)
         if plan.write is Write.COMPLETE:
             return self.recorder.complete(run, claim, plan, error, result, result_json, started)

@@ -50,6 +50,9 @@ class Settings:
     """Validated celery-tracked configuration. See ``docs/configuration.md``."""
 
     database_url: str = "sqlite:///celery_tracked.sqlite3"
+    #: ``"pgbouncer"`` when PostgreSQL is reached through PgBouncer in transaction pooling
+    #: mode (no server-side prepared statements); ``"none"`` otherwise
+    database_pooler: str = "none"
     redis_url: str = ""
     default_attempts: int = 3
     default_backoff_ms: int = 1000
@@ -180,6 +183,19 @@ def _number(name: str, kind: type[N], minimum: N) -> Callable[[str, Any], N]:
     return convert
 
 
+POOLERS = ("none", "pgbouncer")
+
+
+def _pooler(source: str, value: Any) -> str:
+    text = str(value).strip().lower()
+    if text not in POOLERS:
+        raise ConfigurationError(
+            "tracked_database_pooler",
+            f"must be one of {', '.join(POOLERS)}, got {value!r} (from {source})",
+        )
+    return text
+
+
 def _bool(source: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -207,6 +223,7 @@ def _keys(source: str, value: Any) -> tuple[str, ...]:
 #: Each setting: its name, the seeds' environment aliases, its converter.
 _SOURCES: tuple[tuple[str, tuple[str, ...], Callable[[str, Any], Any]], ...] = (
     ("database_url", (), _url("database_url")),
+    ("database_pooler", (), _pooler),
     ("redis_url", ("REDIS_URL",), _redis_url),
     ("default_attempts", ("JOB_QUEUE_DEFAULT_ATTEMPTS",), _int("default_attempts", minimum=1)),
     ("default_backoff_ms", ("JOB_QUEUE_DEFAULT_BACKOFF_MS",), _int("default_backoff_ms", 0)),

@@ -43,7 +43,7 @@ class Tracker:
     def __init__(self, app: Celery, settings: Settings) -> None:
         self.app = app
         self.settings = settings
-        self.store = JobStore(settings.database_url)
+        self.store = JobStore(settings.database_url, settings.database_pooler == "pgbouncer")
         backend: RedisGuard | MemoryGuard
         if settings.memory_guard:
             backend = MemoryGuard(settings.key_prefix)

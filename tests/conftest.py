@@ -156,7 +156,8 @@ def postgres_available() -> None:
 
 def _fresh_postgres() -> Iterator[str]:
     name = f"ct_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    # pre-ping: a test may restart the server (``pg_restart``) before the drop below
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     url = make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)

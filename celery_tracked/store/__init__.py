@@ -4,9 +4,10 @@
   change is a ``Move`` (conditional ``UPDATE`` + its history row).
 - ``moves``: the allowed moves, each run by one helper (``Moves.apply``), fence included.
 - ``reads``: one job, a job by key, a job's history, statistics.
+- ``clock``: the database's clock, on which leases and backoffs are judged.
 - ``engines``: engines per process (fork safety), SQLite pragmas, transactions.
 - ``fastpath``: PostgreSQL: the same statements compiled once for psycopg, per-thread
-  autocommit connections (claim with ``synchronous_commit=off``; the completion durable).
+  autocommit connections (each move sets its own ``synchronous_commit``: PgBouncer-safe).
 - ``translate``: driver errors become ``StoreError`` at the edge.
 """
 
@@ -23,9 +24,11 @@ __all__ = ["Disconnected", "DuplicateJob", "JobStore", "Refused"]
 class JobStore(Moves, Reads):
     """The tracking database of one app; engines are created per process."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, pooled: bool = False) -> None:
+        """``pooled``: PostgreSQL is reached through PgBouncer in transaction pooling mode
+        (no server-side prepared statements)."""
         self.url = url
-        self.engines = Engines(url)
+        self.engines = Engines(url, pooled)
 
     @property
     def is_postgres(self) -> bool:

@@ -15,21 +15,26 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 
-from .fastpath import FastPath, async_commit_options
+from .fastpath import FastPath
 
 
 class Engines:
-    """This process's engines: ``durable`` (every commit waits for the disk) and ``fast``
-    (on PostgreSQL, ``synchronous_commit=off``: for writes whose loss only lets a job run
-    again), plus the PostgreSQL fast path when the driver is psycopg."""
+    """This process's engine, plus the PostgreSQL fast path when the driver is psycopg.
 
-    def __init__(self, url: str) -> None:
+    How durably a write commits is part of its statement (``statements.commit_mode``), not
+    of the connection, and no connection carries libpq startup ``options``: PgBouncer in
+    transaction pooling mode refuses them. ``pooled`` (behind such a pooler) turns off
+    psycopg's server-side prepared statements, which a pooled server connection may not
+    hold.
+    """
+
+    def __init__(self, url: str, pooled: bool = False) -> None:
         self.url = url
+        self.pooled = pooled
         self.is_postgres = url.startswith("postgresql")
         self._pid = 0
         self._lock = threading.Lock()
-        self.durable: Engine
-        self.fast: Engine
+        self.engine: Engine
         self.fastpath: FastPath | None = None
 
     def get(self) -> Engines:
@@ -43,43 +48,36 @@ class Engines:
         if self._pid:  # inherited from the parent: drop without closing its sockets
             if self.fastpath is not None:
                 self.fastpath.abandon()
-            self.durable.dispose(close=False)
-            if self.fast is not self.durable:
-                self.fast.dispose(close=False)
+            self.engine.dispose(close=False)
         self.fastpath = None
         if self.is_postgres:
-            self.durable = create_engine(self.url, isolation_level="AUTOCOMMIT", pool_size=2)
-            _, params = self.durable.dialect.create_connect_args(self.durable.url)
-            self.fast = create_engine(
-                self.url,
-                isolation_level="AUTOCOMMIT",
-                pool_size=2,
-                connect_args={"options": async_commit_options(params)},
+            connect_args = {"prepare_threshold": None} if self.pooled else {}
+            self.engine = create_engine(
+                self.url, isolation_level="AUTOCOMMIT", pool_size=2, connect_args=connect_args
             )
-            if self.durable.dialect.driver == "psycopg":
+            if self.engine.dialect.driver == "psycopg":
+                _, params = self.engine.dialect.create_connect_args(self.engine.url)
                 params.pop("context", None)
-                self.fastpath = FastPath(params, self.durable.dialect)
+                self.fastpath = FastPath({**params, **connect_args}, self.engine.dialect)
         else:
-            self.durable = create_engine(self.url)
-            if self.durable.dialect.name == "sqlite":
-                event.listen(self.durable, "connect", _sqlite_pragmas)
-            self.fast = self.durable
+            self.engine = create_engine(self.url)
+            if self.engine.dialect.name == "sqlite":
+                event.listen(self.engine, "connect", _sqlite_pragmas)
         self._pid = os.getpid()
 
     @contextmanager
-    def transaction(self, durable: bool = True) -> Iterator[Connection]:
-        """One transaction (also on the autocommit engines of PostgreSQL)."""
-        engine = self.get().durable if durable else self.get().fast
-        with engine.connect() as conn:
+    def transaction(self) -> Iterator[Connection]:
+        """One transaction (also on the autocommit engine of PostgreSQL)."""
+        with self.get().engine.connect() as conn:
             if self.is_postgres:
                 conn = conn.execution_options(isolation_level="READ COMMITTED")
             with conn.begin():
                 yield conn
 
-    def execute(self, statement: Any, params: Mapping[str, Any], durable: bool = True) -> Any:
+    def execute(self, statement: Any, params: Mapping[str, Any]) -> Any:
         """One statement on its own (autocommit on PostgreSQL, else its own transaction);
         returns the first row, or None."""
-        with self.transaction(durable) as conn:
+        with self.transaction() as conn:
             result = conn.execute(statement, dict(params))
             return result.first() if result.returns_rows else None
 
@@ -87,9 +85,7 @@ class Engines:
         if self._pid == os.getpid():
             if self.fastpath is not None:
                 self.fastpath.close()
-            self.durable.dispose()
-            if self.fast is not self.durable:
-                self.fast.dispose()
+            self.engine.dispose()
         self._pid = 0
 
 

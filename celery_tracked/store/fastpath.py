@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -23,31 +22,24 @@ from .translate import Disconnected, DuplicateJob
 _INHERITED: list[Any] = []
 
 
-def async_commit_options(params: Mapping[str, Any]) -> str:
-    """libpq ``options`` with ``synchronous_commit=off`` added to any given ones."""
-    return " ".join(filter(None, [params.get("options"), "-c synchronous_commit=off"]))
+class _ThreadConnection:
+    """One thread's connection, closed when the thread ends, but only by the process that
+    opened it: a forked child (whose copies of other threads' locals are dropped at fork)
+    must never end the parent's sessions."""
 
-
-class _ThreadConnections:
-    """One thread's two connections, closed when the thread ends, but only by the process
-    that opened them: a forked child (whose copies of other threads' locals are dropped at
-    fork) must never end the parent's sessions."""
-
-    __slots__ = ("__weakref__", "durable", "durable_used", "fast", "owned")
+    __slots__ = ("__weakref__", "conn", "owned")
 
     def __init__(self) -> None:
-        self.durable: Any = None
-        self.fast: Any = None
-        self.durable_used = 0.0
+        self.conn: Any = None
         self.owned: dict[str, Any] = {}  # the finaliser's view: never references the slot
         weakref.finalize(self, _close_owned, self.owned, os.getpid())
 
-    def set(self, name: str, conn: Any) -> None:
-        setattr(self, name, conn)
+    def set(self, conn: Any) -> None:
+        self.conn = conn
         if conn is None:
-            self.owned.pop(name, None)
+            self.owned.pop("conn", None)
         else:
-            self.owned[name] = conn
+            self.owned["conn"] = conn
 
 
 def _close_owned(owned: dict[str, Any], pid: int) -> None:
@@ -60,11 +52,9 @@ def _close_owned(owned: dict[str, Any], pid: int) -> None:
 
 
 class FastPath:
-    """Per-thread psycopg connections (the ``fast`` one with ``synchronous_commit=off``);
-    a connection that fails is dropped and the next call opens a new one."""
-
-    #: A durable connection idle this long is checked before a job's body runs.
-    IDLE_CHECK_S = 5.0
+    """One autocommit psycopg connection per thread; a connection that fails is dropped
+    and the next call opens a new one. ``params`` are psycopg's connect arguments
+    (``prepare_threshold=None`` behind a transaction pooler)."""
 
     def __init__(self, params: Mapping[str, Any], dialect: Any) -> None:
         self._params = dict(params)
@@ -74,10 +64,10 @@ class FastPath:
         self._opened: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()
 
-    def _slot(self) -> _ThreadConnections:
-        slot: _ThreadConnections | None = getattr(self._local, "slot", None)
+    def _slot(self) -> _ThreadConnection:
+        slot: _ThreadConnection | None = getattr(self._local, "slot", None)
         if slot is None:
-            slot = self._local.slot = _ThreadConnections()
+            slot = self._local.slot = _ThreadConnection()
         return slot
 
     def _sql(self, key: str, build: Callable[[], Any]) -> tuple[str, dict[str, Any]]:
@@ -90,20 +80,8 @@ class FastPath:
             found = self._compiled[key] = (str(compiled), fixed)
         return found
 
-    def check_idle_durable(self) -> None:
-        """Before a body runs: if this thread's durable connection sat idle (a PostgreSQL
-        restart, an idle timeout of a proxy or firewall may have closed it), ping it and
-        drop it if dead, so the completion does not fail for a reason older than the job.
-        A connection that dies while the body runs still fails the completion: that attempt
-        is then retried, never reported done."""
-        slot = self._slot()
-        if slot.durable is None or time.monotonic() - slot.durable_used < self.IDLE_CHECK_S:
-            return
-        with contextlib.suppress(StoreError):  # a dead one is dropped: the completion reconnects
-            self.execute("ping", _select_one, {}, durable=True)
-
     def execute(
-        self, key: str, build: Callable[[], Any], params: Mapping[str, Any], durable: bool
+        self, key: str, build: Callable[[], Any], params: Mapping[str, Any]
     ) -> tuple[Any, ...] | None:
         """Run the statement ``build()`` (compiled once under ``key``); the first row or None.
 
@@ -115,17 +93,14 @@ class FastPath:
         import psycopg
 
         sql, fixed = self._sql(key, build)
-        name = "durable" if durable else "fast"
         slot = self._slot()
-        conn = getattr(slot, name)
+        conn = slot.conn
         try:
             if conn is None or conn.closed:
-                conn = self._connect(durable)
-                slot.set(name, conn)
+                conn = self._connect()
+                slot.set(conn)
             cursor = conn.execute(sql, {**fixed, **params})
             row: tuple[Any, ...] | None = None if cursor.description is None else cursor.fetchone()
-            if durable:
-                slot.durable_used = time.monotonic()
             return row
         except psycopg.IntegrityError:
             raise DuplicateJob() from None
@@ -133,17 +108,14 @@ class FastPath:
             reason = first_line(str(exc), type(exc).__name__)
             if conn is not None and (conn.broken or isinstance(exc, psycopg.OperationalError)):
                 conn.close()
-                slot.set(name, None)
+                slot.set(None)
                 raise Disconnected(reason) from None
             raise StoreError(reason) from None
 
-    def _connect(self, durable: bool) -> Any:
+    def _connect(self) -> Any:
         import psycopg
 
-        params = dict(self._params)
-        if not durable:
-            params["options"] = async_commit_options(params)
-        conn = psycopg.connect(**params, autocommit=True)
+        conn = psycopg.connect(**self._params, autocommit=True)
         with self._lock:
             self._opened.add(conn)
         return conn
@@ -161,9 +133,3 @@ class FastPath:
         _INHERITED.extend(self._opened)
         _INHERITED.append(self._local)
         self._opened = weakref.WeakSet()
-
-
-def _select_one() -> Any:
-    from sqlalchemy import literal, select
-
-    return select(literal(1))

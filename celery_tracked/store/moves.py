@@ -38,11 +38,9 @@ class Moves:
         engines = self.engines.get()
         with translated(f"{move.name.replace('_', ' ')} of the job"):
             if engines.is_postgres and engines.fastpath is not None and not rows:
-                found = engines.fastpath.execute(
-                    move.name, lambda: sql.move_cte(move), params, move.durable
-                )
+                found = engines.fastpath.execute(move.name, lambda: sql.move_cte(move), params)
                 return None if found is None else (int(found[0]), int(found[1]))
-            with engines.transaction(move.durable) as conn:
+            with engines.transaction() as conn:
                 found = self._apply_in(conn, move, params, engines.is_postgres)
                 if found is not None:
                     _insert_rows(conn, rows)
@@ -92,7 +90,7 @@ class Moves:
         engines = self.engines.get()
         with translated("inserting the job row", inserting=True):
             if engines.is_postgres and engines.fastpath is not None:
-                engines.fastpath.execute("insert", sql.job_insert_cte, params, durable=True)
+                engines.fastpath.execute("insert", sql.job_insert_cte, params)
                 return
             with engines.transaction() as conn:
                 if engines.is_postgres:
@@ -121,11 +119,12 @@ class Moves:
 
     @reconnecting
     def relay_claim(
-        self, job_id: str, *, owner: str, now: datetime, until: datetime, cutoff: datetime
+        self, job_id: str, *, owner: str, now: datetime, lease_s: float, cutoff: datetime
     ) -> bool:
         """Take an unpublished pending row created before ``cutoff`` for the relay
-        ``owner`` until ``until``; False if it was published, taken or moved meanwhile."""
-        params = {"job_id": job_id, "owner": owner, "now": now, "until": until}
+        ``owner``, for ``lease_s`` seconds of the database's clock; False if it was
+        published, taken or moved meanwhile."""
+        params = {"job_id": job_id, "owner": owner, "now": now, "lease_s": lease_s}
         return self.apply(sql.RELAY_CLAIM, {**params, "cutoff": cutoff}) is not None
 
     @reconnecting
@@ -138,17 +137,13 @@ class Moves:
 
     @reconnecting
     def claim(
-        self, job_id: str, *, owner: str, worker: str, now: datetime, until: datetime
+        self, job_id: str, *, owner: str, worker: str, now: datetime, lease_s: float
     ) -> Claim | None:
-        """pending | retrying → processing, taking the lease; None if not claimable."""
+        """pending | retrying (its backoff due) → processing, taking the lease for
+        ``lease_s`` seconds of the database's clock; None if not claimable."""
         params = {"job_id": job_id, "owner": owner, "worker_name": worker, "now": now}
-        moved = self.apply(sql.CLAIM, {**params, "until": until})
-        if moved is None:
-            return None
-        fastpath = self.engines.get().fastpath
-        if fastpath is not None:
-            fastpath.check_idle_durable()
-        return Claim(job_id, moved[0], moved[1])
+        moved = self.apply(sql.CLAIM, {**params, "lease_s": lease_s})
+        return None if moved is None else Claim(job_id, moved[0], moved[1])
 
     @reconnecting
     def take_over(
@@ -159,14 +154,17 @@ class Moves:
         owner: str,
         worker: str,
         now: datetime,
-        until: datetime,
+        lease_s: float,
+        grace_s: float,
         stale_owner: str | None,
         reason: str,
     ) -> Claim | None:
-        """processing → processing for a new attempt, when the old lease expired or its
-        owner is known dead. Fenced by the attempt number last seen."""
+        """processing → processing for a new attempt, when the old lease expired more than
+        ``grace_s`` ago (the database's clock) or its owner is known dead. Fenced by the
+        attempt number last seen."""
         params = {"job_id": job_id, "attempt": seen_attempt, "owner": owner, "now": now}
-        params.update(worker_name=worker, until=until, stale_owner=stale_owner, message=reason)
+        params.update(worker_name=worker, lease_s=lease_s, grace_s=grace_s)
+        params.update(stale_owner=stale_owner, message=reason)
         moved = self.apply(sql.TAKE_OVER, params)
         return None if moved is None else Claim(job_id, moved[0], moved[1], takeover=True)
 
@@ -177,13 +175,15 @@ class Moves:
         *,
         seen_attempt: int,
         now: datetime,
+        grace_s: float,
         stale_owner: str | None,
         message: str,
     ) -> bool:
         """processing → failed when the last attempt was lost: fenced like a takeover (the
         attempt last seen, and a lease that lapsed or whose owner is dead)."""
         params = {"job_id": job_id, "attempt": seen_attempt, "now": now, "message": message}
-        return self.apply(sql.FAIL_LOST, {**params, "stale_owner": stale_owner}) is not None
+        params.update(grace_s=grace_s, stale_owner=stale_owner)
+        return self.apply(sql.FAIL_LOST, params) is not None
 
     @reconnecting
     def cancel(self, job_id: str, *, now: datetime, reason: str) -> bool:
@@ -202,11 +202,13 @@ class Moves:
         error_message: str | None,
         message: str,
         now: datetime,
+        delay_ms: int = 0,
     ) -> bool:
         """processing → retrying | failed | cancelled for a run that died outside its call
         path (hard time limit, ``revoke(terminate=True)``), fenced to that run: the attempt
         last seen, and a lease that lapsed or whose owner (``stale_owner``) is dead.
-        ``message`` is the history line (and a cancellation's ``error_message``)."""
+        ``message`` is the history line (and a cancellation's ``error_message``); a retry is
+        not claimable before ``delay_ms``."""
         move = {
             JobStatus.RETRYING: sql.RETRY_DEAD,
             JobStatus.FAILED: sql.FAIL_DEAD,
@@ -214,6 +216,7 @@ class Moves:
         }[status]
         params = {"job_id": job_id, "attempt": seen_attempt, "now": now, "message": message}
         params.update(stale_owner=stale_owner, error_type=error_type, error_message=error_message)
+        params.update(grace_s=0.0, delay_s=delay_ms / 1000)
         return self.apply(move, params) is not None
 
     def complete(
@@ -224,12 +227,24 @@ class Moves:
         now: datetime,
         duration_ms: int,
         rows: Sequence[NewRow] = (),
+        resent: bool = False,
     ) -> bool:
         """processing → completed, fenced by the claim; ``rows`` are inserted in the same
-        transaction. False when the run no longer holds the lease. Never re-sent."""
+        transaction. False when the run no longer holds the lease.
+
+        ``resent``: an earlier send failed with its connection; if this one matches
+        nothing because that send had committed (the row is completed by this very
+        attempt), the completion is saved.
+        """
         params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": now}
         params.update(result_json=result_json, duration_ms=duration_ms)
-        return self.apply(sql.COMPLETE, params, rows) is not None
+        if self.apply(sql.COMPLETE, params, rows) is not None:
+            return True
+        if not resent:
+            return False
+        with translated("reading the job"):
+            row = self.engines.execute(sql.SELECT_ATTEMPTS_STATUS, {"job_id": claim.job_id})
+        return row is not None and tuple(row) == (claim.attempt, JobStatus.COMPLETED.value)
 
     @reconnecting
     def retrying(
@@ -245,7 +260,7 @@ class Moves:
         """processing → retrying after a failed attempt, fenced by the claim."""
         message = f"retry in {delay_ms} ms after {error_type}: {error_message}"
         return self._end_run(
-            sql.RETRYING, claim, error_type, error_message, message, duration_ms, now
+            sql.RETRYING, claim, error_type, error_message, message, duration_ms, now, delay_ms
         )
 
     @reconnecting
@@ -271,24 +286,23 @@ class Moves:
         message: str,
         duration_ms: int | None,
         now: datetime,
+        delay_ms: int = 0,
     ) -> bool:
         params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": now}
-        params.update(error_type=error_type, error_message=error_message)
+        params.update(error_type=error_type, error_message=error_message, delay_s=delay_ms / 1000)
         params.update(message=message[:1000], duration_ms=duration_ms)
         return self.apply(move, params) is not None
 
     @reconnecting
-    def renew(self, claims: Sequence[Claim], until: datetime) -> int:
-        """Extend the leases of running attempts; returns how many were still held."""
-        renewed = 0
-        for claim in claims:
-            params = {"job_id": claim.job_id, "attempt": claim.attempt, "until": until}
-            renewed += self.apply(sql.RENEW, params) is not None
-        return renewed
+    def renew(self, claim: Claim, lease_seconds: float) -> bool:
+        """Extend a running attempt's lease to ``lease_seconds`` from now (the database's
+        clock); False when it no longer holds it."""
+        params = {"job_id": claim.job_id, "attempt": claim.attempt, "lease_s": lease_seconds}
+        return self.apply(sql.RENEW, params) is not None
 
     @reconnecting
     def release(self, claim: Claim, now: datetime) -> bool:
-        """Let the lease of an abandoned attempt lapse now, so a redelivery can take over."""
+        """Drop the lease of an abandoned attempt, so a redelivery takes over at once."""
         params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": now}
         return self.apply(sql.RELEASE, params) is not None
 

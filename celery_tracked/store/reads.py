@@ -23,6 +23,14 @@ class Reads:
         return None if row is None else Job.from_row(row)
 
     @reconnecting
+    def clock(self) -> datetime:
+        """The database's current time: the clock leases are judged on."""
+        with translated("reading the database clock"):
+            row = self.engines.execute(sql.SELECT_CLOCK, {})
+        assert row is not None
+        return row[0]  # type: ignore[no-any-return]
+
+    @reconnecting
     def find_by_key(self, job_type: str, key: str) -> Job | None:
         params = {"job_type": job_type, "idempotency_key": key}
         with translated("reading the job"), self.engines.transaction() as conn:

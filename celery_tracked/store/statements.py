@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Delete,
+    Float,
     FromClause,
     Insert,
     Integer,
@@ -32,12 +33,14 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    true,
     update,
 )
 from sqlalchemy.sql.elements import BindParameter
 
 from ..jobs import CLAIMABLE, JobStatus
 from ..models import UTCDateTime, events, jobs
+from .clock import db_time
 
 
 def _param(name: str, type_: Any, optional: bool = False) -> BindParameter[Any]:
@@ -48,8 +51,12 @@ def _param(name: str, type_: Any, optional: bool = False) -> BindParameter[Any]:
 
 
 JOB_ID = _param("job_id", String)
+#: the worker's clock: for the record (``started_at``, ``updated_at``, events), never leases
 NOW = _param("now", UTCDateTime)
-UNTIL = _param("until", UTCDateTime)
+#: lease expiry and backoff are judged on the database's clock (``clock.db_time``)
+LEASE_S = _param("lease_s", Float)
+GRACE_S = _param("grace_s", Float)
+DELAY_S = _param("delay_s", Float)
 ATTEMPT = _param("attempt", Integer)
 MESSAGE = _param("message", Text, optional=True)
 DURATION_MS = _param("duration_ms", Integer, optional=True)
@@ -60,18 +67,24 @@ CUTOFF = _param("cutoff", UTCDateTime)
 
 #: The run's fence: the attempt it claimed (or, for a takeover, the attempt last seen).
 HELD = (jobs.c.attempts_made == ATTEMPT,)
-#: A lease that expired, or whose holder is known dead.
+#: A lease released, expired for longer than the grace, or whose holder is known dead.
 LAPSED = (
     jobs.c.attempts_made == ATTEMPT,
-    or_(jobs.c.locked_until < NOW, jobs.c.locked_by == STALE_OWNER),
+    or_(
+        jobs.c.locked_until.is_(None),
+        jobs.c.locked_until < db_time(-GRACE_S),
+        jobs.c.locked_by == STALE_OWNER,
+    ),
 )
+#: A ``retrying`` row keeps its backoff's due time in ``locked_until`` ("not before").
+DUE = (or_(jobs.c.locked_until.is_(None), jobs.c.locked_until <= db_time()),)
 
 _TAKE_LEASE: dict[str, Any] = {
     "attempts_made": jobs.c.attempts_made + 1,
     "started_at": func.coalesce(jobs.c.started_at, NOW),
     "worker": _param("worker_name", String),
     "locked_by": OWNER,
-    "locked_until": UNTIL,
+    "locked_until": db_time(LEASE_S),
     "updated_at": NOW,
 }
 _END_RUN: dict[str, Any] = {"updated_at": NOW, "locked_by": None, "locked_until": None}
@@ -101,7 +114,9 @@ class Move:
 
 _PROCESSING = (JobStatus.PROCESSING,)
 
-CLAIM = Move("claim", CLAIMABLE, JobStatus.PROCESSING, _TAKE_LEASE, event="started", durable=False)
+CLAIM = Move(
+    "claim", CLAIMABLE, JobStatus.PROCESSING, _TAKE_LEASE, DUE, event="started", durable=False
+)
 TAKE_OVER = Move(
     "take_over",
     _PROCESSING,
@@ -123,7 +138,7 @@ CANCEL = Move(
     "cancel",
     CLAIMABLE,
     JobStatus.CANCELLED,
-    {"finished_at": NOW, "updated_at": NOW, "error_type": None, "error_message": MESSAGE},
+    {**_END_RUN, "finished_at": NOW, "error_type": None, "error_message": MESSAGE},
     event="cancelled",
 )
 COMPLETE = Move(
@@ -141,7 +156,7 @@ COMPLETE = Move(
     fence=HELD,
     event="completed",
 )
-_RETRY_RUN = {**_END_RUN, **_ERROR}
+_RETRY_RUN = {**_END_RUN, **_ERROR, "locked_until": db_time(DELAY_S)}  # not before the backoff
 _FAILED_RUN = {**_END_RUN, **_ERROR, "finished_at": NOW}
 RETRYING = Move("retrying", _PROCESSING, JobStatus.RETRYING, _RETRY_RUN, HELD, "retrying")
 FAIL = Move("fail", _PROCESSING, JobStatus.FAILED, _FAILED_RUN, HELD, "failed")
@@ -159,10 +174,8 @@ CANCEL_DEAD = Move(
     LAPSED,
     "cancelled",
 )
-RENEW = Move("renew", _PROCESSING, None, {"locked_until": UNTIL}, HELD, durable=False)
-RELEASE = Move(
-    "release", _PROCESSING, None, {"locked_until": NOW, "locked_by": None, "updated_at": NOW}, HELD
-)
+RENEW = Move("renew", _PROCESSING, None, {"locked_until": db_time(LEASE_S)}, HELD, durable=False)
+RELEASE = Move("release", _PROCESSING, None, _END_RUN, HELD)
 
 
 #: A pending row whose message was never handed to the broker, old enough to be relayed,
@@ -170,7 +183,7 @@ RELEASE = Move(
 _UNPUBLISHED = (
     jobs.c.published_at.is_(None),
     jobs.c.created_at < CUTOFF,
-    or_(jobs.c.locked_until.is_(None), jobs.c.locked_until < NOW),
+    or_(jobs.c.locked_until.is_(None), jobs.c.locked_until < db_time()),
 )
 _PENDING = (JobStatus.PENDING,)
 
@@ -183,9 +196,13 @@ HANDED_OVER = Move(
     fence=(jobs.c.published_at.is_(None),),
     durable=False,  # lost, it only lets the relay send a harmless duplicate
 )
-#: A relay takes an unpublished row for ``locked_until``; many relays may run at once.
+#: A relay takes an unpublished row for ``lease_s`` seconds; many relays may run at once.
 RELAY_CLAIM = Move(
-    "relay_claim", _PENDING, None, {"locked_by": OWNER, "locked_until": UNTIL}, _UNPUBLISHED
+    "relay_claim",
+    _PENDING,
+    None,
+    {"locked_by": OWNER, "locked_until": db_time(LEASE_S)},
+    _UNPUBLISHED,
 )
 #: The relay published the row it claimed.
 RELAYED = Move(
@@ -235,16 +252,29 @@ def event_insert(source: FromClause, event: str, status: JobStatus) -> Insert:
     return insert(events).from_select(columns, rows)
 
 
+def commit_mode(durable: bool) -> Select[Any]:
+    """PostgreSQL: ``synchronous_commit`` for the rest of this transaction, ``on`` for a
+    durable move whatever the server's default, ``off`` for one whose loss only lets a job
+    run again. Part of the statement itself (no session setting, no libpq ``options``), so
+    it holds behind PgBouncer's transaction pooling."""
+    mode = literal("on" if durable else "off", String)
+    return select(func.set_config(literal("synchronous_commit", String), mode, true()))
+
+
 @functools.cache
 def move_cte(move: Move) -> Select[Any]:
-    """PostgreSQL: the move's ``UPDATE`` and its event in one statement; selects the
-    moved row's ``attempts_made, max_attempts`` (no row: the move did not apply)."""
+    """PostgreSQL: the move's ``UPDATE`` and its event in one statement, committed as
+    durably as the move needs; selects the moved row's ``attempts_made, max_attempts``
+    (no row: the move did not apply)."""
     moved = (
         move_update(move)
         .returning(jobs.c.id, jobs.c.attempts_made, jobs.c.max_attempts)
         .cte("moved")
     )
-    query = select(moved.c.attempts_made, moved.c.max_attempts)
+    mode = commit_mode(move.durable).cte("commit_mode")
+    query = select(moved.c.attempts_made, moved.c.max_attempts).select_from(
+        moved.join(mode, true())
+    )
     if move.event is not None and move.target is not None:
         query = query.add_cte(event_insert(moved, move.event, move.target).cte("history"))
     return query
@@ -285,6 +315,8 @@ SELECT_BY_KEY = select(jobs).where(
     jobs.c.idempotency_key == _param("idempotency_key", String),
 )
 SELECT_ATTEMPTS = select(jobs.c.attempts_made, jobs.c.max_attempts).where(jobs.c.id == JOB_ID)
+SELECT_CLOCK = select(db_time())
+SELECT_ATTEMPTS_STATUS = select(jobs.c.attempts_made, jobs.c.status).where(jobs.c.id == JOB_ID)
 SELECT_EVENTS = select(events).where(events.c.job_id == JOB_ID).order_by(events.c.id)
 COUNT_BY_STATUS = select(jobs.c.queue_name, jobs.c.status, func.count()).group_by(
     jobs.c.queue_name, jobs.c.status

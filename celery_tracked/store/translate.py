@@ -43,8 +43,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 def reconnecting(method: F) -> F:
     """Run ``method`` once more on a fresh connection when the first one was dead.
 
-    Never used for the completion: a completion whose connection died is not re-sent in
-    the same attempt; the attempt is retried instead.
+    Not used for the completion: the ``Recorder`` re-sends it itself, bounded, with backoff.
     """
 
     @functools.wraps(method)

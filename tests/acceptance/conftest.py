@@ -22,12 +22,13 @@ import pytest
 import redis
 from celery import Celery
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 from tracked_app import DEFAULT_LEASE_SECONDS, QUEUE, WORKER_APPNAME, create_app
 from waiting import REREAD_S
 
 from celery_tracked import Tracker
-from tests.conftest import wait_for
+from tests.conftest import _port_open, _require, wait_for
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -189,11 +190,38 @@ def lease_seconds() -> float:
     return DEFAULT_LEASE_SECONDS
 
 
+PGBOUNCER_PORT = int(os.environ.get("TEST_PGBOUNCER_PORT", "6432"))
+
+
 @pytest.fixture
-def env(redis_url: str, pg_database_url: str, lease_seconds: float) -> Iterator[Env]:
+def database_route() -> str:
+    """How the app and its workers reach PostgreSQL: ``direct``, or ``pgbouncer`` (a
+    PgBouncer in transaction pooling mode, started by ``.ci/pgbouncer``). A test module
+    runs through both with ``pytest.mark.parametrize("database_route", [...])``."""
+    return "direct"
+
+
+@pytest.fixture
+def routed(database_route: str, pg_database_url: str) -> tuple[str, str | None]:
+    """``(database URL, tracked_database_pooler)`` of the app and its workers."""
+    if database_route == "direct":
+        return pg_database_url, None
+    _require(_port_open("127.0.0.1", PGBOUNCER_PORT), f"PgBouncer at 127.0.0.1:{PGBOUNCER_PORT}")
+    url = make_url(pg_database_url).set(port=PGBOUNCER_PORT)
+    return url.render_as_string(hide_password=False), "pgbouncer"
+
+
+@pytest.fixture
+def env(
+    redis_url: str,
+    pg_database_url: str,
+    lease_seconds: float,
+    routed: tuple[str, str | None],
+) -> Iterator[Env]:
     config = {
         "broker": redis_url,
-        "database_url": pg_database_url,
+        "database_url": routed[0],
+        "database_pooler": routed[1],
         "redis_url": redis_url,
         "record_url": redis_url,
         "lease_seconds": lease_seconds,
@@ -226,6 +254,7 @@ def worker_environ(
         {
             "TRACKED_TEST_BROKER": config["broker"],
             "CELERY_TRACKED_DATABASE_URL": config["database_url"],
+            "CELERY_TRACKED_DATABASE_POOLER": config.get("database_pooler") or "none",
             "REDIS_URL": config["redis_url"],
             "TRACKED_TEST_RECORD_URL": config["record_url"],
             "TRACKED_TEST_LEASE_SECONDS": str(config["lease_seconds"]),

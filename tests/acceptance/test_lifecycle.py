@@ -1,6 +1,7 @@
 """Acceptance: the job lifecycle with real ``celery worker`` processes.
 
-FEAT-33-01, -02, -06, -07, -15 and the Unrecoverable sentinel.
+FEAT-33-01, -02, -06, -07, -15 and the Unrecoverable sentinel; each runs with PostgreSQL
+reached directly and through PgBouncer in transaction pooling mode (``.ci/pgbouncer``).
 """
 
 from __future__ import annotations
@@ -8,10 +9,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 from tracked_app import QUEUE
 
 from celery_tracked import JobStatus
 from tests.conftest import wait_for
+
+pytestmark = pytest.mark.parametrize("database_route", ["direct", "pgbouncer"])
 
 
 def names(history: list[Any]) -> list[str]:

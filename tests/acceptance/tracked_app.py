@@ -120,6 +120,8 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         result_backend=None,
         task_ignore_result=True,
     )
+    if config.get("database_pooler"):  # else celery-tracked reads its environment
+        app.conf.tracked_database_pooler = config["database_pooler"]
     if config.get("redis_url"):  # else celery-tracked reads its environment
         app.conf.tracked_redis_url = config["redis_url"]
     if config.get("broker_write"):
@@ -426,6 +428,20 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         r, job_id, run, started = _begin(self)
         _end(r, job_id, started)
         return {"document_id": document_id, "pages": pages, "run": run}
+
+    # -- reliability (test_reliability.py) ----------------------------------------------
+
+    @tracked_task(app=app, bind=True, shared=False, name="acc.stepper", queue=QUEUE, max_attempts=3)
+    def stepper(self: Any, x: Any, steps: int = 30) -> dict[str, Any]:
+        """Takes ``steps`` steps of 0.1 s, each recorded as ``RPUSH steps:<job_id> "<pid>
+        <attempt> <time>"``; publishes its pid as ``pid:<job_id>:<run>``."""
+        r, job_id, run, started = _begin(self)
+        r.set(f"pid:{job_id}:{run}", os.getpid())
+        for _ in range(steps):
+            r.rpush(f"steps:{job_id}", f"{os.getpid()} {run} {time.time():.6f}")
+            time.sleep(0.1)
+        _end(r, job_id, started)
+        return {"x": x, "run": run}
 
     return app
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -107,7 +106,8 @@ def test_a_run_that_moved_on_is_never_overwritten(store: JobStore, aftermath: Af
         owner=owner_id(),
         worker="w",
         now=now,
-        until=now + timedelta(seconds=60),
+        lease_s=60,
+        grace_s=0,
         stale_owner=owner,
         reason="dead",
     )

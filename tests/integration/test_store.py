@@ -8,7 +8,6 @@ import uuid
 import weakref
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -17,7 +16,6 @@ from sqlalchemy.pool import NullPool
 from celery_tracked import JobStatus, StoreError
 from celery_tracked.jobs import Claim, NewRow, utcnow
 from celery_tracked.store import JobStore, Refused
-from celery_tracked.store.fastpath import FastPath
 
 from ..conftest import wait_for
 
@@ -58,10 +56,7 @@ def new_job(store: JobStore, max_attempts: int = 3) -> str:
 
 
 def claim(store: JobStore, job_id: str, owner: str = "h:1", lease_s: float = 60) -> Claim | None:
-    now = utcnow()
-    return store.claim(
-        job_id, owner=owner, worker="w", now=now, until=now + timedelta(seconds=lease_s)
-    )
+    return store.claim(job_id, owner=owner, worker="w", now=utcnow(), lease_s=lease_s)
 
 
 def test_exactly_one_of_many_concurrent_claims_wins(store: JobStore) -> None:
@@ -91,7 +86,8 @@ def test_outcome_is_fenced_by_the_attempt(store: JobStore) -> None:
         owner="h:2",
         worker="w",
         now=now,
-        until=now + timedelta(seconds=60),
+        lease_s=60,
+        grace_s=0,
         stale_owner=None,
         reason="lease expired",
     )
@@ -119,7 +115,8 @@ def test_live_lease_cannot_be_taken_over(store: JobStore) -> None:
         owner="h:2",
         worker="w",
         now=now,
-        until=now,
+        lease_s=0,
+        grace_s=0,
         stale_owner=None,
         reason="",
     )
@@ -140,10 +137,11 @@ def test_retrying_then_failed(store: JobStore) -> None:
     c1 = claim(store, job_id)
     assert c1 is not None
     assert store.retrying(
-        c1, error_type="E", error_message="m", delay_ms=10, duration_ms=1, now=utcnow()
+        c1, error_type="E", error_message="m", delay_ms=300, duration_ms=1, now=utcnow()
     )
-    c2 = claim(store, job_id)
-    assert c2 is not None and c2.attempt == 2
+    assert claim(store, job_id) is None  # not before its backoff is due
+    c2 = wait_for(lambda: claim(store, job_id), timeout=10, what="the backoff to be due")
+    assert c2.attempt == 2
     assert store.fail(c2, error_type="E", error_message="m2", duration_ms=1, now=utcnow())
     job = store.get(job_id)
     assert job is not None and job.status is JobStatus.FAILED and job.error_message == "m2"
@@ -243,22 +241,9 @@ def _claimed(store: JobStore) -> Claim:
     return c
 
 
-def test_connection_killed_while_idle_does_not_fail_the_next_job(
-    pg_database_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An idle timeout or a server restart between jobs is not the job's problem."""
-    monkeypatch.setattr(FastPath, "IDLE_CHECK_S", 0.0)
-    store = JobStore(pg_database_url)
-    try:
-        assert store.complete(_claimed(store), result_json=None, now=utcnow(), duration_ms=0)
-        terminate_other_backends(pg_database_url)  # while no job runs
-        c = _claimed(store)  # the claim reconnects; the idle durable connection is checked
-        assert store.complete(c, result_json=None, now=utcnow(), duration_ms=0)
-    finally:
-        store.dispose()
-
-
-def test_connection_killed_while_the_body_runs_fails_the_completion(pg_database_url: str) -> None:
+def test_a_completion_whose_connection_died_is_saved_when_resent(pg_database_url: str) -> None:
+    """The store drops a dead connection and says so; the re-send (the ``Recorder``'s)
+    goes out on a fresh one."""
     store = JobStore(pg_database_url)
     try:
         assert store.complete(_claimed(store), result_json=None, now=utcnow(), duration_ms=0)
@@ -268,6 +253,24 @@ def test_connection_killed_while_the_body_runs_fails_the_completion(pg_database_
             store.complete(c, result_json=None, now=utcnow(), duration_ms=0)
         job = store.get(c.job_id)
         assert job is not None and job.status is JobStatus.PROCESSING
+        assert store.complete(c, result_json="1", now=utcnow(), duration_ms=0, resent=True)
+        job = store.get(c.job_id)
+        assert job is not None and job.status is JobStatus.COMPLETED and job.result == 1
+    finally:
+        store.dispose()
+
+
+def test_a_resent_completion_whose_first_send_committed_is_saved(pg_database_url: str) -> None:
+    """The first send committed but its reply was lost: the re-send matches nothing, and
+    finds the row completed by this very attempt. Any other attempt's is not ours."""
+    store = JobStore(pg_database_url)
+    try:
+        c = _claimed(store)
+        assert store.complete(c, result_json=None, now=utcnow(), duration_ms=0)
+        assert store.complete(c, result_json=None, now=utcnow(), duration_ms=0, resent=True)
+        assert not store.complete(c, result_json=None, now=utcnow(), duration_ms=0)
+        other = Claim(c.job_id, c.attempt + 1, c.max_attempts)
+        assert not store.complete(other, result_json=None, now=utcnow(), duration_ms=0, resent=True)
     finally:
         store.dispose()
 
@@ -284,7 +287,7 @@ def test_a_forked_child_never_closes_the_parents_connections(pg_database_url: st
         mine = _claimed(store)  # opens this thread's connections (insert: durable; claim: fast)
         opened.set()
         release.wait(30)
-        # the completion is never re-sent on a new connection: it needs the old session
+        # a plain send (no re-send): it needs the old session
         results.append(store.complete(mine, result_json=None, now=utcnow(), duration_ms=0))
 
     thread = threading.Thread(target=other_thread)
@@ -327,3 +330,62 @@ def test_completion_rows_the_database_refuses_raise_refused(store: JobStore) -> 
             store.complete(c, result_json=None, now=now, duration_ms=0, rows=rows)
         job = store.get(job_id)
         assert job is not None and job.status is JobStatus.PROCESSING
+
+
+def _record_commit_modes(url: str) -> None:
+    """A deferred trigger records, at commit, the ``synchronous_commit`` each status change
+    committed with; the server default for new sessions is ``off``."""
+    engine = create_engine(url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(
+                text(
+                    "CREATE TABLE commit_modes (status text, mode text);"
+                    "CREATE FUNCTION note_mode() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                    "INSERT INTO commit_modes VALUES (NEW.status, "
+                    "current_setting('synchronous_commit')); RETURN NULL; END $$;"
+                    "CREATE CONSTRAINT TRIGGER note_mode AFTER UPDATE ON background_jobs "
+                    "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION note_mode();"
+                    f'ALTER DATABASE "{url.rsplit("/", 1)[1]}" SET synchronous_commit = off'
+                )
+            )
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "core-statements"])
+def test_the_completion_commits_durably_whatever_the_server_default(
+    pg_database_url: str, fast: bool
+) -> None:
+    """Item 12: ``synchronous_commit=on`` for the completion even when the server default
+    is ``off``; the claim, whose loss only lets the job run again, commits asynchronously."""
+    _record_commit_modes(pg_database_url)
+    store = JobStore(pg_database_url)
+    if not fast:
+        store.engines.get().fastpath = None
+    try:
+        c = _claimed(store)
+        rows = [
+            NewRow(
+                "background_job_events",
+                {
+                    "job_id": c.job_id,
+                    "event": "x",
+                    "status": "completed",
+                    "attempt": 1,
+                    "created_at": utcnow(),
+                },
+            )
+        ]
+        assert store.complete(
+            c, result_json=None, now=utcnow(), duration_ms=0, rows=rows if not fast else ()
+        )
+    finally:
+        store.dispose()
+    engine = create_engine(pg_database_url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            modes = conn.execute(text("SELECT status, mode FROM commit_modes")).all()
+    finally:
+        engine.dispose()
+    assert sorted(tuple(m) for m in modes) == [("completed", "on"), ("processing", "off")]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import timedelta
 
 import pytest
 
@@ -23,10 +22,7 @@ def finish_later(app: object, job_id: str, ok: bool) -> threading.Thread:
         channel = tracker.backend.key("job", job_id)
         client = tracker.backend.client  # type: ignore[union-attr]
         wait_for(lambda: client.pubsub_numsub(channel)[0][1] > 0, what="a subscriber")
-        now = utcnow()
-        claim = tracker.store.claim(
-            job_id, owner="h:1", worker="w", now=now, until=now + timedelta(seconds=30)
-        )
+        claim = tracker.store.claim(job_id, owner="h:1", worker="w", now=utcnow(), lease_s=30)
         assert claim is not None
         if ok:
             tracker.store.complete(claim, result_json='{"pages": 3}', now=utcnow(), duration_ms=1)

@@ -139,7 +139,6 @@ def test_migrate_command_from_the_built_wheel(tmp_path: Path, postgres_url: str)
 
 def test_store_round_trip_on_mariadb(mariadb_url: str) -> None:
     """The portable types and the generic (no RETURNING) statements work on MariaDB."""
-    from datetime import timedelta
 
     from celery_tracked import JobStatus
     from celery_tracked.jobs import utcnow
@@ -167,9 +166,7 @@ def test_store_round_trip_on_mariadb(mariadb_url: str) -> None:
                 "updated_at": now,
             }
         )
-        claim = store.claim(
-            "job-1", owner="h:1", worker="w", now=utcnow(), until=utcnow() + timedelta(seconds=9)
-        )
+        claim = store.claim("job-1", owner="h:1", worker="w", now=utcnow(), lease_s=9)
         assert claim is not None and claim.attempt == 1
         assert store.complete(claim, result_json='{"ok":true}', now=utcnow(), duration_ms=1)
         job = store.get("job-1")

@@ -275,11 +275,25 @@ def test_a_live_lease_is_held_with_its_remaining_seconds() -> None:
     assert "attempt 2" in found.why
 
 
-@pytest.mark.parametrize("until", [NOW, NOW - timedelta(seconds=1), None])
-def test_an_expired_or_missing_lease_lapsed(until: datetime | None) -> None:
+@pytest.mark.parametrize(
+    ("until", "why"),
+    [
+        (NOW - timedelta(seconds=0.001), "its lease expired"),
+        (NOW - timedelta(seconds=1), "its lease expired"),
+        (None, "its lease was released"),
+    ],
+)
+def test_an_expired_or_released_lease_lapsed(until: datetime | None, why: str) -> None:
     found = diagnose(job(locked_until=until), NOW, None)
     assert (found.lapsed, found.remaining_s, found.stale_owner) == (True, 0.0, None)
-    assert found.why == "its lease expired"
+    assert found.why == why
+
+
+def test_an_expired_lease_is_taken_over_only_after_the_grace() -> None:
+    expired = job(locked_until=NOW - timedelta(seconds=5))
+    held = diagnose(expired, NOW, None, grace_s=15)
+    assert not held.lapsed and held.remaining_s == pytest.approx(10)
+    assert diagnose(expired, NOW, None, grace_s=4).lapsed
 
 
 def test_a_dead_holder_lapses_a_lease_that_has_not_expired() -> None:
@@ -341,3 +355,18 @@ def test_new_job_headers_and_row() -> None:
     assert (row["id"], row["celery_task_id"], row["queue_name"]) == ("j-1", "j-1", "emails")
     assert (row["status"], row["idempotency_key"], row["max_attempts"]) == ("pending", "order-7", 3)
     assert row["created_at"] == row["updated_at"]
+
+
+def test_the_owner_identity_names_this_boot() -> None:
+    """Item 11: hostname and PID namespace inode repeat across cloned hosts; the boot id
+    does not."""
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        boot = f.read().strip()
+    assert boot in owner_id()
+    clone = owner_id(42).replace(boot, "0" * 36)
+    assert (
+        dead_holder(
+            clone, host_id=HOST_ID, pid=os.getpid(), alive=lambda p: False, running_here=False
+        )
+        is None
+    )

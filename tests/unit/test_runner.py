@@ -24,6 +24,7 @@ from celery_tracked.outcome import (
     Skipped,
     Verdict,
 )
+from celery_tracked.recorder import Recorder as RecorderService
 from celery_tracked.runner import Run, Runner
 from celery_tracked.settings import Settings
 from celery_tracked.store import Refused
@@ -42,6 +43,7 @@ class MemoryStore:
         self.jobs: dict[str, Job] = {}
         self.broken: set[str] = set()
         self.refused: set[str] = set()
+        self.fail_times: dict[str, int] = {}  # method → how many calls fail before it works
         self.calls: list[str] = []
         self.completion_rows: list[NewRow] = []
 
@@ -91,13 +93,18 @@ class MemoryStore:
             and job.attempts_made == claim.attempt
         )
 
-    def _take(self, job: Job, owner: str, worker: str, now: datetime, until: datetime) -> None:
+    def clock(self) -> datetime:
+        """The database's clock (the twin's: this process's)."""
+        self._call("clock")
+        return utcnow()
+
+    def _take(self, job: Job, owner: str, worker: str, now: datetime, lease_s: float) -> None:
         self._set(
             job.id,
             status=JobStatus.PROCESSING,
             attempts_made=job.attempts_made + 1,
             locked_by=owner,
-            locked_until=until,
+            locked_until=utcnow() + timedelta(seconds=lease_s),
             worker=worker,
             started_at=job.started_at or now,
         )
@@ -107,17 +114,20 @@ class MemoryStore:
         return self.jobs.get(job_id)
 
     def claim(
-        self, job_id: str, *, owner: str, worker: str, now: datetime, until: datetime
+        self, job_id: str, *, owner: str, worker: str, now: datetime, lease_s: float
     ) -> Claim | None:
         self._call("claim")
         job = self.jobs.get(job_id)
         if job is None or job.status not in CLAIMABLE:
             return None
-        self._take(job, owner, worker, now, until)
+        if job.locked_until is not None and job.locked_until > utcnow():
+            return None  # a retrying job's backoff is not due
+        self._take(job, owner, worker, now, lease_s)
         return Claim(job_id, job.attempts_made + 1, job.max_attempts)
 
-    def _lapsed(self, job: Job, seen: int, now: datetime, stale_owner: str | None) -> bool:
-        expired = job.locked_until is not None and job.locked_until < now
+    def _lapsed(self, job: Job, seen: int, grace_s: float, stale_owner: str | None) -> bool:
+        until = job.locked_until
+        expired = until is None or until < utcnow() - timedelta(seconds=grace_s)
         return (
             job.status is JobStatus.PROCESSING
             and job.attempts_made == seen
@@ -132,17 +142,18 @@ class MemoryStore:
         owner: str,
         worker: str,
         now: datetime,
-        until: datetime,
+        lease_s: float,
+        grace_s: float,
         stale_owner: str | None,
         reason: str,
     ) -> Claim | None:
         self._call("take_over")
         job = self.jobs[job_id]
-        if not self._lapsed(job, seen_attempt, now, stale_owner):
+        if not self._lapsed(job, seen_attempt, grace_s, stale_owner):
             return None
         if job.attempts_made >= job.max_attempts:
             return None
-        self._take(job, owner, worker, now, until)
+        self._take(job, owner, worker, now, lease_s)
         return Claim(job_id, job.attempts_made + 1, job.max_attempts, takeover=True)
 
     def fail_lost(
@@ -151,26 +162,20 @@ class MemoryStore:
         *,
         seen_attempt: int,
         now: datetime,
+        grace_s: float,
         stale_owner: str | None,
         message: str,
     ) -> bool:
         self._call("fail_lost")
-        if not self._lapsed(self.jobs[job_id], seen_attempt, now, stale_owner):
+        if not self._lapsed(self.jobs[job_id], seen_attempt, grace_s, stale_owner):
             return False
         self._end(job_id, JobStatus.FAILED, now, error_type="WorkerLost", error_message=message)
         return True
 
     def _end(self, job_id: str, status: JobStatus, now: datetime, **changes: Any) -> None:
         finished = now if status.terminal else None
-        self._set(
-            job_id,
-            status=status,
-            locked_by=None,
-            locked_until=None,
-            updated_at=now,
-            finished_at=finished,
-            **changes,
-        )
+        ended: dict[str, Any] = {"locked_by": None, "locked_until": None, "updated_at": now}
+        self._set(job_id, status=status, finished_at=finished, **{**ended, **changes})
 
     def complete(
         self,
@@ -180,8 +185,12 @@ class MemoryStore:
         now: datetime,
         duration_ms: int,
         rows: Sequence[NewRow] = (),
+        resent: bool = False,
     ) -> bool:
         self._call("complete")
+        if self.fail_times.get("complete"):
+            self.fail_times["complete"] -= 1
+            raise StoreError("complete: server closed the connection unexpectedly")
         if not self._held(claim):
             return False
         self.completion_rows.extend(rows)
@@ -207,6 +216,7 @@ class MemoryStore:
             now,
             error_type=error_type,
             error_message=error_message,
+            locked_until=utcnow() + timedelta(milliseconds=delay_ms),  # not before
         )
         return True
 
@@ -231,15 +241,15 @@ class MemoryStore:
         self._call("release")
         if not self._held(claim):
             return False
-        self._set(claim.job_id, locked_by=None, locked_until=now, updated_at=now)
+        self._set(claim.job_id, locked_by=None, locked_until=None, updated_at=now)
         return True
 
-    def renew(self, claims: Sequence[Claim], until: datetime) -> int:
+    def renew(self, claim: Claim, lease_seconds: float) -> bool:
         self._call("renew")
-        held = [c for c in claims if self._held(c)]
-        for claim in held:
-            self._set(claim.job_id, locked_until=until)
-        return len(held)
+        if not self._held(claim):
+            return False
+        self._set(claim.job_id, locked_until=utcnow() + timedelta(seconds=lease_seconds))
+        return True
 
 
 class Recorder(Hooks):
@@ -302,7 +312,7 @@ class World:
 def world() -> Iterator[World]:
     store = MemoryStore()
     recorder = Recorder()
-    keeper = LeaseKeeper(store, lease_seconds=3600)  # type: ignore[arg-type]
+    keeper = LeaseKeeper(store, lease_seconds=60)  # type: ignore[arg-type]
     settings = Settings(redis_url="memory://")
     runner = Runner(store, keeper, HookChain([recorder]), settings)  # type: ignore[arg-type]
     yield World(store, recorder, runner)
@@ -433,12 +443,10 @@ def test_ignore_is_passed_on_and_the_job_completed(world: World) -> None:
 def test_reject_requeue_releases_the_lease(world: World) -> None:
     world.store.add()
     signal = Reject("not now", requeue=True)
-    before = utcnow()
     assert world.run(fail_with(signal)) == PassedOn(signal)
     job = world.job()
     assert (job.status, job.attempts_made, job.locked_by) == (JobStatus.PROCESSING, 1, None)
-    assert job.locked_until is not None and job.locked_until >= before
-    assert job.locked_until <= utcnow()
+    assert job.locked_until is None
     assert "release" in world.store.calls
 
 
@@ -512,11 +520,24 @@ def test_a_lost_attempt_with_attempts_left_is_taken_over(world: World) -> None:
         status=JobStatus.PROCESSING,
         attempts_made=1,
         locked_by="elsewhere:1:123",
-        locked_until=utcnow() - timedelta(seconds=1),
+        locked_until=utcnow() - timedelta(seconds=16),  # expired longer than the grace
     )
     assert world.run(lambda: "again") == Completed("again")
     assert (world.job().status, world.job().attempts_made) == (JobStatus.COMPLETED, 2)
     assert "take_over" in world.store.calls
+
+
+def test_a_lease_expired_within_the_grace_is_not_taken_over_yet(world: World) -> None:
+    world.store.add(
+        status=JobStatus.PROCESSING,
+        attempts_made=1,
+        locked_by="elsewhere:1:123",
+        locked_until=utcnow() - timedelta(seconds=1),
+    )
+    verdict = world.run()
+    assert isinstance(verdict, Postponed)
+    assert 13.9 <= verdict.countdown <= 14.1  # the grace (a quarter of the 60 s lease) left
+    assert world.bodies == 0 and "take_over" not in world.store.calls
 
 
 def test_a_completion_whose_lease_was_taken_over_is_skipped(world: World) -> None:
@@ -554,7 +575,7 @@ def test_another_live_lease_postpones_for_its_remaining_time(world: World) -> No
     )
     verdict = world.run()
     assert isinstance(verdict, Postponed)
-    assert 19.0 <= verdict.countdown <= 20.1
+    assert 34.0 <= verdict.countdown <= 35.1  # its remaining time and the takeover grace
     assert verdict.reason == "attempt 1 is running elsewhere"
     assert world.bodies == 0 and world.job().attempts_made == 1
     assert world.recorder.events == ["busy"]
@@ -592,13 +613,32 @@ def test_a_hook_postpones_before_the_claim(world: World) -> None:
     assert world.recorder.events == ["busy"]
 
 
+@pytest.fixture(autouse=True)
+def no_resend_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(RecorderService, "RESEND_PAUSES_S", (0.0, 0.0, 0.0))
+
+
+def test_a_completion_whose_connection_failed_is_resent_and_completes(world: World) -> None:
+    world.store.add()
+    world.store.fail_times["complete"] = 2
+    verdict = world.run(lambda: "done")
+    assert verdict == Completed("done")
+    assert world.store.calls.count("complete") == 3
+    job = world.job()
+    assert (job.status, job.attempts_made) == (JobStatus.COMPLETED, 1)
+    assert world.bodies == 1
+    assert world.recorder.events == ["processing", "error", "error", "completed"]
+
+
 def test_a_completion_that_cannot_be_written_retries(world: World) -> None:
+    """Only once the bounded re-sends are spent does the attempt fall back to a retry."""
     world.store.add()
     world.store.broken.add("complete")
     verdict = world.run(lambda: "done")
     assert isinstance(verdict, Retrying) and verdict.cause is None
     assert BASE_MS / 1000 <= verdict.countdown <= BASE_MS * 1.25 / 1000
     assert (world.job().status, world.job().error_type) == (JobStatus.RETRYING, "StoreError")
+    assert world.store.calls.count("complete") == 4  # the send and three re-sends
 
 
 def test_a_retry_that_cannot_be_written_still_retries(world: World) -> None:

@@ -107,3 +107,12 @@ def test_redact_keys_from_a_comma_list() -> None:
         {"tracked_redis_url": "memory://", "tracked_redact_keys": "Password, pin"}, environ={}
     )
     assert s.redact_keys == ("password", "pin")
+
+
+def test_the_database_pooler_setting() -> None:
+    base = {"tracked_redis_url": "memory://"}
+    assert Settings.from_conf(base, environ={}).database_pooler == "none"
+    env = {"CELERY_TRACKED_DATABASE_POOLER": "PgBouncer"}
+    assert Settings.from_conf(base, environ=env).database_pooler == "pgbouncer"
+    with pytest.raises(ConfigurationError, match="tracked_database_pooler"):
+        Settings.from_conf({**base, "tracked_database_pooler": "pgpool"}, environ={})

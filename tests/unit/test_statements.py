@@ -64,7 +64,7 @@ def test_each_move_is_one_conditional_update(name: str) -> None:
     where = where_of(str(compiled))
     assert where.startswith("background_jobs.id = ?")
     assert ("background_jobs.attempts_made = ?" in where) is attempt_fence
-    assert ("background_jobs.locked_until < ?" in where) is lapsed_fence
+    assert ("background_jobs.locked_until < strftime(" in where) is lapsed_fence
     assert ("background_jobs.locked_by = ?" in where) is lapsed_fence
 
 
@@ -88,7 +88,10 @@ def test_the_postgresql_cte_is_the_same_update_and_its_event(name: str) -> None:
     assert "RETURNING background_jobs.id, background_jobs.attempts_made" in text
     has_event = move.event is not None and move.target is not None
     assert ("INSERT INTO background_job_events" in text) is has_event
-    assert text.rstrip().endswith("FROM moved")
+    assert text.rstrip().endswith("FROM moved JOIN commit_mode ON true")
+    mode = "on" if move.durable else "off"
+    params = sql.move_cte(move).compile(dialect=PG).params
+    assert "synchronous_commit" in params.values() and mode in params.values()
 
 
 def test_statements_are_built_once() -> None:
@@ -138,7 +141,7 @@ def test_the_relay_moves_and_the_undo_only_touch_rows_nobody_handed_over() -> No
     for condition in (
         "background_jobs.published_at IS NULL",
         "background_jobs.created_at < ?",
-        "background_jobs.locked_until IS NULL OR background_jobs.locked_until < ?",
+        "background_jobs.locked_until IS NULL OR background_jobs.locked_until < ",
     ):
         assert condition in where
     relayed = where_of(str(sql.move_update(sql.RELAYED).compile(dialect=SQLITE)))
@@ -149,3 +152,17 @@ def test_the_relay_moves_and_the_undo_only_touch_rows_nobody_handed_over() -> No
     assert "published_at IS NULL" in undo and "locked_by IS NULL" in undo
     for move in (sql.HANDED_OVER, sql.RELAY_CLAIM, sql.RELAYED):
         assert str(sql.move_cte(move).compile(dialect=PG)).startswith("WITH moved AS")
+
+
+@pytest.mark.parametrize("move", [sql.CLAIM, sql.TAKE_OVER, sql.RENEW, sql.RETRYING])
+def test_lease_and_backoff_times_come_from_the_database_clock(move: sql.Move) -> None:
+    text = str(sql.move_update(move).compile(dialect=PG))
+    assert "locked_until=(statement_timestamp() + make_interval(secs => " in text
+    assert "%(until)s" not in text
+
+
+def test_expiry_is_judged_on_the_database_clock_with_a_grace() -> None:
+    where = where_of(str(sql.move_update(sql.TAKE_OVER).compile(dialect=PG)))
+    assert "locked_until < (statement_timestamp() + make_interval(secs => -%(grace_s)s" in where
+    claim = where_of(str(sql.move_update(sql.CLAIM).compile(dialect=PG)))
+    assert "locked_until <= statement_timestamp()" in claim  # a retrying row's backoff is due
