@@ -196,7 +196,7 @@ class TrackedTask(Task[Any, Any]):
         queue = check_text(self._queue_name(options, args, kwargs), "queue", 200)
         if "queue" not in options and self._static("tracked_queue"):
             options["queue"] = queue
-        parent_job_id, correlation_id = self._lineage(control, job_id)
+        parent_job_id, correlation_id = _lineage(control, job_id)
         job = NewJob(
             job_id=job_id,
             task_name=self.name,
@@ -225,18 +225,6 @@ class TrackedTask(Task[Any, Any]):
             )
 
         return tracker.enqueuer.enqueue(job, publish, settings.redact_keys)
-
-    def _lineage(self, control: Control, job_id: str) -> tuple[str | None, str]:
-        """``(parent_job_id, correlation_id)``: given, or inherited from the tracked task
-        this call is made from (a chain's steps share one correlation id)."""
-        parent, correlation = control.parent_job_id, control.correlation_id
-        caller = current_task if current_task else None  # a proxy: falsy when no task runs
-        if caller is not None and not caller.request.called_directly:
-            calling = TrackedHeaders.read(caller.request.headers, caller.request)
-            if calling is not None:
-                parent = parent if parent is not None else calling.job_id
-                correlation = correlation if correlation is not None else calling.correlation_id
-        return parent, correlation if correlation is not None else job_id
 
     # -- worker -----------------------------------------------------------------------
 
@@ -315,6 +303,19 @@ class TrackedTask(Task[Any, Any]):
             republish = partial(_publish_again, self, args, kwargs)
             limit = exc.args[0] if exc.args else "?"
             self.tracker.aftermath.time_limited(task_id, limit, self._backoff_base_ms(), republish)
+
+
+def _lineage(control: Control, job_id: str) -> tuple[str | None, str]:
+    """``(parent_job_id, correlation_id)``: given, or inherited from the tracked task this
+    call is made from (a chain's steps share one correlation id)."""
+    parent, correlation = control.parent_job_id, control.correlation_id
+    caller = current_task if current_task else None  # a proxy: falsy when no task runs
+    if caller is not None and not caller.request.called_directly:
+        calling = TrackedHeaders.read(caller.request.headers, caller.request)
+        if calling is not None:
+            parent = parent if parent is not None else calling.job_id
+            correlation = correlation if correlation is not None else calling.correlation_id
+    return parent, correlation if correlation is not None else job_id
 
 
 def _hide_arguments(task: TrackedTask) -> None:
