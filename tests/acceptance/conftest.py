@@ -190,7 +190,7 @@ def lease_seconds() -> float:
     return DEFAULT_LEASE_SECONDS
 
 
-PGBOUNCER_PORT = int(os.environ.get("TEST_PGBOUNCER_PORT", "6432"))
+PGBOUNCER_PORT = int(os.environ.get("TEST_PGBOUNCER_PORT", "6439"))
 
 
 @pytest.fixture
