@@ -18,7 +18,7 @@ from celery import Celery
 from .aftermath import Aftermath
 from .enqueuer import Enqueuer
 from .errors import ConfigurationError, JobFailed, JobNotFound, WaitTimeout, mask_url
-from .guard import Guard, MemoryGuard, Notifier, RedisGuard
+from .guard import Guard, GuardError, MemoryGuard, Notifier, RedisGuard, Subscription
 from .hooks import HookChain, Hooks, LogTransitions, NotifyTerminal, Transition
 from .jobs import Job, JobEvent, utcnow
 from .lease import LeaseKeeper
@@ -139,7 +139,7 @@ class Tracker:
         """
         job_id = as_job_id(job_id)
         deadline = time.monotonic() + timeout
-        subscription = self.notifier.subscribe(job_id)
+        subscription = self._subscribe(job_id)
         try:
             while True:
                 job = self.store.get(job_id)
@@ -154,11 +154,34 @@ class Tracker:
                     raise WaitTimeout(f"job {job_id} still {job.status} after {timeout} s")
                 # a notification wakes us at once; the cap re-reads the row in case the
                 # notifier lost one (Redis restart), so waiting never depends on it alone
-                subscription.wait(min(remaining, self.REREAD_S))
+                try:
+                    subscription.wait(min(remaining, self.REREAD_S))
+                except GuardError as exc:  # Redis went away: poll the row instead
+                    logger.warning("job %s: waiting without notifications: %s", job_id, exc)
+                    subscription.close()
+                    subscription = _Polling()
         finally:
             subscription.close()
+
+    def _subscribe(self, job_id: str) -> Subscription:
+        try:
+            return self.notifier.subscribe(job_id)
+        except GuardError as exc:  # the row is the truth: poll it while Redis is down
+            logger.warning("job %s: waiting without notifications: %s", job_id, exc)
+            return _Polling()
 
     def close(self) -> None:
         self.leases.stop()
         self.store.dispose()
         self.backend.close()
+
+
+class _Polling:
+    """A subscription that never hears anything: ``wait`` re-reads the row on its cap."""
+
+    def wait(self, timeout: float) -> bool:
+        time.sleep(max(0.0, timeout))
+        return False
+
+    def close(self) -> None:
+        pass

@@ -93,3 +93,30 @@ def test_stats_counts_per_queue_and_status(make_app: AppFactory) -> None:
     assert stats["q1"]["counts"]["pending"] == 3
     assert stats["q1"]["total"] == 3
     assert stats["q1"]["oldest_pending_age_s"] >= 0
+
+
+def test_wait_reads_the_row_while_redis_is_unreachable(
+    make_app: AppFactory, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The row is the truth: without Redis the waiter polls it instead of failing."""
+    monkeypatch.setattr(Tracker, "REREAD_S", 0.2)
+    app = make_app()
+
+    @tracked_task(app=app, queue="q")
+    def work() -> None: ...
+
+    job_id = work.enqueue().job_id
+    # a second app on the same database whose Redis does not answer
+    blind = make_app(tracked_redis_url="redis://127.0.0.1:1/0")
+    tracker = tracker_of(app)
+    claim = tracker.store.claim(job_id, owner="h:1", worker="w", now=utcnow(), lease_s=30)
+    assert claim is not None
+
+    def finish() -> None:
+        time.sleep(0.5)
+        tracker.store.complete(claim, result_json='{"pages": 3}', now=utcnow(), duration_ms=1)
+
+    thread = threading.Thread(target=finish)
+    thread.start()
+    assert tracker_of(blind).wait(job_id, timeout=10) == {"pages": 3}
+    thread.join()
