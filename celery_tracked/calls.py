@@ -17,8 +17,9 @@ from typing import Any
 
 from celery.utils.saferepr import saferepr
 
+from .codec import encode
 from .errors import InvalidPayload, summarize
-from .redact import REDACTED, dumps, encode_payload, is_secret_key, redact, secret_values
+from .redact import REDACTED, encode_payload, is_secret_key, redact, secret_values
 
 #: Longest ``argsrepr``/``kwargsrepr``.
 REPR_CHARS = 1024
@@ -142,7 +143,7 @@ def prepare_call(
     safe_args, safe_kwargs = shape.redacted(args, kwargs, rules.redact_keys)
     return PreparedCall(
         key=idempotency_key(rules, explicit_key, args, kwargs, named),
-        payload_json=dumps({"args": safe_args, "kwargs": safe_kwargs}),
+        payload_json=encode({"args": safe_args, "kwargs": safe_kwargs}),
         argsrepr=saferepr(tuple(safe_args), REPR_CHARS),
         kwargsrepr=saferepr(safe_kwargs, REPR_CHARS),
         secrets=secrets,

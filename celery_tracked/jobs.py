@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any, NamedTuple, TypeVar
+
+from .codec import decode
 
 
 class JobStatus(str, enum.Enum):
@@ -120,13 +121,15 @@ class Job:
 
     @property
     def result(self) -> Any:
-        """The decoded ``result_json`` (None before completion)."""
-        return None if self.result_json is None else json.loads(self.result_json)
+        """The decoded ``result_json`` (None before completion), with Celery's JSON types
+        (``datetime``, ``Decimal``, ``UUID``...: :mod:`celery_tracked.codec`)."""
+        return None if self.result_json is None else decode(self.result_json)
 
     @property
     def payload(self) -> Any:
-        """The decoded, redacted ``payload_json``: ``{"args": [...], "kwargs": {...}}``."""
-        return None if self.payload_json is None else json.loads(self.payload_json)
+        """The decoded, redacted ``payload_json``: ``{"args": [...], "kwargs": {...}}``,
+        with Celery's JSON types (:mod:`celery_tracked.codec`)."""
+        return None if self.payload_json is None else decode(self.payload_json)
 
     @property
     def duration_ms(self) -> int | None:

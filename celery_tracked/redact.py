@@ -18,11 +18,14 @@ shape with the user-info masked, wherever it sits.
 
 from __future__ import annotations
 
-import json
 import re
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import date, time
+from decimal import Decimal
 from typing import Any
 
+from .codec import encode
 from .errors import MASK, PayloadNotSerializable, PayloadTooLarge, mask_url, url_userinfo
 
 #: Stored in place of a redacted value.
@@ -46,6 +49,8 @@ NOT_SECRET_NAMES = frozenset(
         "group_key",
     }
 )
+#: Values under a secret name collected by :func:`secret_values` (as ``str``, a UUID's hex too).
+_SCALARS = (str, int, float, Decimal, uuid.UUID, date, time)
 _HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
@@ -110,10 +115,9 @@ def secret_values(value: Any, redact_keys: Sequence[str]) -> list[str]:
         elif isinstance(node, list | tuple):
             for v in node:
                 walk(v, secret)
-        elif secret and isinstance(node, str | int | float) and not isinstance(node, bool):
-            text = str(node)
-            if len(text) >= 3:
-                found.append(text)
+        elif secret and isinstance(node, _SCALARS) and not isinstance(node, bool):
+            texts = [str(node), node.hex] if isinstance(node, uuid.UUID) else [str(node)]
+            found.extend(text for text in texts if len(text) >= 3)
         elif isinstance(node, str) and "@" in node:
             found.extend(url_credentials(node))
 
@@ -122,16 +126,15 @@ def secret_values(value: Any, redact_keys: Sequence[str]) -> list[str]:
 
 
 def encode_payload(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int) -> int:
-    """Check the call's arguments are JSON and within the size limit; return their size.
+    """Check the call's arguments are Celery's JSON (:mod:`celery_tracked.codec`) and
+    within the size limit, measured on that encoded form; return their size.
 
     Raises:
         PayloadNotSerializable: an argument is not JSON-serialisable.
         PayloadTooLarge: the encoded arguments exceed ``max_bytes``.
     """
     try:
-        encoded = json.dumps(
-            {"args": list(args), "kwargs": dict(kwargs)}, allow_nan=False, separators=(",", ":")
-        )
+        encoded = encode({"args": list(args), "kwargs": dict(kwargs)})
     except (TypeError, ValueError) as exc:
         raise PayloadNotSerializable(f"arguments are not JSON-serialisable: {exc}") from None
     size = len(encoded.encode("utf-8"))
@@ -141,7 +144,3 @@ def encode_payload(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: in
             "(tracked_max_payload_bytes); pass identifiers, keep large content in storage"
         )
     return size
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), default=str)

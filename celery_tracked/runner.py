@@ -8,12 +8,12 @@ Writing the outcome is the ``Recorder``'s (``recorder.py``).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
+from .codec import encode
 from .errors import StoreError, Unrecoverable, mask_exception
 from .hooks import Delivery, Hooks
 from .jobs import Claim, JobStatus, utcnow
@@ -176,6 +176,6 @@ def _encode_result(result: Any) -> str | None:
     if result is None:
         return None
     try:
-        return json.dumps(result, separators=(",", ":"), allow_nan=False)
+        return encode(result)
     except (TypeError, ValueError) as exc:
         raise Unrecoverable(f"the task's result is not JSON-serialisable: {exc}") from None

@@ -32,6 +32,8 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
+from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import redis
@@ -141,6 +143,13 @@ def create_app(config: Mapping[str, Any]) -> Celery:
             time.sleep(sleep)
         _end(r, job_id, started)
         return {"x": x, "run": run}
+
+    @tracked_task(app=app, bind=True, shared=False, name="acc.json_types", queue=QUEUE)
+    def json_types(self: Any, at: datetime, amount: Decimal, id: uuid.UUID) -> dict[str, Any]:
+        """Returns Celery's JSON types, computed from its arguments (so they arrived typed)."""
+        r, job_id, _run, started = _begin(self)
+        _end(r, job_id, started)
+        return {"at": at + timedelta(hours=1), "amount": amount * 2, "id": uuid.UUID(int=id.int)}
 
     @tracked_task(
         app=app,

@@ -179,7 +179,7 @@ def test_an_argument_given_twice_is_invalid_payload() -> None:
         prepare(login, "a", "b", user="c")
 
 
-@pytest.mark.parametrize("value", [object(), {1, 2}, float("nan"), b"bytes"])
+@pytest.mark.parametrize("value", [object(), {1, 2}, float("nan")])
 def test_non_json_arguments_are_refused(value: Any) -> None:
     with pytest.raises(PayloadNotSerializable):
         prepare(login, "a", value)

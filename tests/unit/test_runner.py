@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -367,6 +370,18 @@ def test_a_result_that_is_not_json_fails_the_job(world: World) -> None:
     verdict = world.run(lambda: object())
     assert isinstance(verdict, Failed) and isinstance(verdict.error, Unrecoverable)
     assert (world.job().status, world.job().error_type) == (JobStatus.FAILED, "Unrecoverable")
+
+
+def test_a_result_of_celerys_json_types_completes_and_reads_back_typed(world: World) -> None:
+    world.store.add()
+    value = {"at": datetime(2024, 5, 1, tzinfo=UTC), "amount": Decimal("9.90"), "id": uuid.uuid4()}
+    assert world.run(lambda: value) == Completed(value)
+    job = world.job()
+    assert job.status is JobStatus.COMPLETED and job.result == value
+    assert json.loads(job.result_json or "")["amount"] == {
+        "__type__": "decimal",
+        "__value__": "9.90",
+    }
 
 
 # -- Retrying -----------------------------------------------------------------------
