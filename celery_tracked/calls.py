@@ -107,7 +107,8 @@ class CallRules:
     task_name: str
     redact_keys: tuple[str, ...]
     max_payload_bytes: int
-    #: a pydantic model class or a callable taking the named arguments (raises to refuse)
+    #: a pydantic model class or a callable taking the named arguments as one dict
+    #: (raises to refuse)
     validator: Any = None
     #: a ``str.format`` template over the named arguments, or a callable taking the call
     key: str | Callable[..., str] | None = None
@@ -151,15 +152,14 @@ def prepare_call(
 
 
 def validate(rules: CallRules, named: dict[str, Any], secrets: Sequence[str]) -> None:
-    """Run the task's validator over the named arguments; its refusal is masked."""
+    """Run the task's validator over the named arguments (one dict, for a pydantic model
+    and a callable alike); its refusal is masked."""
     validator = rules.validator
     if validator is None:
         return
     try:
-        if hasattr(validator, "model_validate"):
-            validator.model_validate(named)
-        else:
-            validator(**named)
+        check = validator.model_validate if hasattr(validator, "model_validate") else validator
+        check(named)  # one convention: the named arguments as one dict
     except InvalidPayload:
         raise
     except Exception as exc:

@@ -13,6 +13,7 @@ from celery.bin.base import CeleryCommand, handle_preload_options
 
 from . import migrate as migrations
 from .errors import TrackedError, first_line
+from .settings import Settings
 from .tracker import Tracker
 
 
@@ -35,6 +36,14 @@ def _tracker(ctx: click.Context) -> Tracker:
         raise click.ClickException(str(exc)) from None
 
 
+def _database_url(ctx: click.Context) -> str:
+    """Only the database setting: migrations need neither Redis nor a ``Tracker``."""
+    try:
+        return Settings.database_url_from_conf(ctx.obj.app.conf)
+    except TrackedError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 @click.group(name="tracked")
 @click.pass_context
 @handle_preload_options
@@ -47,8 +56,7 @@ def tracked(ctx: click.Context) -> None:
 @click.pass_context
 def migrate(ctx: click.Context, revision: str) -> None:
     """Create or upgrade the tracking tables."""
-    tracker = _tracker(ctx)
-    url = tracker.settings.database_url
+    url = _database_url(ctx)
     with _friendly(f"migration on {migrations.describe(url)}"):
         migrations.upgrade(url, revision)
     click.echo(f"celery-tracked tables at {revision} on {migrations.describe(url)}")
@@ -59,9 +67,9 @@ def migrate(ctx: click.Context, revision: str) -> None:
 @click.pass_context
 def downgrade(ctx: click.Context, revision: str) -> None:
     """Downgrade the tracking tables (``base`` drops them)."""
-    tracker = _tracker(ctx)
+    url = _database_url(ctx)
     with _friendly("downgrade"):
-        migrations.downgrade(tracker.settings.database_url, revision)
+        migrations.downgrade(url, revision)
     click.echo(f"celery-tracked tables at {revision}")
 
 

@@ -16,8 +16,10 @@ The options (``None``: the default):
     idempotency_key: a ``str.format`` template naming the call's arguments
         (``"ocr:{document_id}"``; no attribute or index access, no positional fields) or a
         callable taking the call's arguments. A key given per call is taken literally.
-    validator: a pydantic model class (validated against the named arguments) or a
-        callable taking the named arguments that raises to refuse them.
+    validator: a pydantic model class (``model_validate`` of the named arguments) or a
+        callable receiving the named arguments as one dict (``validator(arguments)``,
+        the same dict pydantic gets) that raises to refuse them; a callable that cannot
+        take exactly one positional argument is refused at decoration.
 """
 
 from __future__ import annotations
@@ -93,12 +95,27 @@ def check_key_template(template: Any) -> None:
 
 
 def _validator(name: str, value: Any) -> None:
-    if inspect.isclass(value) and not hasattr(value, "model_validate"):
-        raise InvalidTaskOption(name, f"a class must be a pydantic model, got {value!r}")
+    """A pydantic model class, or a callable taking the named arguments as ONE dict."""
+    if inspect.isclass(value):
+        if not hasattr(value, "model_validate"):
+            raise InvalidTaskOption(name, f"a class must be a pydantic model, got {value!r}")
+        return
     if not callable(value):
         raise InvalidTaskOption(
             name, f"must be a pydantic model class or a callable, got {value!r}"
         )
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):  # no signature to read (some builtins): trusted
+        return
+    try:
+        signature.bind({})
+    except TypeError:
+        raise InvalidTaskOption(
+            name,
+            f"a callable receives the named arguments as one dict (validator(arguments)), "
+            f"but {value!r} takes {signature}: write it as def check(arguments: dict) -> None",
+        ) from None
 
 
 _CHECKS: dict[str, Callable[[str, Any], None]] = {

@@ -91,23 +91,34 @@ class Settings:
         seeds' alias (``REDIS_URL``...), then the default.
         """
         env = os.environ if environ is None else environ
-        defaults = {f.name: f.default for f in fields(cls)}
-        values: dict[str, Any] = {}
-        for name, alias, convert in _SOURCES:
-            setting = f"tracked_{name}"
-            value, source = conf.get(setting), setting
-            if value is None:
-                for env_name in (f"CELERY_TRACKED_{name.upper()}", *alias):
-                    if env.get(env_name) not in (None, ""):
-                        value, source = env[env_name], env_name
-                        break
-            try:
-                values[name] = convert(source, defaults[name] if value is None else value)
-            except ConfigurationError:
-                raise
-            except (TypeError, ValueError) as exc:
-                raise ConfigurationError(setting, f"invalid value ({exc})") from None
-        return cls(**values)
+        return cls(**{name: _read(conf, env, name) for name, _, _ in _SOURCES})
+
+    @classmethod
+    def database_url_from_conf(
+        cls, conf: Mapping[str, Any], environ: Mapping[str, str] | None = None
+    ) -> str:
+        """Only ``tracked_database_url``, read and validated as :meth:`from_conf` does
+        (what ``tracked migrate`` needs: no Redis setting)."""
+        return str(_read(conf, os.environ if environ is None else environ, "database_url"))
+
+
+def _read(conf: Mapping[str, Any], env: Mapping[str, str], name: str) -> Any:
+    """One setting: ``app.conf``, then ``CELERY_TRACKED_<NAME>``, then the aliases, then
+    the default; converted and validated."""
+    alias, convert = _ALIASES[name], _CONVERTERS[name]
+    setting = f"tracked_{name}"
+    value, source = conf.get(setting), setting
+    if value is None:
+        for env_name in (f"CELERY_TRACKED_{name.upper()}", *alias):
+            if env.get(env_name) not in (None, ""):
+                value, source = env[env_name], env_name
+                break
+    try:
+        return convert(source, _DEFAULTS[name] if value is None else value)
+    except ConfigurationError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(setting, f"invalid value ({exc})") from None
 
 
 def _nonempty(name: str) -> Callable[[str, Any], str]:
@@ -237,3 +248,6 @@ _SOURCES: tuple[tuple[str, tuple[str, ...], Callable[[str, Any], Any]], ...] = (
     ("relay_grace_seconds", (), _float("relay_grace_seconds", minimum=1.0)),
     ("relay_interval_seconds", (), _float("relay_interval_seconds", minimum=0.0)),
 )
+_ALIASES = {name: alias for name, alias, _ in _SOURCES}
+_CONVERTERS = {name: convert for name, _, convert in _SOURCES}
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Settings)}

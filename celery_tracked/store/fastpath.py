@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import StoreError, first_line
-from .translate import Disconnected, DuplicateJob
+from .translate import Disconnected, DuplicateJob, explained
 
 _INHERITED: list[Any] = []
 #: SQLSTATEs of a prepared statement that "does not exist" or "already exists": what a
@@ -118,7 +118,7 @@ class FastPath:
                 conn.close()
                 slot.set(None)
                 raise Disconnected(reason) from None
-            raise StoreError(reason) from None
+            raise StoreError(explained(exc, reason)) from None
 
     def _stop_preparing(self, reason: str) -> None:
         """A transaction-pooling proxy (PgBouncer) handed this connection's prepared

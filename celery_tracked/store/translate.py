@@ -18,6 +18,12 @@ from sqlalchemy.exc import (
 )
 
 from ..errors import StoreError, first_line
+from ..models import events, jobs
+
+#: Said when a statement failed because a tracking table does not exist.
+MIGRATE_HINT = "the celery-tracked tables are missing: run `celery -A proj tracked migrate`"
+#: PostgreSQL's undefined_table, MariaDB/MySQL's ER_NO_SUCH_TABLE
+_UNDEFINED_TABLE = ("42P01", 1146)
 
 
 class DuplicateJob(Exception):
@@ -84,4 +90,18 @@ def translated(action: str, inserting: bool = False) -> Iterator[None]:
 
 def _reason(exc: SQLAlchemyError) -> str:
     orig = getattr(exc, "orig", None)
-    return first_line(str(orig) if orig is not None else str(exc), type(exc).__name__)
+    cause = exc if orig is None else orig
+    return explained(cause, first_line(str(cause), type(exc).__name__))
+
+
+def explained(exc: BaseException, reason: str) -> str:
+    """``reason``, followed by :data:`MIGRATE_HINT` when ``exc`` (a driver's error) says a
+    tracking table does not exist (PostgreSQL 42P01, SQLite "no such table", MariaDB 1146)."""
+    text = str(exc)
+    if not any(table.name in text for table in (jobs, events)):
+        return reason
+    code = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
+    number = exc.args[0] if exc.args else None
+    if code in _UNDEFINED_TABLE or number in _UNDEFINED_TABLE or "no such table" in text:
+        return f"{reason} ({MIGRATE_HINT})"
+    return reason

@@ -420,9 +420,9 @@ def create_app(config: Mapping[str, Any]) -> Celery:
             raise ConnectionError(f"transient failure of run {run}")
         return {"x": x, "run": run}
 
-    def positive_pages(document_id: str, pages: int) -> None:
-        if pages < 1:
-            raise ValueError(f"pages must be positive, got {pages}")
+    def positive_pages(arguments: dict[str, Any]) -> None:
+        if arguments["pages"] < 1:
+            raise ValueError(f"pages must be positive, got {arguments['pages']}")
 
     @tracked_task(
         app=app,

@@ -118,3 +118,28 @@ def test_the_largest_values_the_columns_hold_are_accepted(
     assert job is not None and job.status is JobStatus.PENDING
     assert (job.queue_name, job.max_attempts) == (queue, 2**31 - 1)
     assert len(queue_messages(broker, queue)) == 1
+
+
+def test_a_validator_function_receives_the_named_arguments_as_one_dict(
+    make_app: AppFactory, broker: redis.Redis, database_url: str
+) -> None:
+    """Item 8: a callable validator gets one dict (as a pydantic model does); its refusal
+    is an ``InvalidPayload`` with the secret masked, and nothing is created."""
+    app = make_app()
+    seen: list[dict[str, Any]] = []
+
+    def check(arguments: dict[str, Any]) -> None:
+        seen.append(dict(arguments))
+        if arguments["pages"] < 1:
+            raise ValueError(f"{arguments['api_token']} may not ask for {arguments['pages']}")
+
+    @tracked_task(app=app, queue="vq", validator=check)
+    def ocr(document_id: str, pages: int, api_token: str) -> None: ...
+
+    with pytest.raises(InvalidPayload) as info:
+        ocr.enqueue("d-1", 0, api_token="tok-secret-1")
+    assert "tok-secret-1" not in str(info.value) and "may not ask for 0" in str(info.value)
+    assert row_count(database_url) == 0 and queue_messages(broker, "vq") == []
+    assert ocr.enqueue("d-1", 2, api_token="tok-secret-1").created
+    assert seen[-1] == {"document_id": "d-1", "pages": 2, "api_token": "tok-secret-1"}
+    assert row_count(database_url) == 1

@@ -145,7 +145,7 @@ def test_defaults_apply_to_key_templates() -> None:
 def test_var_keyword_arguments_are_flattened_for_keys_validators_and_secrets() -> None:
     seen: dict[str, Any] = {}
 
-    def validator(**named: Any) -> None:
+    def validator(named: dict[str, Any]) -> None:
         seen.update(named)
 
     call = prepare(
@@ -230,16 +230,21 @@ def test_pydantic_model_sees_defaults() -> None:
     prepare(login, "alice", "pw", rules_=rules(validator=Strict))
 
 
-def test_callable_validator_receives_named_arguments() -> None:
+def test_callable_validator_receives_the_named_arguments_as_one_dict() -> None:
+    """The same convention as a pydantic model: one dict, never keywords."""
     seen: list[dict[str, Any]] = []
-    prepare(login, "alice", "pw", rules_=rules(validator=lambda **kw: seen.append(kw)))
+
+    def check(arguments: dict[str, Any]) -> None:
+        seen.append(arguments)
+
+    prepare(login, "alice", "pw", rules_=rules(validator=check))
     assert seen == [{"user": "alice", "password": "pw", "retries": 2}]
 
 
 def test_callable_validator_refusal_masks_the_secret_value() -> None:
-    def refuse(user: str, password: str, retries: int) -> None:
+    def refuse(arguments: dict[str, Any]) -> None:
         # the value alone, no ``password=`` before it: only value masking can hide it
-        raise ValueError(f"{user} cannot use {password} here")
+        raise ValueError(f"{arguments['user']} cannot use {arguments['password']} here")
 
     with pytest.raises(InvalidPayload) as info:
         prepare(login, "alice", "hunter22", rules_=rules(validator=refuse))
@@ -250,7 +255,7 @@ def test_callable_validator_refusal_masks_the_secret_value() -> None:
 
 
 def test_validator_raising_invalid_payload_passes_through() -> None:
-    def refuse(**_: Any) -> None:
+    def refuse(_: dict[str, Any]) -> None:
         raise InvalidPayload("my own words")
 
     with pytest.raises(InvalidPayload) as info:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 
 from celery_tracked import ConfigurationError, Settings
@@ -116,3 +118,53 @@ def test_the_database_pooler_setting() -> None:
     assert Settings.from_conf(base, environ=env).database_pooler == "pgbouncer"
     with pytest.raises(ConfigurationError, match="tracked_database_pooler"):
         Settings.from_conf({**base, "tracked_database_pooler": "pgpool"}, environ={})
+
+
+def test_specific_names_win_over_the_seed_aliases_and_app_conf_over_both() -> None:
+    env = {
+        "REDIS_URL": "redis://cache/0",
+        "CELERY_TRACKED_REDIS_URL": "redis://guard/1",
+        "JOB_QUEUE_DEFAULT_ATTEMPTS": "2",
+        "CELERY_TRACKED_DEFAULT_ATTEMPTS": "4",
+    }
+    s = Settings.from_conf({}, environ=env)
+    assert (s.redis_url, s.default_attempts) == ("redis://guard/1", 4)
+    conf = {"tracked_redis_url": "redis://conf/2", "tracked_default_attempts": 6}
+    s = Settings.from_conf(conf, environ=env)
+    assert (s.redis_url, s.default_attempts) == ("redis://conf/2", 6)
+
+
+def test_every_setting_has_its_celery_tracked_environment_name() -> None:
+    values = {
+        "database_url": "sqlite:///x.db",
+        "database_pooler": "pgbouncer",
+        "redis_url": "redis://h/3",
+        "default_attempts": "9",
+        "default_backoff_ms": "7",
+        "max_backoff_ms": "8",
+        "max_payload_bytes": "99",
+        "redact_keys": "pin",
+        "lease_seconds": "5",
+        "guard_ttl_seconds": "11",
+        "key_prefix": "pfx",
+        "check_redis_eviction": "false",
+        "relay_grace_seconds": "12",
+        "relay_interval_seconds": "13",
+    }
+    assert set(values) == {f.name for f in fields(Settings)}
+    s = Settings.from_conf(
+        {}, environ={f"CELERY_TRACKED_{k.upper()}": v for k, v in values.items()}
+    )
+    for name in values:
+        assert getattr(s, name) != getattr(Settings(), name), name
+
+
+def test_the_database_url_alone_needs_no_redis_setting() -> None:
+    env = {"CELERY_TRACKED_DATABASE_URL": "sqlite:///env.db"}
+    assert Settings.database_url_from_conf({}, environ=env) == "sqlite:///env.db"
+    conf = {"tracked_database_url": "sqlite:///conf.db"}
+    assert Settings.database_url_from_conf(conf, environ=env) == "sqlite:///conf.db"
+    assert Settings.database_url_from_conf({}, environ={}) == Settings().database_url
+    with pytest.raises(ConfigurationError) as info:
+        Settings.database_url_from_conf({"tracked_database_url": "not a url"}, environ={})
+    assert info.value.setting == "tracked_database_url"

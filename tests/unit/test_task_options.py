@@ -24,6 +24,7 @@ BAD = [
     ("idempotency_key", "k:{x"),
     ("validator", "not callable"),
     ("validator", int),
+    ("validator", lambda **named: None),
 ]
 
 
@@ -104,3 +105,39 @@ def test_good_options_are_accepted() -> None:
 def test_invalid_task_option_is_a_configuration_error() -> None:
     assert issubclass(InvalidTaskOption, ConfigurationError)
     assert issubclass(InvalidTaskOption, ValueError)
+
+
+def _body(document_id: str, pages: int) -> None: ...
+
+
+def _keywords(**named: Any) -> None: ...
+
+
+def _two(document_id: str, pages: int) -> None: ...
+
+
+def _keyword_only(*, arguments: dict[str, Any]) -> None: ...
+
+
+@pytest.mark.parametrize("check", [_keywords, _two, _keyword_only])
+def test_a_validator_that_cannot_take_one_dict_is_refused_at_decoration(check: Any) -> None:
+    with pytest.raises(InvalidTaskOption) as info:
+        tracked_task(app=app(), validator=check)(_body)
+    assert info.value.setting == "validator"
+    assert "as one dict" in str(info.value) and "validator(arguments)" in str(info.value)
+
+
+class _Checker:
+    def __call__(self, arguments: dict[str, Any]) -> None: ...
+
+
+def _one(arguments: dict[str, Any]) -> None: ...
+
+
+def _with_default(arguments: dict[str, Any], strict: bool = True) -> None: ...
+
+
+@pytest.mark.parametrize("check", [_one, _with_default, _Checker(), print])
+def test_a_validator_taking_one_positional_argument_is_accepted(check: Any) -> None:
+    task = tracked_task(app=app(), validator=check)(_body)
+    assert isinstance(task, TrackedTask)
