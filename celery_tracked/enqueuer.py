@@ -99,7 +99,7 @@ class Enqueuer:
         self.duplicate_wait_s = DUPLICATE_WAIT_S
 
     def enqueue(
-        self, job: NewJob, publish: Callable[[TrackedHeaders], None], redact_keys: tuple[str, ...]
+        self, job: NewJob, publish: Callable[[TrackedHeaders], object], redact_keys: tuple[str, ...]
     ) -> EnqueueResult:
         """Create ``job`` and publish it with ``publish(headers)``, or return the duplicate.
 

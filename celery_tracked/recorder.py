@@ -12,7 +12,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -50,6 +50,8 @@ class Run:
     backoff_base_ms: int
     #: the call's secret values (computed only when an error must be masked)
     secrets: Callable[[], Sequence[str]]
+    #: run in this process (``task_always_eager``, ``apply()``): a retry comes at once
+    inline: bool = False
 
     @property
     def job_id(self) -> str:
@@ -70,9 +72,12 @@ class Recorder:
 
     def plan(self, run: Run, claim: Claim, error: BaseException | None) -> Plan:
         base = run.backoff_base_ms
-        return plan_outcome(
+        plan = plan_outcome(
             error, claim.attempt, claim.max_attempts, lambda n: self.backoff(n, base)
         )
+        if run.inline and plan.delay_ms:  # an inline retry runs now (``eager.py``)
+            return replace(plan, delay_ms=0)
+        return plan
 
     def complete(
         self,
@@ -96,7 +101,7 @@ class Recorder:
         except Refused as exc:
             return self.job_error(run, claim, exc, started)
         except StoreError as exc:
-            delay = self.backoff(claim.attempt, run.backoff_base_ms)
+            delay = 0 if run.inline else self.backoff(claim.attempt, run.backoff_base_ms)
             lost = self.record_failure(run, claim, exc, started, delay, secret=False)
             return lost if lost is not None else Retrying(delay / 1000, None)
         if not saved:

@@ -28,6 +28,7 @@ from celery import Celery, Task, current_task, shared_task
 from celery.exceptions import Ignore, Reject, Retry, TimeLimitExceeded
 from celery.result import AsyncResult
 
+from . import eager
 from .calls import CallRules, CallShape, prepare_call
 from .enqueuer import NewJob
 from .jobs import EnqueueResult, Job
@@ -142,7 +143,7 @@ class TrackedTask(Task[Any, Any]):
         )
         options = dict(_options or {})
         task_id = options.pop("task_id", None)
-        return self._enqueue(args, kwargs, task_id, control, options)
+        return self._enqueue(args, kwargs, task_id, control, options)[0]
 
     def apply_async(
         self,
@@ -171,7 +172,16 @@ class TrackedTask(Task[Any, Any]):
             options.update(argsrepr=argsrepr, kwargsrepr=kwargsrepr)
             return super().apply_async(args, kwargs, task_id=existing.job_id, **options)
         control = Control.pop_from(options)
-        return self.AsyncResult(self._enqueue(args, kwargs, task_id, control, options).job_id)
+        queued, ran = self._enqueue(args, kwargs, task_id, control, options)
+        return ran if ran is not None else self.AsyncResult(queued.job_id)
+
+    def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:  # type: ignore[override]
+        """Tracked ``apply`` (and eager mode): the row, then the run here (``eager.py``)."""
+        if TrackedHeaders.read(options.get("headers")) is not None:
+            return eager.run_inline(super().apply, args, kwargs, **options)
+        control, task_id = Control.pop_from(options), options.pop("task_id", None)
+        args, kwargs = tuple(args or ()), dict(kwargs or {})
+        return self._enqueue(args, kwargs, task_id, control, options, super().apply)[1]
 
     def _enqueue(
         self,
@@ -180,7 +190,9 @@ class TrackedTask(Task[Any, Any]):
         task_id: str | None,
         control: Control,
         options: dict[str, Any],
-    ) -> EnqueueResult:
+        send: Callable[..., AsyncResult[Any]] | None = None,
+    ) -> tuple[EnqueueResult, AsyncResult[Any] | None]:
+        """Create the job; publish it, or run it here (``send`` given, or eager mode)."""
         tracker = self.tracker
         settings = tracker.settings
         job_id = check_job_id(task_id) or str(uuid.uuid4())
@@ -209,22 +221,9 @@ class TrackedTask(Task[Any, Any]):
             parent_job_id=parent_job_id,
             owner_id=control.owner_id,
         )
-
-        send: Callable[..., AsyncResult[Any]] = super().apply_async
-
-        def publish(tracked: TrackedHeaders) -> None:
-            headers = {**(options.pop("headers", None) or {}), **tracked.to_headers()}
-            send(
-                tuple(args),
-                dict(kwargs),
-                task_id=job_id,
-                headers=headers,
-                argsrepr=call.argsrepr,
-                kwargsrepr=call.kwargsrepr,
-                **options,
-            )
-
-        return tracker.enqueuer.enqueue(job, publish, settings.redact_keys)
+        inline = send is not None or bool(self.app.conf.task_always_eager)
+        publish = eager.sender(send or super().apply_async, args, kwargs, job_id, call, options)
+        return eager.enqueue(tracker.enqueuer, job, publish, settings.redact_keys, inline)
 
     # -- worker -----------------------------------------------------------------------
 
@@ -249,6 +248,7 @@ class TrackedTask(Task[Any, Any]):
             worker=str(request.hostname or _HOSTNAME),
             backoff_base_ms=self._backoff_base_ms(),
             secrets=lambda: shape.secrets(args, kwargs, settings.redact_keys),
+            inline=bool(request.is_eager),
         )
         return self._settle(tracker.runner.run(run, lambda: self.run(*args, **kwargs)))
 
