@@ -1,6 +1,7 @@
 """celery-tracked: durable job tracking and idempotency for any Celery app."""
 
 from . import signals as _signals  # noqa: F401 (connects the worker's handlers)
+from .decorator import tracked_task
 from .errors import (
     ConfigurationError,
     EnqueueError,
@@ -18,7 +19,7 @@ from .errors import (
 from .guard import GuardError
 from .jobs import EnqueueResult, Job, JobEvent, JobStatus
 from .settings import Settings
-from .task import TrackedTask, tracked_task
+from .task import TrackedTask
 from .tracker import Tracker
 
 __version__ = "0.1.0"

@@ -33,7 +33,7 @@ Send = Callable[[TrackedHeaders], AsyncResult[Any]]
 
 def enqueue(
     enqueuer: Enqueuer, job: NewJob, send: Send, redact_keys: tuple[str, ...], inline: bool
-) -> tuple[EnqueueResult, AsyncResult[Any] | None]:
+) -> tuple[EnqueueResult[Any], AsyncResult[Any] | None]:
     """Create ``job`` and publish it (``inline`` False), or create it and run it here.
 
     Returns the enqueue's result and, for a run here, Celery's ``EagerResult`` (for a

@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .calls import PreparedCall
 from .errors import EnqueueError, StoreError, mask_secrets
@@ -100,7 +101,7 @@ class Enqueuer:
 
     def enqueue(
         self, job: NewJob, publish: Callable[[TrackedHeaders], object], redact_keys: tuple[str, ...]
-    ) -> EnqueueResult:
+    ) -> EnqueueResult[Any]:
         """Create ``job`` and publish it with ``publish(headers)``, or return the duplicate.
 
         Raises:
@@ -188,7 +189,7 @@ class Enqueuer:
             current = self.store.get(current.id)
         return current
 
-    def _duplicate(self, job: NewJob, holder: str | None) -> EnqueueResult:
+    def _duplicate(self, job: NewJob, holder: str | None) -> EnqueueResult[Any]:
         try:
             found: Job | None = self.store.get(holder) if holder else None
             if found is None and job.call.key is not None:

@@ -6,7 +6,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
-from typing import Any, NamedTuple, TypeVar
+from types import GenericAlias
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from .codec import decode
 
@@ -33,6 +34,9 @@ class JobStatus(str, enum.Enum):
     def terminal(self) -> bool:
         return self in TERMINAL
 
+
+#: The return type of a task's body, carried by ``EnqueueResult`` (type checkers only).
+Result_co = TypeVar("Result_co", covariant=True)
 
 TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
 #: The statuses a delivery may claim.
@@ -71,12 +75,27 @@ class NewRow:
 TABLES = ("background_jobs", "background_job_events")
 
 
-class EnqueueResult(NamedTuple):
-    """What ``enqueue`` returns. ``created`` is False for a deduplicated call."""
+if TYPE_CHECKING:  # generic for type checkers only: a generic NamedTuple needs 3.11
 
-    job_id: str
-    status: JobStatus
-    created: bool
+    class EnqueueResult(NamedTuple, Generic[Result_co]):
+        """What ``enqueue`` returns. ``created`` is False for a deduplicated call."""
+
+        job_id: str
+        status: JobStatus
+        created: bool
+
+else:
+
+    class EnqueueResult(NamedTuple):
+        """What ``enqueue`` returns. ``created`` is False for a deduplicated call.
+
+        ``EnqueueResult[R]``: ``R`` is the body's return type (``Tracker.wait`` returns it).
+        """
+
+        job_id: str
+        status: JobStatus
+        created: bool
+        __class_getitem__ = classmethod(GenericAlias)
 
 
 @dataclass(frozen=True)

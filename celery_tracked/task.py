@@ -22,14 +22,15 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
-from typing import Any, ClassVar, NoReturn, TypeVar, cast, overload
+from typing import Any, ClassVar, NoReturn, ParamSpec, TypeVar, cast
 
-from celery import Celery, Task, current_task, shared_task
+from celery import Celery, Task, current_task
 from celery.exceptions import Ignore, Reject, Retry, TimeLimitExceeded
 from celery.result import AsyncResult
 
 from . import eager
 from .calls import CallRules, CallShape, prepare_call
+from .decorator import tracked_task
 from .enqueuer import NewJob
 from .jobs import EnqueueResult, Job
 from .maintenance import install_beat_entries
@@ -51,12 +52,18 @@ logger = logging.getLogger("celery_tracked")
 _HOSTNAME = socket.gethostname()
 #: Celery's retry counter is not ours: postponements and re-publishes never exhaust it.
 _UNLIMITED = sys.maxsize
+#: ``enqueue``'s untyped control keywords (0.1), kept working: see ``with_options``.
+_UNDERSCORED = "_idempotency_key _correlation_id _parent_job_id _owner_id _max_attempts _options"
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R_co = TypeVar("R_co", covariant=True)
+
+__all__ = ["TrackedTask", "tracked_task"]
 
 
-class TrackedTask(Task[Any, Any]):
-    """A Celery task whose every job has a durable row, a guard and a fenced lease.
+class TrackedTask(Task[P, R_co]):
+    """A Celery task whose every job has a durable row, a guard and a fenced lease;
+    generic like Celery's ``Task``: ``TrackedTask[P, R]`` for a body ``Callable[P, R]``.
 
     Tracked options (class attributes, or keywords of ``tracked_task`` / ``app.task``):
     ``tracked_queue``, ``job_type``, ``max_attempts``, ``backoff_ms``, ``idempotency_key``
@@ -118,32 +125,34 @@ class TrackedTask(Task[Any, Any]):
 
     # -- producer ---------------------------------------------------------------------
 
-    def enqueue(
-        self,
-        *args: Any,
-        _idempotency_key: str | None = None,
-        _correlation_id: str | None = None,
-        _parent_job_id: str | None = None,
-        _owner_id: str | None = None,
-        _max_attempts: int | None = None,
-        _options: Mapping[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> EnqueueResult:
-        """Create the job (or find the duplicate) and publish it.
-
-        Task arguments are passed as they are; control options have a leading underscore;
-        ``_options`` passes Celery options (``countdown``, ``eta``, ``queue``, ``priority``...).
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult[R_co]:
+        """Create the job (or find the duplicate) and publish it. The body's arguments;
+        control options: :meth:`with_options` (or the untyped ``_idempotency_key=``...).
 
         Raises:
             InvalidPayload: the arguments were refused (nothing was created).
             EnqueueError: Redis, the database or the broker failed (nothing left behind).
         """
-        control = Control(
-            _idempotency_key, _correlation_id, _parent_job_id, _owner_id, _max_attempts
-        )
-        options = dict(_options or {})
-        task_id = options.pop("task_id", None)
-        return self._enqueue(args, kwargs, task_id, control, options)[0]
+        return self.with_options(**_pop_underscored(kwargs))(*args, **kwargs)
+
+    def with_options(
+        self,
+        *,
+        idempotency_key: str | None = None,
+        correlation_id: str | None = None,
+        parent_job_id: str | None = None,
+        owner_id: str | None = None,
+        max_attempts: int | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> Callable[P, EnqueueResult[R_co]]:
+        """``enqueue`` with control options; ``options``: Celery's (``countdown``, ``eta``...)."""
+        control = Control(idempotency_key, correlation_id, parent_job_id, owner_id, max_attempts)
+
+        def enqueue(*args: P.args, **kwargs: P.kwargs) -> EnqueueResult[R_co]:
+            opts = dict(options or {})
+            return self._enqueue(args, kwargs, opts.pop("task_id", None), control, opts)[0]
+
+        return enqueue
 
     def apply_async(
         self,
@@ -155,7 +164,7 @@ class TrackedTask(Task[Any, Any]):
         link_error: Any = None,
         shadow: str | None = None,
         **options: Any,
-    ) -> AsyncResult[Any]:
+    ) -> AsyncResult[R_co]:
         """Tracked ``apply_async``: also accepts ``idempotency_key``, ``correlation_id``,
         ``parent_job_id``, ``owner_id`` and ``max_attempts``. Returns the job's
         ``AsyncResult`` (its id is the job id), the existing job's for a duplicate."""
@@ -191,7 +200,7 @@ class TrackedTask(Task[Any, Any]):
         control: Control,
         options: dict[str, Any],
         send: Callable[..., AsyncResult[Any]] | None = None,
-    ) -> tuple[EnqueueResult, AsyncResult[Any] | None]:
+    ) -> tuple[EnqueueResult[Any], AsyncResult[Any] | None]:
         """Create the job; publish it, or run it here (``send`` given, or eager mode)."""
         tracker = self.tracker
         settings = tracker.settings
@@ -227,7 +236,7 @@ class TrackedTask(Task[Any, Any]):
 
     # -- worker -----------------------------------------------------------------------
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co:
         request = self.request
         if request.called_directly:
             return super().__call__(*args, **kwargs)
@@ -250,7 +259,7 @@ class TrackedTask(Task[Any, Any]):
             secrets=lambda: shape.secrets(args, kwargs, settings.redact_keys),
             inline=bool(request.is_eager),
         )
-        return self._settle(tracker.runner.run(run, lambda: self.run(*args, **kwargs)))
+        return cast(R_co, self._settle(tracker.runner.run(run, lambda: self.run(*args, **kwargs))))
 
     def _backoff_base_ms(self) -> int:
         backoff = self._static("backoff_ms")
@@ -305,6 +314,11 @@ class TrackedTask(Task[Any, Any]):
             self.tracker.aftermath.time_limited(task_id, limit, self._backoff_base_ms(), republish)
 
 
+def _pop_underscored(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The 0.1 control keywords (``_idempotency_key=``...) taken out of ``kwargs``."""
+    return {name[1:]: kwargs.pop(name) for name in _UNDERSCORED.split() if name in kwargs}
+
+
 def _lineage(control: Control, job_id: str) -> tuple[str | None, str]:
     """``(parent_job_id, correlation_id)``: given, or inherited from the tracked task this
     call is made from (a chain's steps share one correlation id)."""
@@ -318,7 +332,7 @@ def _lineage(control: Control, job_id: str) -> tuple[str | None, str]:
     return parent, correlation if correlation is not None else job_id
 
 
-def _hide_arguments(task: TrackedTask) -> None:
+def _hide_arguments(task: TrackedTask[Any, Any]) -> None:
     """Redact the request's arguments once nothing is re-published from them (Celery
     stores them in the result backend with ``result_extended=True``)."""
     req, keys = task.request, task.tracker.settings.redact_keys
@@ -337,53 +351,12 @@ def _requeue_refused() -> Iterator[None]:
         raise Reject(getattr(reject, "reason", None), requeue=True) from None
 
 
-def _publish_again(task: TrackedTask, args: Any, kwargs: Any, job: Job, countdown: float) -> None:
+def _publish_again(
+    task: TrackedTask[Any, Any], args: Any, kwargs: Any, job: Job, countdown: float
+) -> None:
     """Publish ``job``'s message again from the worker's main process (no request there:
     the tracked headers come from the row)."""
     tracked = TrackedHeaders(job.id, job.correlation_id, job.parent_job_id, job.queue_name)
     task.apply_async(
         args, kwargs, headers=tracked.to_headers(), countdown=countdown, queue=job.queue_name
     )
-
-
-@overload
-def tracked_task(__func: F) -> TrackedTask: ...
-
-
-@overload
-def tracked_task(*, app: Celery | None = None, **options: Any) -> Callable[[F], TrackedTask]: ...
-
-
-def tracked_task(
-    __func: Callable[..., Any] | None = None, *, app: Celery | None = None, **options: Any
-) -> Any:
-    """Declare a tracked task: ``@tracked_task`` or ``@tracked_task(queue=..., ...)``.
-
-    Tracked options: ``queue``, ``job_type``, ``max_attempts``, ``backoff_ms``,
-    ``idempotency_key`` (a template or callable) and ``validator`` (see ``TrackedTask``).
-    Without ``app`` it is a ``shared_task`` (bound to every app, like Celery's own);
-    other keywords are Celery task options (``bind``, ``name``, ``acks_late``...).
-
-    Raises:
-        InvalidTaskOption: a tracked option is invalid (``backoff_ms="5s"``, a key
-            template using attribute or index access...).
-    """
-    opts: dict[str, Any] = {}
-    for name in ("idempotency_key", "validator"):
-        value = options.pop(name, None)
-        if value is not None:  # a function stays a plain function on the task class
-            opts[name] = (
-                value if inspect.isclass(value) or not callable(value) else staticmethod(value)
-            )
-    queue = options.pop("queue", None)
-    if queue is not None:
-        opts["tracked_queue"] = queue  # Celery 5.7 deprecates the `queue` task attribute
-    opts.update({k: v for k, v in options.items() if v is not None})
-    opts.setdefault("base", TrackedTask)
-    check_task_options(opts)  # now: a shared task's class is only made when first used
-
-    def decorate(func: Callable[..., Any]) -> TrackedTask:
-        factory = app.task(**opts) if app is not None else shared_task(**opts)
-        return cast(TrackedTask, factory(func))
-
-    return decorate(__func) if __func is not None else decorate

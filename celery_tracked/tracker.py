@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, TypeVar, overload
 from uuid import UUID
 
 from celery import Celery
@@ -20,7 +20,7 @@ from .enqueuer import Enqueuer
 from .errors import ConfigurationError, JobFailed, JobNotFound, WaitTimeout, mask_url
 from .guard import Guard, GuardError, MemoryGuard, Notifier, RedisGuard, Subscription
 from .hooks import HookChain, Hooks, LogTransitions, NotifyTerminal, Transition
-from .jobs import Job, JobEvent, utcnow
+from .jobs import EnqueueResult, Job, JobEvent, utcnow
 from .lease import LeaseKeeper
 from .messages import as_job_id
 from .relay import Relay
@@ -32,6 +32,7 @@ logger = logging.getLogger("celery_tracked")
 
 _ATTR = "_celery_tracked_tracker"
 _create_lock = threading.Lock()
+R = TypeVar("R")
 
 
 class Tracker:
@@ -126,9 +127,16 @@ class Tracker:
         """Per queue: ``counts`` per status, ``total`` and ``oldest_pending_age_s``."""
         return self.store.stats()
 
-    def wait(self, job_id: str | UUID, timeout: float = 30.0) -> Any:
+    @overload
+    def wait(self, job_id: EnqueueResult[R], timeout: float = 30.0) -> R: ...
+
+    @overload
+    def wait(self, job_id: str | UUID, timeout: float = 30.0) -> Any: ...
+
+    def wait(self, job_id: str | UUID | EnqueueResult[Any], timeout: float = 30.0) -> Any:
         """Block until the job ends; return its result (decoded ``result_json``).
 
+        Given what ``enqueue`` returned, the result is typed as the body's return type.
         Subscribes first, then reads the row, so a transition between the two is never
         missed. No Celery result backend is needed.
 
@@ -137,7 +145,7 @@ class Tracker:
             JobFailed: the job ended ``failed`` or ``cancelled``.
             WaitTimeout: it had not ended after ``timeout`` seconds.
         """
-        job_id = as_job_id(job_id)
+        job_id = as_job_id(job_id.job_id if isinstance(job_id, EnqueueResult) else job_id)
         deadline = time.monotonic() + timeout
         subscription = self._subscribe(job_id)
         try:

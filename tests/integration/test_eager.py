@@ -174,3 +174,19 @@ def test_apply_is_tracked(make_app: AppFactory, broker: redis.Redis) -> None:
     again = add.apply((2, 3), idempotency_key="same")
     duplicate = add.apply((4, 4), idempotency_key="same")
     assert (duplicate.id, duplicate.get()) == (again.id, 5)  # the existing job's outcome
+
+
+def test_with_options_and_the_legacy_keywords_are_one_enqueue(make_app: AppFactory) -> None:
+    app = eager_app(make_app)
+
+    @tracked_task(app=app, queue="eager_q")
+    def double(n: int) -> int:
+        return 2 * n
+
+    tracker = tracker_of(app)
+    typed = double.with_options(idempotency_key="k", owner_id="u", max_attempts=2)(n=4)
+    assert typed.created and tracker.wait(typed, timeout=10) == 8  # wait takes the result
+    legacy = double.enqueue(n=5, _idempotency_key="k")  # type: ignore[call-arg]
+    assert (legacy.job_id, legacy.created) == (typed.job_id, False)
+    job = tracker.get_job(typed.job_id)
+    assert job is not None and (job.owner_id, job.max_attempts) == ("u", 2)
