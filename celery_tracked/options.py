@@ -13,6 +13,9 @@ The options (``None``: the default):
     max_attempts: attempts before ``failed`` (default ``tracked_default_attempts``).
     backoff_ms: base of the exponential backoff, an integer of milliseconds (default
         ``tracked_default_backoff_ms``).
+    Celery's ``max_retries``, ``autoretry_for``, ``dont_autoretry_for``, ``retry_backoff``,
+    ``retry_backoff_max``, ``retry_jitter`` and ``default_retry_delay`` map onto these
+    (``retry_policy.py``); without ``autoretry_for`` EVERY exception is retried.
     idempotency_key: a ``str.format`` template naming the call's arguments
         (``"ocr:{document_id}"``; no attribute or index access, no positional fields) or a
         callable taking the call's arguments. A key given per call is taken literally.
@@ -30,6 +33,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import InvalidTaskOption
+from .retry_policy import RETRY_OPTIONS, RetryPolicy, declared, retry_policy
 
 #: The class attributes of ``TrackedTask`` that are tracked options.
 TRACKED_OPTIONS = (
@@ -139,3 +143,16 @@ def check_task_options(options: Mapping[str, Any]) -> None:
         value = _unwrap(options.get(name))
         if value is not None:
             check(name, value)
+    retry_policy(options)
+
+
+def check_task_class(cls: type, base: type) -> RetryPolicy:
+    """Check the options ``cls`` declares and return its retry policy, read from the
+    classes between ``cls`` and ``base`` (the nearest declaration wins).
+
+    Raises:
+        InvalidTaskOption: a bad or contradictory option.
+    """
+    check_task_options(cls.__dict__)
+    classes = tuple(k for k in cls.__mro__ if issubclass(k, base) and k is not base)
+    return retry_policy(declared(classes, RETRY_OPTIONS))

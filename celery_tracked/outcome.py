@@ -105,10 +105,15 @@ class Plan:
 
 
 def plan_outcome(
-    error: BaseException | None, attempt: int, max_attempts: int, backoff: Callable[[int], int]
+    error: BaseException | None,
+    attempt: int,
+    max_attempts: int,
+    backoff: Callable[[int], int],
+    retryable: Callable[[BaseException], bool] | None = None,
 ) -> Plan:
     """Classify how attempt ``attempt`` of ``max_attempts`` ended (``error`` None: it
-    returned). ``backoff(attempt)`` gives the delay after a failed attempt, in ms."""
+    returned). ``backoff(attempt)`` gives the delay after a failed attempt, in ms;
+    ``retryable(error)`` false: the error fails the job at once (``retry_policy.py``)."""
     last = attempt >= max_attempts
     if error is None:
         return Plan(Write.COMPLETE)
@@ -126,6 +131,8 @@ def plan_outcome(
         return Plan(Write.RETRY, delay_ms=retry_delay_ms(error), reraise=True)
     if isinstance(error, Unrecoverable) or last:
         return Plan(Write.FAIL, reraise=True)
+    if retryable is not None and not retryable(error):
+        return Plan(Write.FAIL, reraise=True, note="not retried for this exception")
     return Plan(Write.RETRY, delay_ms=backoff(attempt))
 
 

@@ -12,7 +12,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -34,6 +34,7 @@ from .outcome import (
     plan_outcome,
     retry_cause,
 )
+from .retry_policy import RetryPolicy
 from .settings import Settings
 from .store import JobStore, Refused
 
@@ -52,6 +53,8 @@ class Run:
     secrets: Callable[[], Sequence[str]]
     #: run in this process (``task_always_eager``, ``apply()``): a retry comes at once
     inline: bool = False
+    #: the task's retry policy (which errors are retried, the delays' shape)
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
 
     @property
     def job_id(self) -> str:
@@ -71,9 +74,12 @@ class Recorder:
         self.settings = settings
 
     def plan(self, run: Run, claim: Claim, error: BaseException | None) -> Plan:
-        base = run.backoff_base_ms
         plan = plan_outcome(
-            error, claim.attempt, claim.max_attempts, lambda n: self.backoff(n, base)
+            error,
+            claim.attempt,
+            claim.max_attempts,
+            partial(self.delay, run),
+            run.policy.retries,
         )
         if run.inline and plan.delay_ms:  # an inline retry runs now (``eager.py``)
             return replace(plan, delay_ms=0)
@@ -101,7 +107,7 @@ class Recorder:
         except Refused as exc:
             return self.job_error(run, claim, exc, started)
         except StoreError as exc:
-            delay = 0 if run.inline else self.backoff(claim.attempt, run.backoff_base_ms)
+            delay = 0 if run.inline else self.delay(run, claim.attempt)
             lost = self.record_failure(run, claim, exc, started, delay, secret=False)
             return lost if lost is not None else Retrying(delay / 1000, None)
         if not saved:
@@ -270,6 +276,11 @@ class Recorder:
             logging.getLogger("celery_tracked").warning(
                 "job %s: could not release its lease: %s", claim.job_id, exc
             )
+
+    def delay(self, run: Run, attempt: int) -> int:
+        """The delay after ``run``'s failed attempt ``attempt``, by its task's policy."""
+        cap = self.settings.max_backoff_ms
+        return run.policy.delay_ms(attempt, run.backoff_base_ms, cap, random.random)
 
     def backoff(self, attempt: int, base_ms: int, cap_ms: int | None = None) -> int:
         cap = self.settings.max_backoff_ms if cap_ms is None else cap_ms

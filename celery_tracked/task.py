@@ -42,8 +42,9 @@ from .messages import (
     check_options,
     check_text,
 )
-from .options import check_task_options
+from .options import check_task_class
 from .outcome import Completed, Failed, PassedOn, Postponed, Retrying, Verdict
+from .retry_policy import RetryPolicy
 from .runner import Run
 from .tracker import Tracker
 
@@ -81,12 +82,13 @@ class TrackedTask(Task[P, R_co]):
     backoff_ms: ClassVar[int | None] = None
     idempotency_key: ClassVar[str | Callable[..., str] | None] = None
     validator: ClassVar[Any] = None
+    _tracked_retry: ClassVar[RetryPolicy] = RetryPolicy()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Refuse bad tracked options (``InvalidTaskOption``) when a task class is made
         (``@app.task``/``@tracked_task`` make one with ``type()``)."""
         super().__init_subclass__(**kwargs)
-        check_task_options(cls.__dict__)
+        cls._tracked_retry = check_task_class(cls, TrackedTask)
 
     @classmethod
     def on_bound(cls, app: Celery) -> None:
@@ -225,7 +227,7 @@ class TrackedTask(Task[P, R_co]):
             queue=queue,
             call=call,
             max_attempts=control.max_attempts
-            or int(self._static("max_attempts") or settings.default_attempts),
+            or (self._tracked_retry.max_attempts or settings.default_attempts),
             correlation_id=correlation_id,
             parent_job_id=parent_job_id,
             owner_id=control.owner_id,
@@ -255,15 +257,13 @@ class TrackedTask(Task[P, R_co]):
             job_type=self.tracked_job_type,
             queue=headers.queue or self._queue_name({}, args, kwargs),
             worker=str(request.hostname or _HOSTNAME),
-            backoff_base_ms=self._backoff_base_ms(),
+            backoff_base_ms=self._tracked_retry.base_ms(settings.default_backoff_ms),
             secrets=lambda: shape.secrets(args, kwargs, settings.redact_keys),
             inline=bool(request.is_eager),
+            policy=self._tracked_retry,
         )
-        return cast(R_co, self._settle(tracker.runner.run(run, lambda: self.run(*args, **kwargs))))
-
-    def _backoff_base_ms(self) -> int:
-        backoff = self._static("backoff_ms")
-        return self.tracker.settings.default_backoff_ms if backoff is None else int(backoff)
+        body = getattr(self, "_orig_run", self.run)  # Celery's autoretry wrapper bypassed
+        return cast(R_co, self._settle(tracker.runner.run(run, lambda: body(*args, **kwargs))))
 
     def _settle(self, verdict: Verdict) -> Any:
         """Turn the runner's verdict into Celery's terms."""
@@ -302,6 +302,7 @@ class TrackedTask(Task[P, R_co]):
     def retry(self, *args: Any, **kwargs: Any) -> Any:
         """Celery's ``retry`` (also behind ``autoretry_for``); a re-publish the broker
         refused is handed back (``Reject(requeue=True)``), never dropped with attempts left."""
+        kwargs.setdefault("max_retries", _UNLIMITED)  # attempts are the tracker's
         with _requeue_refused():
             return super().retry(*args, **kwargs)
 
@@ -311,7 +312,8 @@ class TrackedTask(Task[P, R_co]):
         if isinstance(exc, TimeLimitExceeded):
             republish = partial(_publish_again, self, args, kwargs)
             limit = exc.args[0] if exc.args else "?"
-            self.tracker.aftermath.time_limited(task_id, limit, self._backoff_base_ms(), republish)
+            base = self._tracked_retry.base_ms(self.tracker.settings.default_backoff_ms)
+            self.tracker.aftermath.time_limited(task_id, limit, base, republish)
 
 
 def _pop_underscored(kwargs: dict[str, Any]) -> dict[str, Any]:

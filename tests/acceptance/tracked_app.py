@@ -182,6 +182,40 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         detail = "x" * 900
         raise ValueError(f"run {run} of {x} failed: {detail}\nsecond line of the message")
 
+    # Celery's retry options (issue 7, item 3; docs/configuration.md)
+    @tracked_task(
+        app=app,
+        bind=True,
+        shared=False,
+        name="acc.autoretry",
+        queue=QUEUE,
+        autoretry_for=(ConnectionError,),
+        backoff_ms=300,
+    )
+    def autoretry(self: Any, error: str) -> int:
+        r, job_id, run, started = _begin(self)
+        _end(r, job_id, started)
+        if run == 1:
+            raise ConnectionError("transient") if error == "connection" else KeyError(error)
+        return run
+
+    @tracked_task(
+        app=app,
+        bind=True,
+        shared=False,
+        name="acc.max_retries",
+        queue=QUEUE,
+        autoretry_for=(ConnectionError,),
+        max_retries=3,
+        retry_backoff=True,
+        retry_backoff_max=1,
+        retry_jitter=False,
+    )
+    def max_retries(self: Any, x: Any) -> None:
+        r, job_id, run, started = _begin(self)
+        _end(r, job_id, started)
+        raise ConnectionError(f"run {run} of {x}")
+
     @tracked_task(
         app=app,
         bind=True,
@@ -303,9 +337,8 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         shared=False,
         name="acc.hold_max_retries",
         queue=QUEUE,
-        max_attempts=3,
         backoff_ms=200,
-        max_retries=1,
+        max_retries=1,  # max_attempts=2 (issue 7, item 3)
     )
     def hold_max_retries(self: Any, x: Any) -> dict[str, Any]:
         """``acc.hold`` with Celery's own ``max_retries=1``."""

@@ -1,0 +1,169 @@
+"""Celery's retry options mapped onto the tracker's, once, when a task class is made.
+
+Pure: no Celery, Redis or SQL. ``retry_policy(options)`` reads a task's declared options
+(a class ``__dict__``, the keywords of ``tracked_task``) and returns the
+:class:`RetryPolicy` the runner and recorder follow; a contradictory combination is
+refused with :class:`~celery_tracked.errors.InvalidTaskOption` saying what to write.
+
+The mapping (docs/configuration.md, "Celery's retry options"):
+
+- ``max_retries=N`` → ``max_attempts=N + 1`` (both given and different: refused).
+- ``retry_backoff=True|S`` → exponential backoff from ``S`` seconds (``True``: 1 s); with
+  ``backoff_ms`` as well: refused.
+- ``retry_backoff_max=S`` → the longest delay (default ``tracked_max_backoff_ms``).
+- ``retry_jitter=False`` → no jitter (default: up to +25 %).
+- ``default_retry_delay=S`` → a fixed delay of ``S`` seconds between attempts (with
+  ``backoff_ms`` or ``retry_backoff`` as well: refused). A body's own ``self.retry()``
+  keeps Celery's meaning (its ``countdown``, else ``default_retry_delay``).
+- ``autoretry_for=(E, ...)`` → only those exceptions are retried, any other fails at once;
+  ``autoretry_for=()`` retries nothing. Not given: **every exception is retried** (up to
+  ``max_attempts``, default 3). ``dont_autoretry_for=(E, ...)`` → those fail at once.
+  Celery's autoretry wrapper itself is bypassed: its countdown never overrides the policy.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InvalidTaskOption
+from .outcome import backoff_ms
+
+#: Celery's retry options that the policy reads (besides ``max_attempts``/``backoff_ms``).
+CELERY_RETRY_OPTIONS = (
+    "autoretry_for",
+    "dont_autoretry_for",
+    "retry_backoff",
+    "retry_backoff_max",
+    "retry_jitter",
+    "max_retries",
+    "default_retry_delay",
+)
+RETRY_OPTIONS = ("max_attempts", "backoff_ms", *CELERY_RETRY_OPTIONS)
+
+Errors = tuple[type[BaseException], ...]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a task's failed attempts are retried. ``None``: the settings' default."""
+
+    max_attempts: int | None = None
+    backoff_ms: int | None = None
+    cap_ms: int | None = None
+    jitter: bool = True
+    exponential: bool = True
+    #: None: every exception is retried
+    retry_on: Errors | None = None
+    never_retry: Errors = ()
+
+    def base_ms(self, default_ms: int) -> int:
+        """The backoff's base (or the fixed delay), ms; ``default_ms`` when not declared."""
+        return default_ms if self.backoff_ms is None else self.backoff_ms
+
+    def retries(self, error: BaseException) -> bool:
+        """Whether a body that raised ``error`` gets another attempt (if one remains)."""
+        if isinstance(error, self.never_retry):
+            return False
+        return self.retry_on is None or isinstance(error, self.retry_on)
+
+    def delay_ms(
+        self, attempt: int, base_ms: int, default_cap_ms: int, rand: Callable[[], float]
+    ) -> int:
+        """Delay after failed attempt ``attempt``; ``base_ms`` already resolved."""
+        cap = default_cap_ms if self.cap_ms is None else self.cap_ms
+        if not self.exponential:
+            return min(cap, base_ms)
+        return backoff_ms(attempt, base_ms, cap, rand if self.jitter else _no_jitter)
+
+
+def _no_jitter() -> float:
+    return 0.0
+
+
+def _seconds(name: str, value: Any, allow_bool: bool = False) -> int:
+    """A whole number of seconds (or ms-exact float) as milliseconds."""
+    if isinstance(value, bool) and not allow_bool:
+        raise InvalidTaskOption(name, f"must be a number of seconds, got {value!r}")
+    if not isinstance(value, int | float) or value < 0:
+        raise InvalidTaskOption(name, f"must be a number of seconds >= 0, got {value!r}")
+    return int(value * 1000)
+
+
+def _errors(name: str, value: Any) -> Errors:
+    items = tuple(value) if isinstance(value, list | tuple) else (value,)
+    for item in items:
+        if not (inspect.isclass(item) and issubclass(item, BaseException)):
+            raise InvalidTaskOption(name, f"must be a tuple of exception classes, got {value!r}")
+    return items
+
+
+def retry_policy(options: Mapping[str, Any]) -> RetryPolicy:
+    """The policy of a task declaring ``options`` (absent or None: not declared).
+
+    Raises:
+        InvalidTaskOption: a bad value, or two options that contradict each other (the
+            message says which one to write instead).
+    """
+    given = {name: options[name] for name in RETRY_OPTIONS if options.get(name) is not None}
+    attempts = given.get("max_attempts")
+    retries = given.get("max_retries")
+    if retries is not None:
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise InvalidTaskOption("max_retries", f"must be an integer >= 0, got {retries!r}")
+        if attempts is not None and attempts != retries + 1:
+            raise InvalidTaskOption(
+                "max_retries",
+                f"max_retries={retries} means max_attempts={retries + 1}, but "
+                f"max_attempts={attempts} is given too: write only max_attempts={attempts}",
+            )
+        attempts = retries + 1
+    base = given.get("backoff_ms")
+    exponential = True
+    backoff = given.get("retry_backoff")
+    if backoff is not None and backoff is not False and backoff != 0:
+        backoff_base = 1000 if backoff is True else _seconds("retry_backoff", backoff)
+        if base is not None:
+            raise InvalidTaskOption(
+                "retry_backoff",
+                f"retry_backoff={backoff!r} and backoff_ms={base!r} both set the backoff: "
+                f"write only backoff_ms={backoff_base}",
+            )
+        base = backoff_base
+    delay = given.get("default_retry_delay")
+    if delay is not None:
+        fixed = _seconds("default_retry_delay", delay)
+        if base is not None:
+            raise InvalidTaskOption(
+                "default_retry_delay",
+                "is a fixed delay, but an exponential backoff is set too (backoff_ms or "
+                "retry_backoff): write only one of them",
+            )
+        base, exponential = fixed, False
+    cap = given.get("retry_backoff_max")
+    jitter = given.get("retry_jitter", True)
+    if not isinstance(jitter, bool):
+        raise InvalidTaskOption("retry_jitter", f"must be True or False, got {jitter!r}")
+    retry_on = "autoretry_for" in options and options["autoretry_for"] is not None
+    return RetryPolicy(
+        max_attempts=attempts,
+        backoff_ms=base,
+        cap_ms=None if cap is None else _seconds("retry_backoff_max", cap),
+        jitter=jitter,
+        exponential=exponential,
+        retry_on=_errors("autoretry_for", options["autoretry_for"]) if retry_on else None,
+        never_retry=_errors("dont_autoretry_for", given.get("dont_autoretry_for", ())),
+    )
+
+
+def declared(classes: tuple[type, ...], names: tuple[str, ...]) -> dict[str, Any]:
+    """The options among ``names`` set in ``classes`` (nearest first), static values."""
+    found: dict[str, Any] = {}
+    for klass in classes:
+        for name in names:
+            if name not in found and name in klass.__dict__:
+                value = inspect.getattr_static(klass, name)
+                found[name] = value
+    return found
