@@ -3,6 +3,7 @@
 from . import signals as _signals  # noqa: F401 (connects the worker's handlers)
 from .errors import (
     ConfigurationError,
+    DuplicateInCanvas,
     EnqueueError,
     InvalidPayload,
     InvalidTaskOption,
@@ -25,6 +26,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ConfigurationError",
+    "DuplicateInCanvas",
     "EnqueueError",
     "EnqueueResult",
     "GuardError",
