@@ -4,6 +4,7 @@ from . import signals as _signals  # noqa: F401 (connects the worker's handlers)
 from .decorator import tracked_task
 from .errors import (
     ConfigurationError,
+    DuplicateInCanvas,
     EnqueueError,
     InvalidPayload,
     InvalidTaskOption,
@@ -26,6 +27,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ConfigurationError",
+    "DuplicateInCanvas",
     "EnqueueError",
     "EnqueueResult",
     "GuardError",

@@ -85,19 +85,20 @@ def sender(
     send: Callable[..., AsyncResult[Any]],
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
-    job_id: str,
+    task_id: str,
     call: PreparedCall,
     options: dict[str, Any],
 ) -> Send:
     """The job's delivery through ``send`` (Celery's ``apply_async``, or its ``apply``):
-    task id = job id, the tracked headers, the redacted ``argsrepr``/``kwargsrepr``."""
+    ``task_id`` (the job id; the replacer's for a ``self.replace`` replacement), the tracked
+    headers, the redacted ``argsrepr``/``kwargsrepr``."""
 
     def publish(tracked: TrackedHeaders) -> AsyncResult[Any]:
         headers = {**(options.pop("headers", None) or {}), **tracked.to_headers()}
         return send(
             tuple(args),
             dict(kwargs),
-            task_id=job_id,
+            task_id=task_id,
             headers=headers,
             argsrepr=call.argsrepr,
             kwargsrepr=call.kwargsrepr,

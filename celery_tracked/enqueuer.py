@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .calls import PreparedCall
-from .errors import EnqueueError, StoreError, mask_secrets
+from .errors import DuplicateInCanvas, EnqueueError, StoreError, mask_secrets
 from .guard import Guard, GuardError
 from .hooks import Hooks, Transition
 from .jobs import EnqueueResult, Job, JobStatus, utcnow
@@ -56,6 +56,10 @@ class NewJob:
     correlation_id: str
     parent_job_id: str | None
     owner_id: str | None
+    #: the message's task id when it is not the job id (a ``self.replace`` replacement)
+    celery_task_id: str | None = None
+    #: sent as part of a Celery canvas: a duplicate is refused (``DuplicateInCanvas``)
+    canvas: bool = False
 
     def headers(self) -> TrackedHeaders:
         return TrackedHeaders(self.job_id, self.correlation_id, self.parent_job_id, self.queue)
@@ -67,7 +71,7 @@ class NewJob:
             "queue_name": self.queue,
             "job_type": self.job_type,
             "task_name": self.task_name,
-            "celery_task_id": self.job_id,
+            "celery_task_id": self.celery_task_id or self.job_id,
             "status": JobStatus.PENDING.value,
             "payload_json": self.call.payload_json,
             "max_attempts": self.max_attempts,
@@ -106,6 +110,7 @@ class Enqueuer:
 
         Raises:
             EnqueueError: Redis, the database or the broker failed (nothing left behind).
+            DuplicateInCanvas: ``job`` is a canvas member and its key is taken.
         """
         parts, ttl_ms = guard_of(job, self.guard_ttl_s)
         key = self.guard.key(*parts)
@@ -201,6 +206,8 @@ class Enqueuer:
             raise EnqueueError(f"enqueue of {job.task_name} failed (database): {exc}") from None
         if found is None:
             raise EnqueueError(f"enqueue of {job.task_name}: duplicate key but no job found; retry")
+        if job.canvas:
+            raise DuplicateInCanvas(job.task_name, found.id, job.celery_task_id or job.job_id)
         message = f"job {found.id} deduplicated (key already used)"
         self.hooks.after_transition(
             Transition(

@@ -10,6 +10,7 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
     │   ├── PayloadNotSerializable
     │   └── PayloadTooLarge
     ├── EnqueueError              Redis, database or broker failed at enqueue (retryable)
+    │   └── DuplicateInCanvas     a canvas member's idempotency key is taken (not retryable)
     ├── StoreError                the tracking database failed outside enqueue
     ├── JobNotFound
     ├── WaitTimeout               (also a ``TimeoutError``)
@@ -74,6 +75,31 @@ class EnqueueError(TrackedError):
     """
 
     retryable = True
+
+
+class DuplicateInCanvas(EnqueueError):
+    """A signature sent as part of a canvas (``group``, ``chain``, ``chord``, a ``link``, a
+    ``self.replace``) has the idempotency key (or task id) of an existing job.
+
+    Outside a canvas such a call returns the existing job; inside one, Celery waits on the
+    signature's own frozen task id, which would never get a message: the canvas would hang.
+    Raised before this signature is published; members of a group or chord header sent
+    before it were enqueued and run. Not retryable: the key stays taken.
+
+    Attributes:
+        job_id: the existing job holding the key.
+        task_id: the frozen task id Celery gave the signature.
+    """
+
+    retryable = False
+
+    def __init__(self, task_name: str, job_id: str, task_id: str) -> None:
+        self.job_id = job_id
+        self.task_id = task_id
+        super().__init__(
+            f"{task_name}: idempotency key already used by job {job_id}; inside a canvas "
+            f"its signature (task id {task_id}) would never run, refused"
+        )
 
 
 class StoreError(TrackedError):

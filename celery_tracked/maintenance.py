@@ -47,7 +47,7 @@ def publisher(app: Celery) -> Callable[[Job], None]:
         args, kwargs = tuple(payload.get("args", ())), dict(payload.get("kwargs", {}))
         tracked = TrackedHeaders(job.id, job.correlation_id, job.parent_job_id, job.queue_name)
         options: dict[str, Any] = {
-            "task_id": job.id,
+            "task_id": job.celery_task_id or job.id,
             "headers": tracked.to_headers(),
             "queue": job.queue_name,
         }

@@ -18,7 +18,6 @@ import inspect
 import logging
 import socket
 import sys
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
@@ -28,7 +27,7 @@ from celery import Celery, Task, current_task
 from celery.exceptions import Ignore, Reject, Retry, TimeLimitExceeded
 from celery.result import AsyncResult
 
-from . import eager
+from . import canvas, eager
 from .calls import CallRules, CallShape, prepare_call
 from .decorator import tracked_task
 from .enqueuer import NewJob
@@ -181,7 +180,7 @@ class TrackedTask(Task[P, R_co]):
             keys = self.tracker.settings.redact_keys
             argsrepr, kwargsrepr = self._shape().reprs(args, kwargs, keys)
             options.update(argsrepr=argsrepr, kwargsrepr=kwargsrepr)
-            return super().apply_async(args, kwargs, task_id=existing.job_id, **options)
+            return super().apply_async(args, kwargs, task_id=task_id or existing.job_id, **options)
         control = Control.pop_from(options)
         queued, ran = self._enqueue(args, kwargs, task_id, control, options)
         return ran if ran is not None else self.AsyncResult(queued.job_id)
@@ -206,7 +205,7 @@ class TrackedTask(Task[P, R_co]):
         """Create the job; publish it, or run it here (``send`` given, or eager mode)."""
         tracker = self.tracker
         settings = tracker.settings
-        job_id = check_job_id(task_id) or str(uuid.uuid4())
+        job_id, sent_as, in_canvas = canvas.ids(check_job_id(task_id), options)
         check_options(options)
         rules = CallRules(
             task_name=self.name,
@@ -231,9 +230,11 @@ class TrackedTask(Task[P, R_co]):
             correlation_id=correlation_id,
             parent_job_id=parent_job_id,
             owner_id=control.owner_id,
+            celery_task_id=sent_as,
+            canvas=in_canvas,
         )
         inline = send is not None or bool(self.app.conf.task_always_eager)
-        publish = eager.sender(send or super().apply_async, args, kwargs, job_id, call, options)
+        publish = eager.sender(send or super().apply_async, args, kwargs, sent_as, call, options)
         return eager.enqueue(tracker.enqueuer, job, publish, settings.redact_keys, inline)
 
     # -- worker -----------------------------------------------------------------------

@@ -150,13 +150,6 @@ def test_database_down_at_claim_retries_without_using_an_attempt(
     assert env.ran(job_id) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: self.replace(<tracked signature>) freezes the replacement with the "
-    "replacer's task id; the tracked apply_async deduplicates it against the replacer's own "
-    "row ('deduplicated (key already used)'), publishes nothing, and the replacer is "
-    "recorded completed: the handed-over work never runs",
-)
 def test_replace_with_a_tracked_signature_runs_the_replacement(env: Any, start_worker: Any) -> None:
     start_worker()
     job_id = env.task("acc.replacer_tracked").enqueue(x="rpt").job_id
@@ -169,6 +162,15 @@ def test_replace_with_a_tracked_signature_runs_the_replacement(env: Any, start_w
         return env.ran(job_id) == 2 or rows[0][0] == 1
 
     wait_for(replacement_ran, timeout=5, what="the tracked replacement to run")
+    # a job of its own, child of the replacer's, sent under the replacer's task id
+    replacement = env.sql(
+        "SELECT id, parent_job_id, celery_task_id FROM background_jobs "
+        "WHERE task_name = 'acc.succeed'"
+    )[0]
+    assert replacement[0] != job_id
+    assert (replacement[1], replacement[2]) == (job_id, job_id)
+    done = env.wait_status(replacement[0], "completed", "failed", timeout=30)
+    assert done.result["x"] == "replaced rpt"
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@ import celery_tracked
 
 EXPECTED = {
     "ConfigurationError",
+    "DuplicateInCanvas",
     "EnqueueError",
     "EnqueueResult",
     "GuardError",
