@@ -23,7 +23,8 @@ def encode(value: Any) -> str:
         TypeError: (or ``ValueError``) ``value`` is not what Celery's JSON carries.
     """
     text: str = dumps(value, allow_nan=False, separators=(",", ":"))
-    decode(text)  # a tagged dict of an unknown type would not read back: refuse it now
+    if '"__type__"' in text:  # a tagged dict of an unknown type would not read back
+        decode(text)  # refuse it now (only tagged values need this second parse)
     return text
 
 
