@@ -12,6 +12,7 @@ from .errors import (
     JobNotFound,
     PayloadNotSerializable,
     PayloadTooLarge,
+    RetryRefused,
     StoreError,
     TrackedError,
     Unrecoverable,
@@ -19,6 +20,7 @@ from .errors import (
 )
 from .guard import GuardError
 from .jobs import EnqueueResult, Job, JobEvent, JobStatus
+from .keys import KeyLifetime
 from .settings import Settings
 from .task import TrackedTask
 from .tracker import Tracker
@@ -38,8 +40,10 @@ __all__ = [
     "JobFailed",
     "JobNotFound",
     "JobStatus",
+    "KeyLifetime",
     "PayloadNotSerializable",
     "PayloadTooLarge",
+    "RetryRefused",
     "Settings",
     "StoreError",
     "TrackedError",

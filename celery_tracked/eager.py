@@ -27,8 +27,8 @@ from .errors import JobFailed
 from .jobs import EnqueueResult, Job, JobStatus
 from .messages import TrackedHeaders
 
-#: ``publish(headers)``: hands the message to the broker, or runs it here (eager).
-Send = Callable[[TrackedHeaders], AsyncResult[Any]]
+#: ``publish(headers, task_id)``: hands the message to the broker, or runs it here (eager).
+Send = Callable[[TrackedHeaders, str], AsyncResult[Any]]
 
 
 def enqueue(
@@ -48,13 +48,13 @@ def enqueue(
     queued = enqueuer.enqueue(job, _runs_here, redact_keys)
     if not queued.created:
         return queued, row_result(enqueuer.store.get(queued.job_id), queued.job_id)
-    result = send(job.headers())
+    result = send(job.headers(), job.celery_task_id or job.job_id)
     found = enqueuer.store.get(queued.job_id)
     status = found.status if found is not None else queued.status
     return EnqueueResult(queued.job_id, status, True), result
 
 
-def _runs_here(headers: TrackedHeaders) -> None:
+def _runs_here(headers: TrackedHeaders, task_id: str) -> None:
     """No broker publish: the delivery runs in this process right after."""
 
 
@@ -85,15 +85,14 @@ def sender(
     send: Callable[..., AsyncResult[Any]],
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
-    task_id: str,
     call: PreparedCall,
     options: dict[str, Any],
 ) -> Send:
     """The job's delivery through ``send`` (Celery's ``apply_async``, or its ``apply``):
-    ``task_id`` (the job id; the replacer's for a ``self.replace`` replacement), the tracked
-    headers, the redacted ``argsrepr``/``kwargsrepr``."""
+    the given ``task_id`` (the job id; the replacer's for a ``self.replace`` replacement),
+    the tracked headers, the redacted ``argsrepr``/``kwargsrepr``."""
 
-    def publish(tracked: TrackedHeaders) -> AsyncResult[Any]:
+    def publish(tracked: TrackedHeaders, task_id: str) -> AsyncResult[Any]:
         headers = {**(options.pop("headers", None) or {}), **tracked.to_headers()}
         return send(
             tuple(args),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .calls import PreparedCall
@@ -29,6 +29,7 @@ from .errors import DuplicateInCanvas, EnqueueError, StoreError, mask_secrets
 from .guard import Guard, GuardError
 from .hooks import Hooks, Transition
 from .jobs import EnqueueResult, Job, JobStatus, utcnow
+from .keys import KeyRule, Then, then
 from .messages import TrackedHeaders
 from .store import DuplicateJob, JobStore
 
@@ -39,6 +40,11 @@ logger = logging.getLogger("celery_tracked")
 DUPLICATE_WAIT_S = 5.0
 #: The guard of a job without idempotency key only covers the enqueue itself.
 ID_GUARD_TTL_MS = 60_000
+#: How many times an enqueue decides again when its key changes hands under it.
+_ROUNDS_TRIED = 10
+_ONE_JOB = KeyRule()
+#: ``publish(headers, task_id)``: hand the job's message to the broker (or run it here).
+Publish = Callable[[TrackedHeaders, str], object]
 
 
 @dataclass(frozen=True)
@@ -60,11 +66,18 @@ class NewJob:
     celery_task_id: str | None = None
     #: sent as part of a Celery canvas: a duplicate is refused (``DuplicateInCanvas``)
     canvas: bool = False
+    #: the task's key lifetime (``keys.py``)
+    key_rule: KeyRule = _ONE_JOB
+
+    @property
+    def rule(self) -> KeyRule:
+        """The key lifetime that applies: a job without key is only ever itself."""
+        return self.key_rule if self.call.key is not None else _ONE_JOB
 
     def headers(self) -> TrackedHeaders:
         return TrackedHeaders(self.job_id, self.correlation_id, self.parent_job_id, self.queue)
 
-    def row(self) -> dict[str, object]:
+    def row(self, key_round: int = 0) -> dict[str, object]:
         now = utcnow()
         return {
             "id": self.job_id,
@@ -76,6 +89,8 @@ class NewJob:
             "payload_json": self.call.payload_json,
             "max_attempts": self.max_attempts,
             "idempotency_key": self.call.key,
+            "key_round": key_round,
+            "revision": 0,
             "correlation_id": self.correlation_id,
             "parent_job_id": self.parent_job_id,
             "owner_id": self.owner_id,
@@ -86,10 +101,10 @@ class NewJob:
 
 def guard_of(job: NewJob, guard_ttl_s: int) -> tuple[tuple[str, ...], int]:
     """The guard key's parts and its TTL (ms): per ``(job_type, key)`` for the key's
-    lifetime, else per job id for the enqueue itself (an explicit ``task_id`` given twice
-    is one job)."""
+    lifetime (at most ``guard_ttl_s``; a throttle's window), else per job id for the
+    enqueue itself (an explicit ``task_id`` given twice is one job)."""
     if job.call.key is not None:
-        return ("guard", job.job_type, job.call.key), guard_ttl_s * 1000
+        return ("guard", job.job_type, job.call.key), job.rule.guard_ttl_ms(guard_ttl_s * 1000)
     return ("guard", "id", job.job_id), min(ID_GUARD_TTL_MS, guard_ttl_s * 1000)
 
 
@@ -104,9 +119,10 @@ class Enqueuer:
         self.duplicate_wait_s = DUPLICATE_WAIT_S
 
     def enqueue(
-        self, job: NewJob, publish: Callable[[TrackedHeaders], object], redact_keys: tuple[str, ...]
+        self, job: NewJob, publish: Publish, redact_keys: tuple[str, ...]
     ) -> EnqueueResult[Any]:
-        """Create ``job`` and publish it with ``publish(headers)``, or return the duplicate.
+        """Create ``job`` and publish it with ``publish(headers, task_id)``, or return the
+        key's job (a duplicate, or a pending job whose arguments a debounce replaced).
 
         Raises:
             EnqueueError: Redis, the database or the broker failed (nothing left behind).
@@ -114,47 +130,77 @@ class Enqueuer:
         """
         parts, ttl_ms = guard_of(job, self.guard_ttl_s)
         key = self.guard.key(*parts)
+        for _ in range(_ROUNDS_TRIED):
+            try:
+                holder = self._acquire(job, key, ttl_ms)
+                latest = holder if holder is not None else self._latest(job)
+            except (GuardError, StoreError) as exc:
+                stage = "idempotency guard" if isinstance(exc, GuardError) else "database"
+                raise self._failure(job, redact_keys, stage, exc) from None
+            key_round = 0
+            if latest is not None:
+                decided = then(job.rule, latest, utcnow())
+                if decided is Then.NEW_ROUND and holder is not None:
+                    self._release(key, holder.id)  # the key is free: take it, then decide again
+                    continue
+                if decided is not Then.NEW_ROUND:
+                    if holder is None:
+                        self._release(key, job.job_id)
+                    if decided is Then.DUPLICATE:
+                        return self._duplicate_of(job, latest)
+                    replaced = self._replace(job, latest, publish, redact_keys)
+                    if replaced is not None:
+                        return replaced
+                    continue  # it moved on meanwhile: decide again
+                key_round = latest.key_round + 1
+            try:
+                self.store.insert(job.row(key_round))
+            except DuplicateJob:
+                self._release(key, job.job_id)
+                if job.rule.reused and not self._exists(job):
+                    continue  # another producer created this round: decide again
+                return self._duplicate(job)
+            except StoreError as exc:
+                self._release(key, job.job_id)
+                raise self._failure(job, redact_keys, "database", exc) from None
+            return self._publish(job, key, publish, redact_keys)
+        raise EnqueueError(
+            f"enqueue of {job.task_name}: its idempotency key kept changing hands; retry"
+        )
 
-        def fail(stage: str, exc: BaseException, note: str = "") -> EnqueueError:
-            detail = mask_secrets(str(exc), job.call.secrets, redact_keys) + note
-            self._tell(
-                job, "error", "error", f"enqueue of {job.task_name} failed at {stage}: {detail}"
-            )
-            return EnqueueError(f"enqueue of {job.task_name} failed ({stage}): {detail}")
-
+    def _publish(
+        self, job: NewJob, key: str, publish: Publish, redact_keys: tuple[str, ...]
+    ) -> EnqueueResult[Any]:
         try:
-            holder = self._acquire(job, key, ttl_ms)
-        except (GuardError, StoreError) as exc:
-            raise fail(
-                "idempotency guard" if isinstance(exc, GuardError) else "database", exc
-            ) from None
-        if holder is not None:
-            return self._duplicate(job, holder)
-        try:
-            self.store.insert(job.row())
-        except DuplicateJob:
-            self._release(key, job.job_id)
-            return self._duplicate(job, None)
-        except StoreError as exc:
-            self._release(key, job.job_id)
-            raise fail("database", exc) from None
-        try:
-            publish(job.headers())
+            publish(job.headers(), job.celery_task_id or job.job_id)
         except Exception as exc:
             try:
                 kept = self._undo(job.job_id, key)
             except StoreError as undo_exc:
-                raise fail("broker publish", exc, _kept(job.job_id, undo_exc)) from None
+                note = _kept(job.job_id, undo_exc)
+                raise self._failure(job, redact_keys, "broker publish", exc, note) from None
             if kept is not None:  # a relay handed it over meanwhile: the job exists and runs
                 return EnqueueResult(kept.id, kept.status, True)
-            raise fail("broker publish", exc) from None
-        self._handed_over(job.job_id)
+            raise self._failure(job, redact_keys, "broker publish", exc) from None
+        self._handed_over(job.job_id, 0)
         self._tell(job, "enqueued", "pending", f"job {job.job_id} enqueued on {job.queue}")
         return EnqueueResult(job.job_id, JobStatus.PENDING, True)
 
-    def _acquire(self, job: NewJob, key: str, ttl_ms: int) -> str | None:
-        """None when this producer holds the key; else the job id of the holder, once the
-        holder's message was handed to the broker."""
+    def _failure(
+        self,
+        job: NewJob,
+        redact_keys: tuple[str, ...],
+        stage: str,
+        exc: BaseException,
+        note: str = "",
+    ) -> EnqueueError:
+        detail = mask_secrets(str(exc), job.call.secrets, redact_keys) + note
+        self._tell(job, "error", "error", f"enqueue of {job.task_name} failed at {stage}: {detail}")
+        return EnqueueError(f"enqueue of {job.task_name} failed ({stage}): {detail}")
+
+    def _acquire(self, job: NewJob, key: str, ttl_ms: int) -> Job | None:
+        """None when this producer holds the key; else the holder's job, once its message
+        was handed to the broker."""
         deadline = time.monotonic() + self.duplicate_wait_s
         while True:
             holder = self.guard.acquire(key, job.job_id, ttl_ms)
@@ -162,8 +208,9 @@ class Enqueuer:
                 return None
             found = self.store.get(holder)
             if found is not None:
-                if self._settled(job, found) is not None:
-                    return holder
+                settled = self._settled(job, found)
+                if settled is not None:
+                    return settled
                 continue  # the holder undid its enqueue: the key is free again
             # the holder has not committed its row yet, or it died before doing so
             if time.monotonic() >= deadline:
@@ -171,6 +218,20 @@ class Enqueuer:
                 deadline = time.monotonic() + self.duplicate_wait_s
                 continue
             time.sleep(0.01)
+
+    def _exists(self, job: NewJob) -> bool:
+        try:
+            return self.store.get(job.job_id) is not None
+        except StoreError as exc:
+            raise EnqueueError(f"enqueue of {job.task_name} failed (database): {exc}") from None
+
+    def _latest(self, job: NewJob) -> Job | None:
+        """The key's newest job, when the task's key lifetime lets a key have several
+        (else None: the insert's unique constraint decides)."""
+        if job.call.key is None or not job.rule.reused:
+            return None
+        found = self.store.find_by_key(job.job_type, job.call.key)
+        return None if found is None else self._settled(job, found)
 
     def _settled(self, job: NewJob, found: Job) -> Job | None:
         """``found`` once its message was handed to the broker (or it moved on), None once
@@ -194,18 +255,21 @@ class Enqueuer:
             current = self.store.get(current.id)
         return current
 
-    def _duplicate(self, job: NewJob, holder: str | None) -> EnqueueResult[Any]:
+    def _duplicate(self, job: NewJob) -> EnqueueResult[Any]:
+        """The job an insert collided with: this very id (a ``task_id`` given twice), else
+        the key's newest job."""
         try:
-            found: Job | None = self.store.get(holder) if holder else None
+            found = self.store.get(job.job_id)
             if found is None and job.call.key is not None:
                 found = self.store.find_by_key(job.job_type, job.call.key)
-            if found is None:
-                found = self.store.get(job.job_id)
             found = None if found is None else self._settled(job, found)
         except StoreError as exc:
             raise EnqueueError(f"enqueue of {job.task_name} failed (database): {exc}") from None
         if found is None:
             raise EnqueueError(f"enqueue of {job.task_name}: duplicate key but no job found; retry")
+        return self._duplicate_of(job, found)
+
+    def _duplicate_of(self, job: NewJob, found: Job) -> EnqueueResult[Any]:
         if job.canvas:
             raise DuplicateInCanvas(job.task_name, found.id, job.celery_task_id or job.job_id)
         message = f"job {found.id} deduplicated (key already used)"
@@ -215,6 +279,58 @@ class Enqueuer:
             )
         )
         return EnqueueResult(found.id, found.status, False)
+
+    def _replace(
+        self, job: NewJob, pending: Job, publish: Publish, redact_keys: tuple[str, ...]
+    ) -> EnqueueResult[Any] | None:
+        """Debounce: give the pending job ``job``'s arguments and a new message; None when
+        it is no longer pending at the revision read (the caller decides again)."""
+        if job.canvas:
+            raise DuplicateInCanvas(job.task_name, pending.id, job.celery_task_id or job.job_id)
+        made = pending.revision + 1
+        message = f"job {pending.id} debounced: arguments replaced (revision {made})"
+        try:
+            if not self.store.replace_arguments(
+                pending.id,
+                seen_revision=pending.revision,
+                payload_json=job.call.payload_json,
+                now=utcnow(),
+                message=message,
+            ):
+                return None
+            publish(
+                replace(TrackedHeaders.of(pending), revision=made),
+                pending.celery_task_id or pending.id,
+            )
+        except StoreError as exc:
+            raise self._failure(job, redact_keys, "database", exc) from None
+        except Exception as exc:
+            note = self._undo_replace(pending, made)
+            raise self._failure(job, redact_keys, "broker publish", exc, note) from None
+        self._handed_over(pending.id, made)
+        self.hooks.after_transition(
+            Transition(pending.id, "debounced", "pending", message, job.queue, job.job_type, 0)
+        )
+        return EnqueueResult(pending.id, JobStatus.PENDING, False)
+
+    def _undo_replace(self, pending: Job, made: int) -> str:
+        """Give back the arguments a failed debounce publish replaced; what the caller must
+        know if that failed too."""
+        try:
+            self.store.undo_replace(
+                pending.id,
+                made=made,
+                payload_json=pending.payload_json,
+                published_at=pending.published_at,
+                now=utcnow(),
+                message="debounce undone: its message could not be published",
+            )
+        except StoreError as exc:
+            return (
+                f"; job {pending.id} keeps the new arguments ({exc}): the relay publishes it "
+                "after tracked_relay_grace_seconds"
+            )
+        return f"; job {pending.id} keeps its previous arguments"
 
     def _tell(self, job: NewJob, event: str, status: str, message: str) -> None:
         level = logging.ERROR if event == "error" else logging.INFO
@@ -242,9 +358,9 @@ class Enqueuer:
         self._release(key, job_id)
         return None
 
-    def _handed_over(self, job_id: str) -> None:
+    def _handed_over(self, job_id: str, revision: int) -> None:
         try:
-            self.store.handed_over(job_id, utcnow())
+            self.store.handed_over(job_id, utcnow(), revision)
         except StoreError as exc:
             # harmless: the relay may publish it again, and a duplicate delivery never runs
             logger.warning("could not record that job %s was published: %s", job_id, exc)

@@ -102,6 +102,12 @@ class DuplicateInCanvas(EnqueueError):
         )
 
 
+class RetryRefused(TrackedError, ValueError):
+    """``Tracker.retry`` cannot re-run this job as asked (nothing was changed): its stored
+    arguments hold redacted values not passed again, values were given for arguments that
+    were not redacted, or a newer job holds its idempotency key."""
+
+
 class StoreError(TrackedError):
     """The tracking database failed."""
 

@@ -127,6 +127,10 @@ class Job:
     locked_until: datetime | None = None
     #: when the message was handed to the broker (None: not yet; see the relay)
     published_at: datetime | None = None
+    #: which of the jobs that held its idempotency key in turn this one is (0: the first)
+    key_round: int = 0
+    #: bumped when its message is replaced (debounce, ``Tracker.retry``)
+    revision: int = 0
     payload_json: str | None = field(default=None, repr=False)
     result_json: str | None = field(default=None, repr=False)
 

@@ -21,7 +21,7 @@ from celery import Celery, Task, shared_task
 
 from .errors import ConfigurationError
 from .jobs import Job
-from .messages import TrackedHeaders
+from .resend import send_job, stored_arguments
 from .settings import Settings
 from .tracker import Tracker
 
@@ -43,19 +43,7 @@ def publisher(app: Celery) -> Callable[[Job], None]:
     arguments as stored; a ``countdown``/``eta`` given at enqueue is not kept)."""
 
     def publish(job: Job) -> None:
-        payload = job.payload or {}
-        args, kwargs = tuple(payload.get("args", ())), dict(payload.get("kwargs", {}))
-        tracked = TrackedHeaders(job.id, job.correlation_id, job.parent_job_id, job.queue_name)
-        options: dict[str, Any] = {
-            "task_id": job.celery_task_id or job.id,
-            "headers": tracked.to_headers(),
-            "queue": job.queue_name,
-        }
-        task = app.tasks.get(job.task_name)
-        if task is not None:  # a tracked task re-publishes an existing job, reprs redacted
-            task.apply_async(args, kwargs, **options)
-        else:
-            app.send_task(job.task_name, args, kwargs, **options)
+        send_job(app, job, *stored_arguments(job))
 
     return publish
 

@@ -17,11 +17,14 @@ from datetime import datetime
 from typing import Any
 
 from .errors import InvalidPayload
+from .jobs import Job
 
 HEADER_JOB_ID = "tracked_job_id"
 HEADER_CORRELATION_ID = "tracked_correlation_id"
 HEADER_PARENT_JOB_ID = "tracked_parent_job_id"
 HEADER_QUEUE = "tracked_queue"
+#: The revision of the job's message (``rerun.py``): a delivery of an older one runs nothing.
+HEADER_REVISION = "tracked_revision"
 #: A failure decided by an attempt whose write failed: the next delivery records it and
 #: runs no body.
 HEADER_PENDING_FAILURE = "tracked_pending_failure"
@@ -59,6 +62,7 @@ class TrackedHeaders:
     parent_job_id: str | None = None
     queue: str | None = None
     pending_failure: PendingFailure | None = None
+    revision: int = 0
 
     @classmethod
     def read(cls, headers: Mapping[str, Any] | None, request: Any = None) -> TrackedHeaders | None:
@@ -79,6 +83,14 @@ class TrackedHeaders:
             parent_job_id=_text(get(HEADER_PARENT_JOB_ID)),
             queue=_text(get(HEADER_QUEUE)),
             pending_failure=PendingFailure.decode(str(pending)) if pending else None,
+            revision=_revision(get(HEADER_REVISION)),
+        )
+
+    @classmethod
+    def of(cls, job: Job) -> TrackedHeaders:
+        """The headers of ``job``'s current message, from its row (a ``Job``)."""
+        return cls(
+            job.id, job.correlation_id, job.parent_job_id, job.queue_name, None, job.revision
         )
 
     def to_headers(self) -> dict[str, Any]:
@@ -90,6 +102,8 @@ class TrackedHeaders:
         }
         if self.pending_failure is not None:
             headers[HEADER_PENDING_FAILURE] = self.pending_failure.encode()
+        if self.revision:
+            headers[HEADER_REVISION] = self.revision
         return headers
 
     def with_pending_failure(self, failure: PendingFailure) -> TrackedHeaders:
@@ -98,6 +112,14 @@ class TrackedHeaders:
 
 def _text(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def _revision(value: Any) -> int:
+    """A message's revision (0 when it has none: sent before debounce and retry existed)."""
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError):
+        return 0
 
 
 #: Column widths of the values a caller can pass (see ``models.py``).

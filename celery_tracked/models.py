@@ -97,7 +97,15 @@ jobs = Table(
     # first; the relay publishes such a pending row after a grace period). While the relay
     # publishes a pending row, ``locked_by``/``locked_until`` hold the relay's claim.
     Column("published_at", UTCDateTime, nullable=True),
-    UniqueConstraint("job_type", "idempotency_key", name="uq_background_jobs_idempotency"),
+    # the jobs that held one idempotency key in turn: 0, 1, 2... (always 0 with the default
+    # key lifetime); two producers can never create the same round
+    Column("key_round", Integer, nullable=False, default=0, server_default="0"),
+    # bumped when the job's message is replaced (debounce, Tracker.retry): a delivery of an
+    # older revision runs nothing
+    Column("revision", Integer, nullable=False, default=0, server_default="0"),
+    UniqueConstraint(
+        "job_type", "idempotency_key", "key_round", name="uq_background_jobs_idempotency"
+    ),
     Index("ix_background_jobs_queue_name", "queue_name"),
     Index("ix_background_jobs_status", "status"),
     Index("ix_background_jobs_created_at", "created_at"),

@@ -19,6 +19,9 @@ The options (``None``: the default):
     idempotency_key: a ``str.format`` template naming the call's arguments
         (``"ocr:{document_id}"``; no attribute or index access, no positional fields) or a
         callable taking the call's arguments. A key given per call is taken literally.
+    key_lifetime, throttle_s, debounce_s: how long a key keeps new jobs out: ``"row"``
+        (the default), ``"ended"``, ``"throttle"`` (with ``throttle_s``) or ``"debounce"``
+        (optionally ``debounce_s``); see ``keys.py``.
     validator: a pydantic model class (``model_validate`` of the named arguments) or a
         callable receiving the named arguments as one dict (``validator(arguments)``,
         the same dict pydantic gets) that raises to refuse them; a callable that cannot
@@ -33,6 +36,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import InvalidTaskOption
+from .keys import KEY_OPTIONS, KeyRule, key_rule
 from .retry_policy import RETRY_OPTIONS, RetryPolicy, declared, retry_policy
 
 #: The class attributes of ``TrackedTask`` that are tracked options.
@@ -43,6 +47,7 @@ TRACKED_OPTIONS = (
     "backoff_ms",
     "idempotency_key",
     "validator",
+    *KEY_OPTIONS,
 )
 
 
@@ -143,16 +148,20 @@ def check_task_options(options: Mapping[str, Any]) -> None:
         value = _unwrap(options.get(name))
         if value is not None:
             check(name, value)
+    if "base" in options:  # the decorator's keywords: the base class declares the rest
+        base = options["base"]
+        key_rule({n: _unwrap(options.get(n, getattr(base, n, None))) for n in KEY_OPTIONS})
     retry_policy(options)
 
 
-def check_task_class(cls: type, base: type) -> RetryPolicy:
+def check_task_class(cls: type, base: type) -> tuple[RetryPolicy, KeyRule]:
     """Check the options ``cls`` declares and return its retry policy, read from the
-    classes between ``cls`` and ``base`` (the nearest declaration wins).
+    classes between ``cls`` and ``base``, and its key rule (the nearest declaration wins).
 
     Raises:
         InvalidTaskOption: a bad or contradictory option.
     """
     check_task_options(cls.__dict__)
     classes = tuple(k for k in cls.__mro__ if issubclass(k, base) and k is not base)
-    return retry_policy(declared(classes, RETRY_OPTIONS))
+    keys = key_rule({name: _unwrap(getattr(cls, name, None)) for name in KEY_OPTIONS})
+    return retry_policy(declared(classes, RETRY_OPTIONS)), keys

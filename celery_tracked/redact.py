@@ -144,3 +144,12 @@ def encode_payload(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: in
             "(tracked_max_payload_bytes); pass identifiers, keep large content in storage"
         )
     return size
+
+
+def holds_redacted(value: Any) -> bool:
+    """``value`` (a decoded payload, or part of one) holds the redaction marker."""
+    if isinstance(value, dict):
+        return any(holds_redacted(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(holds_redacted(v) for v in value)
+    return bool(value == REDACTED)

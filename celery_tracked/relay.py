@@ -23,12 +23,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from .errors import mask_url
 from .jobs import Job, utcnow
 from .lease import owner_id
-from .redact import REDACTED
+from .redact import holds_redacted
 from .store import JobStore
 
 logger = logging.getLogger("celery_tracked")
@@ -81,7 +80,7 @@ class Relay:
     def _relay(
         self, job: Job, owner: str, publish: Callable[[Job], None], report: RelayReport
     ) -> None:
-        if _holds_redacted(job.payload):
+        if holds_redacted(job.payload):
             self.cancel(job.id, REDACTED_REASON)
             report.cancelled.append(job.id)
             return
@@ -96,15 +95,10 @@ class Relay:
             )
             report.failed.append(job.id)
             return
-        if not self.store.relayed(job.id, owner=owner, now=utcnow(), message=RELAYED_MESSAGE):
-            self.store.handed_over(job.id, utcnow())  # a worker claimed it already
+        now, revision = utcnow(), job.revision
+        if not self.store.relayed(
+            job.id, owner=owner, now=now, message=RELAYED_MESSAGE, revision=revision
+        ):  # a worker claimed it already, or a newer message replaced this one
+            self.store.handed_over(job.id, now, revision)
         logger.warning("job %s %s", job.id, RELAYED_MESSAGE)
         report.published.append(job.id)
-
-
-def _holds_redacted(value: Any) -> bool:
-    if isinstance(value, dict):
-        return any(_holds_redacted(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_holds_redacted(v) for v in value)
-    return bool(value == REDACTED)

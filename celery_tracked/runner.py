@@ -89,13 +89,17 @@ class Runner:
 
     def _claim(self, run: Run) -> Claim | Skipped | Postponed:
         store, job_id, leases = self.store, run.job_id, self.leases
-        now, lease_s = utcnow(), leases.lease_seconds
-        claim = store.claim(job_id, owner=owner_id(), worker=run.worker, now=now, lease_s=lease_s)
+        now, lease_s, revision = utcnow(), leases.lease_seconds, run.headers.revision
+        claim = store.claim(
+            job_id, owner=owner_id(), worker=run.worker, now=now, lease_s=lease_s, revision=revision
+        )
         if claim is not None:
             return claim
         job = store.get(job_id)
         if job is None:
             return Skipped("no such job (its enqueue was undone, or the row was deleted)")
+        if job.revision != revision:
+            return Skipped(f"a newer message (revision {job.revision}) replaced this one")
         if job.terminal:
             return Skipped(f"job already {job.status.value}")
         if job.status is JobStatus.RETRYING and job.locked_until is not None:
@@ -132,6 +136,7 @@ class Runner:
             grace_s=grace,
             stale_owner=lease.stale_owner,
             reason=f"attempt {seen} lost ({lease.why}); attempt {seen + 1} takes over",
+            revision=revision,
         )
         return taken if taken is not None else Postponed(0.2, "taken over concurrently")
 

@@ -32,6 +32,7 @@ from .calls import CallRules, CallShape, prepare_call
 from .decorator import tracked_task
 from .enqueuer import NewJob
 from .jobs import EnqueueResult, Job
+from .keys import KeyRule
 from .maintenance import install_beat_entries
 from .messages import (
     CONTROL_OPTIONS,
@@ -68,7 +69,8 @@ class TrackedTask(Task[P, R_co]):
     Tracked options (class attributes, or keywords of ``tracked_task`` / ``app.task``):
     ``tracked_queue``, ``job_type``, ``max_attempts``, ``backoff_ms``, ``idempotency_key``
     (a template naming the call's arguments, or a callable; a key given per call is taken
-    literally), ``validator``; what each means and accepts: ``celery_tracked/options.py``.
+    literally), ``key_lifetime`` (with ``throttle_s``/``debounce_s``), ``validator``; what
+    each means and accepts: ``celery_tracked/options.py``.
     """
 
     acks_late = True
@@ -81,13 +83,17 @@ class TrackedTask(Task[P, R_co]):
     backoff_ms: ClassVar[int | None] = None
     idempotency_key: ClassVar[str | Callable[..., str] | None] = None
     validator: ClassVar[Any] = None
+    key_lifetime: ClassVar[str | None] = None
+    throttle_s: ClassVar[float | None] = None
+    debounce_s: ClassVar[float | None] = None
     _tracked_retry: ClassVar[RetryPolicy] = RetryPolicy()
+    _tracked_keys: ClassVar[KeyRule] = KeyRule()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Refuse bad tracked options (``InvalidTaskOption``) when a task class is made
         (``@app.task``/``@tracked_task`` make one with ``type()``)."""
         super().__init_subclass__(**kwargs)
-        cls._tracked_retry = check_task_class(cls, TrackedTask)
+        cls._tracked_retry, cls._tracked_keys = check_task_class(cls, TrackedTask)
 
     @classmethod
     def on_bound(cls, app: Celery) -> None:
@@ -232,9 +238,11 @@ class TrackedTask(Task[P, R_co]):
             owner_id=control.owner_id,
             celery_task_id=sent_as,
             canvas=in_canvas,
+            key_rule=self._tracked_keys,
         )
+        _debounce(job, options)
         inline = send is not None or bool(self.app.conf.task_always_eager)
-        publish = eager.sender(send or super().apply_async, args, kwargs, sent_as, call, options)
+        publish = eager.sender(send or super().apply_async, args, kwargs, call, options)
         return eager.enqueue(tracker.enqueuer, job, publish, settings.redact_keys, inline)
 
     # -- worker -----------------------------------------------------------------------
@@ -317,6 +325,14 @@ class TrackedTask(Task[P, R_co]):
             self.tracker.aftermath.time_limited(task_id, limit, base, republish)
 
 
+def _debounce(job: NewJob, options: dict[str, Any]) -> None:
+    """``debounce_s``: every enqueue of a keyed job pushes its start that much later,
+    unless the call gives its own ``countdown``/``eta``."""
+    delay = job.rule.debounce_s
+    if delay and options.get("countdown") is None and options.get("eta") is None:
+        options["countdown"] = delay
+
+
 def _pop_underscored(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The 0.1 control keywords (``_idempotency_key=``...) taken out of ``kwargs``."""
     return {name[1:]: kwargs.pop(name) for name in _UNDERSCORED.split() if name in kwargs}
@@ -359,7 +375,7 @@ def _publish_again(
 ) -> None:
     """Publish ``job``'s message again from the worker's main process (no request there:
     the tracked headers come from the row)."""
-    tracked = TrackedHeaders(job.id, job.correlation_id, job.parent_job_id, job.queue_name)
+    tracked = TrackedHeaders.of(job)
     task.apply_async(
         args, kwargs, headers=tracked.to_headers(), countdown=countdown, queue=job.queue_name
     )

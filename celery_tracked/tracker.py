@@ -2,7 +2,7 @@
 
 It wires the services of one app (settings, job store, guard and notifier, lease keeper,
 hooks, the producer's ``Enqueuer``, the worker's ``Runner``, the ``Relay``) and offers the
-read side: ``get_job``, ``history``, ``wait``, ``stats``, and ``cancel``.
+read side: ``get_job``, ``history``, ``wait``, ``stats``; and ``cancel``, ``retry``.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any, TypeVar, overload
 from uuid import UUID
 
@@ -122,6 +123,30 @@ class Tracker:
                 Transition(job_id, "cancelled", "cancelled", message, queue, job_type, level=level)
             )
         return cancelled
+
+    def retry(
+        self,
+        job_id: str | UUID,
+        *,
+        arguments: Mapping[str, Any] | None = None,
+        attempts: int | None = None,
+    ) -> bool:
+        """failed | cancelled → pending, and its message sent again: the same job (same
+        id), its history kept. False if the job is in any other status.
+
+        ``arguments``: the values of the arguments stored redacted (by parameter name),
+        required for such a job and refused for any other argument. ``attempts``: how many
+        more attempts it gets (default: the task's ``max_attempts``).
+
+        Raises:
+            JobNotFound: no job has this id.
+            RetryRefused: redacted arguments not given (or others given), or a newer job
+                holds its idempotency key; nothing was changed.
+            EnqueueError: the broker refused the message; the job is back as it was.
+        """
+        from . import resend  # Celery-aware: imported when used
+
+        return resend.retry(self, as_job_id(job_id), arguments, attempts)
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per queue: ``counts`` per status, ``total`` and ``oldest_pending_age_s``."""

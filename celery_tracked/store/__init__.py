@@ -3,6 +3,7 @@
 - ``statements``: every SQL statement, each written once as a Core statement; a status
   change is a ``Move`` (conditional ``UPDATE`` + its history row).
 - ``moves``: the allowed moves, each run by one helper (``Moves.apply``), fence included.
+- ``rerun``: the moves that give a job a new message (debounce, ``Tracker.retry``).
 - ``reads``: one job, a job by key, a job's history, statistics.
 - ``clock``: the database's clock, on which leases and backoffs are judged.
 - ``engines``: engines per process (fork safety), SQLite pragmas, transactions.
@@ -16,12 +17,13 @@ from __future__ import annotations
 from .engines import Engines
 from .moves import Moves
 from .reads import Reads
+from .rerun import Rerun
 from .translate import Disconnected, DuplicateJob, Refused
 
 __all__ = ["Disconnected", "DuplicateJob", "JobStore", "Refused"]
 
 
-class JobStore(Moves, Reads):
+class JobStore(Moves, Reads, Rerun):
     """The tracking database of one app; engines are created per process."""
 
     def __init__(self, url: str, pooled: bool = False) -> None:

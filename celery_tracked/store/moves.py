@@ -111,9 +111,11 @@ class Moves:
             return True
 
     @reconnecting
-    def handed_over(self, job_id: str, now: datetime) -> bool:
-        """Record that the job's message was handed to the broker (if not yet recorded)."""
-        return self.apply(sql.HANDED_OVER, {"job_id": job_id, "now": now}) is not None
+    def handed_over(self, job_id: str, now: datetime, revision: int = 0) -> bool:
+        """Record that the job's message of ``revision`` was handed to the broker (if not
+        yet recorded, and no newer message replaced it)."""
+        params = {"job_id": job_id, "now": now, "at_revision": revision}
+        return self.apply(sql.HANDED_OVER, params) is not None
 
     # -- relay ------------------------------------------------------------------------
 
@@ -128,21 +130,33 @@ class Moves:
         return self.apply(sql.RELAY_CLAIM, {**params, "cutoff": cutoff}) is not None
 
     @reconnecting
-    def relayed(self, job_id: str, *, owner: str, now: datetime, message: str) -> bool:
-        """The relay ``owner`` published the row it claimed: mark it handed over."""
+    def relayed(
+        self, job_id: str, *, owner: str, now: datetime, message: str, revision: int = 0
+    ) -> bool:
+        """The relay ``owner`` published the row it claimed (at ``revision``): mark it
+        handed over."""
         params = {"job_id": job_id, "owner": owner, "now": now, "message": message}
+        params["at_revision"] = revision
         return self.apply(sql.RELAYED, params) is not None
 
     # -- worker -----------------------------------------------------------------------
 
     @reconnecting
     def claim(
-        self, job_id: str, *, owner: str, worker: str, now: datetime, lease_s: float
+        self,
+        job_id: str,
+        *,
+        owner: str,
+        worker: str,
+        now: datetime,
+        lease_s: float,
+        revision: int = 0,
     ) -> Claim | None:
         """pending | retrying (its backoff due) → processing, taking the lease for
-        ``lease_s`` seconds of the database's clock; None if not claimable."""
+        ``lease_s`` seconds of the database's clock, for a delivery of the job's current
+        message ``revision``; None if not claimable."""
         params = {"job_id": job_id, "owner": owner, "worker_name": worker, "now": now}
-        moved = self.apply(sql.CLAIM, {**params, "lease_s": lease_s})
+        moved = self.apply(sql.CLAIM, {**params, "lease_s": lease_s, "at_revision": revision})
         return None if moved is None else Claim(job_id, moved[0], moved[1])
 
     @reconnecting
@@ -158,13 +172,14 @@ class Moves:
         grace_s: float,
         stale_owner: str | None,
         reason: str,
+        revision: int = 0,
     ) -> Claim | None:
         """processing → processing for a new attempt, when the old lease expired more than
         ``grace_s`` ago (the database's clock) or its owner is known dead. Fenced by the
         attempt number last seen."""
         params = {"job_id": job_id, "attempt": seen_attempt, "owner": owner, "now": now}
         params.update(worker_name=worker, lease_s=lease_s, grace_s=grace_s)
-        params.update(stale_owner=stale_owner, message=reason)
+        params.update(stale_owner=stale_owner, message=reason, at_revision=revision)
         moved = self.apply(sql.TAKE_OVER, params)
         return None if moved is None else Claim(job_id, moved[0], moved[1], takeover=True)
 

@@ -58,6 +58,8 @@ LEASE_S = _param("lease_s", Float)
 GRACE_S = _param("grace_s", Float)
 DELAY_S = _param("delay_s", Float)
 ATTEMPT = _param("attempt", Integer)
+#: The revision of the job's message a delivery or a producer acts for (see ``rerun.py``).
+REVISION = _param("at_revision", Integer)
 MESSAGE = _param("message", Text, optional=True)
 DURATION_MS = _param("duration_ms", Integer, optional=True)
 STALE_OWNER = _param("stale_owner", String, optional=True)
@@ -78,6 +80,8 @@ LAPSED = (
 )
 #: A ``retrying`` row keeps its backoff's due time in ``locked_until`` ("not before").
 DUE = (or_(jobs.c.locked_until.is_(None), jobs.c.locked_until <= db_time()),)
+#: A delivery acts only for the job's current message (not one a debounce replaced).
+CURRENT = (jobs.c.revision == REVISION,)
 
 _TAKE_LEASE: dict[str, Any] = {
     "attempts_made": jobs.c.attempts_made + 1,
@@ -115,7 +119,13 @@ class Move:
 _PROCESSING = (JobStatus.PROCESSING,)
 
 CLAIM = Move(
-    "claim", CLAIMABLE, JobStatus.PROCESSING, _TAKE_LEASE, DUE, event="started", durable=False
+    "claim",
+    CLAIMABLE,
+    JobStatus.PROCESSING,
+    _TAKE_LEASE,
+    (*DUE, *CURRENT),
+    event="started",
+    durable=False,
 )
 TAKE_OVER = Move(
     "take_over",
@@ -124,7 +134,7 @@ TAKE_OVER = Move(
     _TAKE_LEASE,
     fence=LAPSED,
     event="redelivered",
-    extra_where=(jobs.c.attempts_made < jobs.c.max_attempts,),
+    extra_where=(jobs.c.attempts_made < jobs.c.max_attempts, *CURRENT),
 )
 FAIL_LOST = Move(
     "fail_lost",
@@ -178,11 +188,11 @@ RENEW = Move("renew", _PROCESSING, None, {"locked_until": db_time(LEASE_S)}, HEL
 RELEASE = Move("release", _PROCESSING, None, _END_RUN, HELD)
 
 
-#: A pending row whose message was never handed to the broker, old enough to be relayed,
-#: and not held by a relay right now.
+#: A pending row whose message was never handed to the broker, old enough to be relayed
+#: (created, or its message last replaced, before the cutoff), not held by a relay now.
 _UNPUBLISHED = (
     jobs.c.published_at.is_(None),
-    jobs.c.created_at < CUTOFF,
+    jobs.c.updated_at < CUTOFF,
     or_(jobs.c.locked_until.is_(None), jobs.c.locked_until < db_time()),
 )
 _PENDING = (JobStatus.PENDING,)
@@ -193,7 +203,7 @@ HANDED_OVER = Move(
     tuple(JobStatus),
     None,
     {"published_at": NOW},
-    fence=(jobs.c.published_at.is_(None),),
+    fence=(jobs.c.published_at.is_(None), *CURRENT),
     durable=False,  # lost, it only lets the relay send a harmless duplicate
 )
 #: A relay takes an unpublished row for ``lease_s`` seconds; many relays may run at once.
@@ -210,7 +220,7 @@ RELAYED = Move(
     _PENDING,
     JobStatus.PENDING,
     {"published_at": NOW, "locked_by": None, "locked_until": None, "updated_at": NOW},
-    fence=(jobs.c.locked_by == OWNER, jobs.c.published_at.is_(None)),
+    fence=(jobs.c.locked_by == OWNER, jobs.c.published_at.is_(None), *CURRENT),
     event="relayed",
 )
 
@@ -292,6 +302,8 @@ NEW_JOB_COLUMNS = (
     "attempts_made",
     "max_attempts",
     "idempotency_key",
+    "key_round",
+    "revision",
     "correlation_id",
     "parent_job_id",
     "owner_id",
@@ -310,9 +322,15 @@ def job_insert_cte() -> Insert:
 
 
 SELECT_JOB = select(jobs).where(jobs.c.id == JOB_ID)
-SELECT_BY_KEY = select(jobs).where(
-    jobs.c.job_type == _param("job_type", String),
-    jobs.c.idempotency_key == _param("idempotency_key", String),
+#: The key's newest job (its latest round).
+SELECT_BY_KEY = (
+    select(jobs)
+    .where(
+        jobs.c.job_type == _param("job_type", String),
+        jobs.c.idempotency_key == _param("idempotency_key", String),
+    )
+    .order_by(jobs.c.key_round.desc())
+    .limit(1)
 )
 SELECT_ATTEMPTS = select(jobs.c.attempts_made, jobs.c.max_attempts).where(jobs.c.id == JOB_ID)
 SELECT_CLOCK = select(db_time())

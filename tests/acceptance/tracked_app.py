@@ -39,6 +39,7 @@ from typing import Any
 import redis
 from celery import Celery
 from celery.exceptions import Ignore, Reject
+from key_tasks import add_key_tasks
 from safety_tasks import CUSTOM_KEY, add_safety_tasks
 
 from celery_tracked import JobNotFound, TrackedTask, Tracker, Unrecoverable, tracked_task
@@ -135,6 +136,7 @@ def create_app(config: Mapping[str, Any]) -> Celery:
     # the defaults plus a custom key with a hyphen (issue 6, item 5)
     app.conf.tracked_redact_keys = (*DEFAULT_REDACT_KEYS, CUSTOM_KEY)
     add_safety_tasks(app, QUEUE, _begin, _end)
+    add_key_tasks(app, QUEUE, _begin, _end)
 
     @tracked_task(app=app, bind=True, shared=False, name="acc.succeed", queue=QUEUE, max_attempts=3)
     def succeed(self: Any, x: Any, sleep: float = 0.0) -> dict[str, Any]:

@@ -117,11 +117,18 @@ class MemoryStore:
         return self.jobs.get(job_id)
 
     def claim(
-        self, job_id: str, *, owner: str, worker: str, now: datetime, lease_s: float
+        self,
+        job_id: str,
+        *,
+        owner: str,
+        worker: str,
+        now: datetime,
+        lease_s: float,
+        revision: int = 0,
     ) -> Claim | None:
         self._call("claim")
         job = self.jobs.get(job_id)
-        if job is None or job.status not in CLAIMABLE:
+        if job is None or job.status not in CLAIMABLE or job.revision != revision:
             return None
         if job.locked_until is not None and job.locked_until > utcnow():
             return None  # a retrying job's backoff is not due
@@ -149,10 +156,11 @@ class MemoryStore:
         grace_s: float,
         stale_owner: str | None,
         reason: str,
+        revision: int = 0,
     ) -> Claim | None:
         self._call("take_over")
         job = self.jobs[job_id]
-        if not self._lapsed(job, seen_attempt, grace_s, stale_owner):
+        if not self._lapsed(job, seen_attempt, grace_s, stale_owner) or job.revision != revision:
             return None
         if job.attempts_made >= job.max_attempts:
             return None

@@ -135,12 +135,13 @@ def test_the_relay_moves_and_the_undo_only_touch_rows_nobody_handed_over() -> No
         s.value for s in sql.JobStatus
     }
     assert "background_jobs.published_at IS NULL" in where_of(str(handed))
+    assert "background_jobs.revision = ?" in where_of(str(handed))
     claim = sql.move_update(sql.RELAY_CLAIM).compile(dialect=SQLITE)
     where = where_of(str(claim))
     assert {v for k, v in claim.params.items() if k.startswith("status_")} == {"pending"}
     for condition in (
         "background_jobs.published_at IS NULL",
-        "background_jobs.created_at < ?",
+        "background_jobs.updated_at < ?",
         "background_jobs.locked_until IS NULL OR background_jobs.locked_until < ",
     ):
         assert condition in where

@@ -1,0 +1,198 @@
+"""Sending an existing job's message again: ``Tracker.retry`` and the relay's publish.
+
+``Tracker.retry(job_id)`` runs a ``failed`` or ``cancelled`` job again as the same job
+(same id, its history kept in its events):
+
+1. its arguments are rebuilt from ``payload_json``; where the stored payload holds
+   redacted values the caller must pass those arguments again (``arguments=``), and only
+   those: anything else is refused with :class:`~celery_tracked.errors.RetryRefused`
+   before any change;
+2. one conditional ``UPDATE`` moves it back to ``pending`` with a new message revision and
+   ``attempts`` more attempts (attempt numbers keep counting: they fence runs' outcomes);
+   refused if a newer job holds its idempotency key (``key_lifetime`` other than ``row``);
+3. its message is published (same task id; Celery's stored result of the old run is
+   forgotten first, so ``AsyncResult(job_id).get()`` waits for the new one), then marked
+   handed over. A publish that fails is undone: the job is back as it was, and the caller
+   gets ``EnqueueError``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from celery import Celery
+
+from .codec import decode, encode
+from .errors import EnqueueError, JobNotFound, RetryRefused, StoreError, mask_secrets
+from .hooks import Transition
+from .jobs import Job, JobStatus, utcnow
+from .messages import TrackedHeaders, positive
+from .redact import holds_redacted, secret_values
+
+if TYPE_CHECKING:
+    from .tracker import Tracker
+
+logger = logging.getLogger("celery_tracked")
+
+#: The statuses ``Tracker.retry`` runs again.
+RETRIABLE = (JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class Shape(Protocol):
+    """What ``retry_arguments`` needs of a task's call shape (``calls.CallShape``)."""
+
+    def names(self, count: int) -> list[str | None]: ...
+
+    def redacted(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
+    ) -> tuple[list[Any], dict[str, Any]]: ...
+
+
+def stored_arguments(job: Job) -> tuple[list[Any], dict[str, Any]]:
+    """The job's arguments as stored (redacted values included)."""
+    payload = job.payload or {}
+    return list(payload.get("args", ())), dict(payload.get("kwargs", {}))
+
+
+def retry_arguments(
+    job: Job, shape: Shape | None, given: Mapping[str, Any], keys: Sequence[str]
+) -> tuple[list[Any], dict[str, Any]]:
+    """The arguments ``job`` runs again with: as stored, with each top-level argument whose
+    stored value holds a redacted value taken from ``given`` (by parameter name).
+
+    Raises:
+        RetryRefused: a redacted argument is missing from ``given``, ``given`` names an
+            argument that was not redacted, or a given value differs from the stored one
+            beyond its secret values.
+    """
+    args, kwargs = stored_arguments(job)
+    names = shape.names(len(args)) if shape is not None else [None] * len(args)
+    wanted: list[str] = []
+    for index, (name, value) in enumerate(zip(names, args, strict=True)):
+        if holds_redacted(value):
+            wanted.append(name or f"<positional argument {index}>")
+            if name is not None and name in given:
+                args[index] = given[name]
+    for name, value in kwargs.items():
+        if holds_redacted(value):
+            wanted.append(name)
+            if name in given:
+                kwargs[name] = given[name]
+    missing = [name for name in wanted if name not in given]
+    if missing:
+        raise RetryRefused(
+            f"job {job.id}: its stored arguments hold redacted values; pass them again: "
+            f"tracker.retry(job_id, arguments={{...}}) with {', '.join(missing)}"
+            + ("" if shape is not None else f" (and register task {job.task_name} here)")
+        )
+    extra = sorted(set(given) - set(wanted))
+    if extra:
+        raise RetryRefused(
+            f"job {job.id} re-runs with its stored arguments; only redacted ones may be "
+            f"given again ({', '.join(wanted) or 'none'}), not {', '.join(extra)}"
+        )
+    if wanted and shape is not None:
+        safe_args, safe_kwargs = shape.redacted(args, kwargs, keys)
+        if decode(encode({"args": safe_args, "kwargs": safe_kwargs})) != job.payload:
+            raise RetryRefused(
+                f"job {job.id}: the values given differ from its stored arguments beyond "
+                "their redacted parts"
+            )
+    return args, kwargs
+
+
+def send_job(app: Celery, job: Job, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Publish ``job``'s current message (its revision): same task id, tracking headers
+    and queue (a ``countdown``/``eta`` given at enqueue is not kept)."""
+    options: dict[str, Any] = {
+        "task_id": job.celery_task_id or job.id,
+        "headers": TrackedHeaders.of(job).to_headers(),
+        "queue": job.queue_name,
+    }
+    task = app.tasks.get(job.task_name)
+    if task is not None:  # a tracked task re-publishes an existing job, reprs redacted
+        task.apply_async(tuple(args), dict(kwargs), **options)
+    else:
+        app.send_task(job.task_name, tuple(args), dict(kwargs), **options)
+
+
+def retry(
+    tracker: Tracker, job_id: str, arguments: Mapping[str, Any] | None, attempts: int | None
+) -> bool:
+    """``Tracker.retry`` (see the module's text): True once the job was sent again, False
+    if it is not ``failed``/``cancelled`` (any more).
+
+    Raises:
+        JobNotFound, RetryRefused, InvalidPayload (``attempts``), EnqueueError (the publish
+        failed: undone), StoreError.
+    """
+    store, keys = tracker.store, tracker.settings.redact_keys
+    job = store.get(job_id)
+    if job is None:
+        raise JobNotFound(f"no job {job_id}")
+    if job.status not in RETRIABLE:
+        return False
+    task = tracker.app.tasks.get(job.task_name)
+    shape_of = getattr(task, "_shape", None)
+    args, kwargs = retry_arguments(job, shape_of() if shape_of else None, arguments or {}, keys)
+    policy = getattr(task, "_tracked_retry", None)
+    budget = positive(attempts, "attempts") or (
+        getattr(policy, "max_attempts", None) or tracker.settings.default_attempts
+    )
+    made = job.revision + 1
+    message = (
+        f"job {job.id} retried: runs again with {budget} more attempt(s) "
+        f"(was {job.status.value} after {job.attempts_made})"
+    )
+    if not store.retry(
+        job.id, seen_revision=job.revision, budget=budget, now=utcnow(), message=message
+    ):
+        _refuse_if_key_taken(tracker, job)
+        return False
+    sent = replace(job, status=JobStatus.PENDING, revision=made)
+    try:
+        _forget_result(tracker.app, sent)
+        send_job(tracker.app, sent, args, kwargs)
+    except Exception as exc:
+        detail = mask_secrets(str(exc), secret_values([dict(arguments or {})], keys), keys)
+        store.undo_retry(
+            job.id,
+            made=made,
+            status=job.status,
+            max_attempts=job.max_attempts,
+            finished_at=job.finished_at,
+            now=utcnow(),
+            message=f"retry undone: its message could not be published: {detail}",
+        )
+        raise EnqueueError(f"retry of job {job.id} failed (broker publish): {detail}") from None
+    try:
+        store.handed_over(job.id, utcnow(), made)
+    except StoreError as exc:  # harmless: the relay may send a duplicate, which runs nothing
+        logger.warning("could not record that job %s was published: %s", job.id, exc)
+    tracker.hooks.after_transition(
+        Transition(job.id, "retried", "pending", message, job.queue_name, job.job_type)
+    )
+    return True
+
+
+def _refuse_if_key_taken(tracker: Tracker, job: Job) -> None:
+    if job.idempotency_key is None:
+        return
+    latest = tracker.store.find_by_key(job.job_type, job.idempotency_key)
+    if latest is not None and latest.id != job.id:
+        raise RetryRefused(
+            f"job {job.id}: a newer job {latest.id} holds its idempotency key "
+            f"({latest.status.value}); retry that one, or enqueue again"
+        )
+
+
+def _forget_result(app: Celery, job: Job) -> None:
+    """Drop Celery's stored result of the old run, so ``AsyncResult.get()`` waits for the
+    new one (best effort: a backend without results has nothing to forget)."""
+    try:
+        app.AsyncResult(job.celery_task_id or job.id).forget()
+    except Exception as exc:  # NotImplementedError (no backend), a backend outage...
+        logger.debug("job %s: old result not forgotten: %s", job.id, exc)

@@ -1,0 +1,152 @@
+"""The moves that give an existing job a new message: a debounce, ``Tracker.retry``.
+
+Each bumps the row's ``revision`` in the same conditional ``UPDATE`` (compare-and-set on
+the revision its caller read) and clears ``published_at``: the caller then publishes a
+message of the new revision and records it handed over. A delivery of an older revision
+runs nothing (``CLAIM``/``TAKE_OVER`` are fenced to the current one), so only the latest
+message ever runs; if the caller dies before publishing, the relay publishes the row.
+A publish that failed is undone by the matching ``UNDO_*`` move, fenced to the revision
+it made and to a message nobody handed over (not even a relay).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Integer, Text, exists
+
+from ..jobs import JobStatus
+from ..models import UTCDateTime, jobs
+from .statements import NOW, REVISION, Move, _param
+from .translate import reconnecting
+
+_PENDING = (JobStatus.PENDING,)
+_ENDED = (JobStatus.FAILED, JobStatus.CANCELLED)
+PAYLOAD = _param("payload_json", Text)
+#: Attempts the retried job may make from now on.
+BUDGET = _param("budget", Integer)
+OLD_MAX = _param("old_max_attempts", Integer)
+OLD_PUBLISHED = _param("old_published_at", UTCDateTime, optional=True)
+OLD_FINISHED = _param("old_finished_at", UTCDateTime, optional=True)
+#: The revision the undone move made.
+MADE = _param("made", Integer)
+
+_NEW_MESSAGE = {
+    "revision": jobs.c.revision + 1,
+    "published_at": None,
+    "locked_by": None,  # a relay publishing the old message no longer marks it handed over
+    "locked_until": None,
+    "updated_at": NOW,
+}
+#: The undone move's message was never handed over, by anyone.
+_UNSENT = (jobs.c.revision == MADE, jobs.c.published_at.is_(None), jobs.c.locked_by.is_(None))
+
+#: Debounce: a pending job's arguments replaced by a newer enqueue with its key.
+REPLACE = Move(
+    "replace",
+    _PENDING,
+    JobStatus.PENDING,
+    {**_NEW_MESSAGE, "payload_json": PAYLOAD},
+    (jobs.c.revision == REVISION,),
+    "debounced",
+)
+UNDO_REPLACE = Move(
+    "undo_replace",
+    _PENDING,
+    JobStatus.PENDING,
+    {"payload_json": PAYLOAD, "revision": REVISION, "published_at": OLD_PUBLISHED},
+    _UNSENT,
+    "debounce_undone",
+)
+
+_newer = jobs.alias("newer")
+#: No later job holds the key (a retried job must not run beside its key's newer round).
+_NO_NEWER_ROUND = ~exists().where(
+    _newer.c.job_type == jobs.c.job_type,
+    _newer.c.idempotency_key == jobs.c.idempotency_key,
+    _newer.c.key_round > jobs.c.key_round,
+)
+#: ``Tracker.retry``: failed | cancelled → pending, history kept; attempts keep counting
+#: (the attempt number fences a run's outcome, so it never goes back).
+RETRY = Move(
+    "retry",
+    _ENDED,
+    JobStatus.PENDING,
+    {
+        **_NEW_MESSAGE,
+        "max_attempts": jobs.c.attempts_made + BUDGET,
+        "started_at": None,
+        "finished_at": None,
+    },
+    (jobs.c.revision == REVISION,),
+    "retried",
+    extra_where=(_NO_NEWER_ROUND,),
+)
+_UNDONE_RETRY = {"max_attempts": OLD_MAX, "finished_at": OLD_FINISHED, "updated_at": NOW}
+UNDO_RETRY = {
+    ended: Move(f"undo_retry_{ended.value}", _PENDING, ended, _UNDONE_RETRY, _UNSENT, ended.value)
+    for ended in _ENDED
+}
+
+
+class Rerun:
+    """The re-publish side of :class:`~celery_tracked.store.JobStore` (``Moves.apply``)."""
+
+    if TYPE_CHECKING:  # provided by ``Moves``
+
+        def apply(self, move: Move, params: Mapping[str, Any]) -> tuple[int, int] | None: ...
+
+    @reconnecting
+    def replace_arguments(
+        self, job_id: str, *, seen_revision: int, payload_json: str, now: datetime, message: str
+    ) -> bool:
+        """pending → pending with new arguments and revision ``seen_revision + 1``, if the
+        job is still pending at ``seen_revision``."""
+        params = {"job_id": job_id, "at_revision": seen_revision, "payload_json": payload_json}
+        params.update(now=now, message=message)
+        return self.apply(REPLACE, params) is not None
+
+    @reconnecting
+    def undo_replace(
+        self,
+        job_id: str,
+        *,
+        made: int,
+        payload_json: str | None,
+        published_at: datetime | None,
+        now: datetime,
+        message: str,
+    ) -> bool:
+        """Back to revision ``made - 1`` with its arguments, if nobody handed ``made`` over."""
+        params = {"job_id": job_id, "made": made, "at_revision": made - 1, "now": now}
+        params.update(payload_json=payload_json, old_published_at=published_at, message=message)
+        return self.apply(UNDO_REPLACE, params) is not None
+
+    @reconnecting
+    def retry(
+        self, job_id: str, *, seen_revision: int, budget: int, now: datetime, message: str
+    ) -> bool:
+        """failed | cancelled → pending at revision ``seen_revision + 1``, with ``budget``
+        more attempts; False if it moved meanwhile or a newer job holds its key."""
+        params = {"job_id": job_id, "at_revision": seen_revision, "budget": budget, "now": now}
+        params.update(message=message)
+        return self.apply(RETRY, params) is not None
+
+    @reconnecting
+    def undo_retry(
+        self,
+        job_id: str,
+        *,
+        made: int,
+        status: JobStatus,
+        max_attempts: int,
+        finished_at: datetime | None,
+        now: datetime,
+        message: str,
+    ) -> bool:
+        """Back to ``status`` if nobody handed revision ``made`` over."""
+        params = {"job_id": job_id, "made": made, "old_max_attempts": max_attempts, "now": now}
+        params.update(old_finished_at=finished_at, message=message)
+        return self.apply(UNDO_RETRY[status], params) is not None
