@@ -73,7 +73,8 @@ class Moves:
             DuplicateJob: the id or ``(job_type, idempotency_key)`` already exists.
             StoreError: the database failed.
         """
-        params = {"attempts_made": 0, "progress": 0, **row, "now": row["created_at"]}
+        defaults = {"attempts_made": 0, "progress": 0, "key_round": 0, "revision": 0}
+        params = {**defaults, **row, "now": row["created_at"]}
         try:
             self._insert(params)
         except Disconnected:

@@ -175,3 +175,43 @@ def test_store_round_trip_on_mariadb(mariadb_url: str) -> None:
         assert [e.event for e in store.events("job-1")] == ["enqueued", "started", "completed"]
     finally:
         store.dispose()
+
+
+def test_rerun_moves_on_mariadb(mariadb_url: str) -> None:
+    """``Tracker.retry``'s move reads its own table in a subquery (a newer job holding the
+    key), which MariaDB allows in an UPDATE; debounce's compare-and-set too."""
+    from celery_tracked import JobStatus
+    from celery_tracked.jobs import utcnow
+    from celery_tracked.store import JobStore
+
+    migrate.upgrade(mariadb_url)
+    store = JobStore(mariadb_url)
+    try:
+        now = utcnow()
+        row = {
+            "queue_name": "q",
+            "job_type": "t",
+            "task_name": "t",
+            "status": "pending",
+            "payload_json": "{}",
+            "max_attempts": 1,
+            "idempotency_key": "k",
+            "correlation_id": "c",
+            "parent_job_id": None,
+            "owner_id": None,
+            "created_at": now,
+            "updated_at": now,
+        }
+        store.insert({**row, "id": "job-1", "celery_task_id": "job-1"})
+        assert store.replace_arguments(
+            "job-1", seen_revision=0, payload_json='{"n": 1}', now=now, message="m"
+        )
+        assert store.cancel("job-1", now=utcnow(), reason="c")
+        assert store.retry("job-1", seen_revision=1, budget=1, now=utcnow(), message="r")
+        job = store.get("job-1")
+        assert job is not None and (job.status, job.revision) == (JobStatus.PENDING, 2)
+        assert store.cancel("job-1", now=utcnow(), reason="c")
+        store.insert({**row, "id": "job-2", "celery_task_id": "job-2", "key_round": 1})
+        assert not store.retry("job-1", seen_revision=2, budget=1, now=utcnow(), message="r")
+    finally:
+        store.dispose()
