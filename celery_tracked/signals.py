@@ -31,7 +31,10 @@ def cancel_revoked(sender: Any = None, request: Any = None, **info: Any) -> None
     job_id = headers.job_id if headers is not None else getattr(request, "id", None)
     if not job_id:
         return
-    reason = "expired before it ran" if info.get("expired") else "revoked"
+    expired = bool(info.get("expired"))
+    reason = "expired before it ran" if expired else "revoked"
+    # a revoke names the task id (every message of the job); an expiry, this message only
+    revision = headers.revision if expired and headers is not None else None
     try:
         cancelled = sender.tracker.cancel(
             str(job_id),
@@ -40,6 +43,7 @@ def cancel_revoked(sender: Any = None, request: Any = None, **info: Any) -> None
             queue=headers.queue if headers is not None else None,
             job_type=sender.tracked_job_type,
             level=logging.WARNING,
+            revision=revision,
         )
         if not cancelled and info.get("terminated"):
             sender.tracker.aftermath.terminated(str(job_id))

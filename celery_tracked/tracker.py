@@ -109,14 +109,17 @@ class Tracker:
         queue: str | None = None,
         job_type: str | None = None,
         level: int = logging.INFO,
+        revision: int | None = None,
     ) -> bool:
         """pending | retrying → cancelled; False if the job is in any other status.
 
         Never interrupts a running job. Its message, when delivered, runs no body.
-        ``reason`` is stored in ``error_message``; the other keywords only shape the log.
+        ``reason`` is stored in ``error_message``; ``revision``: only while the job's
+        message is that one (an expired message a debounce replaced cancels nothing); the
+        other keywords only shape the log.
         """
         job_id = as_job_id(job_id)
-        cancelled = self.store.cancel(job_id, now=utcnow(), reason=reason)
+        cancelled = self.store.cancel(job_id, now=utcnow(), reason=reason, revision=revision)
         if cancelled:
             message = log_message or f"job {job_id} cancelled: {reason}"
             self.hooks.after_transition(

@@ -202,9 +202,15 @@ class Moves:
         return self.apply(sql.FAIL_LOST, params) is not None
 
     @reconnecting
-    def cancel(self, job_id: str, *, now: datetime, reason: str) -> bool:
-        """pending | retrying → cancelled. A running job is never interrupted."""
-        return self.apply(sql.CANCEL, {"job_id": job_id, "now": now, "message": reason}) is not None
+    def cancel(
+        self, job_id: str, *, now: datetime, reason: str, revision: int | None = None
+    ) -> bool:
+        """pending | retrying → cancelled (with ``revision``: only while the job's message
+        is that one). A running job is never interrupted."""
+        params: dict[str, Any] = {"job_id": job_id, "now": now, "message": reason}
+        if revision is None:
+            return self.apply(sql.CANCEL, params) is not None
+        return self.apply(sql.CANCEL_CURRENT, {**params, "at_revision": revision}) is not None
 
     @reconnecting
     def end_dead_run(

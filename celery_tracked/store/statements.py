@@ -144,12 +144,11 @@ FAIL_LOST = Move(
     fence=LAPSED,
     event="failed",
 )
-CANCEL = Move(
-    "cancel",
-    CLAIMABLE,
-    JobStatus.CANCELLED,
-    {**_END_RUN, "finished_at": NOW, "error_type": None, "error_message": MESSAGE},
-    event="cancelled",
+_CANCELLED = {**_END_RUN, "finished_at": NOW, "error_type": None, "error_message": MESSAGE}
+CANCEL = Move("cancel", CLAIMABLE, JobStatus.CANCELLED, _CANCELLED, event="cancelled")
+#: An expired message cancels its job only if it is the job's current one.
+CANCEL_CURRENT = Move(
+    "cancel_current", CLAIMABLE, JobStatus.CANCELLED, _CANCELLED, CURRENT, "cancelled"
 )
 COMPLETE = Move(
     "complete",

@@ -184,3 +184,13 @@ def test_retry_is_refused_while_a_newer_job_holds_the_key(store: JobStore) -> No
     assert not store.retry(first, seen_revision=0, budget=1, now=utcnow(), message="r")
     job = store.get(first)
     assert job is not None and job.status is JobStatus.CANCELLED
+
+
+def test_an_expired_stale_message_cancels_nothing(store: JobStore) -> None:
+    """An expired message cancels its job only while it is the job's current message."""
+    job_id = new_job(store)
+    assert replace_args(store, job_id, seen=0, n=1)
+    assert not store.cancel(job_id, now=utcnow(), reason="expired", revision=0)
+    assert store.cancel(job_id, now=utcnow(), reason="expired", revision=1)
+    other = new_job(store)
+    assert store.cancel(other, now=utcnow(), reason="revoked"), "a revoke names every message"
