@@ -3,13 +3,18 @@
 ``tests/eager_proj`` is a Celery project (``proj/celery.py``, ``proj/tasks.py``) whose app
 runs with ``task_always_eager`` and ``task_eager_propagates``. Here it is imported as a
 user's test suite imports it (its folder on ``sys.path``, ``from proj import celery_app``)
-on a SQLite file and a real Redis. ``delay().get()`` returns the value, a failing body raises its
+on a SQLite file and a real Redis; then its own ``tests/`` run in a ``python -m pytest``
+of their own, on PostgreSQL and a real Redis, and on the defaults of an embedded test
+(SQLite, ``memory://``). ``delay().get()`` returns the value, a failing body raises its
 own exception, the rows read ``completed``/``failed`` with their events.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import re
+import subprocess
 import sys
 import time
 import uuid
@@ -28,6 +33,10 @@ from celery_tracked.migrate import upgrade
 from tests.conftest import _flushed_redis, _redis_db
 
 PROJ_ROOT = Path(__file__).resolve().parent.parent / "eager_proj"
+#: How many tests the project's own ``tests/`` hold: all of them must run and pass.
+PROJECT_TESTS = sum(
+    f.read_text().count("\ndef test_") for f in (PROJ_ROOT / "tests").glob("test_*.py")
+)
 
 
 @pytest.fixture(scope="module")
@@ -289,3 +298,44 @@ def test_a_chain_runs_inline_step_by_step(tasks: ModuleType, tracker: Tracker) -
     for step, value in ((result.parent, 3), (result, 6)):
         job = tracker.get_job(step.id)
         assert job is not None and (job.status, job.result) == (JobStatus.COMPLETED, value)
+
+
+# -- the project's own test suite, in a pytest of its own -----------------------------
+
+
+def run_project_suite(environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest`` in the project's folder (its ``pytest.ini``, its ``tests/``)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("CELERY_TRACKED_", "PROJ_", "PYTEST_")) and k != "REDIS_URL"
+    }
+    env.update(environ)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=str(PROJ_ROOT),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+@pytest.mark.parametrize("services", ["postgres+redis", "embedded"])
+def test_the_projects_own_eager_test_suite_passes(
+    services: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    if services == "postgres+redis":
+        redis_url = request.getfixturevalue("redis_url")
+        environ = {
+            "PROJ_DATABASE_URL": request.getfixturevalue("postgres_url"),  # no tables yet
+            "PROJ_REDIS_URL": redis_url,
+            "PROJ_BROKER_URL": redis_url,
+        }
+    else:  # the defaults of an embedded test: memory:// broker and guard, SQLite
+        environ = {"PROJ_DATABASE_URL": f"sqlite:///{tmp_path / 'proj.sqlite3'}"}
+    run = run_project_suite(environ)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output
+    summary = output.strip().splitlines()[-1]  # "6 passed in 0.31s": nothing else
+    assert re.fullmatch(rf"{PROJECT_TESTS} passed in [0-9.]+s", summary), output
