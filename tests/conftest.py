@@ -26,6 +26,10 @@ from celery_tracked import migrate
 
 T = TypeVar("T")
 
+#: A user's project with its own pytest.ini and tests/, run by
+#: tests/acceptance/test_eager_proj.py in a pytest of its own; not part of this suite.
+collect_ignore = ["eager_proj"]
+
 REDIS_HOST = os.environ.get("TEST_REDIS_HOST", "127.0.0.1")
 REDIS_PORT = int(os.environ.get("TEST_REDIS_PORT", "6379"))
 PG_ADMIN_URL = os.environ.get(
