@@ -147,9 +147,12 @@ def encode_payload(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: in
 
 
 def holds_redacted(value: Any) -> bool:
-    """``value`` (a decoded payload, or part of one) holds the redaction marker."""
+    """``value`` (a decoded payload, or part of one) lost something to redaction: the
+    redaction marker, or a URL whose credentials were masked."""
     if isinstance(value, dict):
         return any(holds_redacted(v) for v in value.values())
     if isinstance(value, list | tuple):
         return any(holds_redacted(v) for v in value)
+    if isinstance(value, str) and "@" in value and MASK in url_userinfo(value):
+        return True
     return bool(value == REDACTED)

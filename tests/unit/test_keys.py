@@ -199,3 +199,12 @@ def test_redacted_arguments_of_a_task_not_registered_here_are_refused() -> None:
     failed = stored(["a", "sk-1"], {})
     with pytest.raises(RetryRefused, match=r"register task app\.t here"):
         retry_arguments(failed, None, {"api_key": "sk-1"}, KEYS)
+
+
+def test_a_url_whose_credentials_were_masked_must_be_given_again() -> None:
+    failed = stored(["a", "sk-1"], {"options": {"dsn": "postgresql://u:pw@db/x"}})
+    assert failed.payload["kwargs"]["options"] == {"dsn": "postgresql://***@db/x"}
+    with pytest.raises(RetryRefused, match="api_key, options"):
+        retry_arguments(failed, SHAPE, {}, KEYS)
+    given = {"api_key": "sk-1", "options": {"dsn": "postgresql://u:pw@db/x"}}
+    assert retry_arguments(failed, SHAPE, given, KEYS)[1] == {"options": given["options"]}
