@@ -3,12 +3,18 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import multiprocessing
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import HERE, worker_environ
 from key_tasks import DEBOUNCE_S, THROTTLE_S, burst
 
 from celery_tracked import JobStatus, RetryRefused
@@ -205,3 +211,57 @@ def test_tracker_retry_needs_the_redacted_values_again(env: Any, start_worker: A
     assert env.tracker.wait(queued.job_id, timeout=30)["token_seen"] is True
     stored = env.sql("SELECT payload_json FROM background_jobs WHERE id = :i", i=queued.job_id)
     assert "tok-9f3k" not in stored[0][0]
+
+
+def test_beat_entries_with_keys_follow_their_lifetime(
+    env: Any, start_worker: Any, tmp_path: Path
+) -> None:
+    """The Beat recipe: a real ``celery beat`` ticking every 0.5 s for ~9 s. A fixed key
+    under the default lifetime runs once ever; under ``ended`` runs never overlap; under a
+    throttle jobs are at least the window apart."""
+    entries = {
+        "once-ever": {"task": "acc.keyed", "schedule": 0.5, "kwargs": {"x": "beat"}},
+        "never-two": {
+            "task": "acc.once_at_a_time",
+            "schedule": 0.5,
+            "kwargs": {"x": "beat", "sleep": 2.0},
+        },
+        "windowed": {"task": "acc.throttled", "schedule": 0.5, "kwargs": {"x": "beat"}},
+    }
+    start_worker(concurrency=4)
+    log_path = tmp_path / "beat.log"
+    cmd = [sys.executable, "-m", "celery", "-A", "tracked_app", "beat", "-l", "info"]
+    cmd += ["-s", str(tmp_path / "beat-schedule"), "--pidfile="]
+    environ = worker_environ(env.config, None, {"TRACKED_TEST_BEAT": json.dumps(entries)})
+    with log_path.open("wb") as log:
+        beat = subprocess.Popen(
+            cmd, cwd=str(HERE), env=environ, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        wait_for(
+            lambda: log_path.read_text().count("Scheduler: Sending due task never-two") >= 16,
+            timeout=30,
+            what="Beat to tick 16 times",
+        )
+    finally:
+        beat.terminate()
+        beat.wait(timeout=10)
+    time.sleep(2.5)  # the last runs end
+
+    [(once, _, _)] = rows_of(env, "k:beat")
+    assert env.ran(once) == 1
+    never_two = rows_of(env, "e:beat")
+    assert 2 <= len(never_two) <= 5, never_two
+    spans = sorted((s for job_id, _, _ in never_two for s in env.spans(job_id)), key=lambda s: s[1])
+    assert all(a[2] <= b[1] for a, b in itertools.pairwise(spans)), spans
+    assert all(env.ran(job_id) == 1 for job_id, _, _ in never_two)
+    created = [
+        r[0]
+        for r in env.sql(
+            "SELECT created_at FROM background_jobs WHERE idempotency_key = 't:beat' "
+            "ORDER BY key_round"
+        )
+    ]
+    assert len(created) >= 2
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(created)]
+    assert all(gap >= THROTTLE_S for gap in gaps), gaps

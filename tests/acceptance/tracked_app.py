@@ -570,6 +570,12 @@ class JsonLinesHandler(logging.Handler):
 
 app = create_app(config_from_env())
 
+if os.environ.get("TRACKED_TEST_BEAT"):  # a test's own Beat entries (test_key_lifetimes.py)
+    app.conf.beat_schedule = {
+        **(app.conf.beat_schedule or {}),
+        **json.loads(os.environ["TRACKED_TEST_BEAT"]),
+    }
+
 if os.environ.get("TRACKED_TEST_LOG_JSONL"):
     _log = logging.getLogger("celery_tracked")
     _log.setLevel(logging.INFO)

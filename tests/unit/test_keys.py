@@ -117,6 +117,9 @@ def test_bad_key_options_are_refused_at_decoration(
         type("Bad", (TrackedTask,), options)
 
 
+# finalizing an app also registers every shared task other test modules declared (some
+# share a name on purpose): Celery's warning about those is not what this test is about
+@pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 def test_key_options_are_read_through_a_base_class() -> None:
     class Throttled(TrackedTask):  # type: ignore[type-arg]
         key_lifetime = "throttle"
