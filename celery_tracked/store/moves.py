@@ -118,28 +118,6 @@ class Moves:
         params = {"job_id": job_id, "now": now, "at_revision": revision}
         return self.apply(sql.HANDED_OVER, params) is not None
 
-    # -- relay ------------------------------------------------------------------------
-
-    @reconnecting
-    def relay_claim(
-        self, job_id: str, *, owner: str, now: datetime, lease_s: float, cutoff: datetime
-    ) -> bool:
-        """Take an unpublished pending row created before ``cutoff`` for the relay
-        ``owner``, for ``lease_s`` seconds of the database's clock; False if it was
-        published, taken or moved meanwhile."""
-        params = {"job_id": job_id, "owner": owner, "now": now, "lease_s": lease_s}
-        return self.apply(sql.RELAY_CLAIM, {**params, "cutoff": cutoff}) is not None
-
-    @reconnecting
-    def relayed(
-        self, job_id: str, *, owner: str, now: datetime, message: str, revision: int = 0
-    ) -> bool:
-        """The relay ``owner`` published the row it claimed (at ``revision``): mark it
-        handed over."""
-        params = {"job_id": job_id, "owner": owner, "now": now, "message": message}
-        params["at_revision"] = revision
-        return self.apply(sql.RELAYED, params) is not None
-
     # -- worker -----------------------------------------------------------------------
 
     @reconnecting

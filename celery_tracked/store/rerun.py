@@ -1,4 +1,5 @@
-"""The moves that give an existing job a new message: a debounce, ``Tracker.retry``.
+"""The moves around a job's message: a debounce and ``Tracker.retry`` give an existing job
+a new one; the relay sends the one its producer never handed over.
 
 Each bumps the row's ``revision`` in the same conditional ``UPDATE`` (compare-and-set on
 the revision its caller read) and clears ``published_at``: the caller then publishes a
@@ -19,7 +20,7 @@ from sqlalchemy import Integer, Text, exists
 
 from ..jobs import JobStatus
 from ..models import UTCDateTime, jobs
-from .statements import NOW, REVISION, Move, _param
+from .statements import NOW, RELAY_CLAIM, RELAYED, REVISION, Move, _param
 from .translate import reconnecting
 
 _PENDING = (JobStatus.PENDING,)
@@ -92,7 +93,7 @@ UNDO_RETRY = {
 
 
 class Rerun:
-    """The re-publish side of :class:`~celery_tracked.store.JobStore` (``Moves.apply``)."""
+    """The message side of :class:`~celery_tracked.store.JobStore` (``Moves.apply``)."""
 
     if TYPE_CHECKING:  # provided by ``Moves``
 
@@ -150,3 +151,25 @@ class Rerun:
         params = {"job_id": job_id, "made": made, "old_max_attempts": max_attempts, "now": now}
         params.update(old_finished_at=finished_at, message=message)
         return self.apply(UNDO_RETRY[status], params) is not None
+
+    # -- relay ------------------------------------------------------------------------
+
+    @reconnecting
+    def relay_claim(
+        self, job_id: str, *, owner: str, now: datetime, lease_s: float, cutoff: datetime
+    ) -> bool:
+        """Take an unpublished pending row (created or replaced before ``cutoff``) for the relay
+        ``owner``, for ``lease_s`` seconds of the database's clock; False if it was
+        published, taken or moved meanwhile."""
+        params = {"job_id": job_id, "owner": owner, "now": now, "lease_s": lease_s}
+        return self.apply(RELAY_CLAIM, {**params, "cutoff": cutoff}) is not None
+
+    @reconnecting
+    def relayed(
+        self, job_id: str, *, owner: str, now: datetime, message: str, revision: int = 0
+    ) -> bool:
+        """The relay ``owner`` published the row it claimed (at ``revision``): mark it
+        handed over."""
+        params = {"job_id": job_id, "owner": owner, "now": now, "message": message}
+        params["at_revision"] = revision
+        return self.apply(RELAYED, params) is not None
