@@ -23,14 +23,13 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any, ClassVar, NoReturn, ParamSpec, TypeVar, cast
 
-from celery import Celery, Task, current_task
+from celery import Celery, Task
 from celery.exceptions import Ignore, Reject, Retry, TimeLimitExceeded
 from celery.result import AsyncResult
 
-from . import canvas, eager
-from .calls import CallRules, CallShape, prepare_call
+from . import eager, producer
+from .calls import CallShape
 from .decorator import tracked_task
-from .enqueuer import NewJob
 from .jobs import EnqueueResult, Job
 from .keys import KeyRule
 from .maintenance import install_beat_entries
@@ -38,9 +37,6 @@ from .messages import (
     CONTROL_OPTIONS,
     Control,
     TrackedHeaders,
-    check_job_id,
-    check_options,
-    check_text,
 )
 from .options import check_task_class
 from .outcome import Completed, Failed, PassedOn, Postponed, Retrying, Verdict
@@ -209,41 +205,11 @@ class TrackedTask(Task[P, R_co]):
         send: Callable[..., AsyncResult[Any]] | None = None,
     ) -> tuple[EnqueueResult[Any], AsyncResult[Any] | None]:
         """Create the job; publish it, or run it here (``send`` given, or eager mode)."""
+        job = producer.new_job(self, args, kwargs, task_id, control, options)
         tracker = self.tracker
-        settings = tracker.settings
-        job_id, sent_as, in_canvas = canvas.ids(check_job_id(task_id), options)
-        check_options(options)
-        rules = CallRules(
-            task_name=self.name,
-            redact_keys=settings.redact_keys,
-            max_payload_bytes=settings.max_payload_bytes,
-            validator=self._static("validator"),
-            key=self._static("idempotency_key"),
-        )
-        call = prepare_call(self._shape(), rules, args, kwargs, control.idempotency_key)
-        queue = check_text(self._queue_name(options, args, kwargs), "queue", 200)
-        if "queue" not in options and self._static("tracked_queue"):
-            options["queue"] = queue
-        parent_job_id, correlation_id = _lineage(control, job_id)
-        job = NewJob(
-            job_id=job_id,
-            task_name=self.name,
-            job_type=check_text(self.tracked_job_type, "job_type", 200),
-            queue=queue,
-            call=call,
-            max_attempts=control.max_attempts
-            or (self._tracked_retry.max_attempts or settings.default_attempts),
-            correlation_id=correlation_id,
-            parent_job_id=parent_job_id,
-            owner_id=control.owner_id,
-            celery_task_id=sent_as,
-            canvas=in_canvas,
-            key_rule=self._tracked_keys,
-        )
-        _debounce(job, options)
         inline = send is not None or bool(self.app.conf.task_always_eager)
-        publish = eager.sender(send or super().apply_async, args, kwargs, call, options)
-        return eager.enqueue(tracker.enqueuer, job, publish, settings.redact_keys, inline)
+        publish = eager.sender(send or super().apply_async, args, kwargs, job.call, options)
+        return eager.enqueue(tracker.enqueuer, job, publish, tracker.settings.redact_keys, inline)
 
     # -- worker -----------------------------------------------------------------------
 
@@ -325,30 +291,9 @@ class TrackedTask(Task[P, R_co]):
             self.tracker.aftermath.time_limited(task_id, limit, base, republish)
 
 
-def _debounce(job: NewJob, options: dict[str, Any]) -> None:
-    """``debounce_s``: every enqueue of a keyed job pushes its start that much later,
-    unless the call gives its own ``countdown``/``eta``."""
-    delay = job.rule.debounce_s
-    if delay and options.get("countdown") is None and options.get("eta") is None:
-        options["countdown"] = delay
-
-
 def _pop_underscored(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The 0.1 control keywords (``_idempotency_key=``...) taken out of ``kwargs``."""
     return {name[1:]: kwargs.pop(name) for name in _UNDERSCORED.split() if name in kwargs}
-
-
-def _lineage(control: Control, job_id: str) -> tuple[str | None, str]:
-    """``(parent_job_id, correlation_id)``: given, or inherited from the tracked task this
-    call is made from (a chain's steps share one correlation id)."""
-    parent, correlation = control.parent_job_id, control.correlation_id
-    caller = current_task if current_task else None  # a proxy: falsy when no task runs
-    if caller is not None and not caller.request.called_directly:
-        calling = TrackedHeaders.read(caller.request.headers, caller.request)
-        if calling is not None:
-            parent = parent if parent is not None else calling.job_id
-            correlation = correlation if correlation is not None else calling.correlation_id
-    return parent, correlation if correlation is not None else job_id
 
 
 def _hide_arguments(task: TrackedTask[Any, Any]) -> None:
