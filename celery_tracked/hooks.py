@@ -6,6 +6,8 @@ Celery's own ``before_start``...``after_return``).
 - :meth:`Hooks.completion_rows` returns rows to insert inside the completion transaction:
   they exist if and only if the job is marked completed (pipelines will use it). It returns
   data and never sees a connection.
+- :meth:`Hooks.failure_rows` does the same for the write that fails a job after it
+  exhausted its retries (a pipeline's fail-soft successor).
 - :meth:`Hooks.after_transition` hears every transition once it is written (or failed to
   be): the structured log lines and the terminal notification are the first two built-ins.
 
@@ -78,6 +80,12 @@ class Hooks:
         ``result``)."""
         return ()
 
+    def failure_rows(self, claim: Claim, error: BaseException) -> Sequence[NewRow]:
+        """Rows to insert in the transaction that marks ``claim``'s job ``failed`` after it
+        exhausted its retries (never after ``Unrecoverable`` or an error its task does not
+        retry): a pipeline's fail-soft successor."""
+        return ()
+
     def after_transition(self, transition: Transition) -> None:
         """Called after each transition (from the process where it happened)."""
 
@@ -138,6 +146,9 @@ class HookChain(Hooks):
 
     def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
         return [row for hook in self.hooks for row in hook.completion_rows(claim, result)]
+
+    def failure_rows(self, claim: Claim, error: BaseException) -> Sequence[NewRow]:
+        return [row for hook in self.hooks for row in hook.failure_rows(claim, error)]
 
     def after_transition(self, transition: Transition) -> None:
         for hook in self.hooks:

@@ -61,14 +61,22 @@ class Claim:
 @dataclass(frozen=True)
 class NewRow:
     """A row to insert inside a completion transaction (``table`` is one of the library's
-    own tables). It exists if and only if the job is marked completed."""
+    own tables). It exists if and only if the job is marked completed.
+
+    ``new_job``: a pending ``background_jobs`` row (a pipeline's successor), inserted
+    unless its id or idempotency key is taken (then nothing is inserted, and the
+    completion still commits), with its ``enqueued`` event when it is.
+    """
 
     table: str
     values: Mapping[str, Any]
+    new_job: bool = False
 
     def __post_init__(self) -> None:
         if self.table not in TABLES:
             raise ValueError(f"not a celery-tracked table: {self.table!r} (one of {TABLES})")
+        if self.new_job and self.table != TABLES[0]:
+            raise ValueError(f"a new job is a row of {TABLES[0]}, not {self.table}")
 
 
 #: The library's own tables: the only ones a completion may add rows to.

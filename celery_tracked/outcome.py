@@ -136,6 +136,21 @@ def plan_outcome(
     return Plan(Write.RETRY, delay_ms=backoff(attempt))
 
 
+def exhausted(
+    error: BaseException,
+    attempt: int,
+    max_attempts: int,
+    retryable: Callable[[BaseException], bool] | None = None,
+) -> bool:
+    """A failure that used up the job's retries: its last attempt raised an error its task
+    retries (never ``Unrecoverable``, never one the task does not retry). A pipeline's
+    fail-soft successor follows only such a failure."""
+    cause = retry_cause(error)
+    if isinstance(cause, Unrecoverable) or attempt < max_attempts:
+        return False
+    return retryable is None or retryable(cause)
+
+
 def retry_cause(error: BaseException) -> BaseException:
     """The exception a failure record is about: a ``Retry``'s cause when it has one."""
     if isinstance(error, Retry) and isinstance(error.exc, BaseException):

@@ -31,6 +31,7 @@ from .outcome import (
     Verdict,
     Write,
     backoff_ms,
+    exhausted,
     plan_outcome,
     retry_cause,
 )
@@ -158,8 +159,20 @@ class Recorder:
     def fail_attempt(
         self, run: Run, claim: Claim, plan: Plan, error: Exception, started: float
     ) -> Verdict:
-        """Record the attempt as failed (``retrying`` or ``failed``, as ``plan`` says)."""
-        written = self.record_failure(run, claim, retry_cause(error), started, plan.delay_ms)
+        """Record the attempt as failed (``retrying`` or ``failed``, as ``plan`` says); a
+        failure that exhausted the retries inserts the hooks' ``failure_rows`` with it."""
+        rows: Sequence[NewRow] = ()
+        if plan.delay_ms is None and exhausted(
+            error, claim.attempt, claim.max_attempts, run.policy.retries
+        ):
+            try:
+                rows = self.hooks.failure_rows(claim, error)
+            except Exception:  # the failure is written anyway, without them
+                logging.getLogger("celery_tracked").exception(
+                    "job %s: failure_rows hook failed", claim.job_id
+                )
+        cause = retry_cause(error)
+        written = self.record_failure(run, claim, cause, started, plan.delay_ms, rows=rows)
         return written if written is not None else after_write(plan, error)
 
     def job_error(self, run: Run, claim: Claim, error: Exception, started: float) -> Verdict:
@@ -180,6 +193,7 @@ class Recorder:
         started: float,
         delay_ms: int | None,
         secret: bool = True,
+        rows: Sequence[NewRow] = (),
     ) -> Verdict | None:
         """Write retrying (``delay_ms`` given) or failed, fenced. None when written; else
         the verdict that replaces the plan's (lease lost, or the failure to carry over)."""
@@ -189,7 +203,9 @@ class Recorder:
         duration = int((time.monotonic() - started) * 1000)
         status = JobStatus.FAILED if delay_ms is None else JobStatus.RETRYING
         write = (
-            self.store.fail if delay_ms is None else partial(self.store.retrying, delay_ms=delay_ms)
+            partial(self.store.fail, rows=rows)
+            if delay_ms is None
+            else partial(self.store.retrying, delay_ms=delay_ms)
         )
         try:
             written = write(

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from . import successors
 from .codec import encode
 from .errors import StoreError, Unrecoverable, mask_exception
 from .hooks import Delivery, Hooks
@@ -82,7 +83,10 @@ class Runner:
         )
         # registered from the claim until the outcome is written: a duplicate delivery in
         # this same process never mistakes the running attempt for an abandoned one
-        with self.leases.holding(claim, since=sent):
+        with (
+            self.leases.holding(claim, since=sent),
+            successors.running(run.job_id, run.headers.correlation_id),
+        ):
             return self._execute(run, claim, body)
 
     # -- claim ------------------------------------------------------------------------

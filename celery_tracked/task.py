@@ -27,7 +27,7 @@ from celery import Celery, Task
 from celery.exceptions import Ignore, Reject, Retry, TimeLimitExceeded
 from celery.result import AsyncResult
 
-from . import eager, producer
+from . import eager, producer, successors
 from .calls import CallShape
 from .decorator import tracked_task
 from .jobs import EnqueueResult, Job
@@ -53,6 +53,7 @@ _UNLIMITED = sys.maxsize
 _UNDERSCORED = "_idempotency_key _correlation_id _parent_job_id _owner_id _max_attempts _options"
 
 P = ParamSpec("P")
+Q = ParamSpec("Q")
 R_co = TypeVar("R_co", covariant=True)
 
 __all__ = ["TrackedTask", "tracked_task"]
@@ -210,6 +211,33 @@ class TrackedTask(Task[P, R_co]):
         inline = send is not None or bool(self.app.conf.task_always_eager)
         publish = eager.sender(send or super().apply_async, args, kwargs, job.call, options)
         return eager.enqueue(tracker.enqueuer, job, publish, tracker.settings.redact_keys, inline)
+
+    # -- pipelines (successors.py) -----------------------------------------------------
+
+    def then(self, task: TrackedTask[Q, Any], *args: Q.args, **kwargs: Q.kwargs) -> str:
+        """Declare a successor of this running step: created with its completion, published
+        after it; returns the successor's job id. Raises ``NotInAStep`` outside a run."""
+        return successors.declare(task, args, kwargs)
+
+    def otherwise(self, task: TrackedTask[Q, Any], *args: Q.args, **kwargs: Q.kwargs) -> str:
+        """Declare a fail-soft successor: created only if this step fails after exhausting
+        its retries (never after ``Unrecoverable``)."""
+        return successors.declare(task, args, kwargs, fail_soft=True)
+
+    def successor(
+        self,
+        task: TrackedTask[Q, Any],
+        *,
+        idempotency_key: str | None = None,
+        fail_soft: bool = False,
+    ) -> Callable[Q, str]:
+        """``then``/``otherwise`` with options: ``self.successor(t, idempotency_key=k)(...)``."""
+
+        def declare(*args: Q.args, **kwargs: Q.kwargs) -> str:
+            key, soft = idempotency_key, fail_soft
+            return successors.declare(task, args, kwargs, idempotency_key=key, fail_soft=soft)
+
+        return declare
 
     # -- worker -----------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from .relay import Relay
 from .runner import Runner
 from .settings import Settings
 from .store import JobStore
+from .successors import Successors
 
 logger = logging.getLogger("celery_tracked")
 
@@ -60,7 +61,9 @@ class Tracker:
         self.guard: Guard = backend
         self.notifier: Notifier = backend
         self.leases = LeaseKeeper(self.store, settings.lease_seconds)
-        self.hooks = HookChain([NotifyTerminal(self.notifier), LogTransitions()])
+        self.hooks = HookChain(
+            [NotifyTerminal(self.notifier), LogTransitions(), Successors(self.store)]
+        )
         self.enqueuer = Enqueuer(self.store, self.guard, settings.guard_ttl_seconds, self.hooks)
         self.runner = Runner(self.store, self.leases, self.hooks, settings)
         self.aftermath = Aftermath(self.store, self.hooks, settings)

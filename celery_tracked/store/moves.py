@@ -73,8 +73,7 @@ class Moves:
             DuplicateJob: the id or ``(job_type, idempotency_key)`` already exists.
             StoreError: the database failed.
         """
-        defaults = {"attempts_made": 0, "progress": 0, "key_round": 0, "revision": 0}
-        params = {**defaults, **row, "now": row["created_at"]}
+        params = {**sql.NEW_JOB_DEFAULTS, **row, "now": row["created_at"]}
         try:
             self._insert(params)
         except Disconnected:
@@ -272,10 +271,14 @@ class Moves:
         error_message: str,
         duration_ms: int | None,
         now: datetime,
+        rows: Sequence[NewRow] = (),
     ) -> bool:
-        """processing → failed, fenced by the claim."""
+        """processing → failed, fenced by the claim; ``rows`` (a fail-soft successor) are
+        inserted in the same transaction."""
         message = f"{error_type}: {error_message}"
-        return self._end_run(sql.FAIL, claim, error_type, error_message, message, duration_ms, now)
+        return self._end_run(
+            sql.FAIL, claim, error_type, error_message, message, duration_ms, now, rows=rows
+        )
 
     def _end_run(
         self,
@@ -287,11 +290,12 @@ class Moves:
         duration_ms: int | None,
         now: datetime,
         delay_ms: int = 0,
+        rows: Sequence[NewRow] = (),
     ) -> bool:
         params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": now}
         params.update(error_type=error_type, error_message=error_message, delay_s=delay_ms / 1000)
         params.update(message=message[:1000], duration_ms=duration_ms)
-        return self.apply(move, params) is not None
+        return self.apply(move, params, rows) is not None
 
     @reconnecting
     def renew(self, claim: Claim, lease_seconds: float) -> bool:
@@ -309,4 +313,10 @@ class Moves:
 
 def _insert_rows(conn: Connection, rows: Sequence[NewRow]) -> None:
     for row in rows:
-        conn.execute(insert(metadata.tables[row.table]).values(dict(row.values)))
+        if not row.new_job:
+            conn.execute(insert(metadata.tables[row.table]).values(dict(row.values)))
+            continue
+        params = {**sql.NEW_JOB_DEFAULTS, **row.values}
+        if conn.execute(sql.job_insert_if_absent(conn.dialect.name), params).rowcount == 1:
+            event = sql.event_insert(jobs, "enqueued", JobStatus.PENDING)
+            conn.execute(event, {"job_id": params["id"], "now": params["created_at"]})

@@ -36,6 +36,7 @@ from sqlalchemy import (
     true,
     update,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import BindParameter
 
 from ..jobs import CLAIMABLE, JobStatus
@@ -310,7 +311,21 @@ NEW_JOB_COLUMNS = (
     "created_at",
     "updated_at",
 )
-JOB_INSERT = insert(jobs).values({c: bindparam(c, type_=jobs.c[c].type) for c in NEW_JOB_COLUMNS})
+#: Values of a new job row the producer need not give.
+NEW_JOB_DEFAULTS = {"attempts_made": 0, "progress": 0, "key_round": 0, "revision": 0}
+_NEW_JOB_VALUES = {c: bindparam(c, type_=jobs.c[c].type) for c in NEW_JOB_COLUMNS}
+JOB_INSERT = insert(jobs).values(_NEW_JOB_VALUES)
+
+
+@functools.cache
+def job_insert_if_absent(dialect: str) -> Insert:
+    """A new job row, inserted unless its id or idempotency key is taken (a successor
+    that another job already holds the key of): nothing is inserted then, no error."""
+    if dialect == "postgresql":
+        return postgresql.insert(jobs).values(_NEW_JOB_VALUES).on_conflict_do_nothing()
+    if dialect == "sqlite":
+        return sqlite.insert(jobs).values(_NEW_JOB_VALUES).on_conflict_do_nothing()
+    return JOB_INSERT.prefix_with("IGNORE")  # MySQL, MariaDB
 
 
 @functools.cache

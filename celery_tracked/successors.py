@@ -1,0 +1,188 @@
+"""Self-chaining pipelines: a running step declares its successors (``self.then``).
+
+A successor is a job like any other, declared from inside a tracked task's body and
+created **with the step's completion**: its row (``pending``, not yet published) is
+inserted by the :class:`Successors` hook in the very transaction that marks the step
+``completed``, and its message is published only after that commit. So a successor exists
+if and only if its step completed, and a step that runs again (a redelivery, a retry after
+a crash, a lost completion write) never creates a second one: only one completion of a job
+is ever written. A process that dies between the commit and the publish leaves the row to
+the relay (``relay.py``), which publishes it after ``tracked_relay_grace_seconds``.
+
+A successor inherits the step's ``correlation_id`` and gets ``parent_job_id`` = the step;
+its idempotency key is the one its task builds (its template, or a key given with
+``self.successor(task, idempotency_key=...)``), else a deterministic one from the step,
+the successor's job type and its arguments. A successor whose key another job holds is not
+created (the completion commits all the same): the pipeline goes on from that job.
+
+``self.otherwise(task, ...)`` declares a **fail-soft** successor: created with the write
+that fails the step after it exhausted its retries (never after ``Unrecoverable`` or an
+error its task does not retry), instead of with a completion.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from . import producer
+from .enqueuer import NewJob
+from .errors import TrackedError, mask_secrets
+from .hooks import Hooks, Transition
+from .jobs import Claim, NewRow, utcnow
+from .messages import Control
+from .store import JobStore
+
+if TYPE_CHECKING:
+    from .task import TrackedTask
+
+logger = logging.getLogger("celery_tracked")
+
+#: Successors one step may declare (a runaway loop is refused, not inserted).
+MAX_SUCCESSORS = 1000
+
+
+class NotInAStep(TrackedError, RuntimeError):
+    """``then``/``otherwise`` was called outside the body of a running tracked task."""
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A successor declared by a running step: its job and how to publish it."""
+
+    job: NewJob
+    fail_soft: bool
+    publish: Callable[[], None]
+
+
+@dataclass
+class Step:
+    """The running attempt of a tracked job, as its successors see it."""
+
+    job_id: str
+    correlation_id: str
+    declared: list[Declared] = field(default_factory=list)
+    #: handed to the transaction that ends the step; published once it committed
+    written: list[Declared] = field(default_factory=list)
+
+
+_current: ContextVar[Step | None] = ContextVar("celery_tracked_step", default=None)
+
+
+@contextmanager
+def running(job_id: str, correlation_id: str | None) -> Iterator[Step]:
+    """The body of job ``job_id`` runs inside: ``then``/``otherwise`` declare on it."""
+    step = Step(job_id, correlation_id or job_id)
+    token = _current.set(step)
+    try:
+        yield step
+    finally:
+        _current.reset(token)
+
+
+def declare(
+    task: TrackedTask[Any, Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    idempotency_key: str | None = None,
+    fail_soft: bool = False,
+) -> str:
+    """Declare a successor of the running step; returns the job id it will have (unless
+    its key is taken by another job when the step completes).
+
+    Raises:
+        NotInAStep: no tracked task is running here.
+        InvalidPayload: the successor's arguments were refused.
+    """
+    step = _current.get()
+    if step is None:
+        raise NotInAStep("then()/otherwise() can only be called from a running tracked task")
+    if len(step.declared) >= MAX_SUCCESSORS:
+        raise NotInAStep(f"a step may declare at most {MAX_SUCCESSORS} successors")
+    control = Control(idempotency_key, step.correlation_id, step.job_id)
+    options: dict[str, Any] = {}
+    job = producer.new_job(task, args, kwargs, None, control, options)
+    if job.call.key is None:
+        job = replace(job, call=replace(job.call, key=derived_key(step.job_id, job)))
+    publish = _publisher(task, tuple(args), dict(kwargs), job, options)
+    step.declared.append(Declared(job, fail_soft, publish))
+    return job.job_id
+
+
+def derived_key(parent_job_id: str, job: NewJob) -> str:
+    """The key of a successor that has none: the step, the successor's job type and its
+    (redacted) arguments."""
+    digest = hashlib.sha256(f"{job.job_type}\n{job.call.payload_json}".encode()).hexdigest()
+    return f"then:{parent_job_id}:{digest[:24]}"
+
+
+def _publisher(
+    task: TrackedTask[Any, Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    job: NewJob,
+    options: dict[str, Any],
+) -> Callable[[], None]:
+    def publish() -> None:  # a re-publish of an existing job: no new row, reprs redacted
+        headers = job.headers().to_headers()
+        task_id = job.celery_task_id or job.job_id
+        task.apply_async(args, kwargs, task_id=task_id, headers=headers, **options)
+
+    return publish
+
+
+class Successors(Hooks):
+    """Inserts a step's successors with its completion (or its exhausted failure), then
+    publishes them once that write committed."""
+
+    def __init__(self, store: JobStore) -> None:
+        self.store = store
+
+    def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
+        return self._rows(claim, fail_soft=False)
+
+    def failure_rows(self, claim: Claim, error: BaseException) -> Sequence[NewRow]:
+        return self._rows(claim, fail_soft=True)
+
+    def _rows(self, claim: Claim, fail_soft: bool) -> Sequence[NewRow]:
+        step = _current.get()
+        if step is None or step.job_id != claim.job_id:
+            return ()
+        step.written = [d for d in step.declared if d.fail_soft is fail_soft]
+        return [NewRow("background_jobs", d.job.row(), new_job=True) for d in step.written]
+
+    def after_transition(self, transition: Transition) -> None:
+        step = _current.get()
+        if step is None or step.job_id != transition.job_id:
+            return
+        if transition.event not in ("completed", "failed") or not step.written:
+            return
+        written, step.written = step.written, []
+        for declared in written:
+            self._publish(declared)
+
+    def _publish(self, declared: Declared) -> None:
+        job_id = declared.job.job_id
+        try:
+            if self.store.get(job_id) is None:
+                logger.info(
+                    "successor %s of %s not created: key %s is another job's",
+                    job_id,
+                    declared.job.parent_job_id,
+                    declared.job.call.key,
+                )
+                return
+            declared.publish()
+            self.store.handed_over(job_id, utcnow(), 0)
+        except Exception as exc:  # the relay publishes it after the grace period
+            logger.warning(
+                "successor %s not published now (%s): the relay will publish it",
+                job_id,
+                mask_secrets(str(exc), declared.job.call.secrets),
+            )
