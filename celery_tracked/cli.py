@@ -12,7 +12,7 @@ import click
 from celery.bin.base import CeleryCommand, handle_preload_options
 
 from . import migrate as migrations
-from .errors import TrackedError, first_line
+from .errors import JobNotFound, TrackedError, first_line
 from .settings import Settings
 from .tracker import Tracker
 
@@ -104,6 +104,21 @@ def show(ctx: click.Context, job_id: str, history: bool) -> None:
                 f"{ev.created_at.isoformat()}  {ev.event:<12} {ev.status.value:<10} "
                 f"attempt={ev.attempt} {ev.message or ''}".rstrip()
             )
+
+
+@tracked.command(cls=CeleryCommand)
+@click.argument("correlation_id")
+@click.pass_context
+def pipeline(ctx: click.Context, correlation_id: str) -> None:
+    """Show a pipeline (the jobs sharing a correlation id) as a tree, and its state."""
+    tracker = _tracker(ctx)
+    with _friendly("reading the pipeline"):
+        try:
+            found = tracker.pipeline(correlation_id)
+        except JobNotFound as exc:
+            click.echo(str(exc), err=True)
+            sys.exit(1)
+    click.echo(found.render())
 
 
 @tracked.command(cls=CeleryCommand)

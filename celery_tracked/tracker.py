@@ -24,6 +24,7 @@ from .hooks import HookChain, Hooks, LogTransitions, NotifyTerminal, Transition
 from .jobs import EnqueueResult, Job, JobEvent, utcnow
 from .lease import LeaseKeeper
 from .messages import as_job_id
+from .pipelines import Pipeline
 from .relay import Relay
 from .runner import Runner
 from .settings import Settings
@@ -153,6 +154,19 @@ class Tracker:
         from . import resend  # Celery-aware: imported when used
 
         return resend.retry(self, as_job_id(job_id), arguments, attempts)
+
+    def pipeline(self, correlation_id: str | UUID) -> Pipeline:
+        """The jobs sharing ``correlation_id`` (a pipeline: its first job's id), oldest
+        first, with their parent links, counts per status and overall ``state``.
+
+        Raises:
+            JobNotFound: no job has this correlation id.
+        """
+        cid = as_job_id(correlation_id, "correlation_id")
+        jobs = self.store.pipeline(cid)
+        if not jobs:
+            raise JobNotFound(f"no job with correlation id {cid}")
+        return Pipeline(cid, tuple(jobs))
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per queue: ``counts`` per status, ``total`` and ``oldest_pending_age_s``."""

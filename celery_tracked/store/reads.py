@@ -38,6 +38,14 @@ class Reads:
         return None if row is None else Job.from_row(row)
 
     @reconnecting
+    def pipeline(self, correlation_id: str) -> list[Job]:
+        """The jobs sharing ``correlation_id``, oldest first."""
+        params = {"correlation_id": correlation_id}
+        with translated("reading the pipeline"), self.engines.transaction() as conn:
+            rows = conn.execute(sql.SELECT_PIPELINE, params).mappings().all()
+        return [Job.from_row(r) for r in rows]
+
+    @reconnecting
     def unpublished(self, *, cutoff: datetime, now: datetime) -> list[str]:
         """Ids of pending jobs created before ``cutoff`` whose message was never handed to
         the broker and that no relay holds (oldest first, at most 100)."""

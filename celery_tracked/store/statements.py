@@ -346,6 +346,11 @@ SELECT_BY_KEY = (
     .order_by(jobs.c.key_round.desc())
     .limit(1)
 )
+SELECT_PIPELINE = (
+    select(jobs)
+    .where(jobs.c.correlation_id == _param("correlation_id", String))
+    .order_by(jobs.c.created_at, jobs.c.id)
+)
 SELECT_ATTEMPTS = select(jobs.c.attempts_made, jobs.c.max_attempts).where(jobs.c.id == JOB_ID)
 SELECT_CLOCK = select(db_time())
 SELECT_ATTEMPTS_STATUS = select(jobs.c.attempts_made, jobs.c.status).where(jobs.c.id == JOB_ID)

@@ -49,6 +49,7 @@ class MemoryStore:
         self.fail_times: dict[str, int] = {}  # method → how many calls fail before it works
         self.calls: list[str] = []
         self.completion_rows: list[NewRow] = []
+        self.failure_rows: list[NewRow] = []
 
     def add(self, job_id: str = "j-1", **changes: Any) -> Job:
         now = utcnow()
@@ -239,8 +240,10 @@ class MemoryStore:
         error_message: str,
         duration_ms: int | None,
         now: datetime,
+        rows: Sequence[NewRow] = (),
     ) -> bool:
         self._call("fail")
+        self.failure_rows = list(rows)
         if not self._held(claim):
             return False
         self._end(

@@ -1,0 +1,92 @@
+"""Pipeline status: the jobs that share a correlation id, as a tree, and their state.
+
+``Tracker.pipeline(correlation_id)`` reads every job of the pipeline (one indexed query)
+and :func:`pipeline_state` decides its overall state from the rows alone:
+
+- ``running``: a job is ``pending``, ``processing`` or ``retrying``;
+- ``completed``: nothing runs and every job no successor followed (a leaf) completed (a
+  step that failed with its fail-soft successor run is not a leaf);
+- ``failed``: nothing runs and a leaf failed on its last attempt (its retries exhausted);
+- ``halted``: nothing runs and a leaf failed before its last attempt (``Unrecoverable``,
+  an error its task does not retry) or was cancelled: the pipeline was stopped.
+
+Pure: no SQL here (the read is ``store/reads.py``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from .jobs import Job, JobStatus
+
+RUNNING, COMPLETED, FAILED, HALTED = "running", "completed", "failed", "halted"
+
+
+def pipeline_state(jobs: Sequence[Job]) -> str:
+    """The overall state of a pipeline's jobs (see the module's text)."""
+    if any(not job.terminal for job in jobs):
+        return RUNNING
+    parents = {job.parent_job_id for job in jobs}
+    leaves = [job for job in jobs if job.id not in parents]
+    if all(job.status is JobStatus.COMPLETED for job in leaves):
+        return COMPLETED
+    exhausted = [
+        job
+        for job in leaves
+        if job.status is JobStatus.FAILED and job.attempts_made >= job.max_attempts
+    ]
+    return FAILED if exhausted else HALTED
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The jobs of one correlation id, oldest first, with their parent links."""
+
+    correlation_id: str
+    jobs: tuple[Job, ...]
+
+    @property
+    def state(self) -> str:
+        return pipeline_state(self.jobs)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """How many jobs are in each status (every status listed)."""
+        seen = Counter(job.status.value for job in self.jobs)
+        return {status.value: seen.get(status.value, 0) for status in JobStatus}
+
+    def children(self, job_id: str | None) -> list[Job]:
+        """The jobs whose parent is ``job_id`` (None: the roots: no parent in this
+        pipeline)."""
+        ids = {job.id for job in self.jobs}
+        if job_id is None:
+            return [job for job in self.jobs if job.parent_job_id not in ids]
+        return [job for job in self.jobs if job.parent_job_id == job_id]
+
+    def tree(self) -> Iterator[tuple[int, Job]]:
+        """``(depth, job)`` in tree order (a parent, then its successors), each job once."""
+        seen: set[str] = set()
+        stack = [(0, job) for job in reversed(self.children(None))]
+        while stack:
+            depth, job = stack.pop()
+            if job.id in seen:
+                continue
+            seen.add(job.id)
+            stack.extend((depth + 1, child) for child in reversed(self.children(job.id)))
+            yield depth, job
+
+    def render(self) -> str:
+        """The pipeline as an indented tree, one job per line (never payloads)."""
+        counts = ", ".join(f"{status} {n}" for status, n in self.counts.items() if n)
+        lines = [f"pipeline {self.correlation_id}: {self.state} ({counts})"]
+        for depth, job in self.tree():
+            error = f"  {job.error_type}: {job.error_message}" if job.error_type else ""
+            if job.status is JobStatus.COMPLETED:
+                error = ""
+            lines.append(
+                f"{'   ' * depth}└─ {job.job_type}  {job.status.value}  {job.id}  "
+                f"attempts {job.attempts_made}/{job.max_attempts}{error}"
+            )
+        return "\n".join(lines)
