@@ -317,6 +317,7 @@ def _insert_rows(conn: Connection, rows: Sequence[NewRow]) -> None:
             conn.execute(insert(metadata.tables[row.table]).values(dict(row.values)))
             continue
         params = {**sql.NEW_JOB_DEFAULTS, **row.values}
-        if conn.execute(sql.job_insert_if_absent(conn.dialect.name), params).rowcount == 1:
-            event = sql.event_insert(jobs, "enqueued", JobStatus.PENDING)
-            conn.execute(event, {"job_id": params["id"], "now": params["created_at"]})
+        conn.execute(sql.job_insert_if_absent(conn.dialect.name), params)
+        # copied from the row: none when the insert was skipped (a new job's id is fresh)
+        event = sql.event_insert(jobs, "enqueued", JobStatus.PENDING)
+        conn.execute(event, {"job_id": params["id"], "now": params["created_at"]})
