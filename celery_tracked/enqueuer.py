@@ -19,6 +19,7 @@ row. A producer that died between insert and publish leaves such a row for the r
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -40,8 +41,9 @@ logger = logging.getLogger("celery_tracked")
 DUPLICATE_WAIT_S = 5.0
 #: The guard of a job without idempotency key only covers the enqueue itself.
 ID_GUARD_TTL_MS = 60_000
-#: How many times an enqueue decides again when its key changes hands under it.
-_ROUNDS_TRIED = 10
+#: How many times an enqueue decides again when its key changes hands under it (with a
+#: short random pause between tries, so racing producers spread out).
+_ROUNDS_TRIED = 60
 _ONE_JOB = KeyRule()
 #: ``publish(headers, task_id)``: hand the job's message to the broker (or run it here).
 Publish = Callable[[TrackedHeaders, str], object]
@@ -130,7 +132,9 @@ class Enqueuer:
         """
         parts, ttl_ms = guard_of(job, self.guard_ttl_s)
         key = self.guard.key(*parts)
-        for _ in range(_ROUNDS_TRIED):
+        for tried in range(_ROUNDS_TRIED):
+            if tried:
+                time.sleep(random.uniform(0, 0.002 * min(tried, 10)))
             try:
                 holder = self._acquire(job, key, ttl_ms)
                 latest = holder if holder is not None else self._latest(job)

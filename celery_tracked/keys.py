@@ -33,6 +33,9 @@ from typing import Any
 from .errors import InvalidTaskOption
 from .jobs import Job, JobStatus
 
+#: The longest duration (seconds): as Celery's ``countdown`` (``messages.MAX_SECONDS``).
+MAX_SECONDS = float(2**31 - 1)
+
 
 class KeyLifetime(str, enum.Enum):
     """How long an idempotency key keeps new jobs out (see the module's text)."""
@@ -131,6 +134,8 @@ def _seconds(
         )
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise InvalidTaskOption(name, f"must be a number of seconds, got {value!r}")
+    if value > MAX_SECONDS:  # a date that far away cannot be computed
+        raise InvalidTaskOption(name, f"must be at most {MAX_SECONDS:.0f} seconds, got {value!r}")
     if value < 0 or (positive and value == 0):
         raise InvalidTaskOption(
             name, f"must be {'> 0' if positive else '>= 0'} seconds, got {value!r}"

@@ -153,10 +153,11 @@ def retry(
         _refuse_if_key_taken(tracker, job)
         return False
     sent = replace(job, status=JobStatus.PENDING, revision=made)
+    forgotten = _forget_result(tracker.app, sent)
     try:
-        _forget_result(tracker.app, sent)
         send_job(tracker.app, sent, args, kwargs)
     except Exception as exc:
+        _restore_result(tracker.app, sent, forgotten)
         detail = mask_secrets(str(exc), secret_values([dict(arguments or {})], keys), keys)
         store.undo_retry(
             job.id,
@@ -189,10 +190,30 @@ def _refuse_if_key_taken(tracker: Tracker, job: Job) -> None:
         )
 
 
-def _forget_result(app: Celery, job: Job) -> None:
+#: Celery's stored result of a run: ``(state, result, traceback)``.
+Stored = tuple[str, Any, Any]
+
+
+def _forget_result(app: Celery, job: Job) -> Stored | None:
     """Drop Celery's stored result of the old run, so ``AsyncResult.get()`` waits for the
-    new one (best effort: a backend without results has nothing to forget)."""
+    new one; returns it, to put back if the retry is undone (best effort: a backend
+    without results has nothing to forget)."""
     try:
-        app.AsyncResult(job.celery_task_id or job.id).forget()
+        old = app.AsyncResult(job.celery_task_id or job.id)
+        stored = (old.state, old.result, old.traceback)
+        old.forget()
     except Exception as exc:  # NotImplementedError (no backend), a backend outage...
         logger.debug("job %s: old result not forgotten: %s", job.id, exc)
+        return None
+    return None if stored[0] == "PENDING" else stored
+
+
+def _restore_result(app: Celery, job: Job, stored: Stored | None) -> None:
+    """Put back the result ``_forget_result`` dropped (the retry was undone)."""
+    if stored is None:
+        return
+    state, result, traceback = stored
+    try:
+        app.backend.store_result(job.celery_task_id or job.id, result, state, traceback)
+    except Exception as exc:
+        logger.warning("job %s: its old result could not be put back: %s", job.id, exc)

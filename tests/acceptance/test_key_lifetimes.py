@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from conftest import HERE, worker_environ
 from key_tasks import DEBOUNCE_S, THROTTLE_S, burst
+from tracked_app import create_app
 
-from celery_tracked import JobStatus, RetryRefused
+from celery_tracked import EnqueueError, JobStatus, RetryRefused, Tracker
 from tests.conftest import wait_for
 
 PRODUCERS = 8
@@ -265,3 +266,33 @@ def test_beat_entries_with_keys_follow_their_lifetime(
     assert len(created) >= 2
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(created)]
     assert all(gap >= THROTTLE_S for gap in gaps), gaps
+
+
+def test_an_undone_retry_keeps_celerys_stored_result(
+    env: Any, start_worker: Any, redis_url: str
+) -> None:
+    """The broker refuses the retry's message: the job is failed again, and the result
+    backend still holds the old FAILURE (``AsyncResult.get()`` must not wait for ever)."""
+    backend = {"TRACKED_TEST_RESULT_BACKEND": redis_url}
+    start_worker(environ=backend)
+    app = create_app({**env.config, "result_backend": redis_url})
+    queued = app.tasks["acc.fails_first"].enqueue(x="r3")
+    env.wait_status(queued.job_id, "failed")
+    wait_for(lambda: app.AsyncResult(queued.job_id).state == "FAILURE", timeout=10)
+    broken = create_app(
+        {**env.config, "broker": "redis://127.0.0.1:1/0", "result_backend": redis_url}
+    )
+    broken.conf.broker_connection_timeout = 0.5
+    broken.conf.broker_transport_options = {"max_retries": 0}
+    try:
+        with pytest.raises(EnqueueError, match="broker publish"):
+            Tracker.for_app(broken).retry(queued.job_id)
+        assert env.status(queued.job_id) == "failed"
+        assert app.AsyncResult(queued.job_id).state == "FAILURE"
+        events = [e.event for e in env.tracker.history(queued.job_id)]
+        assert events[-2:] == ["retried", "failed"]
+    finally:
+        Tracker.for_app(broken).close()
+        Tracker.for_app(app).close()
+        broken.close()
+        app.close()

@@ -100,6 +100,8 @@ BAD = [
     ({"throttle_s": 5}, "throttle_s", "only applies to key_lifetime='throttle'"),
     ({"key_lifetime": "ended", "debounce_s": 1}, "debounce_s", "only applies"),
     ({"key_lifetime": "debounce", "debounce_s": -1}, "debounce_s", ">= 0"),
+    ({"key_lifetime": "throttle", "throttle_s": 1e12}, "throttle_s", "at most 2147483647"),
+    ({"key_lifetime": "debounce", "debounce_s": 1e12}, "debounce_s", "at most"),
 ]
 
 
