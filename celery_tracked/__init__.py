@@ -21,7 +21,9 @@ from .errors import (
 from .guard import GuardError
 from .jobs import EnqueueResult, Job, JobEvent, JobStatus
 from .keys import KeyLifetime
+from .pipelines import Pipeline
 from .settings import Settings
+from .successors import NotInAStep
 from .task import TrackedTask
 from .tracker import Tracker
 
@@ -41,8 +43,10 @@ __all__ = [
     "JobNotFound",
     "JobStatus",
     "KeyLifetime",
+    "NotInAStep",
     "PayloadNotSerializable",
     "PayloadTooLarge",
+    "Pipeline",
     "RetryRefused",
     "Settings",
     "StoreError",
