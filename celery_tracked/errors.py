@@ -13,6 +13,7 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
     │   └── DuplicateInCanvas     a canvas member's idempotency key is taken (not retryable)
     ├── StoreError                the tracking database failed outside enqueue
     ├── JobNotFound
+    ├── InvalidProgress           ``set_progress``/``log`` given a value it cannot record
     ├── WaitTimeout               (also a ``TimeoutError``)
     ├── JobFailed                 ``Tracker.wait`` on a failed or cancelled job
     └── Unrecoverable             raised by a task body: fail now, no further attempts
@@ -110,6 +111,12 @@ class RetryRefused(TrackedError, ValueError):
 
 class StoreError(TrackedError):
     """The tracking database failed."""
+
+
+class InvalidProgress(TrackedError, ValueError):
+    """``set_progress`` got a percent that is not a number from 0 to 100 (a bool, NaN), or
+    a stage that is not a string of at most 200 characters without NUL; or ``log`` got an
+    unknown level. Raised in the body, also outside a tracked run."""
 
 
 class JobNotFound(TrackedError, LookupError):

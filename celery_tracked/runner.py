@@ -27,6 +27,7 @@ from .outcome import (
     postpone_for,
 )
 from .recorder import Recorder, Run, after_write
+from .reporter import Reports
 from .settings import Settings
 from .store import JobStore
 
@@ -47,6 +48,7 @@ class Runner:
         self.hooks = hooks
         self.settings = settings
         self.recorder = Recorder(store, hooks, settings)
+        self.reports = Reports(store, settings)
 
     def run(self, run: Run, body: Callable[[], Any]) -> Verdict:
         """Claim ``run``'s job, call ``body`` under the lease and record its outcome."""
@@ -165,7 +167,8 @@ class Runner:
         result: Any = None
         result_json: str | None = None
         try:
-            result = body()
+            with self.reports.reporting(run, claim):  # its progress written as it ends
+                result = body()
             result_json = _encode_result(result)
         except Exception as exc:
             error = exc

@@ -67,6 +67,10 @@ class Settings:
     relay_grace_seconds: float = 60.0
     #: how often the default Beat entry runs the relay (0: no Beat entry)
     relay_interval_seconds: float = 30.0
+    #: a running body's progress is written at most once per this many ms (0: every call)
+    progress_interval_ms: int = 500
+    #: ``self.log`` lines kept per job (then one marker line, then none)
+    log_lines_per_job: int = 200
 
     @property
     def memory_guard(self) -> bool:
@@ -247,6 +251,8 @@ _SOURCES: tuple[tuple[str, tuple[str, ...], Callable[[str, Any], Any]], ...] = (
     ("check_redis_eviction", (), _bool),
     ("relay_grace_seconds", (), _float("relay_grace_seconds", minimum=1.0)),
     ("relay_interval_seconds", (), _float("relay_interval_seconds", minimum=0.0)),
+    ("progress_interval_ms", (), _int("progress_interval_ms", minimum=0)),
+    ("log_lines_per_job", (), _int("log_lines_per_job", minimum=0)),
 )
 _ALIASES = {name: alias for name, alias, _ in _SOURCES}
 _CONVERTERS = {name: convert for name, _, convert in _SOURCES}

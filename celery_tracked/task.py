@@ -27,7 +27,7 @@ from celery import Celery, Task
 from celery.exceptions import Ignore, Reject, Retry, TimeLimitExceeded
 from celery.result import AsyncResult
 
-from . import eager, producer, successors
+from . import eager, producer, progress, successors
 from .calls import CallShape
 from .decorator import tracked_task
 from .jobs import EnqueueResult, Job
@@ -267,6 +267,19 @@ class TrackedTask(Task[P, R_co]):
         )
         body = getattr(self, "_orig_run", self.run)  # Celery's autoretry wrapper bypassed
         return cast(R_co, self._settle(tracker.runner.run(run, lambda: body(*args, **kwargs))))
+
+    def set_progress(self, percent: float, stage: str | None = None) -> bool:
+        """The running job's ``progress`` (0-100) and ``stage``: ``progress.set_progress``."""
+        return progress.set_progress(self.name, percent, stage)
+
+    def log(self, message: object, level: str = "info") -> bool:
+        """A masked line in the running job's history: ``progress.log``."""
+        return progress.log(self.name, message, level)
+
+    def update_state(self, *args: Any, **kwargs: Any) -> None:
+        """Celery's; ``state="PROGRESS"`` also feeds :meth:`set_progress` (``progress.py``)."""
+        progress.from_update_state(self.name, self.request.id, *args, **kwargs)
+        super().update_state(*args, **kwargs)
 
     def _settle(self, verdict: Verdict) -> Any:
         """Turn the runner's verdict into Celery's terms."""

@@ -4,6 +4,7 @@
   change is a ``Move`` (conditional ``UPDATE`` + its history row).
 - ``moves``: the allowed moves, each run by one helper (``Moves.apply``), fence included.
 - ``rerun``: the moves that give a job a new message (debounce, ``Tracker.retry``).
+- ``reporting``: a running body's progress (a fenced, non-durable move) and log lines.
 - ``reads``: one job, a job by key, a job's history, statistics.
 - ``clock``: the database's clock, on which leases and backoffs are judged.
 - ``engines``: engines per process (fork safety), SQLite pragmas, transactions.
@@ -17,13 +18,14 @@ from __future__ import annotations
 from .engines import Engines
 from .moves import Moves
 from .reads import Reads
+from .reporting import Reporting
 from .rerun import Rerun
 from .translate import Disconnected, DuplicateJob, Refused
 
 __all__ = ["Disconnected", "DuplicateJob", "JobStore", "Refused"]
 
 
-class JobStore(Moves, Reads, Rerun):
+class JobStore(Moves, Reads, Rerun, Reporting):
     """The tracking database of one app; engines are created per process."""
 
     def __init__(self, url: str, pooled: bool = False) -> None:

@@ -1,0 +1,217 @@
+"""The writers behind ``progress.py``: one :class:`Reporter` per running attempt, and one
+:class:`Flusher` thread per process that writes a progress value the interval held back
+once it is due, when the body makes no further call.
+
+Every write is fenced by the run's claim (``store/reporting.py``); a write that matches
+nothing means the run lost its lease: the reporter then writes nothing more (the
+``LeaseKeeper`` stops the run). A database error is logged and swallowed: the next write,
+or the completion, carries the newest value. Knows nothing of Celery.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from . import progress
+from .errors import StoreError, mask_secrets
+from .jobs import Claim, utcnow
+from .progress import Coalescer, Value
+from .recorder import Run
+from .settings import Settings
+from .store import JobStore
+
+logger = logging.getLogger("celery_tracked")
+_LEVELS = {name: getattr(logging, name.upper()) for name in progress.LEVELS}
+
+
+class Flusher:
+    """One thread per process writing the held-back values of its runs when due."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: dict[Reporter, float] = {}
+        self._pid = 0
+
+    def schedule(self, reporter: Reporter, at: float) -> None:
+        """Call ``reporter.flush_due()`` at monotonic time ``at``."""
+        with self._cond:
+            if self._pid != os.getpid():  # first use in this process (after any fork)
+                self._due = {}
+                thread = threading.Thread(target=self._loop, name="celery-tracked-progress")
+                thread.daemon = True
+                thread.start()
+                self._pid = os.getpid()
+            self._due[reporter] = at
+            self._cond.notify()
+
+    def cancel(self, reporter: Reporter) -> None:
+        with self._cond:
+            self._due.pop(reporter, None)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                ready: list[Reporter] = []
+                while not ready:
+                    now = time.monotonic()
+                    ready = [r for r, at in self._due.items() if at <= now]
+                    if not ready:
+                        soonest = min(self._due.values(), default=None)
+                        self._cond.wait(None if soonest is None else soonest - now)
+                for reporter in ready:
+                    del self._due[reporter]
+            for reporter in ready:  # outside the condition: a write takes its time
+                reporter.flush_due()
+
+
+class Reporter:
+    """Writes one running attempt's progress and log lines (``progress.Reporter``)."""
+
+    def __init__(
+        self, store: JobStore, claim: Claim, run: Run, settings: Settings, flusher: Flusher
+    ) -> None:
+        self.task_name = run.task_name
+        self._store = store
+        self._claim = claim
+        self._run = run
+        self._settings = settings
+        self._flusher = flusher
+        self._coalescer = Coalescer(settings.progress_interval_ms / 1000)
+        self._lock = threading.Lock()
+        self._scheduled = False
+        self._ended = False
+        self._lost = False
+        self._lines: int | None = None  # the job's log lines, read at the first one
+        self._secrets: Sequence[str] | None = None
+
+    # -- progress ---------------------------------------------------------------------
+
+    def progress(self, percent: int, stage: str | None) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if self._ended or self._lost:
+                return
+            value = self._coalescer.offer((percent, stage), now)
+            if value is not None:
+                self._write(value, now)
+            due = self._next_due()
+        if due is not None:
+            self._flusher.schedule(self, due)
+
+    def flush_due(self) -> None:
+        """The flusher's call: write the held-back value if it is due."""
+        now = time.monotonic()
+        with self._lock:
+            self._scheduled = False
+            if self._ended or self._lost:
+                return
+            value = self._coalescer.due(now)
+            if value is not None:
+                self._write(value, now)
+            due = self._next_due()
+        if due is not None:
+            self._flusher.schedule(self, due)
+
+    def end(self) -> None:
+        """The body ended: write the newest value now (before the outcome), then nothing."""
+        with self._lock:
+            self._ended = True
+            value = self._coalescer.pending
+            if value is not None and not self._lost:
+                self._write(value, time.monotonic())
+        self._flusher.cancel(self)
+
+    def _next_due(self) -> float | None:
+        """When to flush, if a value is pending and no flush is scheduled yet (lock held)."""
+        due = self._coalescer.next_due()
+        if due is None or self._scheduled:
+            return None
+        self._scheduled = True
+        return due
+
+    def _write(self, value: Value, now: float) -> None:
+        percent, stage = value
+        if stage is not None:
+            stage = self._mask(stage)[: progress.MAX_STAGE_CHARS]
+        try:
+            written = self._store.report_progress(
+                self._claim, percent=percent, stage=stage, now=utcnow()
+            )
+        except StoreError as exc:
+            self._coalescer.sent(value, now, written=False)
+            logger.warning("job %s: progress not written: %s", self._claim.job_id, exc)
+            return
+        self._coalescer.sent(value, now, written)
+        if not written:
+            self._lease_lost("progress")
+
+    # -- log lines --------------------------------------------------------------------
+
+    def log(self, message: str, level: str) -> bool:
+        keys = self._settings.redact_keys
+        text = progress.log_text(message, level, self._secrets_of(), keys)
+        run, claim = self._run, self._claim
+        extra: dict[str, object] = {"job_id": claim.job_id, "queue": run.queue}
+        extra.update(job_type=run.job_type, status="processing", attempt=claim.attempt)
+        logger.log(_LEVELS[level], "job %s: %s", claim.job_id, text, extra=extra)
+        with self._lock:
+            if self._lost:
+                return False
+            limit = self._settings.log_lines_per_job
+            try:
+                if self._lines is None:
+                    self._lines = self._store.log_lines(claim.job_id)
+                if self._lines > limit:
+                    return False
+                line = text if self._lines < limit else progress.dropped_line(limit)
+                written = self._store.log_line(claim, message=line, now=utcnow())
+            except StoreError as exc:
+                logger.warning("job %s: log line not written: %s", claim.job_id, exc)
+                return False
+            if not written:
+                self._lease_lost("log line")
+                return False
+            self._lines += 1
+            return self._lines <= limit
+
+    def _secrets_of(self) -> Sequence[str]:
+        if self._secrets is None:
+            self._secrets = tuple(self._run.secrets())
+        return self._secrets
+
+    def _mask(self, text: str) -> str:
+        return mask_secrets(text, self._secrets_of(), self._settings.redact_keys)
+
+    def _lease_lost(self, what: str) -> None:
+        self._lost = True
+        logger.warning(
+            "job %s attempt %s no longer holds its lease: %s not written, nor any more",
+            self._claim.job_id,
+            self._claim.attempt,
+            what,
+        )
+
+
+class Reports:
+    """The reporters of this process's runs (one per ``Runner``)."""
+
+    def __init__(self, store: JobStore, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+        self.flusher = Flusher()
+
+    @contextmanager
+    def reporting(self, run: Run, claim: Claim) -> Iterator[Reporter]:
+        """Publish the run's reporter to its body (``progress.reporting``) for the block;
+        when the block ends, the newest progress is written and the reporter retired."""
+        reporter = Reporter(self.store, claim, run, self.settings, self.flusher)
+        try:
+            with progress.reporting(reporter):
+                yield reporter
+        finally:
+            reporter.end()
