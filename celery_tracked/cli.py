@@ -78,7 +78,8 @@ def downgrade(ctx: click.Context, revision: str) -> None:
 @click.option("--history/--no-history", default=True, help="Show the job's events.")
 @click.pass_context
 def show(ctx: click.Context, job_id: str, history: bool) -> None:
-    """Show one job (never its payload) and its history."""
+    """Show one job (with its progress and stage, never its payload) and its history
+    (the body's ``self.log`` lines included, event ``log``)."""
     tracker = _tracker(ctx)
     with _friendly("reading the job"):
         job = tracker.get_job(job_id)
@@ -92,6 +93,8 @@ def show(ctx: click.Context, job_id: str, history: bool) -> None:
         "job_type": job.job_type,
         "status": job.status.value,
         "attempts": f"{job.attempts_made}/{job.max_attempts}",
+        "progress": job.progress,
+        "stage": job.stage,
         "error": f"{job.error_type}: {job.error_message}" if job.error_type else None,
         "created_at": job.created_at.isoformat(),
         "started_at": job.started_at.isoformat() if job.started_at else None,

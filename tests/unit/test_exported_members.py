@@ -7,6 +7,7 @@ EXPECTED = {
     "EnqueueResult",
     "GuardError",
     "InvalidPayload",
+    "InvalidProgress",
     "InvalidTaskOption",
     "Job",
     "JobEvent",
