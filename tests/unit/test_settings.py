@@ -131,6 +131,8 @@ def test_every_setting_has_its_celery_tracked_environment_name() -> None:
         "check_redis_eviction": "false",
         "relay_grace_seconds": "12",
         "relay_interval_seconds": "13",
+        "progress_interval_ms": "14",
+        "log_lines_per_job": "15",
     }
     assert set(values) == {f.name for f in fields(Settings)}
     s = Settings.from_conf(
