@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv check test demo bench clean
+.PHONY: venv check test demo bench bench-progress clean
 
 venv: $(STAMP)
 
@@ -27,6 +27,9 @@ demo: venv
 
 bench: venv
 	$(PY) bench/run.py
+
+bench-progress: venv
+	$(PY) bench/progress.py
 
 clean:
 	rm -rf $(VENV) .demo dist build .pytest_cache .mypy_cache .ruff_cache
