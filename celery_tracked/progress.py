@@ -137,7 +137,10 @@ def check_progress(percent: object, stage: object = None) -> Value:
     """``(percent rounded down, stage)``, or ``InvalidProgress``."""
     if isinstance(percent, bool) or not isinstance(percent, numbers.Real):
         raise InvalidProgress(f"progress must be a number from 0 to 100, got {percent!r}")
-    number = float(percent)
+    try:
+        number = float(percent)
+    except (OverflowError, ValueError):
+        number = math.nan
     if not 0 <= number <= 100:  # NaN compares false
         raise InvalidProgress(f"progress must be from 0 to 100, got {percent!r}")
     if stage is not None:
@@ -170,7 +173,10 @@ def progress_of_meta(meta: Any) -> Value | None:
 def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except (OverflowError, ValueError):
+        return None
     return number if math.isfinite(number) else None
 
 

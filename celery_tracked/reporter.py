@@ -66,7 +66,10 @@ class Flusher:
                 for reporter in ready:
                     del self._due[reporter]
             for reporter in ready:  # outside the condition: a write takes its time
-                reporter.flush_due()
+                try:
+                    reporter.flush_due()
+                except Exception:  # never lose the thread that serves every run
+                    logger.exception("celery-tracked: progress flush failed")
 
 
 class Reporter:
@@ -142,9 +145,11 @@ class Reporter:
             written = self._store.report_progress(
                 self._claim, percent=percent, stage=stage, now=utcnow()
             )
-        except StoreError as exc:
+        except Exception as exc:  # never into the body: the next write carries the value
             self._coalescer.sent(value, now, written=False)
-            logger.warning("job %s: progress not written: %s", self._claim.job_id, exc)
+            unexpected = not isinstance(exc, StoreError)
+            job_id = self._claim.job_id
+            logger.warning("job %s: progress not written: %s", job_id, exc, exc_info=unexpected)
             return
         self._coalescer.sent(value, now, written)
         if not written:
@@ -170,8 +175,11 @@ class Reporter:
                     return False
                 line = text if self._lines < limit else progress.dropped_line(limit)
                 written = self._store.log_line(claim, message=line, now=utcnow())
-            except StoreError as exc:
-                logger.warning("job %s: log line not written: %s", claim.job_id, exc)
+            except Exception as exc:  # never into the body
+                unexpected = not isinstance(exc, StoreError)
+                logger.warning(
+                    "job %s: log line not written: %s", claim.job_id, exc, exc_info=unexpected
+                )
                 return False
             if not written:
                 self._lease_lost("log line")

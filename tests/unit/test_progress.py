@@ -24,7 +24,8 @@ def test_a_percent_from_0_to_100_is_stored_rounded_down(percent: Any, stored: in
 
 
 @pytest.mark.parametrize(
-    "percent", [True, False, math.nan, math.inf, -0.1, 100.01, 101, -1, "50", None, Decimal(5)]
+    "percent",
+    [True, False, math.nan, math.inf, -0.1, 100.01, 101, -1, 10**400, "50", None, Decimal(5)],
 )
 def test_a_percent_that_is_no_number_from_0_to_100_is_refused(percent: Any) -> None:
     with pytest.raises(InvalidProgress):
@@ -77,6 +78,7 @@ def test_celerys_progress_meta_gives_a_percent(meta: dict[str, Any], value: p.Va
         {"current": True, "total": 2},
         {"percent": math.nan},
         {"current": math.inf, "total": 2},
+        {"current": 10**400, "total": 2},
     ],
 )
 def test_meta_without_progress_gives_none(meta: Any) -> None:

@@ -117,3 +117,17 @@ def test_log_lines_stop_after_the_limit_with_one_marker() -> None:
         "error: n1 ***",
         "log limit reached (2 lines per job): further lines of this job are dropped",
     ]
+
+
+def test_an_unexpected_error_of_a_write_never_reaches_the_body() -> None:
+    store = Store()
+    r = reporter(store, interval_ms=0)
+
+    def broken(*args: Any, **kwargs: Any) -> bool:
+        raise RuntimeError("a bug below")
+
+    store.report_progress = broken  # type: ignore[method-assign]
+    store.log_line = broken  # type: ignore[method-assign]
+    r.progress(10, None)
+    assert r.log("hello", "info") is False
+    r.end()
