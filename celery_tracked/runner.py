@@ -9,15 +9,17 @@ Writing the outcome is the ``Recorder``'s (``recorder.py``).
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 from typing import Any
 
 from .codec import encode
 from .errors import StoreError, Unrecoverable, mask_exception
-from .hooks import Delivery, Hooks
+from .hooks import Delivery, Hooks, Wait
 from .jobs import Claim, JobStatus, utcnow
 from .lease import LeaseKeeper, diagnose, owner_id
+from .limits import busy_key_countdown
 from .outcome import (
     Postponed,
     Skipped,
@@ -51,11 +53,14 @@ class Runner:
         """Claim ``run``'s job, call ``body`` under the lease and record its outcome."""
         if run.headers.pending_failure is not None:
             return self.recorder.record_pending_failure(run, run.headers.pending_failure)
-        delay = self.hooks.before_claim(
-            Delivery(run.job_id, run.job_type, run.queue, run.task_name)
-        )
+        delivery = Delivery(run.job_id, run.job_type, run.queue, run.task_name, run.limits)
+        full = self._key_full(run, hint=True)
+        if full is not None:  # before the rate limiter: a job that cannot run spends no slot
+            return self._turned_away(run, full)
+        delay = self.hooks.before_claim(delivery)
         if delay is not None:
-            return self._turned_away(run, Postponed(delay, "a hook asked to wait"))
+            asked = delay if isinstance(delay, Wait) else Wait(delay)
+            return self._turned_away(run, Postponed(asked.seconds, asked.reason, asked.headers))
         sent = time.monotonic()
         try:
             claim = self._claim(run)
@@ -74,6 +79,7 @@ class Runner:
             return Postponed(wait, "database unavailable")
         if not isinstance(claim, Claim):
             return self._turned_away(run, claim)
+        self.hooks.after_claim(delivery, claim)
         self.recorder.tell(
             run,
             "processing",
@@ -90,8 +96,15 @@ class Runner:
     def _claim(self, run: Run) -> Claim | Skipped | Postponed:
         store, job_id, leases = self.store, run.job_id, self.leases
         now, lease_s, revision = utcnow(), leases.lease_seconds, run.headers.revision
+        keyed = _concurrency(run)
         claim = store.claim(
-            job_id, owner=owner_id(), worker=run.worker, now=now, lease_s=lease_s, revision=revision
+            job_id,
+            owner=owner_id(),
+            worker=run.worker,
+            now=now,
+            lease_s=lease_s,
+            revision=revision,
+            concurrency=keyed,
         )
         if claim is not None:
             return claim
@@ -104,9 +117,10 @@ class Runner:
             return Skipped(f"job already {job.status.value}")
         if job.status is JobStatus.RETRYING and job.locked_until is not None:
             due = (job.locked_until - store.clock()).total_seconds()
-            return Postponed(max(0.2, due), "its backoff is not due")
+            if due > 0 or keyed is None:
+                return Postponed(max(0.2, due), "its backoff is not due")
         if job.status is not JobStatus.PROCESSING:
-            return Postponed(0.2, "claimed concurrently")
+            return self._key_full(run) or Postponed(0.2, "claimed concurrently")
         grace = leases.grace_seconds
         lease = diagnose(job, store.clock(), leases.dead_holder(job), grace)
         if not lease.lapsed:
@@ -137,8 +151,28 @@ class Runner:
             stale_owner=lease.stale_owner,
             reason=f"attempt {seen} lost ({lease.why}); attempt {seen + 1} takes over",
             revision=revision,
+            concurrency=keyed,
         )
-        return taken if taken is not None else Postponed(0.2, "taken over concurrently")
+        if taken is None:
+            return self._key_full(run) or Postponed(0.2, "taken over concurrently")
+        return taken
+
+    def _key_full(self, run: Run, hint: bool = False) -> Postponed | None:
+        """A keyed job that found no free slot waits (no attempt used); ``hint``: only if a
+        read says the key is full now (the keyed claim decides)."""
+        keyed = _concurrency(run)
+        if keyed is None:
+            return None
+        if hint:
+            try:
+                if not self.store.key_busy(run.job_id, *keyed):
+                    return None
+            except StoreError:  # the claim will meet it and wait
+                return None
+        return Postponed(
+            busy_key_countdown(random.random()),
+            f"concurrency key {keyed[0]!r} has no free slot (limit {keyed[1]})",
+        )
 
     def _turned_away(self, run: Run, verdict: Skipped | Postponed) -> Verdict:
         if isinstance(verdict, Skipped):
@@ -175,6 +209,11 @@ class Runner:
             return after_write(plan, error)
         assert error is not None
         return self.recorder.fail_attempt(run, claim, plan, error, started)
+
+
+def _concurrency(run: Run) -> tuple[str, int] | None:
+    limits = run.limits
+    return None if limits is None or limits.key is None else (limits.key, limits.limit)
 
 
 def _encode_result(result: Any) -> str | None:

@@ -67,6 +67,10 @@ class Settings:
     relay_grace_seconds: float = 60.0
     #: how often the default Beat entry runs the relay (0: no Beat entry)
     relay_interval_seconds: float = 30.0
+    #: the interval of a global rate limiter a task names without one (``limits.py``)
+    rate_limit_ms: int = 2000
+    #: the limit of a concurrency key a task declares without ``concurrency_limit``
+    concurrency_limit: int = 2
 
     @property
     def memory_guard(self) -> bool:
@@ -247,6 +251,12 @@ _SOURCES: tuple[tuple[str, tuple[str, ...], Callable[[str, Any], Any]], ...] = (
     ("check_redis_eviction", (), _bool),
     ("relay_grace_seconds", (), _float("relay_grace_seconds", minimum=1.0)),
     ("relay_interval_seconds", (), _float("relay_interval_seconds", minimum=0.0)),
+    ("rate_limit_ms", ("JOB_QUEUE_COURSE_GEN_LIMITER_MS",), _int("rate_limit_ms", minimum=1)),
+    (
+        "concurrency_limit",
+        ("JOB_QUEUE_COURSE_GEN_CONCURRENCY",),
+        _int("concurrency_limit", minimum=1),
+    ),
 )
 _ALIASES = {name: alias for name, alias, _ in _SOURCES}
 _CONVERTERS = {name: convert for name, _, convert in _SOURCES}

@@ -5,6 +5,7 @@
 - ``moves``: the allowed moves, each run by one helper (``Moves.apply``), fence included.
 - ``rerun``: the moves that give a job a new message (debounce, ``Tracker.retry``).
 - ``reads``: one job, a job by key, a job's history, statistics.
+- ``slots``: concurrency keys: a keyed claim under the key's lock, whether a key is full.
 - ``clock``: the database's clock, on which leases and backoffs are judged.
 - ``engines``: engines per process (fork safety), SQLite pragmas, transactions.
 - ``fastpath``: PostgreSQL: the same statements compiled once for psycopg, per-thread
@@ -18,12 +19,13 @@ from .engines import Engines
 from .moves import Moves
 from .reads import Reads
 from .rerun import Rerun
+from .slots import Slots
 from .translate import Disconnected, DuplicateJob, Refused
 
 __all__ = ["Disconnected", "DuplicateJob", "JobStore", "Refused"]
 
 
-class JobStore(Moves, Reads, Rerun):
+class JobStore(Moves, Reads, Rerun, Slots):
     """The tracking database of one app; engines are created per process."""
 
     def __init__(self, url: str, pooled: bool = False) -> None:

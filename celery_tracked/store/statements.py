@@ -83,6 +83,24 @@ DUE = (or_(jobs.c.locked_until.is_(None), jobs.c.locked_until <= db_time()),)
 #: A delivery acts only for the job's current message (not one a debounce replaced).
 CURRENT = (jobs.c.revision == REVISION,)
 
+#: The jobs of a concurrency key holding a slot: ``processing`` under a live lease (on the
+#: database's clock), other than the claiming job itself (a takeover holds its own).
+CONCURRENCY_KEY = _param("concurrency_key", String)
+_holders = jobs.alias("holders")
+HOLDERS = (
+    select(func.count())
+    .select_from(_holders)
+    .where(
+        _holders.c.concurrency_key == CONCURRENCY_KEY,
+        _holders.c.status == JobStatus.PROCESSING.value,
+        _holders.c.locked_until > db_time(),
+        _holders.c.id != JOB_ID,
+    )
+    .scalar_subquery()
+)
+#: The claim of a keyed job: only while its key has a free slot.
+KEY_FREE = (_param("concurrency_limit", Integer) > HOLDERS,)
+
 _TAKE_LEASE: dict[str, Any] = {
     "attempts_made": jobs.c.attempts_made + 1,
     "started_at": func.coalesce(jobs.c.started_at, NOW),
@@ -135,6 +153,20 @@ TAKE_OVER = Move(
     fence=LAPSED,
     event="redelivered",
     extra_where=(jobs.c.attempts_made < jobs.c.max_attempts, *CURRENT),
+)
+#: The claim and the takeover of a job with a concurrency key (run under the key's lock,
+#: ``slots.py``, so two claims never both see a free slot).
+CLAIM_KEYED = Move(
+    "claim_keyed", CLAIM.sources, CLAIM.target, _TAKE_LEASE, CLAIM.fence, "started", False, KEY_FREE
+)
+TAKE_OVER_KEYED = Move(
+    "take_over_keyed",
+    _PROCESSING,
+    JobStatus.PROCESSING,
+    _TAKE_LEASE,
+    fence=LAPSED,
+    event="redelivered",
+    extra_where=(*TAKE_OVER.extra_where, *KEY_FREE),
 )
 FAIL_LOST = Move(
     "fail_lost",
@@ -306,6 +338,7 @@ NEW_JOB_COLUMNS = (
     "correlation_id",
     "parent_job_id",
     "owner_id",
+    "concurrency_key",
     "progress",
     "created_at",
     "updated_at",
@@ -349,6 +382,16 @@ SELECT_UNPUBLISHED = (
     .order_by(jobs.c.created_at)
     .limit(100)
 )
+#: Is the key full for this job? (read before the rate limiter: a job that cannot claim
+#: should not spend a slot; the claim itself decides)
+KEY_BUSY = select(_param("concurrency_limit", Integer) <= HOLDERS)
+#: The key's lock for the rest of the transaction (PostgreSQL; PgBouncer-safe).
+KEY_LOCK_PG = select(func.pg_advisory_xact_lock(func.hashtext(CONCURRENCY_KEY)))
+#: MariaDB/MySQL: a named lock of the connection, taken before the transaction and
+#: released after its commit (names are at most 64 characters: a digest of the key).
+_LOCK_NAME = func.concat("celery_tracked:", func.md5(CONCURRENCY_KEY))
+KEY_LOCK_MYSQL = select(func.get_lock(_LOCK_NAME, 10))
+KEY_UNLOCK_MYSQL = select(func.release_lock(_LOCK_NAME))
 DELETE_EVENTS: Delete = delete(events).where(events.c.job_id == JOB_ID)
 #: Undo of an enqueue whose publish failed: only while nobody else handed the row over.
 DELETE_UNPUBLISHED: Delete = delete(jobs).where(
