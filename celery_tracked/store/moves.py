@@ -150,7 +150,7 @@ class Moves:
         move, key = sql.CLAIM, None
         if concurrency is not None:
             move, key = sql.CLAIM_KEYED, concurrency[0]
-            params.update(concurrency_key=key, concurrency_limit=concurrency[1])
+            params.update(limited_key=key, concurrency_limit=concurrency[1])
         moved = self.apply(move, params, key=key)
         return None if moved is None else Claim(job_id, moved[0], moved[1])
 
@@ -179,7 +179,7 @@ class Moves:
         move, key = sql.TAKE_OVER, None
         if concurrency is not None:
             move, key = sql.TAKE_OVER_KEYED, concurrency[0]
-            params.update(concurrency_key=key, concurrency_limit=concurrency[1])
+            params.update(limited_key=key, concurrency_limit=concurrency[1])
         moved = self.apply(move, params, key=key)
         return None if moved is None else Claim(job_id, moved[0], moved[1], takeover=True)
 

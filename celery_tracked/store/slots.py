@@ -38,7 +38,7 @@ def key_locked(engines: Engines, key: str) -> Iterator[Connection]:
     Raises:
         StoreError: MariaDB did not grant the lock within 10 s.
     """
-    params = {"concurrency_key": key}
+    params = {"limited_key": key}
     with engines.get().engine.connect() as conn:
         named = conn.dialect.name in _NAMED_LOCKS
         if engines.is_postgres:
@@ -69,7 +69,7 @@ class Slots:
     def key_busy(self, job_id: str, key: str, limit: int) -> bool:
         """True when ``limit`` other jobs with ``key`` hold a live lease (a hint read
         before the rate limiter: only the keyed claim decides)."""
-        params = {"job_id": job_id, "concurrency_key": key, "concurrency_limit": limit}
+        params = {"job_id": job_id, "limited_key": key, "concurrency_limit": limit}
         engines = self.engines.get()
         with translated("reading the concurrency key"):
             if engines.is_postgres and engines.fastpath is not None:

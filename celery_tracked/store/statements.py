@@ -85,7 +85,8 @@ CURRENT = (jobs.c.revision == REVISION,)
 
 #: The jobs of a concurrency key holding a slot: ``processing`` under a live lease (on the
 #: database's clock), other than the claiming job itself (a takeover holds its own).
-CONCURRENCY_KEY = _param("concurrency_key", String)
+#: (not named like the column: an UPDATE would take a column-named parameter as a SET value)
+CONCURRENCY_KEY = _param("limited_key", String)
 _holders = jobs.alias("holders")
 HOLDERS = (
     select(func.count())

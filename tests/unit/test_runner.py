@@ -17,6 +17,7 @@ from celery_tracked import StoreError, Unrecoverable
 from celery_tracked.hooks import Delivery, HookChain, Hooks, Transition
 from celery_tracked.jobs import CLAIMABLE, Claim, Job, JobStatus, NewRow, utcnow
 from celery_tracked.lease import LeaseKeeper, owner_id
+from celery_tracked.limits import DeliveryLimits
 from celery_tracked.messages import HEADER_PENDING_FAILURE, PendingFailure, TrackedHeaders
 from celery_tracked.outcome import (
     Completed,
