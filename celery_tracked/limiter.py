@@ -2,9 +2,10 @@
 
 ``RedisLimiter.take`` is :func:`~celery_tracked.limits.take_slot` run atomically in Redis
 on the limiter's one key (``<prefix>:limiter:{<name>}``, hash-tagged: Redis Cluster
-safe), with Redis ``TIME`` as the one clock of every worker; ``confirm`` records the start
-once the claim is written (:func:`~celery_tracked.limits.started`), so the spacing holds
-between bodies, not only between checks. ``MemoryLimiter`` is the in-process twin for the
+safe), with Redis ``TIME`` (to the microsecond) as the one clock of every worker;
+``confirm`` records the start again once the claim is written, just before the body
+(:func:`~celery_tracked.limits.started`), so the spacing holds between bodies, not only
+between checks. ``MemoryLimiter`` is the in-process twin for the
 embedded mode (``tracked_redis_url = "memory://"``).
 
 :class:`GlobalRateLimit` is the built-in hook: a delivery whose slot has not come is
@@ -38,7 +39,7 @@ _KEEP_MS = 60_000
 
 _NOW = """
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local interval = tonumber(ARGV[1])
 local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
 local last = tonumber(redis.call('HGET', KEYS[1], 'last'))
@@ -46,7 +47,7 @@ local last = tonumber(redis.call('HGET', KEYS[1], 'last'))
 _SAVE = f"""
 redis.call('HSET', KEYS[1], 'next', nxt)
 if last then redis.call('HSET', KEYS[1], 'last', last) end
-redis.call('PEXPIRE', KEYS[1], math.max(nxt - now, 0) + interval + {_KEEP_MS})
+redis.call('PEXPIRE', KEYS[1], math.ceil(math.max(nxt - now, 0) + interval + {_KEEP_MS}))
 """
 #: limits.take_slot: ARGV = interval_ms, reserved slot (-1: none) -> {wait_ms, slot}
 _TAKE = (
@@ -67,8 +68,8 @@ end
 """
     + _SAVE
     + """
-if at > now then return {at - now, reserved} end
-return {0, reserved}
+if at > now then return {math.ceil(at - now), math.ceil(reserved)} end
+return {0, math.ceil(reserved)}
 """
 )
 #: limits.started: ARGV = interval_ms -> now
@@ -80,7 +81,7 @@ if not last or now > last then last = now end
 nxt = math.max(nxt, last + interval)
 """
     + _SAVE
-    + "return now\n"
+    + "return math.floor(now)\n"
 )
 
 
@@ -133,8 +134,8 @@ class MemoryLimiter:
             self._states[name] = started(state, _now_ms(), interval_ms)
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+def _now_ms() -> float:
+    return time.time() * 1000
 
 
 class GlobalRateLimit(Hooks):

@@ -20,6 +20,7 @@ Pure: no Redis, SQL or Celery here.
 
 from __future__ import annotations
 
+import math
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -215,12 +216,12 @@ class LimiterState:
     """One limiter: the next free slot to hand out, and the latest start it granted
     (milliseconds of the limiter's one clock; None: none yet)."""
 
-    next_ms: int | None = None
-    last_ms: int | None = None
+    next_ms: float | None = None
+    last_ms: float | None = None
 
 
 def take_slot(
-    state: LimiterState, now_ms: int, interval_ms: int, reserved_ms: int | None
+    state: LimiterState, now_ms: float, interval_ms: int, reserved_ms: float | None
 ) -> tuple[int, int, LimiterState]:
     """``(wait_ms, slot_ms, new state)`` for a delivery at ``now_ms``.
 
@@ -228,7 +229,8 @@ def take_slot(
     apart, first come first served). It may start once its slot has come and the latest
     granted start is ``interval_ms`` behind (a late or stale delivery never starts closer
     to another): then ``wait_ms`` is 0 and the start is recorded. Otherwise it waits
-    ``wait_ms`` and keeps its slot. The Lua script of ``limiter.py`` is this function.
+    ``wait_ms`` (rounded up) and keeps its slot. The Lua script of ``limiter.py`` is this
+    function.
     """
     next_ms = state.next_ms if state.next_ms is not None else now_ms
     if reserved_ms is None:
@@ -237,12 +239,13 @@ def take_slot(
     at = reserved_ms
     if state.last_ms is not None:
         at = max(at, state.last_ms + interval_ms)
+    slot = math.ceil(reserved_ms)
     if at > now_ms:
-        return at - now_ms, reserved_ms, LimiterState(next_ms, state.last_ms)
-    return 0, reserved_ms, started(LimiterState(next_ms, state.last_ms), now_ms, interval_ms)
+        return math.ceil(at - now_ms), slot, LimiterState(next_ms, state.last_ms)
+    return 0, slot, started(LimiterState(next_ms, state.last_ms), now_ms, interval_ms)
 
 
-def started(state: LimiterState, now_ms: int, interval_ms: int) -> LimiterState:
+def started(state: LimiterState, now_ms: float, interval_ms: int) -> LimiterState:
     """The state once a start at ``now_ms`` is recorded (also when the claim after the
     check confirms it): no later start, and no new slot, within ``interval_ms`` of it."""
     last = now_ms if state.last_ms is None else max(state.last_ms, now_ms)

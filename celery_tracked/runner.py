@@ -79,13 +79,13 @@ class Runner:
             return Postponed(wait, "database unavailable")
         if not isinstance(claim, Claim):
             return self._turned_away(run, claim)
-        self.hooks.after_claim(delivery, claim)
         self.recorder.tell(
             run,
             "processing",
             f"job {run.job_id} processing (attempt {claim.attempt}/{claim.max_attempts})",
             attempt=claim.attempt,
         )
+        self.hooks.after_claim(delivery, claim)  # as close to the body as can be
         # registered from the claim until the outcome is written: a duplicate delivery in
         # this same process never mistakes the running attempt for an abandoned one
         with self.leases.holding(claim, since=sent):
