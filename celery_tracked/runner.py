@@ -85,11 +85,10 @@ class Runner:
             f"job {run.job_id} processing (attempt {claim.attempt}/{claim.max_attempts})",
             attempt=claim.attempt,
         )
-        self.hooks.after_claim(delivery, claim)  # as close to the body as can be
         # registered from the claim until the outcome is written: a duplicate delivery in
         # this same process never mistakes the running attempt for an abandoned one
         with self.leases.holding(claim, since=sent):
-            return self._execute(run, claim, body)
+            return self._execute(run, claim, body, delivery)
 
     # -- claim ------------------------------------------------------------------------
 
@@ -189,11 +188,14 @@ class Runner:
 
     # -- body and outcome -------------------------------------------------------------
 
-    def _execute(self, run: Run, claim: Claim, body: Callable[[], Any]) -> Verdict:
-        started = time.monotonic()
+    def _execute(
+        self, run: Run, claim: Claim, body: Callable[[], Any], delivery: Delivery
+    ) -> Verdict:
         error: Exception | None = None
         result: Any = None
         result_json: str | None = None
+        self.hooks.after_claim(delivery, claim)  # as close to the body as can be
+        started = time.monotonic()
         try:
             result = body()
             result_json = _encode_result(result)
