@@ -17,7 +17,7 @@ from typing import Any
 from .codec import encode
 from .errors import StoreError, Unrecoverable, mask_exception
 from .hooks import Delivery, Hooks, Wait
-from .jobs import Claim, JobStatus, utcnow
+from .jobs import Claim, Job, JobStatus, utcnow
 from .lease import LeaseKeeper, diagnose, owner_id
 from .limits import busy_key_countdown
 from .outcome import (
@@ -93,18 +93,11 @@ class Runner:
     # -- claim ------------------------------------------------------------------------
 
     def _claim(self, run: Run) -> Claim | Skipped | Postponed:
-        store, job_id, leases = self.store, run.job_id, self.leases
-        now, lease_s, revision = utcnow(), leases.lease_seconds, run.headers.revision
-        keyed = _concurrency(run)
-        claim = store.claim(
-            job_id,
-            owner=owner_id(),
-            worker=run.worker,
-            now=now,
-            lease_s=lease_s,
-            revision=revision,
-            concurrency=keyed,
-        )
+        store, job_id = self.store, run.job_id
+        keyed, revision = _concurrency(run), run.headers.revision
+        who: dict[str, Any] = {"owner": owner_id(), "worker": run.worker, "now": utcnow()}
+        who.update(lease_s=self.leases.lease_seconds, revision=revision, concurrency=keyed)
+        claim = store.claim(job_id, **who)
         if claim is not None:
             return claim
         job = store.get(job_id)
@@ -120,17 +113,23 @@ class Runner:
                 return Postponed(max(0.2, due), "its backoff is not due")
         if job.status is not JobStatus.PROCESSING:
             return self._key_full(run) or Postponed(0.2, "claimed concurrently")
+        return self._take_over(run, job, who)
+
+    def _take_over(self, run: Run, job: Job, who: dict[str, Any]) -> Claim | Skipped | Postponed:
+        """A ``processing`` row: wait for its live lease, or take a lapsed one over (or
+        fail the job when no attempt remains)."""
+        store, leases, job_id = self.store, self.leases, run.job_id
         grace = leases.grace_seconds
         lease = diagnose(job, store.clock(), leases.dead_holder(job), grace)
         if not lease.lapsed:
-            return Postponed(postpone_for(lease.remaining_s, lease_s), lease.why)
+            return Postponed(postpone_for(lease.remaining_s, who["lease_s"]), lease.why)
         seen = job.attempts_made
         if seen >= job.max_attempts:
             message = f"attempt {seen} was lost ({lease.why}) and no attempts remain"
             if store.fail_lost(
                 job_id,
                 seen_attempt=seen,
-                now=now,
+                now=who["now"],
                 grace_s=grace,
                 stale_owner=lease.stale_owner,
                 message=message,
@@ -142,15 +141,10 @@ class Runner:
         taken = store.take_over(
             job_id,
             seen_attempt=seen,
-            owner=owner_id(),
-            worker=run.worker,
-            now=now,
-            lease_s=lease_s,
             grace_s=grace,
             stale_owner=lease.stale_owner,
             reason=f"attempt {seen} lost ({lease.why}); attempt {seen + 1} takes over",
-            revision=revision,
-            concurrency=keyed,
+            **who,
         )
         if taken is None:
             return self._key_full(run) or Postponed(0.2, "taken over concurrently")

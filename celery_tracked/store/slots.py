@@ -19,16 +19,27 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Integer, bindparam, func, select
 from sqlalchemy.exc import DBAPIError
 
 from ..errors import StoreError
-from . import statements as sql
 from .engines import Engines
+from .statements import CONCURRENCY_KEY, HOLDERS
 from .translate import reconnecting, translated
 
 #: dialects whose key lock is a named lock of the connection (``GET_LOCK``)
 _NAMED_LOCKS = ("mysql", "mariadb")
+
+#: Is the key full for this job? (read before the rate limiter: a job that cannot claim
+#: should not spend a slot; the claim itself decides)
+KEY_BUSY = select(bindparam("concurrency_limit", type_=Integer) <= HOLDERS)
+#: The key's lock for the rest of the transaction (PostgreSQL; PgBouncer-safe).
+KEY_LOCK_PG = select(func.pg_advisory_xact_lock(func.hashtext(CONCURRENCY_KEY)))
+#: MariaDB/MySQL: a named lock of the connection, taken before the transaction and
+#: released after its commit (names are at most 64 characters: a digest of the key).
+_LOCK_NAME = func.concat("celery_tracked:", func.md5(CONCURRENCY_KEY))
+KEY_LOCK_MYSQL = select(func.get_lock(_LOCK_NAME, 10))
+KEY_UNLOCK_MYSQL = select(func.release_lock(_LOCK_NAME))
 
 
 @contextmanager
@@ -44,19 +55,19 @@ def key_locked(engines: Engines, key: str) -> Iterator[Connection]:
         if engines.is_postgres:
             conn = conn.execution_options(isolation_level="READ COMMITTED")
         if named:
-            granted = conn.execute(sql.KEY_LOCK_MYSQL, params).scalar()
+            granted = conn.execute(KEY_LOCK_MYSQL, params).scalar()
             conn.commit()
             if granted != 1:
                 raise StoreError(f"the lock of concurrency key {key!r} was not granted in 10 s")
         try:
             with conn.begin():
                 if engines.is_postgres:
-                    conn.execute(sql.KEY_LOCK_PG, params)
+                    conn.execute(KEY_LOCK_PG, params)
                 yield conn
         finally:
             if named:
                 with suppress(DBAPIError):  # a dead connection has released it already
-                    conn.execute(sql.KEY_UNLOCK_MYSQL, params)
+                    conn.execute(KEY_UNLOCK_MYSQL, params)
                     conn.commit()
 
 
@@ -73,7 +84,7 @@ class Slots:
         engines = self.engines.get()
         with translated("reading the concurrency key"):
             if engines.is_postgres and engines.fastpath is not None:
-                row = engines.fastpath.execute("key_busy", lambda: sql.KEY_BUSY, params)
+                row = engines.fastpath.execute("key_busy", lambda: KEY_BUSY, params)
             else:
-                row = engines.execute(sql.KEY_BUSY, params)
+                row = engines.execute(KEY_BUSY, params)
         return bool(row is not None and row[0])

@@ -383,16 +383,6 @@ SELECT_UNPUBLISHED = (
     .order_by(jobs.c.created_at)
     .limit(100)
 )
-#: Is the key full for this job? (read before the rate limiter: a job that cannot claim
-#: should not spend a slot; the claim itself decides)
-KEY_BUSY = select(_param("concurrency_limit", Integer) <= HOLDERS)
-#: The key's lock for the rest of the transaction (PostgreSQL; PgBouncer-safe).
-KEY_LOCK_PG = select(func.pg_advisory_xact_lock(func.hashtext(CONCURRENCY_KEY)))
-#: MariaDB/MySQL: a named lock of the connection, taken before the transaction and
-#: released after its commit (names are at most 64 characters: a digest of the key).
-_LOCK_NAME = func.concat("celery_tracked:", func.md5(CONCURRENCY_KEY))
-KEY_LOCK_MYSQL = select(func.get_lock(_LOCK_NAME, 10))
-KEY_UNLOCK_MYSQL = select(func.release_lock(_LOCK_NAME))
 DELETE_EVENTS: Delete = delete(events).where(events.c.job_id == JOB_ID)
 #: Undo of an enqueue whose publish failed: only while nobody else handed the row over.
 DELETE_UNPUBLISHED: Delete = delete(jobs).where(
