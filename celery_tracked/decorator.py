@@ -45,7 +45,8 @@ def tracked_task(
     """Declare a tracked task: ``@tracked_task`` or ``@tracked_task(queue=..., ...)``.
 
     Tracked options: ``queue``, ``job_type``, ``max_attempts``, ``backoff_ms``,
-    ``idempotency_key`` (a template or callable) and ``validator`` (see ``TrackedTask``).
+    ``idempotency_key`` (a template or callable), ``validator``, ``rate_limit_global``,
+    ``concurrency_key`` and ``concurrency_limit`` (see ``TrackedTask``).
     Without ``app`` it is a ``shared_task`` (bound to every app, like Celery's own);
     other keywords are Celery task options (``bind``, ``name``, ``acks_late``...).
 
@@ -56,7 +57,7 @@ def tracked_task(
     from .task import TrackedTask  # the task module re-exports this decorator
 
     opts: dict[str, Any] = {}
-    for name in ("idempotency_key", "validator"):
+    for name in ("idempotency_key", "validator", "concurrency_key"):
         value = options.pop(name, None)
         if value is not None:  # a function stays a plain function on the task class
             opts[name] = (

@@ -70,6 +70,8 @@ class NewJob:
     canvas: bool = False
     #: the task's key lifetime (``keys.py``)
     key_rule: KeyRule = _ONE_JOB
+    #: the jobs sharing it run at most the task's limit at once (``limits.py``)
+    concurrency_key: str | None = None
 
     @property
     def rule(self) -> KeyRule:
@@ -96,6 +98,7 @@ class NewJob:
             "correlation_id": self.correlation_id,
             "parent_job_id": self.parent_job_id,
             "owner_id": self.owner_id,
+            "concurrency_key": self.concurrency_key,
             "created_at": now,
             "updated_at": now,
         }

@@ -1,8 +1,10 @@
 """Hooks: documented no-ops that features are built on (like dramatiq's middleware and
 Celery's own ``before_start``...``after_return``).
 
-- :meth:`Hooks.before_claim` may postpone a delivery without using an attempt (a global
-  rate limiter will use it).
+- :meth:`Hooks.before_claim` may postpone a delivery without using an attempt (the global
+  rate limiter, ``limiter.py``, uses it): a number of seconds, or a :class:`Wait` with
+  headers for the message's next delivery.
+- :meth:`Hooks.after_claim` hears that a delivery claimed its job, just before the body.
 - :meth:`Hooks.completion_rows` returns rows to insert inside the completion transaction:
   they exist if and only if the job is marked completed (pipelines will use it). It returns
   data and never sees a connection.
@@ -21,13 +23,14 @@ database refuses, fails the attempt like a body that raised: it is retried up to
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import TrackedError
 from .guard import Notifier
 from .jobs import Claim, NewRow
+from .limits import DeliveryLimits
 
 logger = logging.getLogger("celery_tracked")
 
@@ -65,15 +68,30 @@ class Delivery:
     job_type: str
     queue: str | None
     task_name: str
+    #: the task's rate and concurrency limits for this delivery (``limits.py``)
+    limits: DeliveryLimits | None = None
+
+
+@dataclass(frozen=True)
+class Wait:
+    """What ``before_claim`` may return instead of a number: postpone ``seconds``, with a
+    reason for the log and ``headers`` added to the message delivered next."""
+
+    seconds: float
+    reason: str = "a hook asked to wait"
+    headers: Mapping[str, Any] | None = None
 
 
 class Hooks:
     """Override what you need; every method does nothing by default."""
 
-    def before_claim(self, delivery: Delivery) -> float | None:
-        """Return a number of seconds to postpone this delivery (no attempt is used), or
-        None to go on and claim."""
+    def before_claim(self, delivery: Delivery) -> float | Wait | None:
+        """Return a number of seconds (or a :class:`Wait`) to postpone this delivery (no
+        attempt is used), or None to go on and claim."""
         return None
+
+    def after_claim(self, delivery: Delivery, claim: Claim) -> None:
+        """Called when ``delivery`` claimed its job, just before the body runs."""
 
     def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
         """Rows to insert in the completion transaction of ``claim`` (whose body returned
@@ -133,7 +151,7 @@ class HookChain(Hooks):
     def add(self, hook: Hooks) -> None:
         self.hooks.append(hook)
 
-    def before_claim(self, delivery: Delivery) -> float | None:
+    def before_claim(self, delivery: Delivery) -> float | Wait | None:
         for hook in self.hooks:
             try:
                 delay = hook.before_claim(delivery)
@@ -143,6 +161,13 @@ class HookChain(Hooks):
             if delay is not None:
                 return delay
         return None
+
+    def after_claim(self, delivery: Delivery, claim: Claim) -> None:
+        for hook in self.hooks:
+            try:
+                hook.after_claim(delivery, claim)
+            except Exception:
+                logger.exception("celery-tracked hook %r failed in after_claim", hook)
 
     def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
         return [row for hook in self.hooks for row in hook.completion_rows(claim, result)]

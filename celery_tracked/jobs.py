@@ -139,6 +139,8 @@ class Job:
     key_round: int = 0
     #: bumped when its message is replaced (debounce, ``Tracker.retry``)
     revision: int = 0
+    #: the jobs sharing it are limited in how many run at once (``limits.py``)
+    concurrency_key: str | None = None
     payload_json: str | None = field(default=None, repr=False)
     result_json: str | None = field(default=None, repr=False)
 

@@ -103,6 +103,9 @@ jobs = Table(
     # bumped when the job's message is replaced (debounce, Tracker.retry): a delivery of an
     # older revision runs nothing
     Column("revision", Integer, nullable=False, default=0, server_default="0"),
+    # jobs sharing a concurrency key: at most the task's limit of them are ``processing``
+    # under a live lease at once (``limits.py``); NULL: not limited
+    Column("concurrency_key", String(255), nullable=True),
     UniqueConstraint(
         "job_type", "idempotency_key", "key_round", name="uq_background_jobs_idempotency"
     ),
@@ -111,6 +114,7 @@ jobs = Table(
     Index("ix_background_jobs_created_at", "created_at"),
     Index("ix_background_jobs_queue_name_status", "queue_name", "status"),
     Index("ix_background_jobs_correlation_id", "correlation_id"),
+    Index("ix_background_jobs_concurrency_key_status", "concurrency_key", "status"),
 )
 
 events = Table(

@@ -22,6 +22,8 @@ The options (``None``: the default):
     key_lifetime, throttle_s, debounce_s: how long a key keeps new jobs out: ``"row"``
         (the default), ``"ended"``, ``"throttle"`` (with ``throttle_s``) or ``"debounce"``
         (optionally ``debounce_s``); see ``keys.py``.
+    rate_limit_global, concurrency_key, concurrency_limit: a global rate limiter shared by
+        every worker, and at most N jobs ``processing`` per key; see ``limits.py``.
     validator: a pydantic model class (``model_validate`` of the named arguments) or a
         callable receiving the named arguments as one dict (``validator(arguments)``,
         the same dict pydantic gets) that raises to refuse them; a callable that cannot
@@ -37,6 +39,7 @@ from typing import Any
 
 from .errors import InvalidTaskOption
 from .keys import KEY_OPTIONS, KeyRule, key_rule
+from .limits import LIMIT_OPTIONS, Limits, limits_of
 from .retry_policy import RETRY_OPTIONS, RetryPolicy, declared, retry_policy
 
 #: The class attributes of ``TrackedTask`` that are tracked options.
@@ -48,6 +51,7 @@ TRACKED_OPTIONS = (
     "idempotency_key",
     "validator",
     *KEY_OPTIONS,
+    *LIMIT_OPTIONS,
 )
 
 
@@ -151,6 +155,7 @@ def check_task_options(options: Mapping[str, Any]) -> None:
     if "base" in options:  # the decorator's keywords: the base class declares the rest
         base = options["base"]
         key_rule({n: _unwrap(options.get(n, getattr(base, n, None))) for n in KEY_OPTIONS})
+        limits_of({n: _unwrap(options.get(n, getattr(base, n, None))) for n in LIMIT_OPTIONS})
     retry_policy(options)
 
 
@@ -165,3 +170,12 @@ def check_task_class(cls: type, base: type) -> tuple[RetryPolicy, KeyRule]:
     classes = tuple(k for k in cls.__mro__ if issubclass(k, base) and k is not base)
     keys = key_rule({name: _unwrap(getattr(cls, name, None)) for name in KEY_OPTIONS})
     return retry_policy(declared(classes, RETRY_OPTIONS)), keys
+
+
+def check_task_limits(cls: type) -> Limits:
+    """The rate and concurrency limits ``cls`` declares (the nearest declaration wins).
+
+    Raises:
+        InvalidTaskOption: a bad limit (``limits.py``).
+    """
+    return limits_of({name: _unwrap(getattr(cls, name, None)) for name in LIMIT_OPTIONS})

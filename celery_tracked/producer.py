@@ -67,6 +67,7 @@ def new_job(
         celery_task_id=sent_as,
         canvas=in_canvas,
         key_rule=task._tracked_keys,
+        concurrency_key=task._tracked_limits.key_of(task._shape(), args, kwargs),
     )
     debounce(job, options)
     return job

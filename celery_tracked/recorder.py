@@ -19,6 +19,7 @@ from typing import Any
 from .errors import StoreError, error_type, mask_exception, summarize
 from .hooks import Hooks, Transition
 from .jobs import CLAIMABLE, Claim, JobStatus, NewRow, utcnow
+from .limits import DeliveryLimits
 from .messages import HEADER_PENDING_FAILURE, PendingFailure, TrackedHeaders
 from .outcome import (
     Completed,
@@ -56,6 +57,8 @@ class Run:
     inline: bool = False
     #: the task's retry policy (which errors are retried, the delays' shape)
     policy: RetryPolicy = field(default_factory=RetryPolicy)
+    #: the task's rate and concurrency limits for this delivery (``limits.py``)
+    limits: DeliveryLimits | None = None
 
     @property
     def job_id(self) -> str:

@@ -9,6 +9,7 @@ Writing the outcome is the ``Recorder``'s (``recorder.py``).
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,9 +17,10 @@ from typing import Any
 from . import successors
 from .codec import encode
 from .errors import StoreError, Unrecoverable, mask_exception
-from .hooks import Delivery, Hooks
-from .jobs import Claim, JobStatus, utcnow
+from .hooks import Delivery, Hooks, Wait
+from .jobs import Claim, Job, JobStatus, utcnow
 from .lease import LeaseKeeper, diagnose, owner_id
+from .limits import busy_key_countdown
 from .outcome import (
     Postponed,
     Skipped,
@@ -54,11 +56,14 @@ class Runner:
         """Claim ``run``'s job, call ``body`` under the lease and record its outcome."""
         if run.headers.pending_failure is not None:
             return self.recorder.record_pending_failure(run, run.headers.pending_failure)
-        delay = self.hooks.before_claim(
-            Delivery(run.job_id, run.job_type, run.queue, run.task_name)
-        )
+        delivery = Delivery(run.job_id, run.job_type, run.queue, run.task_name, run.limits)
+        full = self._key_full(run, hint=True)
+        if full is not None:  # before the rate limiter: a job that cannot run spends no slot
+            return self._turned_away(run, full)
+        delay = self.hooks.before_claim(delivery)
         if delay is not None:
-            return self._turned_away(run, Postponed(delay, "a hook asked to wait"))
+            asked = delay if isinstance(delay, Wait) else Wait(delay)
+            return self._turned_away(run, Postponed(asked.seconds, asked.reason, asked.headers))
         sent = time.monotonic()
         try:
             claim = self._claim(run)
@@ -89,16 +94,16 @@ class Runner:
             self.leases.holding(claim, since=sent),
             successors.running(run.job_id, run.headers.correlation_id),
         ):
-            return self._execute(run, claim, body)
+            return self._execute(run, claim, body, delivery)
 
     # -- claim ------------------------------------------------------------------------
 
     def _claim(self, run: Run) -> Claim | Skipped | Postponed:
-        store, job_id, leases = self.store, run.job_id, self.leases
-        now, lease_s, revision = utcnow(), leases.lease_seconds, run.headers.revision
-        claim = store.claim(
-            job_id, owner=owner_id(), worker=run.worker, now=now, lease_s=lease_s, revision=revision
-        )
+        store, job_id = self.store, run.job_id
+        keyed, revision = _concurrency(run), run.headers.revision
+        who: dict[str, Any] = {"owner": owner_id(), "worker": run.worker, "now": utcnow()}
+        who.update(lease_s=self.leases.lease_seconds, revision=revision, concurrency=keyed)
+        claim = store.claim(job_id, **who)
         if claim is not None:
             return claim
         job = store.get(job_id)
@@ -110,20 +115,27 @@ class Runner:
             return Skipped(f"job already {job.status.value}")
         if job.status is JobStatus.RETRYING and job.locked_until is not None:
             due = (job.locked_until - store.clock()).total_seconds()
-            return Postponed(max(0.2, due), "its backoff is not due")
+            if due > 0 or keyed is None:
+                return Postponed(max(0.2, due), "its backoff is not due")
         if job.status is not JobStatus.PROCESSING:
-            return Postponed(0.2, "claimed concurrently")
+            return self._key_full(run) or Postponed(0.2, "claimed concurrently")
+        return self._take_over(run, job, who)
+
+    def _take_over(self, run: Run, job: Job, who: dict[str, Any]) -> Claim | Skipped | Postponed:
+        """A ``processing`` row: wait for its live lease, or take a lapsed one over (or
+        fail the job when no attempt remains)."""
+        store, leases, job_id = self.store, self.leases, run.job_id
         grace = leases.grace_seconds
         lease = diagnose(job, store.clock(), leases.dead_holder(job), grace)
         if not lease.lapsed:
-            return Postponed(postpone_for(lease.remaining_s, lease_s), lease.why)
+            return Postponed(postpone_for(lease.remaining_s, who["lease_s"]), lease.why)
         seen = job.attempts_made
         if seen >= job.max_attempts:
             message = f"attempt {seen} was lost ({lease.why}) and no attempts remain"
             if store.fail_lost(
                 job_id,
                 seen_attempt=seen,
-                now=now,
+                now=who["now"],
                 grace_s=grace,
                 stale_owner=lease.stale_owner,
                 message=message,
@@ -135,16 +147,31 @@ class Runner:
         taken = store.take_over(
             job_id,
             seen_attempt=seen,
-            owner=owner_id(),
-            worker=run.worker,
-            now=now,
-            lease_s=lease_s,
             grace_s=grace,
             stale_owner=lease.stale_owner,
             reason=f"attempt {seen} lost ({lease.why}); attempt {seen + 1} takes over",
-            revision=revision,
+            **who,
         )
-        return taken if taken is not None else Postponed(0.2, "taken over concurrently")
+        if taken is None:
+            return self._key_full(run) or Postponed(0.2, "taken over concurrently")
+        return taken
+
+    def _key_full(self, run: Run, hint: bool = False) -> Postponed | None:
+        """A keyed job that found no free slot waits (no attempt used); ``hint``: only if a
+        read says the key is full now (the keyed claim decides)."""
+        keyed = _concurrency(run)
+        if keyed is None:
+            return None
+        if hint:
+            try:
+                if not self.store.key_busy(run.job_id, *keyed):
+                    return None
+            except StoreError:  # the claim will meet it and wait
+                return None
+        return Postponed(
+            busy_key_countdown(random.random()),
+            f"concurrency key {keyed[0]!r} has no free slot (limit {keyed[1]})",
+        )
 
     def _turned_away(self, run: Run, verdict: Skipped | Postponed) -> Verdict:
         if isinstance(verdict, Skipped):
@@ -161,11 +188,14 @@ class Runner:
 
     # -- body and outcome -------------------------------------------------------------
 
-    def _execute(self, run: Run, claim: Claim, body: Callable[[], Any]) -> Verdict:
-        started = time.monotonic()
+    def _execute(
+        self, run: Run, claim: Claim, body: Callable[[], Any], delivery: Delivery
+    ) -> Verdict:
         error: Exception | None = None
         result: Any = None
         result_json: str | None = None
+        self.hooks.after_claim(delivery, claim)  # as close to the body as can be
+        started = time.monotonic()
         try:
             with self.reports.reporting(run, claim):  # its progress written as it ends
                 result = body()
@@ -182,6 +212,11 @@ class Runner:
             return after_write(plan, error)
         assert error is not None
         return self.recorder.fail_attempt(run, claim, plan, error, started)
+
+
+def _concurrency(run: Run) -> tuple[str, int] | None:
+    limits = run.limits
+    return None if limits is None or limits.key is None else (limits.key, limits.limit)
 
 
 def _encode_result(result: Any) -> str | None:

@@ -71,6 +71,10 @@ class Settings:
     progress_interval_ms: int = 500
     #: ``self.log`` lines kept per job (then one marker line, then none)
     log_lines_per_job: int = 200
+    #: the interval of a global rate limiter a task names without one (``limits.py``)
+    rate_limit_ms: int = 2000
+    #: the limit of a concurrency key a task declares without ``concurrency_limit``
+    concurrency_limit: int = 2
 
     @property
     def memory_guard(self) -> bool:
@@ -253,6 +257,12 @@ _SOURCES: tuple[tuple[str, tuple[str, ...], Callable[[str, Any], Any]], ...] = (
     ("relay_interval_seconds", (), _float("relay_interval_seconds", minimum=0.0)),
     ("progress_interval_ms", (), _int("progress_interval_ms", minimum=0)),
     ("log_lines_per_job", (), _int("log_lines_per_job", minimum=0)),
+    ("rate_limit_ms", ("JOB_QUEUE_COURSE_GEN_LIMITER_MS",), _int("rate_limit_ms", minimum=1)),
+    (
+        "concurrency_limit",
+        ("JOB_QUEUE_COURSE_GEN_CONCURRENCY",),
+        _int("concurrency_limit", minimum=1),
+    ),
 )
 _ALIASES = {name: alias for name, alias, _ in _SOURCES}
 _CONVERTERS = {name: convert for name, _, convert in _SOURCES}

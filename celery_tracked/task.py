@@ -32,13 +32,14 @@ from .calls import CallShape
 from .decorator import tracked_task
 from .jobs import EnqueueResult, Job
 from .keys import KeyRule
+from .limits import Limits
 from .maintenance import install_beat_entries
 from .messages import (
     CONTROL_OPTIONS,
     Control,
     TrackedHeaders,
 )
-from .options import check_task_class
+from .options import check_task_class, check_task_limits
 from .outcome import Completed, Failed, PassedOn, Postponed, Retrying, Verdict
 from .retry_policy import RetryPolicy
 from .runner import Run
@@ -66,7 +67,8 @@ class TrackedTask(Task[P, R_co]):
     Tracked options (class attributes, or keywords of ``tracked_task`` / ``app.task``):
     ``tracked_queue``, ``job_type``, ``max_attempts``, ``backoff_ms``, ``idempotency_key``
     (a template naming the call's arguments, or a callable; a key given per call is taken
-    literally), ``key_lifetime`` (with ``throttle_s``/``debounce_s``), ``validator``; what
+    literally), ``key_lifetime`` (with ``throttle_s``/``debounce_s``), ``validator``,
+    ``rate_limit_global``, ``concurrency_key`` (with ``concurrency_limit``); what
     each means and accepts: ``celery_tracked/options.py``.
     """
 
@@ -85,12 +87,17 @@ class TrackedTask(Task[P, R_co]):
     debounce_s: ClassVar[float | None] = None
     _tracked_retry: ClassVar[RetryPolicy] = RetryPolicy()
     _tracked_keys: ClassVar[KeyRule] = KeyRule()
+    rate_limit_global: ClassVar[str | tuple[str, int] | None] = None
+    concurrency_key: ClassVar[str | Callable[..., str] | None] = None
+    concurrency_limit: ClassVar[int | None] = None
+    _tracked_limits: ClassVar[Limits] = Limits()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Refuse bad tracked options (``InvalidTaskOption``) when a task class is made
         (``@app.task``/``@tracked_task`` make one with ``type()``)."""
         super().__init_subclass__(**kwargs)
         cls._tracked_retry, cls._tracked_keys = check_task_class(cls, TrackedTask)
+        cls._tracked_limits = check_task_limits(cls)
 
     @classmethod
     def on_bound(cls, app: Celery) -> None:
@@ -264,6 +271,7 @@ class TrackedTask(Task[P, R_co]):
             secrets=lambda: shape.secrets(args, kwargs, settings.redact_keys),
             inline=bool(request.is_eager),
             policy=self._tracked_retry,
+            limits=self._tracked_limits.for_delivery(shape, args, kwargs, request, settings),
         )
         body = getattr(self, "_orig_run", self.run)  # Celery's autoretry wrapper bypassed
         return cast(R_co, self._settle(tracker.runner.run(run, lambda: body(*args, **kwargs))))

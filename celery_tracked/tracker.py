@@ -23,6 +23,7 @@ from .guard import Guard, GuardError, MemoryGuard, Notifier, RedisGuard, Subscri
 from .hooks import HookChain, Hooks, LogTransitions, NotifyTerminal, Transition
 from .jobs import EnqueueResult, Job, JobEvent, utcnow
 from .lease import LeaseKeeper
+from .limiter import GlobalRateLimit, MemoryLimiter, RedisLimiter
 from .messages import as_job_id
 from .pipelines import Pipeline
 from .relay import Relay
@@ -62,8 +63,18 @@ class Tracker:
         self.guard: Guard = backend
         self.notifier: Notifier = backend
         self.leases = LeaseKeeper(self.store, settings.lease_seconds)
+        limiter = (
+            MemoryLimiter()
+            if isinstance(backend, MemoryGuard)
+            else RedisLimiter(backend.client, settings.key_prefix)
+        )
         self.hooks = HookChain(
-            [NotifyTerminal(self.notifier), LogTransitions(), Successors(self.store)]
+            [
+                NotifyTerminal(self.notifier),
+                LogTransitions(),
+                Successors(self.store),
+                GlobalRateLimit(limiter),
+            ]
         )
         self.enqueuer = Enqueuer(self.store, self.guard, settings.guard_ttl_seconds, self.hooks)
         self.runner = Runner(self.store, self.leases, self.hooks, settings)

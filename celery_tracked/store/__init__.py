@@ -6,6 +6,7 @@
 - ``rerun``: the moves that give a job a new message (debounce, ``Tracker.retry``).
 - ``reporting``: a running body's progress (a fenced, non-durable move) and log lines.
 - ``reads``: one job, a job by key, a job's history, statistics.
+- ``slots``: concurrency keys: a keyed claim under the key's lock, whether a key is full.
 - ``clock``: the database's clock, on which leases and backoffs are judged.
 - ``engines``: engines per process (fork safety), SQLite pragmas, transactions.
 - ``fastpath``: PostgreSQL: the same statements compiled once for psycopg, per-thread
@@ -20,12 +21,13 @@ from .moves import Moves
 from .reads import Reads
 from .reporting import Reporting
 from .rerun import Rerun
+from .slots import Slots
 from .translate import Disconnected, DuplicateJob, Refused
 
 __all__ = ["Disconnected", "DuplicateJob", "JobStore", "Refused"]
 
 
-class JobStore(Moves, Reads, Rerun, Reporting):
+class JobStore(Moves, Reads, Rerun, Reporting, Slots):
     """The tracking database of one app; engines are created per process."""
 
     def __init__(self, url: str, pooled: bool = False) -> None:

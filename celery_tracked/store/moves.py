@@ -15,8 +15,10 @@ from sqlalchemy import Connection, insert
 
 from ..jobs import Claim, JobStatus, NewRow
 from ..models import jobs, metadata
+from . import inserts
 from . import statements as sql
 from .engines import Engines
+from .slots import key_locked
 from .translate import Disconnected, DuplicateJob, reconnecting, translated
 
 Moved = tuple[int, int]
@@ -28,19 +30,26 @@ class Moves:
     engines: Engines
 
     def apply(
-        self, move: sql.Move, params: Mapping[str, Any], rows: Sequence[NewRow] = ()
+        self,
+        move: sql.Move,
+        params: Mapping[str, Any],
+        rows: Sequence[NewRow] = (),
+        key: str | None = None,
     ) -> Moved | None:
-        """Run ``move`` and its history row atomically, plus ``rows`` if it applied.
+        """Run ``move`` and its history row atomically, plus ``rows`` if it applied;
+        under the lock of concurrency key ``key`` when given (``slots.py``).
 
-        One statement on PostgreSQL (a CTE; through the fast path when no rows are joined),
-        a short transaction elsewhere.
+        One statement on PostgreSQL (a CTE; through the fast path when no rows are joined
+        and no key is locked), a short transaction elsewhere.
         """
         engines = self.engines.get()
         with translated(f"{move.name.replace('_', ' ')} of the job"):
-            if engines.is_postgres and engines.fastpath is not None and not rows:
-                found = engines.fastpath.execute(move.name, lambda: sql.move_cte(move), params)
+            fastpath = None if rows or key is not None else engines.fastpath
+            if engines.is_postgres and fastpath is not None:
+                found = fastpath.execute(move.name, lambda: sql.move_cte(move), params)
                 return None if found is None else (int(found[0]), int(found[1]))
-            with engines.transaction() as conn:
+            locked = key_locked(engines, key) if key is not None else engines.transaction()
+            with locked as conn:
                 found = self._apply_in(conn, move, params, engines.is_postgres)
                 if found is not None:
                     _insert_rows(conn, rows)
@@ -73,7 +82,7 @@ class Moves:
             DuplicateJob: the id or ``(job_type, idempotency_key)`` already exists.
             StoreError: the database failed.
         """
-        params = {**sql.NEW_JOB_DEFAULTS, **row, "now": row["created_at"]}
+        params = {**inserts.NEW_JOB_DEFAULTS, **row, "now": row["created_at"]}
         try:
             self._insert(params)
         except Disconnected:
@@ -90,13 +99,13 @@ class Moves:
         engines = self.engines.get()
         with translated("inserting the job row", inserting=True):
             if engines.is_postgres and engines.fastpath is not None:
-                engines.fastpath.execute("insert", sql.job_insert_cte, params)
+                engines.fastpath.execute("insert", inserts.job_insert_cte, params)
                 return
             with engines.transaction() as conn:
                 if engines.is_postgres:
-                    conn.execute(sql.job_insert_cte(), dict(params))
+                    conn.execute(inserts.job_insert_cte(), dict(params))
                     return
-                conn.execute(sql.JOB_INSERT, dict(params))
+                conn.execute(inserts.JOB_INSERT, dict(params))
                 event = sql.event_insert(jobs, "enqueued", JobStatus.PENDING)
                 conn.execute(event, {"job_id": params["id"], "now": params["created_at"]})
 
@@ -129,12 +138,19 @@ class Moves:
         now: datetime,
         lease_s: float,
         revision: int = 0,
+        concurrency: tuple[str, int] | None = None,
     ) -> Claim | None:
         """pending | retrying (its backoff due) → processing, taking the lease for
         ``lease_s`` seconds of the database's clock, for a delivery of the job's current
-        message ``revision``; None if not claimable."""
+        message ``revision``; with ``concurrency`` (key, limit) only while the key has a
+        free slot. None if not claimable."""
         params = {"job_id": job_id, "owner": owner, "worker_name": worker, "now": now}
-        moved = self.apply(sql.CLAIM, {**params, "lease_s": lease_s, "at_revision": revision})
+        params.update(lease_s=lease_s, at_revision=revision)
+        move, key = sql.CLAIM, None
+        if concurrency is not None:
+            move, key = sql.CLAIM_KEYED, concurrency[0]
+            params.update(limited_key=key, concurrency_limit=concurrency[1])
+        moved = self.apply(move, params, key=key)
         return None if moved is None else Claim(job_id, moved[0], moved[1])
 
     @reconnecting
@@ -151,14 +167,19 @@ class Moves:
         stale_owner: str | None,
         reason: str,
         revision: int = 0,
+        concurrency: tuple[str, int] | None = None,
     ) -> Claim | None:
         """processing → processing for a new attempt, when the old lease expired more than
         ``grace_s`` ago (the database's clock) or its owner is known dead. Fenced by the
-        attempt number last seen."""
+        attempt number last seen; with ``concurrency`` like ``claim``."""
         params = {"job_id": job_id, "attempt": seen_attempt, "owner": owner, "now": now}
         params.update(worker_name=worker, lease_s=lease_s, grace_s=grace_s)
         params.update(stale_owner=stale_owner, message=reason, at_revision=revision)
-        moved = self.apply(sql.TAKE_OVER, params)
+        move, key = sql.TAKE_OVER, None
+        if concurrency is not None:
+            move, key = sql.TAKE_OVER_KEYED, concurrency[0]
+            params.update(limited_key=key, concurrency_limit=concurrency[1])
+        moved = self.apply(move, params, key=key)
         return None if moved is None else Claim(job_id, moved[0], moved[1], takeover=True)
 
     @reconnecting
@@ -316,8 +337,8 @@ def _insert_rows(conn: Connection, rows: Sequence[NewRow]) -> None:
         if not row.new_job:
             conn.execute(insert(metadata.tables[row.table]).values(dict(row.values)))
             continue
-        params = {**sql.NEW_JOB_DEFAULTS, **row.values}
-        conn.execute(sql.job_insert_if_absent(conn.dialect.name), params)
+        params = {**inserts.NEW_JOB_DEFAULTS, **row.values}
+        conn.execute(inserts.job_insert_if_absent(conn.dialect.name), params)
         # copied from the row: none when the insert was skipped (a new job's id is fresh)
         event = sql.event_insert(jobs, "enqueued", JobStatus.PENDING)
         conn.execute(event, {"job_id": params["id"], "now": params["created_at"]})

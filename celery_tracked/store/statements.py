@@ -36,7 +36,6 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import BindParameter
 
 from ..jobs import CLAIMABLE, JobStatus
@@ -83,6 +82,25 @@ LAPSED = (
 DUE = (or_(jobs.c.locked_until.is_(None), jobs.c.locked_until <= db_time()),)
 #: A delivery acts only for the job's current message (not one a debounce replaced).
 CURRENT = (jobs.c.revision == REVISION,)
+
+#: The jobs of a concurrency key holding a slot: ``processing`` under a live lease (on the
+#: database's clock), other than the claiming job itself (a takeover holds its own).
+#: (not named like the column: an UPDATE would take a column-named parameter as a SET value)
+CONCURRENCY_KEY = _param("limited_key", String)
+_holders = jobs.alias("holders")
+HOLDERS = (
+    select(func.count())
+    .select_from(_holders)
+    .where(
+        _holders.c.concurrency_key == CONCURRENCY_KEY,
+        _holders.c.status == JobStatus.PROCESSING.value,
+        _holders.c.locked_until > db_time(),
+        _holders.c.id != JOB_ID,
+    )
+    .scalar_subquery()
+)
+#: The claim of a keyed job: only while its key has a free slot.
+KEY_FREE = (_param("concurrency_limit", Integer) > HOLDERS,)
 
 _TAKE_LEASE: dict[str, Any] = {
     "attempts_made": jobs.c.attempts_made + 1,
@@ -136,6 +154,20 @@ TAKE_OVER = Move(
     fence=LAPSED,
     event="redelivered",
     extra_where=(jobs.c.attempts_made < jobs.c.max_attempts, *CURRENT),
+)
+#: The claim and the takeover of a job with a concurrency key (run under the key's lock,
+#: ``slots.py``, so two claims never both see a free slot).
+CLAIM_KEYED = Move(
+    "claim_keyed", CLAIM.sources, CLAIM.target, _TAKE_LEASE, CLAIM.fence, "started", False, KEY_FREE
+)
+TAKE_OVER_KEYED = Move(
+    "take_over_keyed",
+    _PROCESSING,
+    JobStatus.PROCESSING,
+    _TAKE_LEASE,
+    fence=LAPSED,
+    event="redelivered",
+    extra_where=(*TAKE_OVER.extra_where, *KEY_FREE),
 )
 FAIL_LOST = Move(
     "fail_lost",
@@ -288,51 +320,6 @@ def move_cte(move: Move) -> Select[Any]:
     if move.event is not None and move.target is not None:
         query = query.add_cte(event_insert(moved, move.event, move.target).cte("history"))
     return query
-
-
-#: Columns of a new job row, in the order the producer gives them.
-NEW_JOB_COLUMNS = (
-    "id",
-    "queue_name",
-    "job_type",
-    "task_name",
-    "celery_task_id",
-    "status",
-    "payload_json",
-    "attempts_made",
-    "max_attempts",
-    "idempotency_key",
-    "key_round",
-    "revision",
-    "correlation_id",
-    "parent_job_id",
-    "owner_id",
-    "progress",
-    "created_at",
-    "updated_at",
-)
-#: Values of a new job row the producer need not give.
-NEW_JOB_DEFAULTS = {"attempts_made": 0, "progress": 0, "key_round": 0, "revision": 0}
-_NEW_JOB_VALUES = {c: bindparam(c, type_=jobs.c[c].type) for c in NEW_JOB_COLUMNS}
-JOB_INSERT = insert(jobs).values(_NEW_JOB_VALUES)
-
-
-@functools.cache
-def job_insert_if_absent(dialect: str) -> Insert:
-    """A new job row, inserted unless its id or idempotency key is taken (a successor
-    that another job already holds the key of): nothing is inserted then, no error."""
-    if dialect == "postgresql":
-        return postgresql.insert(jobs).values(_NEW_JOB_VALUES).on_conflict_do_nothing()
-    if dialect == "sqlite":
-        return sqlite.insert(jobs).values(_NEW_JOB_VALUES).on_conflict_do_nothing()
-    return JOB_INSERT.prefix_with("IGNORE")  # MySQL, MariaDB
-
-
-@functools.cache
-def job_insert_cte() -> Insert:
-    """PostgreSQL: the new row and its ``enqueued`` event in one statement."""
-    inserted = JOB_INSERT.returning(jobs.c.id, jobs.c.attempts_made).cte("inserted")
-    return event_insert(inserted, "enqueued", JobStatus.PENDING).add_cte(inserted)
 
 
 SELECT_JOB = select(jobs).where(jobs.c.id == JOB_ID)

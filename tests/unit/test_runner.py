@@ -17,6 +17,7 @@ from celery_tracked import StoreError, Unrecoverable
 from celery_tracked.hooks import Delivery, HookChain, Hooks, Transition
 from celery_tracked.jobs import CLAIMABLE, Claim, Job, JobStatus, NewRow, utcnow
 from celery_tracked.lease import LeaseKeeper, owner_id
+from celery_tracked.limits import DeliveryLimits
 from celery_tracked.messages import HEADER_PENDING_FAILURE, PendingFailure, TrackedHeaders
 from celery_tracked.outcome import (
     Completed,
@@ -126,15 +127,32 @@ class MemoryStore:
         now: datetime,
         lease_s: float,
         revision: int = 0,
+        concurrency: tuple[str, int] | None = None,
     ) -> Claim | None:
         self._call("claim")
         job = self.jobs.get(job_id)
         if job is None or job.status not in CLAIMABLE or job.revision != revision:
             return None
+        if concurrency is not None and self.key_busy(job_id, *concurrency):
+            return None
         if job.locked_until is not None and job.locked_until > utcnow():
             return None  # a retrying job's backoff is not due
         self._take(job, owner, worker, now, lease_s)
         return Claim(job_id, job.attempts_made + 1, job.max_attempts)
+
+    def key_busy(self, job_id: str, key: str, limit: int) -> bool:
+        """``limit`` other jobs of ``key`` are processing under a live lease."""
+        self.calls.append("key_busy")
+        holders = [
+            j
+            for j in self.jobs.values()
+            if j.concurrency_key == key
+            and j.id != job_id
+            and j.status is JobStatus.PROCESSING
+            and j.locked_until is not None
+            and j.locked_until > utcnow()
+        ]
+        return len(holders) >= limit
 
     def _lapsed(self, job: Job, seen: int, grace_s: float, stale_owner: str | None) -> bool:
         until = job.locked_until
@@ -158,10 +176,13 @@ class MemoryStore:
         stale_owner: str | None,
         reason: str,
         revision: int = 0,
+        concurrency: tuple[str, int] | None = None,
     ) -> Claim | None:
         self._call("take_over")
         job = self.jobs[job_id]
         if not self._lapsed(job, seen_attempt, grace_s, stale_owner) or job.revision != revision:
+            return None
+        if concurrency is not None and self.key_busy(job_id, *concurrency):
             return None
         if job.attempts_made >= job.max_attempts:
             return None
@@ -302,6 +323,7 @@ class World:
         body: Callable[[], Any] = lambda: None,
         job_id: str = "j-1",
         headers: TrackedHeaders | None = None,
+        limits: DeliveryLimits | None = None,
     ) -> Verdict:
         def counted() -> Any:
             self.bodies += 1
@@ -315,6 +337,7 @@ class World:
             worker="w1@host",
             backoff_base_ms=BASE_MS,
             secrets=lambda: [SECRET],
+            limits=limits,
         )
         return self.runner.run(run, counted)
 

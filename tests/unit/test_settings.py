@@ -133,6 +133,8 @@ def test_every_setting_has_its_celery_tracked_environment_name() -> None:
         "relay_interval_seconds": "13",
         "progress_interval_ms": "14",
         "log_lines_per_job": "15",
+        "rate_limit_ms": "16",
+        "concurrency_limit": "17",
     }
     assert set(values) == {f.name for f in fields(Settings)}
     s = Settings.from_conf(
@@ -151,3 +153,21 @@ def test_the_database_url_alone_needs_no_redis_setting() -> None:
     with pytest.raises(ConfigurationError) as info:
         Settings.database_url_from_conf({"tracked_database_url": "not a url"}, environ={})
     assert info.value.setting == "tracked_database_url"
+
+
+def test_seed_000s_course_generation_settings_are_the_limits_defaults() -> None:
+    """``JOB_QUEUE_COURSE_GEN_LIMITER_MS`` and ``JOB_QUEUE_COURSE_GEN_CONCURRENCY`` (seed
+    000) are the interval of a limiter named without one and the limit of a concurrency
+    key declared without one; the specific names win over them."""
+    base = {"tracked_redis_url": "memory://"}
+    default = Settings.from_conf(base, environ={})
+    assert (default.rate_limit_ms, default.concurrency_limit) == (2000, 2)
+    seed = {"JOB_QUEUE_COURSE_GEN_LIMITER_MS": "8000", "JOB_QUEUE_COURSE_GEN_CONCURRENCY": "3"}
+    s = Settings.from_conf(base, environ=seed)
+    assert (s.rate_limit_ms, s.concurrency_limit) == (8000, 3)
+    specific = {**seed, "CELERY_TRACKED_RATE_LIMIT_MS": "500"}
+    assert Settings.from_conf(base, environ=specific).rate_limit_ms == 500
+    conf = {**base, "tracked_concurrency_limit": 1}
+    assert Settings.from_conf(conf, environ=seed).concurrency_limit == 1
+    with pytest.raises(ConfigurationError, match="tracked_rate_limit_ms"):
+        Settings.from_conf(base, environ={"JOB_QUEUE_COURSE_GEN_LIMITER_MS": "0"})

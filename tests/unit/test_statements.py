@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.postgresql import psycopg
 
+from celery_tracked.store import inserts
 from celery_tracked.store import statements as sql
 
 PG = psycopg.dialect()
@@ -97,13 +98,13 @@ def test_the_postgresql_cte_is_the_same_update_and_its_event(name: str) -> None:
 def test_statements_are_built_once() -> None:
     assert sql.move_update(sql.COMPLETE) is sql.move_update(sql.COMPLETE)
     assert sql.move_cte(sql.COMPLETE) is sql.move_cte(sql.COMPLETE)
-    assert sql.job_insert_cte() is sql.job_insert_cte()
+    assert inserts.job_insert_cte() is inserts.job_insert_cte()
 
 
 @pytest.mark.parametrize("dialect", [PG, SQLITE], ids=["postgresql", "sqlite"])
 def test_every_other_statement_compiles(dialect: Any) -> None:
     for statement in (
-        sql.JOB_INSERT,
+        inserts.JOB_INSERT,
         sql.SELECT_JOB,
         sql.SELECT_BY_KEY,
         sql.SELECT_ATTEMPTS,
@@ -119,11 +120,11 @@ def test_every_other_statement_compiles(dialect: Any) -> None:
 
 
 def test_the_new_job_insert_writes_its_enqueued_event_in_one_statement() -> None:
-    text = str(sql.job_insert_cte().compile(dialect=PG))
+    text = str(inserts.job_insert_cte().compile(dialect=PG))
     assert text.startswith("WITH inserted AS")
     assert "INSERT INTO background_jobs" in text
     assert "INSERT INTO background_job_events" in text
-    params = sql.job_insert_cte().compile(dialect=PG).params
+    params = inserts.job_insert_cte().compile(dialect=PG).params
     assert {"enqueued", "pending"} <= set(params.values())
 
 

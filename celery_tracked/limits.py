@@ -1,0 +1,259 @@
+"""Global rate limits and per-key concurrency limits: the task options and the pure decisions.
+
+Two tracked options, checked when the task is declared (``InvalidTaskOption``):
+
+``rate_limit_global=("ai-provider", 2000)`` (a limiter name and a minimum interval in
+    milliseconds), or just ``"ai-provider"`` (the interval is then
+    ``tracked_rate_limit_ms``, seed 000's ``JOB_QUEUE_COURSE_GEN_LIMITER_MS``). Every task
+    naming one limiter shares it, across all workers: their bodies start at least the
+    interval apart. A delivery that must wait reserves its slot and is re-published for it
+    (``limiter.py``), without using an attempt or holding a pool process.
+``concurrency_key="course:{course_id}"`` (a template over the call's arguments like
+    ``idempotency_key``, or a callable) with ``concurrency_limit=N`` (default
+    ``tracked_concurrency_limit``, seed 000's ``JOB_QUEUE_COURSE_GEN_CONCURRENCY``): at
+    most N jobs with that key are ``processing`` under a live lease at any time, across
+    all workers and task types. The slot is the job's own fenced lease, not a counter: a
+    worker that dies frees it when its lease lapses.
+
+Pure: no Redis, SQL or Celery here.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import InvalidPayload, InvalidTaskOption
+
+if TYPE_CHECKING:
+    from .calls import CallShape
+    from .settings import Settings
+
+#: The tracked options of this module.
+LIMIT_OPTIONS = ("rate_limit_global", "concurrency_key", "concurrency_limit")
+#: The slot a delivery reserved, carried by the message it was re-published as:
+#: ``"<limiter name>@<slot, Redis milliseconds>"``.
+HEADER_RATE_SLOT = "tracked_rate_slot"
+#: Width of the ``concurrency_key`` column.
+MAX_CONCURRENCY_KEY = 255
+#: A limiter name's longest length (it is part of a Redis key).
+MAX_LIMITER_NAME = 200
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A task's declared limits (None: not limited, or the setting's default)."""
+
+    rate_name: str | None = None
+    rate_interval_ms: int | None = None
+    concurrency_key: str | Callable[..., str] | None = None
+    concurrency_limit: int | None = None
+
+    def key_of(self, shape: CallShape, args: Any, kwargs: Any) -> str | None:
+        """The call's concurrency key (stored in its row at enqueue).
+
+        Raises:
+            InvalidPayload: the arguments cannot make a key.
+        """
+        template = self.concurrency_key
+        if template is None:
+            return None
+        return concurrency_key(template, shape.named(args, kwargs), args, kwargs)
+
+    def for_delivery(
+        self,
+        shape: CallShape,
+        args: Any,
+        kwargs: Any,
+        request: Any,
+        settings: Settings,
+    ) -> DeliveryLimits | None:
+        """The limits of one delivery: the interval and limit resolved (defaults:
+        ``tracked_rate_limit_ms``, ``tracked_concurrency_limit``), the slot its message
+        reserved (a header of Celery's ``request``), its concurrency key (as at enqueue;
+        None if the arguments cannot make it, which the enqueue would have refused)."""
+        if self.rate_name is None and self.concurrency_key is None:
+            return None
+        try:
+            key = self.key_of(shape, args, kwargs)
+        except InvalidPayload:
+            key = None
+        return DeliveryLimits(
+            rate_name=self.rate_name,
+            interval_ms=self.rate_interval_ms or settings.rate_limit_ms,
+            reserved_ms=reserved_slot(_header(request, HEADER_RATE_SLOT), self.rate_name),
+            key=key,
+            limit=self.concurrency_limit or settings.concurrency_limit,
+        )
+
+
+@dataclass(frozen=True)
+class DeliveryLimits:
+    """The limits that apply to one delivery of a job."""
+
+    rate_name: str | None = None
+    interval_ms: int = 0
+    #: the slot (Redis milliseconds) an earlier delivery of this message reserved
+    reserved_ms: int | None = None
+    key: str | None = None
+    limit: int = 1
+
+
+def limits_of(options: Mapping[str, Any]) -> Limits:
+    """The limits ``options`` declare (``rate_limit_global``, ``concurrency_key``,
+    ``concurrency_limit``; None: not declared), checked.
+
+    Raises:
+        InvalidTaskOption: names the option and what it must be.
+    """
+    rate = options.get("rate_limit_global")
+    name, interval = _rate(rate) if rate is not None else (None, None)
+    key = options.get("concurrency_key")
+    if key is not None:
+        _key_template(key)
+    limit = options.get("concurrency_limit")
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise InvalidTaskOption(
+                "concurrency_limit", f"must be a positive integer, got {limit!r}"
+            )
+        if key is None:
+            raise InvalidTaskOption(
+                "concurrency_limit", "needs a concurrency_key (the jobs it limits)"
+            )
+    return Limits(name, interval, key, limit)
+
+
+def _rate(value: Any) -> tuple[str, int | None]:
+    name, interval = (value, None) if isinstance(value, str) else (None, None)
+    if isinstance(value, tuple | list) and len(value) == 2:
+        name, interval = value
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+            raise InvalidTaskOption(
+                "rate_limit_global",
+                f"the interval must be a positive integer of milliseconds, got {interval!r}",
+            )
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_LIMITER_NAME:
+        raise InvalidTaskOption(
+            "rate_limit_global",
+            f"must be a limiter name (1-200 characters) or (name, interval_ms), got {value!r}",
+        )
+    return name, interval
+
+
+def _key_template(template: Any) -> None:
+    if callable(template):
+        return
+    if not isinstance(template, str) or not template:
+        raise InvalidTaskOption(
+            "concurrency_key", f"must be a str.format template or a callable, got {template!r}"
+        )
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise InvalidTaskOption(
+            "concurrency_key", f"is not a valid template {template!r}: {exc}"
+        ) from None
+    for field in fields:
+        if not field.isidentifier():
+            raise InvalidTaskOption(
+                "concurrency_key",
+                f"{template!r}: {{{field}}} must name an argument "
+                "(no attribute or index access, no positional fields)",
+            )
+
+
+def concurrency_key(
+    template: str | Callable[..., str], named: Mapping[str, Any], args: Any, kwargs: Any
+) -> str:
+    """The call's concurrency key from the task's template (over ``named``, the call's
+    arguments by name) or callable (called with the arguments).
+
+    Raises:
+        InvalidPayload: the arguments cannot make a key of 1-255 characters.
+    """
+    try:
+        key: Any = template(*args, **kwargs) if callable(template) else template.format(**named)
+    except Exception as exc:  # a template or callable that cannot use these arguments
+        raise InvalidPayload(
+            f"cannot build the concurrency key from the arguments: {exc!r}"
+        ) from None
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_CONCURRENCY_KEY or "\x00" in key:
+        raise InvalidPayload(
+            f"the concurrency key must be 1-{MAX_CONCURRENCY_KEY} characters, got {key!r}"
+        )
+    return key
+
+
+def _header(request: Any, name: str) -> Any:
+    """A custom header of a delivery (Celery also makes them attributes of the request)."""
+    value = (getattr(request, "headers", None) or {}).get(name)
+    return getattr(request, name, None) if value is None else value
+
+
+def slot_header(name: str, slot_ms: int) -> dict[str, str]:
+    """The header telling the next delivery which slot it reserved."""
+    return {HEADER_RATE_SLOT: f"{name}@{int(slot_ms)}"}
+
+
+def reserved_slot(value: Any, name: str | None) -> int | None:
+    """The slot reserved on limiter ``name`` by an earlier delivery of this message
+    (``value``: its ``tracked_rate_slot`` header)."""
+    if name is None or not isinstance(value, str) or "@" not in value:
+        return None
+    owner, _, slot = value.rpartition("@")
+    try:
+        return int(slot) if owner == name else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class LimiterState:
+    """One limiter: the next free slot to hand out, and the latest start it granted
+    (milliseconds of the limiter's one clock; None: none yet)."""
+
+    next_ms: float | None = None
+    last_ms: float | None = None
+
+
+def take_slot(
+    state: LimiterState, now_ms: float, interval_ms: int, reserved_ms: float | None
+) -> tuple[int, int, LimiterState]:
+    """``(wait_ms, slot_ms, new state)`` for a delivery at ``now_ms``.
+
+    A delivery without a reserved slot reserves the next one (slots are ``interval_ms``
+    apart, first come first served). It may start once its slot has come and the latest
+    granted start is ``interval_ms`` behind (a late or stale delivery never starts closer
+    to another): then ``wait_ms`` is 0 and the start is recorded. Otherwise it waits
+    ``wait_ms`` (rounded up) and keeps its slot. The Lua script of ``limiter.py`` is this
+    function.
+    """
+    next_ms = state.next_ms if state.next_ms is not None else now_ms
+    if reserved_ms is None:
+        reserved_ms = max(now_ms, next_ms)
+        next_ms = reserved_ms + interval_ms
+    at = reserved_ms
+    if state.last_ms is not None:
+        at = max(at, state.last_ms + interval_ms)
+    slot = math.ceil(reserved_ms)
+    if at > now_ms:
+        return math.ceil(at - now_ms), slot, LimiterState(next_ms, state.last_ms)
+    return 0, slot, started(LimiterState(next_ms, state.last_ms), now_ms, interval_ms)
+
+
+def started(state: LimiterState, now_ms: float, interval_ms: int) -> LimiterState:
+    """The state once a start at ``now_ms`` is recorded (also when the claim after the
+    check confirms it): no later start, and no new slot, within ``interval_ms`` of it."""
+    last = now_ms if state.last_ms is None else max(state.last_ms, now_ms)
+    next_ms = now_ms + interval_ms if state.next_ms is None else state.next_ms
+    return LimiterState(max(next_ms, last + interval_ms), last)
+
+
+def busy_key_countdown(fraction: float) -> float:
+    """Seconds until a delivery whose concurrency key is full looks again (``fraction``
+    in [0, 1): a random jitter, so waiting deliveries do not come back together)."""
+    return 0.25 + 0.5 * fraction

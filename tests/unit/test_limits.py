@@ -1,0 +1,308 @@
+"""Rate and concurrency limits (issue 8, item 3): the options refused at decoration, the
+slot decisions, the in-process limiter and its hook, and the runner's keyed claim against
+the store's twin. No service."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any, ClassVar
+
+import pytest
+from celery import Celery
+
+from celery_tracked import InvalidTaskOption, TrackedTask, tracked_task
+from celery_tracked.calls import CallShape
+from celery_tracked.errors import InvalidPayload
+from celery_tracked.hooks import Delivery, HookChain, Wait
+from celery_tracked.jobs import Claim, JobStatus, utcnow
+from celery_tracked.lease import LeaseKeeper
+from celery_tracked.limiter import GlobalRateLimit, MemoryLimiter
+from celery_tracked.limits import (
+    HEADER_RATE_SLOT,
+    DeliveryLimits,
+    LimiterState,
+    Limits,
+    busy_key_countdown,
+    limits_of,
+    reserved_slot,
+    slot_header,
+    started,
+    take_slot,
+)
+from celery_tracked.outcome import Completed, Postponed
+from celery_tracked.runner import Runner
+from celery_tracked.settings import Settings
+
+from .test_runner import MemoryStore, Recorder, World
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    """test_runner's world: the runner on the store's twin, a recording hook."""
+    store, recorder = MemoryStore(), Recorder()
+    keeper = LeaseKeeper(store, lease_seconds=60)  # type: ignore[arg-type]
+    settings = Settings(redis_url="memory://")
+    runner = Runner(store, keeper, HookChain([recorder]), settings)  # type: ignore[arg-type]
+    yield World(store, recorder, runner)
+    keeper.stop()
+
+
+BAD = [
+    ("rate_limit_global", ("ai", 0)),
+    ("rate_limit_global", ("ai", "2s")),
+    ("rate_limit_global", ("ai", True)),
+    ("rate_limit_global", ("", 100)),
+    ("rate_limit_global", 7),
+    ("rate_limit_global", ("ai", 100, 3)),
+    ("concurrency_key", 12),
+    ("concurrency_key", "course:{course.id}"),
+    ("concurrency_key", "course:{"),
+    ("concurrency_limit", 0),
+    ("concurrency_limit", True),
+]
+
+
+def app() -> Celery:
+    return Celery("limits", broker="memory://", set_as_current=False)
+
+
+@pytest.mark.parametrize(("name", "value"), BAD)
+def test_a_bad_limit_is_refused_at_decoration(name: str, value: Any) -> None:
+    options = {name: value}
+    if name == "concurrency_limit":
+        options["concurrency_key"] = "k"
+    with pytest.raises(InvalidTaskOption) as info:
+        tracked_task(app=app(), **options)(lambda x: x)
+    assert info.value.setting == name
+    with pytest.raises(InvalidTaskOption):
+        type("Bad", (TrackedTask,), options)
+
+
+def test_a_concurrency_limit_needs_a_key() -> None:
+    with pytest.raises(InvalidTaskOption, match="needs a concurrency_key"):
+        tracked_task(app=app(), concurrency_limit=2)(lambda x: x)
+
+
+def test_the_declared_limits() -> None:
+    assert limits_of({}) == Limits()
+    assert limits_of({"rate_limit_global": ("ai", 250)}) == Limits("ai", 250)
+    assert limits_of({"rate_limit_global": ["ai", 250]}) == Limits("ai", 250)
+    assert limits_of({"rate_limit_global": "course_gen"}) == Limits("course_gen", None)
+    keyed = limits_of({"concurrency_key": "course:{course_id}", "concurrency_limit": 1})
+    assert (keyed.concurrency_key, keyed.concurrency_limit) == ("course:{course_id}", 1)
+
+
+def test_a_task_class_keeps_its_limits_and_a_callable_key() -> None:
+    def by_tenant(tenant: str, n: int = 0) -> str:
+        return f"tenant:{tenant}"
+
+    def body(tenant: str, n: int = 0) -> int:
+        return n
+
+    task = tracked_task(
+        app=app(), rate_limit_global=("ai", 100), concurrency_key=by_tenant, concurrency_limit=3
+    )(body)
+    limits = task._tracked_limits
+    assert (limits.rate_name, limits.rate_interval_ms, limits.concurrency_limit) == ("ai", 100, 3)
+    shape = CallShape(lambda tenant, n=0: n)
+    assert limits.key_of(shape, ("acme",), {"n": 2}) == "tenant:acme"
+
+
+class _Request:
+    def __init__(self, headers: dict[str, Any] | None = None, **attributes: Any) -> None:
+        self.headers = headers
+        self.__dict__.update(attributes)
+
+
+def test_a_delivery_resolves_its_limits_from_the_settings_and_its_message() -> None:
+    shape = CallShape(lambda course_id: None)
+    settings = Settings(redis_url="memory://", rate_limit_ms=750, concurrency_limit=4)
+    limits = Limits("course_gen", None, "course:{course_id}", None)
+    request = _Request({HEADER_RATE_SLOT: "course_gen@1234"})
+    found = limits.for_delivery(shape, ("c-1",), {}, request, settings)
+    assert found == DeliveryLimits("course_gen", 750, 1234, "course:c-1", 4)
+    # Celery also makes a custom header an attribute of the request
+    request = _Request(None, **{HEADER_RATE_SLOT: "course_gen@99"})
+    found = limits.for_delivery(shape, ("c-1",), {}, request, settings)
+    assert found is not None and found.reserved_ms == 99
+    assert Limits().for_delivery(shape, ("c-1",), {}, request, settings) is None
+
+
+def test_a_key_the_arguments_cannot_make_is_refused() -> None:
+    shape = CallShape(lambda course_id: None)
+    with pytest.raises(InvalidPayload, match="concurrency key"):
+        Limits(concurrency_key="course:{other}").key_of(shape, ("c-1",), {})
+    with pytest.raises(InvalidPayload, match="1-255"):
+        Limits(concurrency_key="{course_id}").key_of(shape, ("x" * 300,), {})
+
+
+def test_a_reserved_slot_is_read_only_for_its_own_limiter() -> None:
+    assert slot_header("ai", 1500) == {HEADER_RATE_SLOT: "ai@1500"}
+    assert reserved_slot("ai@1500", "ai") == 1500
+    assert reserved_slot("a@b@1500", "a@b") == 1500
+    assert reserved_slot("other@1500", "ai") is None
+    assert reserved_slot("ai@soon", "ai") is None
+    assert reserved_slot(None, "ai") is None
+    assert reserved_slot("ai@1500", None) is None
+
+
+# -- the slot decisions ----------------------------------------------------------------
+
+
+def test_the_first_delivery_starts_at_once() -> None:
+    wait, slot, state = take_slot(LimiterState(), 1000, 200, None)
+    assert (wait, slot, state) == (0, 1000, LimiterState(1200, 1000))
+
+
+def test_deliveries_reserve_slots_an_interval_apart_and_start_at_them() -> None:
+    state = LimiterState(1200, 1000)
+    wait_b, slot_b, state = take_slot(state, 1010, 200, None)
+    wait_c, slot_c, state = take_slot(state, 1020, 200, None)
+    assert (wait_b, slot_b, wait_c, slot_c) == (190, 1200, 380, 1400)
+    assert state == LimiterState(1600, 1000)
+    # b comes back at its slot: it starts, reserving nothing more
+    wait, slot, state = take_slot(state, 1200, 200, slot_b)
+    assert (wait, slot, state) == (0, 1200, LimiterState(1600, 1200))
+    # c comes back early (a skewed ETA): it waits again for the rest, keeping its slot
+    assert take_slot(state, 1390, 200, slot_c)[:2] == (10, 1400)
+
+
+def test_a_late_or_stale_delivery_never_starts_closer_than_the_interval() -> None:
+    state = LimiterState(1600, 1500)  # a start at 1500
+    # a delivery whose slot (1000) passed long ago waits for the latest start's interval
+    wait, slot, after = take_slot(state, 1550, 200, 1000)
+    assert (wait, slot, after) == (150, 1000, state)
+    wait, _, after = take_slot(state, 1700, 200, 1000)
+    assert wait == 0 and after == LimiterState(1900, 1700)
+
+
+def test_a_confirmed_start_pushes_the_next_start_and_the_next_slot() -> None:
+    state = started(LimiterState(1200, 1000), 1004, 200)  # the claim took 4 ms
+    assert state == LimiterState(1204, 1004)
+    assert take_slot(state, 1200, 200, 1200)[0] == 4
+    assert started(LimiterState(), 50, 200) == LimiterState(250, 50)
+    assert started(LimiterState(900, 800), 700, 200) == LimiterState(1000, 800)  # never back
+
+
+def test_a_busy_key_looks_again_within_a_second() -> None:
+    assert busy_key_countdown(0.0) == 0.25
+    assert 0.25 <= busy_key_countdown(0.999) < 0.75
+
+
+# -- the in-process limiter and its hook -----------------------------------------------
+
+
+def delivery(limits: DeliveryLimits | None) -> Delivery:
+    return Delivery("j-1", "send", "q", "app.send", limits)
+
+
+def test_the_hook_postpones_to_the_reserved_slot_and_carries_it() -> None:
+    hook = GlobalRateLimit(MemoryLimiter())
+    first = DeliveryLimits("ai", 60_000)
+    assert hook.before_claim(delivery(first)) is None
+    hook.after_claim(delivery(first), Claim("j-1", 1, 3))
+    wait = hook.before_claim(delivery(first))
+    assert isinstance(wait, Wait) and 59 < wait.seconds <= 60
+    assert "rate limit 'ai'" in wait.reason
+    assert wait.headers is not None
+    slot = reserved_slot(wait.headers[HEADER_RATE_SLOT], "ai")
+    assert slot is not None
+    # the message delivered again with its slot waits for that slot, reserving no other
+    again = hook.before_claim(delivery(DeliveryLimits("ai", 60_000, slot)))
+    assert isinstance(again, Wait) and again.headers == wait.headers
+    third = hook.before_claim(delivery(first))
+    assert isinstance(third, Wait) and third.seconds > 119
+
+
+def test_limiters_are_independent_and_unlimited_tasks_pass() -> None:
+    hook = GlobalRateLimit(MemoryLimiter())
+    assert hook.before_claim(delivery(DeliveryLimits("a", 60_000))) is None
+    assert hook.before_claim(delivery(DeliveryLimits("b", 60_000))) is None
+    assert hook.before_claim(delivery(None)) is None
+    assert hook.before_claim(delivery(DeliveryLimits(None, 0, None, "k", 1))) is None
+
+
+def test_an_unreachable_limiter_postpones() -> None:
+    from celery_tracked.guard import GuardError
+
+    class Down(MemoryLimiter):
+        def take(self, name: str, interval_ms: int, reserved_ms: int | None) -> tuple[int, int]:
+            raise GuardError("Redis rate limiter failed: connection refused")
+
+    wait = GlobalRateLimit(Down()).before_claim(delivery(DeliveryLimits("ai", 100)))
+    assert isinstance(wait, Wait) and wait.seconds == 1.0 and "unavailable" in wait.reason
+
+
+def test_a_hook_chain_passes_a_wait_through_and_tells_every_hook_of_a_claim() -> None:
+    class Seen(GlobalRateLimit):
+        claims: ClassVar[list[str]] = []
+
+        def after_claim(self, delivery: Delivery, claim: Claim) -> None:
+            self.claims.append(claim.job_id)
+
+    chain = HookChain([Seen(MemoryLimiter()), GlobalRateLimit(MemoryLimiter())])
+    limited = delivery(DeliveryLimits("ai", 60_000))
+    assert chain.before_claim(limited) is None
+    chain.after_claim(limited, Claim("j-1", 1, 3))
+    assert Seen.claims == ["j-1"]
+    assert isinstance(chain.before_claim(limited), Wait)
+
+
+# -- the runner ------------------------------------------------------------------------
+
+
+def test_the_runner_postpones_a_limited_delivery_with_its_slot_and_no_attempt(
+    world: World,
+) -> None:
+    world.runner.hooks.add(GlobalRateLimit(MemoryLimiter()))  # type: ignore[attr-defined]
+    world.store.add("j-1")
+    world.store.add("j-2")
+    limits = DeliveryLimits("ai", 60_000)
+    assert isinstance(world.run(job_id="j-1", limits=limits), Completed)
+    verdict = world.run(job_id="j-2", limits=limits)
+    assert isinstance(verdict, Postponed) and 59 < verdict.countdown <= 60
+    assert verdict.headers is not None and HEADER_RATE_SLOT in verdict.headers
+    job = world.job("j-2")
+    assert (job.status, job.attempts_made, world.bodies) == (JobStatus.PENDING, 0, 1)
+
+
+def hold(world: World, job_id: str, key: str, seconds: float) -> None:
+    world.store.add(
+        job_id,
+        status=JobStatus.PROCESSING,
+        attempts_made=1,
+        concurrency_key=key,
+        locked_by="other",
+        locked_until=utcnow() + timedelta(seconds=seconds),
+    )
+
+
+def test_a_keyed_job_waits_while_its_key_is_full_without_using_an_attempt(
+    world: World,
+) -> None:
+    hold(world, "holder", "course:c-1", 60)
+    world.store.add("j-1", concurrency_key="course:c-1")
+    verdict = world.run(limits=DeliveryLimits(key="course:c-1", limit=1))
+    assert isinstance(verdict, Postponed) and 0.25 <= verdict.countdown < 0.75
+    assert "concurrency key 'course:c-1' has no free slot (limit 1)" in verdict.reason
+    assert "claim" not in world.store.calls  # the hint read saw it full
+    assert world.job().attempts_made == 0 and world.bodies == 0
+    # a limit of 2, or another key, has room
+    assert isinstance(world.run(limits=DeliveryLimits(key="course:c-1", limit=2)), Completed)
+    world.store.add("j-2", concurrency_key="course:c-2")
+    assert isinstance(world.run(job_id="j-2", limits=DeliveryLimits(key="course:c-2")), Completed)
+
+
+def test_a_slot_whose_lease_lapsed_is_free(world: World) -> None:
+    hold(world, "holder", "course:c-1", -1)  # its worker died: the lease lapsed
+    world.store.add("j-1", concurrency_key="course:c-1")
+    assert isinstance(world.run(limits=DeliveryLimits(key="course:c-1", limit=1)), Completed)
+
+
+def test_a_claim_that_finds_the_key_full_waits_for_the_key(world: World) -> None:
+    world.store.add("j-1", concurrency_key="k")
+    world.store.key_busy = lambda *a: False  # type: ignore[method-assign]  # the hint missed it
+    world.store.claim = lambda *a, **k: None  # type: ignore[method-assign]  # the claim did not
+    verdict = world.run(limits=DeliveryLimits(key="k", limit=1))
+    assert isinstance(verdict, Postponed) and "concurrency key 'k'" in verdict.reason
