@@ -15,6 +15,11 @@ from . import ai
 
 #: Attempts of every step (a provider outage is retried; credits exhaustion is not).
 ATTEMPTS = 3
+#: Seed 000's limits, shared by every step: the AI provider's calls are spaced
+#: ``tracked_rate_limit_ms`` apart across all workers (``JOB_QUEUE_COURSE_GEN_LIMITER_MS``,
+#: default 2000), and at most ``tracked_concurrency_limit`` course steps run at once
+#: (``JOB_QUEUE_COURSE_GEN_CONCURRENCY``, default 2: how many courses advance in parallel).
+LIMITS: dict[str, Any] = {"rate_limit_global": "ai-provider", "concurrency_key": "course_gen"}
 
 
 def module_of(course_id: str, index: int) -> str:
@@ -26,6 +31,7 @@ def module_of(course_id: str, index: int) -> str:
     name="courses.outline",
     idempotency_key="outline:{course_id}",
     max_attempts=ATTEMPTS,
+    **LIMITS,
 )
 def outline(self: Any, course_id: str, modules: int) -> dict[str, Any]:
     text = ai.generate(f"outline:{course_id}", f"outline of {course_id} in {modules} modules")
@@ -38,6 +44,7 @@ def outline(self: Any, course_id: str, modules: int) -> dict[str, Any]:
     name="courses.module_lessons",
     idempotency_key="module_lessons:{module_id}",
     max_attempts=ATTEMPTS,
+    **LIMITS,
 )
 def module_lessons(
     self: Any, course_id: str, module_id: str, index: int, modules: int
@@ -54,6 +61,7 @@ def module_lessons(
     name="courses.module_exam",
     idempotency_key="module_exam:{module_id}",
     max_attempts=ATTEMPTS,
+    **LIMITS,
 )
 def module_exam(
     self: Any, course_id: str, module_id: str, index: int, modules: int
@@ -72,6 +80,7 @@ def module_exam(
     name="courses.final_exam",
     idempotency_key="final_exam:{course_id}",
     max_attempts=ATTEMPTS,
+    **LIMITS,
 )
 def final_exam(self: Any, course_id: str) -> dict[str, Any]:
     # fail-soft: if the final exam cannot be made after all its attempts, the course still
@@ -87,6 +96,7 @@ def final_exam(self: Any, course_id: str) -> dict[str, Any]:
     name="courses.mastery_analysis",
     idempotency_key="mastery_analysis:{course_id}",
     max_attempts=ATTEMPTS,
+    **LIMITS,
 )
 def mastery_analysis(self: Any, course_id: str, with_final_exam: bool = True) -> dict[str, Any]:
     text = ai.generate(f"mastery_analysis:{course_id}", f"mastery analysis of {course_id}")

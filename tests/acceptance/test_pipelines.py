@@ -52,7 +52,7 @@ def courses(env: Any, tmp_path: Path) -> Iterator[Any]:
 def course_worker(env: Any, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
     started: list[Worker] = []
 
-    def start(name: str = "c1", concurrency: int = 2, **extra: str) -> Worker:
+    def start(name: str = "c1", concurrency: int = 2, **extra: str | None) -> Worker:
         log_path = tmp_path / f"worker-{name}.log"
         log_file = log_path.open("wb")
         cmd = [sys.executable, "-m", "celery", "-A", "courses_worker", "worker", "-P", "prefork"]
@@ -68,6 +68,7 @@ def course_worker(env: Any, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
                 "COURSES_QUEUE": QUEUE,
                 "COURSES_BACKOFF_MS": "100",
                 "COURSE_AI_LATENCY_MS": "30",
+                "CELERY_TRACKED_RATE_LIMIT_MS": "20",  # the example's AI limiter, kept short
                 "COURSE_AI_FAULTS_FILE": str(tmp_path / "faults"),
                 "COURSES_TEST_STATE": str(tmp_path),
                 **extra,
@@ -210,21 +211,43 @@ def test_within_a_course_no_steps_overlap_across_courses_they_do(
     app, _ = courses
     from example_project.courses.tasks import start
 
-    course_worker("a", concurrency=2, COURSE_AI_LATENCY_MS="150")
-    course_worker("b", concurrency=2, COURSE_AI_LATENCY_MS="150")
-    first, second = start("c5", 2), start("c6", 2)
+    # seed 000's settings, by their own names: AI calls 100 ms apart, 2 courses at a time
+    seed: dict[str, str | None] = {
+        "CELERY_TRACKED_RATE_LIMIT_MS": None,
+        "JOB_QUEUE_COURSE_GEN_LIMITER_MS": "100",
+        "JOB_QUEUE_COURSE_GEN_CONCURRENCY": "2",
+        "COURSE_AI_LATENCY_MS": "150",
+    }
+    course_worker("a", concurrency=2, **seed)
+    course_worker("b", concurrency=2, **seed)
+    cids = [start("c5", 2), start("c6", 2), start("c11", 2)]
     tracker = Tracker.for_app(app)
-    for cid in (first, second):
-        wait_for(pipeline_ended(tracker, cid), timeout=90, what="the courses to end")
+    for cid in cids:
+        wait_for(pipeline_ended(tracker, cid), timeout=120, what="the courses to end")
     spans = {}
-    for cid in (first, second):
+    for cid in cids:
         got = [(r.started_at, r.finished_at) for r in rows(env, cid)]
         assert tracker.pipeline(cid).state == "completed"
         ordered = sorted(got)
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered)), ordered
         spans[cid] = ordered
-    overlaps = sum(1 for a in spans[first] for b in spans[second] if a[0] < b[1] and b[0] < a[1])
+    overlaps = sum(
+        1
+        for one, other in itertools.combinations(cids, 2)
+        for a in spans[one]
+        for b in spans[other]
+        if a[0] < b[1] and b[0] < a[1]
+    )
+    print("steps of different courses running at the same time:", overlaps)
     assert overlaps > 0, "different courses advance in parallel"
+    every = sorted(span for ordered in spans.values() for span in ordered)
+    changes = sorted([(a, 1) for a, _ in every] + [(b, -1) for _, b in every])
+    at_once = max(itertools.accumulate(change for _, change in changes))
+    assert at_once <= 2, "JOB_QUEUE_COURSE_GEN_CONCURRENCY: at most 2 steps at once"
+    starts = [begun for begun, _ in every]
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(starts)]
+    print("smallest gap between course steps' claims:", min(gaps))
+    assert min(gaps) >= 0.09, "JOB_QUEUE_COURSE_GEN_LIMITER_MS spaces the AI steps"
 
 
 def test_a_step_killed_after_declaring_its_successor_creates_it_once(
