@@ -145,7 +145,12 @@ class Unrecoverable(TrackedError):
 
 
 # user-info runs to the last "@" of the URL token: passwords may hold "/" or "@"
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<creds>\S+)@")
+#: A scheme starts where no scheme character precedes it and is read possessively, and the
+#: user-info is at most 512 characters: linear in the text's length (a long run of letters
+#: costs one pass, never a search from each of its characters).
+_URL_CREDENTIALS = re.compile(
+    r"(?<![a-zA-Z0-9+.\-])(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*+://)(?P<creds>\S{1,512})@"
+)
 
 
 def mask_url(text: str) -> str:
@@ -158,34 +163,28 @@ def url_userinfo(text: str) -> list[str]:
     return [m.group("creds") for m in _URL_CREDENTIALS.finditer(text)]
 
 
-def _key_regex(key: str) -> str:
-    """A redact key as a regular expression over names (see ``redact.key_matches``):
-    ``_`` and ``-`` are one, a short key is a whole word, ``*_x`` is a suffix."""
-    word = re.escape(key.lstrip("*")).replace("_", "[_-]")
-    if key.startswith("*"):
-        return r"[\w\-]*" + word
-    if len(key) < 5:
-        return r"(?<![a-zA-Z0-9])" + word + r"(?![a-zA-Z0-9])"
-    return word
+#: ``key=value``, ``key: value``, ``"key": "value"`` (and ``Authorization: Bearer x``). The
+#: key must start a word and every quantifier is possessive: linear in the text's length
+#: (a long run of word characters costs one pass, never a backtracking search).
+_PAIR = re.compile(
+    r"(?<![\w\-])(?P<key>[\w\-]++)(?P<sep>['\"]?+\s*+[:=]\s*+['\"]?+)"
+    r"(?P<value>(?:(?:bearer|basic|token|digest|negotiate)\s++(?=[^\s'\",;&}]))?+"
+    r"[^\s'\",;&}]++)",
+    re.IGNORECASE,
+)
 
 
-def _key_value_pattern(keys: Iterable[str]) -> re.Pattern[str] | None:
-    words = sorted({_key_regex(k) for k in keys if k.strip("*")}, key=len, reverse=True)
-    if not words:
-        return None
-    return re.compile(
-        r"(?P<key>[\w\-]*(?:" + "|".join(words) + r")[\w\-]*)"
-        r"(?P<sep>['\"]?\s*[:=]\s*['\"]?)(?P<value>[^\s'\",;&}]+)",
-        re.IGNORECASE,
-    )
+def _mask_pairs(text: str, keys: Sequence[str]) -> str:
+    """``text`` with the value of every ``key=value`` pair under a secret key masked."""
+    from .redact import NOT_SECRET_NAMES, is_secret_key, normalise_key  # redact imports us
 
+    def mask(match: re.Match[str]) -> str:
+        key = match.group("key")
+        if normalise_key(key) in NOT_SECRET_NAMES or not is_secret_key(key, keys):
+            return match.group(0)
+        return f"{key}{match.group('sep')}{MASK}"
 
-def _mask_pair(match: re.Match[str]) -> str:
-    from .redact import NOT_SECRET_NAMES, normalise_key  # redact imports this module
-
-    if normalise_key(match.group("key")) in NOT_SECRET_NAMES:
-        return match.group(0)
-    return f"{match.group('key')}{match.group('sep')}{MASK}"
+    return _PAIR.sub(mask, text)
 
 
 def mask_secrets(text: str, secrets: Iterable[str] = (), keys: Iterable[str] = ()) -> str:
@@ -193,10 +192,8 @@ def mask_secrets(text: str, secrets: Iterable[str] = (), keys: Iterable[str] = (
     text = mask_url(text)
     for value in sorted({s for s in secrets if s}, key=len, reverse=True):
         text = text.replace(value, MASK)
-    pattern = _key_value_pattern(keys)
-    if pattern is not None:
-        text = pattern.sub(_mask_pair, text)
-    return text
+    secret_keys = tuple(k for k in keys if k.strip("*"))
+    return _mask_pairs(text, secret_keys) if secret_keys else text
 
 
 def safe_text(value: object) -> str:

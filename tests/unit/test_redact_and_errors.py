@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
 
@@ -9,12 +10,13 @@ from celery_tracked.errors import (
     MAX_SUMMARY_CHARS,
     TrackedError,
     mask_exception,
+    mask_secrets,
     mask_url,
     summarize,
 )
 from celery_tracked.outcome import backoff_ms
 from celery_tracked.redact import REDACTED, encode_payload, redact, secret_values
-from celery_tracked.settings import Settings
+from celery_tracked.settings import DEFAULT_REDACT_KEYS, Settings
 
 #: ``tracked_redact_keys`` as documented in docs/configuration.md, pinned literally (not
 #: imported from the implementation, so a changed default fails here).
@@ -244,3 +246,33 @@ def test_group_members_dict_arguments_and_notes_are_masked() -> None:
     assert member.__notes__ == ["note ***"]  # type: ignore[attr-defined]
     assert group.__notes__ == ["outer ***"]  # type: ignore[attr-defined]
     assert group.exceptions[1].args == ("v ***",)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["y" * 100_000, "a1b2" * 25_000, "x-" * 50_000, "abc://x" * 20_000, "a://" + "b@" * 50_000],
+)
+def test_masking_is_linear_in_the_texts_length(text: str) -> None:
+    """A long run of word characters (a base64 blob in a log line or an error) once took
+    minutes (nested quantifiers): the running job lost its lease. Not a benchmark: a guard
+    against the catastrophic case, with a bound 100x what it takes."""
+    started = time.perf_counter()
+    mask_secrets(text, ("s3cret",), DEFAULT_REDACT_KEYS)
+    summarize(ValueError(text), ("s3cret",), DEFAULT_REDACT_KEYS)
+    assert time.perf_counter() - started < 2.0
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("Authorization: Bearer eyJ.abc.def", "Authorization: ***"),
+        ("authorization=Basic dXNlcjpwYXNz rest", "authorization=*** rest"),
+        ('{"password": "hunter2", "user": "bob"}', '{"password": "***", "user": "bob"}'),
+        ("x-client-sig: zz9", "x-client-sig: ***"),
+        ("idempotency_key=abc token=t0", "idempotency_key=abc token=***"),
+        ("https://u:p@ss@host/x", "https://***@host/x"),
+    ],
+)
+def test_header_schemes_and_pairs_are_masked(text: str, masked: str) -> None:
+    keys = (*DEFAULT_REDACT_KEYS, "x-client-sig")
+    assert mask_secrets(text, (), keys) == masked
