@@ -24,7 +24,7 @@ from .jobs import EnqueueResult, Job, JobEvent, JobStatus
 from .keys import KeyLifetime
 from .pipelines import Pipeline
 from .settings import Settings
-from .successors import NotInAStep
+from .successors import InvalidSuccessor, NotInAStep
 from .task import TrackedTask
 from .tracker import Tracker
 
@@ -38,6 +38,7 @@ __all__ = [
     "GuardError",
     "InvalidPayload",
     "InvalidProgress",
+    "InvalidSuccessor",
     "InvalidTaskOption",
     "Job",
     "JobEvent",

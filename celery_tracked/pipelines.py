@@ -7,8 +7,10 @@ and :func:`pipeline_state` decides its overall state from the rows alone:
 - ``completed``: nothing runs and every job no successor followed (a leaf) completed (a
   step that failed with its fail-soft successor run is not a leaf);
 - ``failed``: nothing runs and a leaf failed on its last attempt (its retries exhausted);
-- ``halted``: nothing runs and a leaf failed before its last attempt (``Unrecoverable``,
-  an error its task does not retry) or was cancelled: the pipeline was stopped.
+- ``halted``: nothing runs and a leaf failed before its last attempt (so by
+  ``Unrecoverable``, or an error its task does not retry) or was cancelled: the pipeline
+  was stopped. Read from the rows alone: ``Unrecoverable`` on a job's last attempt counts
+  as ``failed``.
 
 Pure: no SQL here (the read is ``store/reads.py``).
 """

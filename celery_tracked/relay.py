@@ -37,7 +37,8 @@ CLAIM_S = 30.0
 RELAYED_MESSAGE = "published by the relay: its producer never handed it to the broker"
 REDACTED_REASON = (
     "its producer died before publishing it and its arguments were redacted, so it "
-    "cannot be re-sent as called: enqueue it again"
+    "cannot be re-sent as called: run it again with tracker.retry(job_id, "
+    "arguments={...the redacted ones...}), or enqueue it again"
 )
 
 

@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 from . import producer
 from .enqueuer import NewJob
-from .errors import TrackedError, mask_secrets
+from .errors import InvalidPayload, TrackedError, Unrecoverable, mask_secrets
 from .hooks import Hooks, Transition
-from .jobs import Claim, NewRow, utcnow
+from .jobs import Claim, JobStatus, NewRow, utcnow
+from .keys import Then, then
 from .messages import Control
 from .store import JobStore
 
@@ -51,6 +52,12 @@ class NotInAStep(TrackedError, RuntimeError):
     """``then``/``otherwise`` was called outside the body of a running tracked task."""
 
 
+class InvalidSuccessor(InvalidPayload, Unrecoverable):
+    """A successor the step declared was refused (not a tracked task, arguments its task
+    refuses, too many successors): the step fails now, without retries (the same body
+    would declare the same successor again)."""
+
+
 @dataclass(frozen=True)
 class Declared:
     """A successor declared by a running step: its job and how to publish it."""
@@ -58,6 +65,7 @@ class Declared:
     job: NewJob
     fail_soft: bool
     publish: Callable[[], None]
+    key_round: int = 0
 
 
 @dataclass
@@ -72,6 +80,10 @@ class Step:
 
 
 _current: ContextVar[Step | None] = ContextVar("celery_tracked_step", default=None)
+#: The successors waiting to be sent by the outermost publishing loop of this context.
+_publishing: ContextVar[list[Declared] | None] = ContextVar(
+    "celery_tracked_publishing", default=None
+)
 
 
 @contextmanager
@@ -104,15 +116,35 @@ def declare(
     if step is None:
         raise NotInAStep("then()/otherwise() can only be called from a running tracked task")
     if len(step.declared) >= MAX_SUCCESSORS:
-        raise NotInAStep(f"a step may declare at most {MAX_SUCCESSORS} successors")
+        raise InvalidSuccessor(f"a step may declare at most {MAX_SUCCESSORS} successors")
+    from .task import TrackedTask  # the task module imports this one
+
+    if not isinstance(task, TrackedTask):
+        raise InvalidSuccessor(f"a successor must be a tracked task, not {task!r}")
     control = Control(idempotency_key, step.correlation_id, step.job_id)
     options: dict[str, Any] = {}
-    job = producer.new_job(task, args, kwargs, None, control, options)
+    try:
+        job = producer.new_job(task, args, kwargs, None, control, options)
+    except (InvalidPayload, TypeError) as exc:
+        raise InvalidSuccessor(f"successor {task.name} refused: {exc}") from None
     if job.call.key is None:
         job = replace(job, call=replace(job.call, key=derived_key(step.job_id, job)))
     publish = _publisher(task, tuple(args), dict(kwargs), job, options)
-    step.declared.append(Declared(job, fail_soft, publish))
+    step.declared.append(Declared(job, fail_soft, publish, key_round(task, job)))
     return job.job_id
+
+
+def key_round(task: TrackedTask[Any, Any], job: NewJob) -> int:
+    """The round a successor's row takes: 0, or under a key lifetime that frees keys the
+    round after the key's newest job once that one let it go (read now; a producer that
+    takes the same round first wins at the completion, and this successor is not created)."""
+    if not job.rule.reused or job.call.key is None:
+        return 0
+    latest = task.tracker.store.find_by_key(job.job_type, job.call.key)
+    if latest is None:
+        return 0
+    free = then(job.rule, latest, utcnow()) is Then.NEW_ROUND
+    return latest.key_round + 1 if free else latest.key_round
 
 
 def derived_key(parent_job_id: str, job: NewJob) -> str:
@@ -155,7 +187,9 @@ class Successors(Hooks):
         if step is None or step.job_id != claim.job_id:
             return ()
         step.written = [d for d in step.declared if d.fail_soft is fail_soft]
-        return [NewRow("background_jobs", d.job.row(), new_job=True) for d in step.written]
+        return [
+            NewRow("background_jobs", d.job.row(d.key_round), new_job=True) for d in step.written
+        ]
 
     def after_transition(self, transition: Transition) -> None:
         step = _current.get()
@@ -164,8 +198,17 @@ class Successors(Hooks):
         if transition.event not in ("completed", "failed") or not step.written:
             return
         written, step.written = step.written, []
-        for declared in written:
-            self._publish(declared)
+        queue = _publishing.get()
+        if queue is not None:  # inside an eager successor's run: the outer loop sends them
+            queue.extend(written)
+            return
+        queue = list(written)
+        token = _publishing.set(queue)
+        try:  # a loop, not a recursion: an eager pipeline of any length runs inline
+            while queue:
+                self._publish(queue.pop(0))
+        finally:
+            _publishing.reset(token)
 
     def _publish(self, declared: Declared) -> None:
         job_id = declared.job.job_id
@@ -180,9 +223,18 @@ class Successors(Hooks):
                 return
             declared.publish()
             self.store.handed_over(job_id, utcnow(), 0)
-        except Exception as exc:  # the relay publishes it after the grace period
+        except Exception as exc:
+            detail = mask_secrets(str(exc), declared.job.call.secrets)
+            if self._ran(job_id):  # eager: it ran here, and its body raised
+                logger.info("successor %s ran here and raised: %s", job_id, detail)
+                return
             logger.warning(
-                "successor %s not published now (%s): the relay will publish it",
-                job_id,
-                mask_secrets(str(exc), declared.job.call.secrets),
+                "successor %s not published now (%s): the relay will publish it", job_id, detail
             )
+
+    def _ran(self, job_id: str) -> bool:
+        try:
+            job = self.store.get(job_id)
+        except Exception:
+            return False
+        return job is not None and job.status is not JobStatus.PENDING

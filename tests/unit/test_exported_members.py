@@ -7,6 +7,7 @@ EXPECTED = {
     "EnqueueResult",
     "GuardError",
     "InvalidPayload",
+    "InvalidSuccessor",
     "InvalidProgress",
     "InvalidTaskOption",
     "Job",

@@ -1,0 +1,94 @@
+"""Successors in eager mode (SQLite, in-process guard): a long pipeline runs inline, a
+successor under a key lifetime that frees keys takes the next round, a successor that
+cannot be declared fails its step at once (issue 8)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from celery_tracked import JobStatus, NotInAStep, Tracker, tracked_task
+from celery_tracked.migrate import upgrade
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[Celery]:
+    app = Celery("successors", broker="memory://", set_as_current=False)
+    app.conf.update(
+        task_always_eager=True,
+        tracked_database_url=f"sqlite:///{tmp_path / 'jobs.sqlite3'}",
+        tracked_redis_url="memory://",
+    )
+    upgrade(app.conf.tracked_database_url)
+    yield app
+    Tracker.for_app(app).close()
+
+
+def test_an_eager_pipeline_of_any_length_runs_inline(app: Celery) -> None:
+    @tracked_task(app=app, bind=True, shared=False)
+    def step(self: Any, n: int, total: int) -> int:
+        if n < total:
+            self.then(step, n + 1, total)
+        return n
+
+    first = step.delay(1, 250)
+    pipeline = Tracker.for_app(app).pipeline(first.id)
+    assert len(pipeline.jobs) == 250 and pipeline.state == "completed"
+    assert [depth for depth, _ in pipeline.tree()] == list(range(250))
+
+
+def test_a_successor_takes_the_next_round_of_a_freed_key(app: Celery) -> None:
+    @tracked_task(
+        app=app, bind=True, shared=False, idempotency_key="leaf:{tag}", key_lifetime="ended"
+    )
+    def leaf(self: Any, tag: str) -> str:
+        return tag
+
+    @tracked_task(app=app, bind=True, shared=False)
+    def root(self: Any, tag: str) -> None:
+        self.then(leaf, tag)
+
+    for _ in range(3):
+        root.delay("x")
+    store = Tracker.for_app(app).store
+    latest = store.find_by_key(leaf.tracked_job_type, "leaf:x")
+    assert latest is not None and latest.key_round == 2
+    assert latest.status is JobStatus.COMPLETED
+
+
+def test_a_successor_that_cannot_be_declared_fails_its_step_at_once(app: Celery) -> None:
+    @tracked_task(app=app, bind=True, shared=False)
+    def takes_text(self: Any, text: str) -> str:
+        return text
+
+    @tracked_task(app=app, bind=True, shared=False, max_attempts=3)
+    def bad(self: Any, what: str) -> None:
+        if what == "plain":
+            self.then(print, 1)
+        else:
+            self.then(takes_text, bogus=1)
+
+    tracker = Tracker.for_app(app)
+    for what, text in (("plain", "must be a tracked task"), ("args", "missing a required")):
+        job = tracker.get_job(bad.delay(what).id)
+        assert job is not None
+        assert (job.status, job.attempts_made, job.error_type) == (
+            JobStatus.FAILED,
+            1,
+            "InvalidSuccessor",
+        )
+        assert text in (job.error_message or "")
+        assert tracker.pipeline(job.id).state == "halted"
+
+
+def test_then_outside_a_running_task_is_refused(app: Celery) -> None:
+    @tracked_task(app=app, bind=True, shared=False)
+    def step(self: Any) -> str:
+        return self.then(step)
+
+    with pytest.raises(NotInAStep):
+        step()
