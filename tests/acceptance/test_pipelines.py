@@ -17,6 +17,7 @@ import pytest
 from conftest import HERE, Worker, worker_environ
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
+from tracked_app import WORKER_APPNAME
 
 from celery_tracked import JobStatus, Tracker
 from celery_tracked.maintenance import publisher
@@ -379,3 +380,45 @@ def test_the_cli_prints_the_pipeline_as_a_tree(env: Any, courses: Any, course_wo
         timeout=60,
     )
     assert missing.returncode == 1 and "no job with correlation id nope" in missing.stderr
+
+
+def test_a_step_whose_connections_are_terminated_mid_body_creates_its_successor_once(
+    env: Any, courses: Any, course_worker: Any
+) -> None:
+    """``pg_terminate_backend`` of the worker's connections while module_lessons runs (its
+    exam declared): the completion is re-sent on a new connection with the exam's row in the
+    same transaction; one exam row, one run, and the step used one attempt."""
+    app, faults = courses
+    from example_project.courses.tasks import start
+
+    faults.write_text("module_lessons:c12-m1=hang\n")
+    course_worker()
+    cid = start("c12", 1)
+    tracker = Tracker.for_app(app)
+
+    def running() -> bool:
+        jobs = tracker.pipeline(cid).jobs
+        return len(jobs) == 2 and jobs[1].status is JobStatus.PROCESSING
+
+    wait_for(running, timeout=30, what="module_lessons to run")
+    killer = create_engine(env.database_url, poolclass=NullPool)
+    try:
+        with killer.connect() as conn:
+            terminated = conn.execute(
+                text(
+                    "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND application_name = :app"
+                ),
+                {"app": WORKER_APPNAME},
+            ).all()
+    finally:
+        killer.dispose()
+    assert terminated, "no database connection of the worker was found"
+    faults.write_text("")
+    wait_for(pipeline_ended(tracker, cid), timeout=60, what="the course to end")
+    pipeline = tracker.pipeline(cid)
+    assert pipeline.state == "completed" and len(pipeline.jobs) == 5
+    lessons = pipeline.jobs[1]
+    assert lessons.attempts_made == 1
+    exams = pipeline.children(lessons.id)
+    assert len(exams) == 1 and started_events(env, exams[0].id) == 1
