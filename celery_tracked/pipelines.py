@@ -62,21 +62,31 @@ class Pipeline:
     def children(self, job_id: str | None) -> list[Job]:
         """The jobs whose parent is ``job_id`` (None: the roots: no parent in this
         pipeline)."""
-        ids = {job.id for job in self.jobs}
-        if job_id is None:
-            return [job for job in self.jobs if job.parent_job_id not in ids]
-        return [job for job in self.jobs if job.parent_job_id == job_id]
+        return list(self._children().get(job_id, ()))
+
+    def _children(self) -> dict[str | None, list[Job]]:
+        """Every job under its parent's id (the roots under None), oldest first; built once."""
+        index: dict[str | None, list[Job]] | None = self.__dict__.get("_index")
+        if index is None:
+            ids = {job.id for job in self.jobs}
+            index = {}
+            for job in self.jobs:
+                parent = job.parent_job_id if job.parent_job_id in ids else None
+                index.setdefault(parent, []).append(job)
+            object.__setattr__(self, "_index", index)  # a cache on a frozen dataclass
+        return index
 
     def tree(self) -> Iterator[tuple[int, Job]]:
         """``(depth, job)`` in tree order (a parent, then its successors), each job once."""
+        children = self._children()
         seen: set[str] = set()
-        stack = [(0, job) for job in reversed(self.children(None))]
+        stack = [(0, job) for job in reversed(children.get(None, ()))]
         while stack:
             depth, job = stack.pop()
             if job.id in seen:
                 continue
             seen.add(job.id)
-            stack.extend((depth + 1, child) for child in reversed(self.children(job.id)))
+            stack.extend((depth + 1, child) for child in reversed(children.get(job.id, ())))
             yield depth, job
 
     def render(self) -> str:
@@ -88,7 +98,18 @@ class Pipeline:
             if job.status is JobStatus.COMPLETED:
                 error = ""
             lines.append(
-                f"{'   ' * depth}└─ {job.job_type}  {job.status.value}  {job.id}  "
+                f"{_indent(depth)}└─ {job.job_type}  {job.status.value}  {job.id}  "
                 f"attempts {job.attempts_made}/{job.max_attempts}{error}"
             )
         return "\n".join(lines)
+
+
+#: Deeper than this, a tree line shows its depth instead of indenting further (a chain of
+#: 10,000 steps would otherwise print 150 million spaces).
+MAX_INDENT = 24
+
+
+def _indent(depth: int) -> str:
+    if depth <= MAX_INDENT:
+        return "   " * depth
+    return "   " * MAX_INDENT + f"[{depth}] "

@@ -101,3 +101,11 @@ def test_the_tree_lists_each_job_once_under_its_parent() -> None:
     assert lines[0] == "pipeline j1: completed (completed 4, failed 1)"
     assert lines[4].startswith("   └─ step4  failed  j4  attempts 1/3  E: None")
     assert lines[5].startswith("      └─ step5  completed")
+
+
+def test_a_long_chain_renders_in_linear_time_and_width() -> None:
+    jobs = tuple(job(n, C, n - 1 if n > 1 else None) for n in range(1, 3001))
+    lines = Pipeline("j1", jobs).render().splitlines()
+    assert len(lines) == 3001
+    assert lines[-1].startswith("   " * 24 + "[2999] └─ step3000")
+    assert max(len(line) for line in lines) < 200
