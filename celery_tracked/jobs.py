@@ -141,6 +141,8 @@ class Job:
     revision: int = 0
     #: the jobs sharing it are limited in how many run at once (``limits.py``)
     concurrency_key: str | None = None
+    #: failed after using up its retries (else stopped: ``Unrecoverable``, not retried)
+    retries_exhausted: bool = False
     payload_json: str | None = field(default=None, repr=False)
     result_json: str | None = field(default=None, repr=False)
 

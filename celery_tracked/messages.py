@@ -37,6 +37,8 @@ class PendingFailure:
     attempt: int
     error_type: str
     error_message: str
+    #: the attempt used up the retries (else the job was stopped)
+    retries_exhausted: bool = False
 
     def encode(self) -> str:
         return json.dumps(
@@ -44,13 +46,19 @@ class PendingFailure:
                 "attempt": self.attempt,
                 "error_type": self.error_type,
                 "error_message": self.error_message,
+                "retries_exhausted": self.retries_exhausted,
             }
         )
 
     @classmethod
     def decode(cls, text: str) -> PendingFailure:
         data = json.loads(text)
-        return cls(int(data["attempt"]), str(data["error_type"]), str(data["error_message"]))
+        return cls(
+            int(data["attempt"]),
+            str(data["error_type"]),
+            str(data["error_message"]),
+            bool(data.get("retries_exhausted", False)),
+        )
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     Dialect,
@@ -21,6 +22,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.types import TypeDecorator
@@ -103,6 +105,8 @@ jobs = Table(
     # bumped when the job's message is replaced (debounce, Tracker.retry): a delivery of an
     # older revision runs nothing
     Column("revision", Integer, nullable=False, default=0, server_default="0"),
+    # a failed job used up its retries (else it was stopped: Unrecoverable, not retried)
+    Column("retries_exhausted", Boolean, nullable=False, default=False, server_default=false()),
     # jobs sharing a concurrency key: at most the task's limit of them are ``processing``
     # under a live lease at once (``limits.py``); NULL: not limited
     Column("concurrency_key", String(255), nullable=True),

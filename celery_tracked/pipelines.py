@@ -6,11 +6,11 @@ and :func:`pipeline_state` decides its overall state from the rows alone:
 - ``running``: a job is ``pending``, ``processing`` or ``retrying``;
 - ``completed``: nothing runs and every job no successor followed (a leaf) completed (a
   step that failed with its fail-soft successor run is not a leaf);
-- ``failed``: nothing runs and a leaf failed on its last attempt (its retries exhausted);
-- ``halted``: nothing runs and a leaf failed before its last attempt (so by
-  ``Unrecoverable``, or an error its task does not retry) or was cancelled: the pipeline
-  was stopped. Read from the rows alone: ``Unrecoverable`` on a job's last attempt counts
-  as ``failed``.
+- ``failed``: nothing runs and a leaf failed after using up its retries (its
+  ``retries_exhausted``: its last attempt raised an error its task retries, was lost, or
+  was killed by the hard time limit);
+- ``halted``: nothing runs and a leaf was stopped (``Unrecoverable``, an error its task
+  does not retry, on any attempt) or cancelled: the pipeline was stopped on purpose.
 
 Pure: no SQL here (the read is ``store/reads.py``).
 """
@@ -34,12 +34,8 @@ def pipeline_state(jobs: Sequence[Job]) -> str:
     leaves = [job for job in jobs if job.id not in parents]
     if all(job.status is JobStatus.COMPLETED for job in leaves):
         return COMPLETED
-    exhausted = [
-        job
-        for job in leaves
-        if job.status is JobStatus.FAILED and job.attempts_made >= job.max_attempts
-    ]
-    return FAILED if exhausted else HALTED
+    used_up = [job for job in leaves if job.status is JobStatus.FAILED and job.retries_exhausted]
+    return FAILED if used_up else HALTED
 
 
 @dataclass(frozen=True)

@@ -165,9 +165,8 @@ class Recorder:
         """Record the attempt as failed (``retrying`` or ``failed``, as ``plan`` says); a
         failure that exhausted the retries inserts the hooks' ``failure_rows`` with it."""
         rows: Sequence[NewRow] = ()
-        if plan.delay_ms is None and exhausted(
-            error, claim.attempt, claim.max_attempts, run.policy.retries
-        ):
+        used_up = exhausted(error, claim.attempt, claim.max_attempts, run.policy.retries)
+        if plan.delay_ms is None and used_up:
             try:
                 rows = self.hooks.failure_rows(claim, error)
             except Exception:  # the failure is written anyway, without them
@@ -175,7 +174,9 @@ class Recorder:
                     "job %s: failure_rows hook failed", claim.job_id
                 )
         cause = retry_cause(error)
-        written = self.record_failure(run, claim, cause, started, plan.delay_ms, rows=rows)
+        written = self.record_failure(
+            run, claim, cause, started, plan.delay_ms, rows=rows, used_up=used_up
+        )
         return written if written is not None else after_write(plan, error)
 
     def job_error(self, run: Run, claim: Claim, error: Exception, started: float) -> Verdict:
@@ -197,6 +198,7 @@ class Recorder:
         delay_ms: int | None,
         secret: bool = True,
         rows: Sequence[NewRow] = (),
+        used_up: bool = False,
     ) -> Verdict | None:
         """Write retrying (``delay_ms`` given) or failed, fenced. None when written; else
         the verdict that replaces the plan's (lease lost, or the failure to carry over)."""
@@ -206,7 +208,7 @@ class Recorder:
         duration = int((time.monotonic() - started) * 1000)
         status = JobStatus.FAILED if delay_ms is None else JobStatus.RETRYING
         write = (
-            partial(self.store.fail, rows=rows)
+            partial(self.store.fail, rows=rows, retries_exhausted=used_up)
             if delay_ms is None
             else partial(self.store.retrying, delay_ms=delay_ms)
         )
@@ -221,7 +223,7 @@ class Recorder:
                 return None  # the re-publish that follows makes the next attempt anyway
             # the decision must not be lost, nor the body run again: the re-published
             # message carries it, and its delivery records it once the database answers
-            failure = PendingFailure(claim.attempt, kind, summary)
+            failure = PendingFailure(claim.attempt, kind, summary, used_up)
             return Postponed(
                 1.0, "failure not recorded", {HEADER_PENDING_FAILURE: failure.encode()}
             )
@@ -249,6 +251,7 @@ class Recorder:
                 error_message=failure.error_message,
                 duration_ms=None,
                 now=utcnow(),
+                retries_exhausted=failure.retries_exhausted,
             )
         except StoreError as exc:
             logging.getLogger("celery_tracked").warning(

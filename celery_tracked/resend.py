@@ -167,6 +167,7 @@ def retry(
             finished_at=job.finished_at,
             now=utcnow(),
             message=f"retry undone: its message could not be published: {detail}",
+            retries_exhausted=job.retries_exhausted,
         )
         raise EnqueueError(f"retry of job {job.id} failed (broker publish): {detail}") from None
     try:

@@ -28,6 +28,7 @@ NEW_JOB_COLUMNS = (
     "idempotency_key",
     "key_round",
     "revision",
+    "retries_exhausted",
     "correlation_id",
     "parent_job_id",
     "owner_id",
@@ -43,6 +44,7 @@ NEW_JOB_DEFAULTS: dict[str, Any] = {
     "key_round": 0,
     "revision": 0,
     "concurrency_key": None,
+    "retries_exhausted": False,
 }
 _NEW_JOB_VALUES = {c: bindparam(c, type_=jobs.c[c].type) for c in NEW_JOB_COLUMNS}
 JOB_INSERT = insert(jobs).values(_NEW_JOB_VALUES)

@@ -293,12 +293,22 @@ class Moves:
         duration_ms: int | None,
         now: datetime,
         rows: Sequence[NewRow] = (),
+        retries_exhausted: bool = False,
     ) -> bool:
-        """processing → failed, fenced by the claim; ``rows`` (a fail-soft successor) are
-        inserted in the same transaction."""
+        """processing → failed, fenced by the claim; ``retries_exhausted``: its last attempt
+        failed (else it was stopped); ``rows`` (a fail-soft successor) are inserted in the
+        same transaction."""
         message = f"{error_type}: {error_message}"
         return self._end_run(
-            sql.FAIL, claim, error_type, error_message, message, duration_ms, now, rows=rows
+            sql.FAIL,
+            claim,
+            error_type,
+            error_message,
+            message,
+            duration_ms,
+            now,
+            rows=rows,
+            extra={"retries_exhausted": retries_exhausted},
         )
 
     def _end_run(
@@ -312,10 +322,11 @@ class Moves:
         now: datetime,
         delay_ms: int = 0,
         rows: Sequence[NewRow] = (),
+        extra: Mapping[str, Any] | None = None,
     ) -> bool:
         params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": now}
         params.update(error_type=error_type, error_message=error_message, delay_s=delay_ms / 1000)
-        params.update(message=message[:1000], duration_ms=duration_ms)
+        params.update(message=message[:1000], duration_ms=duration_ms, **(extra or {}))
         return self.apply(move, params, rows) is not None
 
     @reconnecting

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Integer, Text, exists
+from sqlalchemy import Boolean, Integer, Text, exists
 
 from ..jobs import JobStatus
 from ..models import UTCDateTime, jobs
@@ -80,12 +80,18 @@ RETRY = Move(
         "max_attempts": jobs.c.attempts_made + BUDGET,
         "started_at": None,
         "finished_at": None,
+        "retries_exhausted": False,
     },
     (jobs.c.revision == REVISION,),
     "retried",
     extra_where=(_NO_NEWER_ROUND,),
 )
-_UNDONE_RETRY = {"max_attempts": OLD_MAX, "finished_at": OLD_FINISHED, "updated_at": NOW}
+_UNDONE_RETRY = {
+    "max_attempts": OLD_MAX,
+    "finished_at": OLD_FINISHED,
+    "retries_exhausted": _param("old_retries_exhausted", Boolean),
+    "updated_at": NOW,
+}
 UNDO_RETRY = {
     ended: Move(f"undo_retry_{ended.value}", _PENDING, ended, _UNDONE_RETRY, _UNSENT, ended.value)
     for ended in _ENDED
@@ -146,10 +152,12 @@ class Rerun:
         finished_at: datetime | None,
         now: datetime,
         message: str,
+        retries_exhausted: bool = False,
     ) -> bool:
         """Back to ``status`` if nobody handed revision ``made`` over."""
         params = {"job_id": job_id, "made": made, "old_max_attempts": max_attempts, "now": now}
         params.update(old_finished_at=finished_at, message=message)
+        params.update(old_retries_exhausted=retries_exhausted)
         return self.apply(UNDO_RETRY[status], params) is not None
 
     # -- relay ------------------------------------------------------------------------

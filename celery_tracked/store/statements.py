@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import (
+    Boolean,
     ColumnElement,
     Delete,
     Float,
@@ -169,11 +170,13 @@ TAKE_OVER_KEYED = Move(
     event="redelivered",
     extra_where=(*TAKE_OVER.extra_where, *KEY_FREE),
 )
+#: The last attempt was lost (or killed by the hard time limit): the retries are used up.
+_LOST = {**_END_RUN, "retries_exhausted": True}
 FAIL_LOST = Move(
     "fail_lost",
     _PROCESSING,
     JobStatus.FAILED,
-    {**_END_RUN, "error_type": "WorkerLost", "error_message": MESSAGE, "finished_at": NOW},
+    {**_LOST, "error_type": "WorkerLost", "error_message": MESSAGE, "finished_at": NOW},
     fence=LAPSED,
     event="failed",
 )
@@ -200,13 +203,24 @@ COMPLETE = Move(
 )
 _RETRY_RUN = {**_END_RUN, **_ERROR, "locked_until": db_time(DELAY_S)}  # not before the backoff
 _FAILED_RUN = {**_END_RUN, **_ERROR, "finished_at": NOW}
+#: A failure written by the run itself says whether it used up the retries.
+_EXHAUSTED = _param("retries_exhausted", Boolean)
 RETRYING = Move("retrying", _PROCESSING, JobStatus.RETRYING, _RETRY_RUN, HELD, "retrying")
-FAIL = Move("fail", _PROCESSING, JobStatus.FAILED, _FAILED_RUN, HELD, "failed")
+FAIL = Move(
+    "fail",
+    _PROCESSING,
+    JobStatus.FAILED,
+    {**_FAILED_RUN, "retries_exhausted": _EXHAUSTED},
+    HELD,
+    "failed",
+)
 # A run that died outside its call path (killed by the hard time limit, terminated by a
 # revoke) is ended from the worker's main process once its holder is dead: fenced like a
 # takeover (the attempt last seen, and a lease that lapsed or whose owner is dead).
 RETRY_DEAD = Move("retry_dead", _PROCESSING, JobStatus.RETRYING, _RETRY_RUN, LAPSED, "retrying")
-FAIL_DEAD = Move("fail_dead", _PROCESSING, JobStatus.FAILED, _FAILED_RUN, LAPSED, "failed")
+FAIL_DEAD = Move(
+    "fail_dead", _PROCESSING, JobStatus.FAILED, {**_FAILED_RUN, **_LOST}, LAPSED, "failed"
+)
 #: Not in the design's first list of moves: ``revoke(terminate=True)`` ends a running job.
 CANCEL_DEAD = Move(
     "cancel_dead",

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from celery_tracked import JobStatus, NotInAStep, Tracker, tracked_task
+from celery_tracked import JobStatus, NotInAStep, Tracker, Unrecoverable, tracked_task
 from celery_tracked.migrate import upgrade
 
 
@@ -92,3 +92,23 @@ def test_then_outside_a_running_task_is_refused(app: Celery) -> None:
 
     with pytest.raises(NotInAStep):
         step()
+
+
+def test_a_stop_on_the_last_attempt_halts_and_used_up_retries_fail(app: Celery) -> None:
+    """``retries_exhausted`` tells a stop (``Unrecoverable``, even on a job's only attempt)
+    from retries used up: the pipeline is ``halted`` for the one, ``failed`` for the other."""
+
+    @tracked_task(app=app, bind=True, shared=False, max_attempts=1)
+    def only_once(self: Any, how: str) -> None:
+        raise Unrecoverable("credits") if how == "stop" else ValueError("broken")
+
+    @tracked_task(app=app, bind=True, shared=False)
+    def first(self: Any, how: str) -> None:
+        self.then(only_once, how)
+
+    tracker = Tracker.for_app(app)
+    for how, state, used_up in (("stop", "halted", False), ("break", "failed", True)):
+        pipeline = tracker.pipeline(first.delay(how).id)
+        leaf = pipeline.jobs[-1]
+        assert (leaf.status, leaf.retries_exhausted) == (JobStatus.FAILED, used_up)
+        assert pipeline.state == state

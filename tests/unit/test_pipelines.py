@@ -71,14 +71,16 @@ def test_a_failure_is_exhausted_only_on_the_last_attempt_of_a_retried_error() ->
         ([job(1, C), job(2, C, 1)], "completed"),
         ([job(1, C), job(2, P, 1)], "running"),
         ([job(1, C), job(2, R, 1)], "running"),
-        ([job(1, C), job(2, F, 1, attempts_made=3)], "failed"),
+        ([job(1, C), job(2, F, 1, attempts_made=3, retries_exhausted=True)], "failed"),
         ([job(1, C), job(2, F, 1, attempts_made=1)], "halted"),
+        # Unrecoverable on the last attempt (max_attempts=1): stopped, not used up
+        ([job(1, C), job(2, F, 1, attempts_made=1, max_attempts=1)], "halted"),
         ([job(1, C), job(2, X, 1)], "halted"),
         # a failed step whose fail-soft successor completed is not a leaf
-        ([job(1, C), job(2, F, 1, attempts_made=3), job(3, C, 2)], "completed"),
+        ([job(1, C), job(2, F, 1, retries_exhausted=True), job(3, C, 2)], "completed"),
         # a tree: one branch exhausted, the other completed
-        ([job(1, C), job(2, C, 1), job(3, F, 1, attempts_made=3)], "failed"),
-        ([job(1, C), job(2, F, 1), job(3, F, 1, attempts_made=3)], "failed"),
+        ([job(1, C), job(2, C, 1), job(3, F, 1, retries_exhausted=True)], "failed"),
+        ([job(1, C), job(2, F, 1), job(3, F, 1, retries_exhausted=True)], "failed"),
     ],
 )
 def test_a_pipelines_state(jobs: list[Job], state: str) -> None:

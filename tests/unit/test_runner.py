@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 from celery.exceptions import Ignore, Reject, Retry
@@ -51,6 +52,7 @@ class MemoryStore:
         self.calls: list[str] = []
         self.completion_rows: list[NewRow] = []
         self.failure_rows: list[NewRow] = []
+        self.retries_exhausted: bool | None = None
 
     def add(self, job_id: str = "j-1", **changes: Any) -> Job:
         now = utcnow()
@@ -262,9 +264,11 @@ class MemoryStore:
         duration_ms: int | None,
         now: datetime,
         rows: Sequence[NewRow] = (),
+        retries_exhausted: bool = False,
     ) -> bool:
         self._call("fail")
         self.failure_rows = list(rows)
+        self.retries_exhausted = retries_exhausted
         if not self._held(claim):
             return False
         self._end(
@@ -455,6 +459,15 @@ def test_the_last_attempt_fails(world: World) -> None:
     assert (job.status, job.attempts_made, job.error_type) == (JobStatus.FAILED, 3, "KeyError")
     assert job.finished_at is not None
     assert world.recorder.events == ["processing", "failed"]
+    assert world.store.retries_exhausted is True
+
+
+@pytest.mark.parametrize("max_attempts", [1, 5])
+def test_unrecoverable_is_a_stop_not_used_up_retries(world: World, max_attempts: int) -> None:
+    world.store.add(max_attempts=max_attempts)
+    assert world.run(fail_with(Unrecoverable("credits"))) == Failed(ANY)
+    assert world.job().status is JobStatus.FAILED
+    assert world.store.retries_exhausted is False
 
 
 def test_unrecoverable_fails_on_the_first_attempt(world: World) -> None:
@@ -707,7 +720,7 @@ def test_a_failure_that_cannot_be_written_is_carried_by_the_message(world: World
     assert verdict.countdown == 1.0
     assert verdict.headers is not None
     failure = PendingFailure.decode(verdict.headers[HEADER_PENDING_FAILURE])
-    assert failure == PendingFailure(3, "ValueError", "login *** refused")
+    assert failure == PendingFailure(3, "ValueError", "login *** refused", True)
     assert world.job().status is JobStatus.PROCESSING
 
     # the next delivery, with those headers, records the failure and runs nothing
