@@ -10,6 +10,7 @@ error masks always agree. No Redis, SQL or Celery here.
 from __future__ import annotations
 
 import inspect
+import string
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 from celery.utils.saferepr import saferepr
 
 from .codec import encode
-from .errors import InvalidPayload, summarize
+from .errors import InvalidPayload, InvalidTaskOption, summarize
 from .redact import REDACTED, encode_payload, is_secret_key, redact, secret_values
 
 #: Longest ``argsrepr``/``kwargsrepr``.
@@ -203,3 +204,32 @@ def idempotency_key(
             "without NUL bytes"
         )
     return key
+
+
+def check_template(template: Any, option: str) -> None:
+    """A task's key template (``idempotency_key``, ``concurrency_key``) may only name the
+    call's arguments (``"ocr:{document_id}"``, conversions and format specs allowed):
+    attribute or index access (``{doc.id}``, ``{ids[0]}``) and positional fields (``{}``,
+    ``{0}``) are refused, so a key never depends on more than the arguments' values. A
+    callable is taken as is.
+
+    Raises:
+        InvalidTaskOption: the template is malformed or uses anything but argument names.
+    """
+    if callable(template):
+        return
+    if not isinstance(template, str) or not template:
+        raise InvalidTaskOption(
+            option, f"must be a str.format template or a callable, got {template!r}"
+        )
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise InvalidTaskOption(option, f"is not a valid template {template!r}: {exc}") from None
+    for field in fields:
+        if not field.isidentifier():
+            raise InvalidTaskOption(
+                option,
+                f"{template!r}: {{{field}}} must name an argument "
+                "(no attribute or index access, no positional fields)",
+            )

@@ -21,11 +21,11 @@ Pure: no Redis, SQL or Celery here.
 from __future__ import annotations
 
 import math
-import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .calls import check_template
 from .errors import InvalidPayload, InvalidTaskOption
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def limits_of(options: Mapping[str, Any]) -> Limits:
     name, interval = _rate(rate) if rate is not None else (None, None)
     key = options.get("concurrency_key")
     if key is not None:
-        _key_template(key)
+        check_template(key, "concurrency_key")
     limit = options.get("concurrency_limit")
     if limit is not None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
@@ -142,28 +142,6 @@ def _rate(value: Any) -> tuple[str, int | None]:
             f"must be a limiter name (1-200 characters) or (name, interval_ms), got {value!r}",
         )
     return name, interval
-
-
-def _key_template(template: Any) -> None:
-    if callable(template):
-        return
-    if not isinstance(template, str) or not template:
-        raise InvalidTaskOption(
-            "concurrency_key", f"must be a str.format template or a callable, got {template!r}"
-        )
-    try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-    except ValueError as exc:
-        raise InvalidTaskOption(
-            "concurrency_key", f"is not a valid template {template!r}: {exc}"
-        ) from None
-    for field in fields:
-        if not field.isidentifier():
-            raise InvalidTaskOption(
-                "concurrency_key",
-                f"{template!r}: {{{field}}} must name an argument "
-                "(no attribute or index access, no positional fields)",
-            )
 
 
 def concurrency_key(

@@ -33,10 +33,10 @@ The options (``None``: the default):
 from __future__ import annotations
 
 import inspect
-import string
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .calls import check_template
 from .errors import InvalidTaskOption
 from .keys import KEY_OPTIONS, KeyRule, key_rule
 from .limits import LIMIT_OPTIONS, Limits, limits_of
@@ -86,25 +86,8 @@ def check_key_template(template: Any) -> None:
         InvalidTaskOption: the template is malformed or uses anything but argument names.
     """
     template = _unwrap(template)
-    if template is None or callable(template):
-        return
-    if not isinstance(template, str) or not template:
-        raise InvalidTaskOption(
-            "idempotency_key", f"must be a str.format template or a callable, got {template!r}"
-        )
-    try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-    except ValueError as exc:
-        raise InvalidTaskOption(
-            "idempotency_key", f"is not a valid template {template!r}: {exc}"
-        ) from None
-    for field in fields:
-        if not field.isidentifier():
-            raise InvalidTaskOption(
-                "idempotency_key",
-                f"{template!r}: {{{field}}} must name an argument "
-                "(no attribute or index access, no positional fields)",
-            )
+    if template is not None:
+        check_template(template, "idempotency_key")
 
 
 def _validator(name: str, value: Any) -> None:
