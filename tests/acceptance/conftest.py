@@ -358,3 +358,22 @@ def run_cli(env: Env) -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+def terminate_worker_connections(database_url: str) -> list[Any]:
+    """``pg_terminate_backend`` of the workers' connections only (their application name),
+    never this process's; the ``(pid, terminated)`` rows."""
+    killer = create_engine(database_url, poolclass=NullPool)
+    try:
+        with killer.connect() as conn:
+            return list(
+                conn.execute(
+                    text(
+                        "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND application_name = :app"
+                    ),
+                    {"app": WORKER_APPNAME},
+                ).all()
+            )
+    finally:
+        killer.dispose()

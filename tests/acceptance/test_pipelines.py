@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import HERE, Worker, worker_environ
+from conftest import HERE, Worker, terminate_worker_connections, worker_environ
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
-from tracked_app import WORKER_APPNAME
 
 from celery_tracked import JobStatus, Tracker
 from celery_tracked.maintenance import publisher
@@ -401,18 +400,7 @@ def test_a_step_whose_connections_are_terminated_mid_body_creates_its_successor_
         return len(jobs) == 2 and jobs[1].status is JobStatus.PROCESSING
 
     wait_for(running, timeout=30, what="module_lessons to run")
-    killer = create_engine(env.database_url, poolclass=NullPool)
-    try:
-        with killer.connect() as conn:
-            terminated = conn.execute(
-                text(
-                    "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND application_name = :app"
-                ),
-                {"app": WORKER_APPNAME},
-            ).all()
-    finally:
-        killer.dispose()
+    terminated = terminate_worker_connections(env.database_url)
     assert terminated, "no database connection of the worker was found"
     faults.write_text("")
     wait_for(pipeline_ended(tracker, cid), timeout=60, what="the course to end")

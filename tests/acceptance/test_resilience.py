@@ -6,9 +6,9 @@ import os
 import signal
 from typing import Any
 
+from conftest import terminate_worker_connections
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
-from tracked_app import WORKER_APPNAME
 
 from celery_tracked import JobStatus
 from tests.conftest import wait_for
@@ -53,18 +53,7 @@ def test_db_connection_terminated_during_body_completes_on_a_fresh_one(
     assert env.status(job_id) == "processing"
 
     # only the worker's connections (its application_name), never this process's
-    killer = create_engine(env.database_url, poolclass=NullPool)
-    try:
-        with killer.connect() as conn:
-            terminated = conn.execute(
-                text(
-                    "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND application_name = :app"
-                ),
-                {"app": WORKER_APPNAME},
-            ).all()
-    finally:
-        killer.dispose()
+    terminated = terminate_worker_connections(env.database_url)
     assert terminated, "no database connection of the worker was found"
     assert all(ok for _, ok in terminated), terminated
     env.redis.set(f"go:{job_id}", 1)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -8,6 +9,8 @@ import redis
 from celery import Celery
 
 from celery_tracked import Tracker
+from celery_tracked.jobs import utcnow
+from celery_tracked.store import JobStore
 
 AppFactory = Callable[..., Celery]
 
@@ -52,3 +55,27 @@ def guard_keys(client: redis.Redis) -> list[bytes]:
 
 def tracker_of(app: Celery) -> Tracker:
     return Tracker.for_app(app)
+
+
+def insert_job(store: JobStore, **values: Any) -> str:
+    """Insert a pending job as a producer would (``values`` override the defaults); its id."""
+    job_id = str(uuid.uuid4())
+    now = utcnow()
+    row: dict[str, Any] = {
+        "id": job_id,
+        "queue_name": "q",
+        "job_type": "t",
+        "task_name": "t",
+        "celery_task_id": job_id,
+        "status": "pending",
+        "payload_json": "{}",
+        "max_attempts": 3,
+        "idempotency_key": None,
+        "correlation_id": job_id,
+        "parent_job_id": None,
+        "owner_id": None,
+        "created_at": now,
+        "updated_at": now,
+    }
+    store.insert({**row, **values})
+    return job_id

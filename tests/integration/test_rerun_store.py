@@ -14,6 +14,8 @@ from celery_tracked import JobStatus
 from celery_tracked.jobs import utcnow
 from celery_tracked.store import DuplicateJob, JobStore
 
+from .conftest import insert_job
+
 
 @pytest.fixture(params=["as-configured", "core-statements"])
 def store(request: pytest.FixtureRequest, database_url: str) -> Iterator[JobStore]:
@@ -25,28 +27,10 @@ def store(request: pytest.FixtureRequest, database_url: str) -> Iterator[JobStor
 
 
 def new_job(store: JobStore, key: str | None = None, key_round: int = 0) -> str:
-    job_id = str(uuid.uuid4())
-    now = utcnow()
-    store.insert(
-        {
-            "id": job_id,
-            "queue_name": "q",
-            "job_type": "t",
-            "task_name": "t",
-            "celery_task_id": job_id,
-            "status": "pending",
-            "payload_json": '{"args": [], "kwargs": {"n": 0}}',
-            "max_attempts": 2,
-            "idempotency_key": key,
-            "key_round": key_round,
-            "correlation_id": job_id,
-            "parent_job_id": None,
-            "owner_id": None,
-            "created_at": now,
-            "updated_at": now,
-        }
+    payload = '{"args": [], "kwargs": {"n": 0}}'
+    return insert_job(
+        store, payload_json=payload, max_attempts=2, idempotency_key=key, key_round=key_round
     )
-    return job_id
 
 
 def claim(store: JobStore, job_id: str, revision: int = 0) -> object:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,8 @@ from celery_tracked import migrate
 from celery_tracked.jobs import Claim, utcnow
 from celery_tracked.limiter import RedisLimiter
 from celery_tracked.store import JobStore
+
+from .conftest import insert_job
 
 
 @pytest.fixture(params=["postgres", "sqlite", "mariadb"])
@@ -32,28 +33,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobStore]:
 
 
 def new_job(store: JobStore, key: str | None) -> str:
-    job_id = str(uuid.uuid4())
-    now = utcnow()
-    store.insert(
-        {
-            "id": job_id,
-            "queue_name": "q",
-            "job_type": "t",
-            "task_name": "t",
-            "celery_task_id": job_id,
-            "status": "pending",
-            "payload_json": "{}",
-            "max_attempts": 3,
-            "idempotency_key": None,
-            "correlation_id": job_id,
-            "parent_job_id": None,
-            "owner_id": None,
-            "concurrency_key": key,
-            "created_at": now,
-            "updated_at": now,
-        }
-    )
-    return job_id
+    return insert_job(store, concurrency_key=key)
 
 
 def claim(store: JobStore, job_id: str, key: str, limit: int, lease_s: float = 60) -> Any:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import threading
-import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,7 @@ from celery_tracked.jobs import Claim, NewRow, utcnow
 from celery_tracked.store import Disconnected, JobStore, Refused
 
 from ..conftest import wait_for
+from .conftest import insert_job
 
 T = TypeVar("T")
 
@@ -36,27 +36,7 @@ def store(request: pytest.FixtureRequest, database_url: str) -> Iterator[JobStor
 
 
 def new_job(store: JobStore, max_attempts: int = 3) -> str:
-    job_id = str(uuid.uuid4())
-    now = utcnow()
-    store.insert(
-        {
-            "id": job_id,
-            "queue_name": "q",
-            "job_type": "t",
-            "task_name": "t",
-            "celery_task_id": job_id,
-            "status": "pending",
-            "payload_json": "{}",
-            "max_attempts": max_attempts,
-            "idempotency_key": None,
-            "correlation_id": job_id,
-            "parent_job_id": None,
-            "owner_id": None,
-            "created_at": now,
-            "updated_at": now,
-        }
-    )
-    return job_id
+    return insert_job(store, max_attempts=max_attempts)
 
 
 def claim(store: JobStore, job_id: str, owner: str = "h:1", lease_s: float = 60) -> Claim | None:
