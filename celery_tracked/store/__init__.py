@@ -3,6 +3,8 @@
 - ``statements``: every SQL statement, each written once as a Core statement; a status
   change is a ``Move`` (conditional ``UPDATE`` + its history row).
 - ``moves``: the allowed moves, each run by one helper (``Moves.apply``), fence included.
+- ``outcomes``: how a run ends (completed, retrying, failed), fenced by its claim or, for a
+  run that died outside its call path, like a takeover.
 - ``rerun``: the moves that give a job a new message (debounce, ``Tracker.retry``).
 - ``reporting``: a running body's progress (a fenced, non-durable move) and log lines.
 - ``reads``: one job, a job by key, a job's history, statistics.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from .engines import Engines
 from .moves import Moves
+from .outcomes import Outcomes
 from .reads import Reads
 from .reporting import Reporting
 from .rerun import Rerun
@@ -27,7 +30,7 @@ from .translate import Disconnected, DuplicateJob, Refused
 __all__ = ["Disconnected", "DuplicateJob", "JobStore", "Refused"]
 
 
-class JobStore(Moves, Reads, Rerun, Reporting, Slots):
+class JobStore(Moves, Outcomes, Reads, Rerun, Reporting, Slots):
     """The tracking database of one app; engines are created per process."""
 
     def __init__(self, url: str, pooled: bool = False) -> None:

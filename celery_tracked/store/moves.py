@@ -2,7 +2,9 @@
 
 A move returns the moved row's ``(attempts_made, max_attempts)``, or ``None`` when the row
 was not in a state the move allows (another run holds it, it ended, it is gone): the
-caller decides what that means. Nothing here reads a row to decide a write.
+caller decides what that means. Nothing here reads a row to decide a write. Here: the
+producer's moves, claims and takeovers, leases and cancels; how a run ends is in
+``outcomes.py``, a job's new message in ``rerun.py``.
 """
 
 from __future__ import annotations
@@ -183,23 +185,6 @@ class Moves:
         return None if moved is None else Claim(job_id, moved[0], moved[1], takeover=True)
 
     @reconnecting
-    def fail_lost(
-        self,
-        job_id: str,
-        *,
-        seen_attempt: int,
-        now: datetime,
-        grace_s: float,
-        stale_owner: str | None,
-        message: str,
-    ) -> bool:
-        """processing → failed when the last attempt was lost: fenced like a takeover (the
-        attempt last seen, and a lease that lapsed or whose owner is dead)."""
-        params = {"job_id": job_id, "attempt": seen_attempt, "now": now, "message": message}
-        params.update(grace_s=grace_s, stale_owner=stale_owner)
-        return self.apply(sql.FAIL_LOST, params) is not None
-
-    @reconnecting
     def cancel(
         self, job_id: str, *, now: datetime, reason: str, revision: int | None = None
     ) -> bool:
@@ -209,125 +194,6 @@ class Moves:
         if revision is None:
             return self.apply(sql.CANCEL, params) is not None
         return self.apply(sql.CANCEL_CURRENT, {**params, "at_revision": revision}) is not None
-
-    @reconnecting
-    def end_dead_run(
-        self,
-        job_id: str,
-        *,
-        seen_attempt: int,
-        stale_owner: str | None,
-        status: JobStatus,
-        error_type: str | None,
-        error_message: str | None,
-        message: str,
-        now: datetime,
-        delay_ms: int = 0,
-    ) -> bool:
-        """processing → retrying | failed | cancelled for a run that died outside its call
-        path (hard time limit, ``revoke(terminate=True)``), fenced to that run: the attempt
-        last seen, and a lease that lapsed or whose owner (``stale_owner``) is dead.
-        ``message`` is the history line (and a cancellation's ``error_message``); a retry is
-        not claimable before ``delay_ms``."""
-        move = {
-            JobStatus.RETRYING: sql.RETRY_DEAD,
-            JobStatus.FAILED: sql.FAIL_DEAD,
-            JobStatus.CANCELLED: sql.CANCEL_DEAD,
-        }[status]
-        params = {"job_id": job_id, "attempt": seen_attempt, "now": now, "message": message}
-        params.update(stale_owner=stale_owner, error_type=error_type, error_message=error_message)
-        params.update(grace_s=0.0, delay_s=delay_ms / 1000)
-        return self.apply(move, params) is not None
-
-    def complete(
-        self,
-        claim: Claim,
-        *,
-        result_json: str | None,
-        now: datetime,
-        duration_ms: int,
-        rows: Sequence[NewRow] = (),
-        resent: bool = False,
-    ) -> bool:
-        """processing → completed, fenced by the claim; ``rows`` are inserted in the same
-        transaction. False when the run no longer holds the lease.
-
-        ``resent``: an earlier send failed with its connection; if this one matches
-        nothing because that send had committed (the row is completed by this very
-        attempt), the completion is saved.
-        """
-        params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": now}
-        params.update(result_json=result_json, duration_ms=duration_ms)
-        if self.apply(sql.COMPLETE, params, rows) is not None:
-            return True
-        if not resent:
-            return False
-        with translated("reading the job"):
-            row = self.engines.execute(sql.SELECT_ATTEMPTS_STATUS, {"job_id": claim.job_id})
-        return row is not None and tuple(row) == (claim.attempt, JobStatus.COMPLETED.value)
-
-    @reconnecting
-    def retrying(
-        self,
-        claim: Claim,
-        *,
-        error_type: str,
-        error_message: str,
-        delay_ms: int,
-        duration_ms: int | None,
-        now: datetime,
-    ) -> bool:
-        """processing → retrying after a failed attempt, fenced by the claim."""
-        message = f"retry in {delay_ms} ms after {error_type}: {error_message}"
-        return self._end_run(
-            sql.RETRYING, claim, error_type, error_message, message, duration_ms, now, delay_ms
-        )
-
-    @reconnecting
-    def fail(
-        self,
-        claim: Claim,
-        *,
-        error_type: str,
-        error_message: str,
-        duration_ms: int | None,
-        now: datetime,
-        rows: Sequence[NewRow] = (),
-        retries_exhausted: bool = False,
-    ) -> bool:
-        """processing → failed, fenced by the claim; ``retries_exhausted``: its last attempt
-        failed (else it was stopped); ``rows`` (a fail-soft successor) are inserted in the
-        same transaction."""
-        message = f"{error_type}: {error_message}"
-        return self._end_run(
-            sql.FAIL,
-            claim,
-            error_type,
-            error_message,
-            message,
-            duration_ms,
-            now,
-            rows=rows,
-            extra={"retries_exhausted": retries_exhausted},
-        )
-
-    def _end_run(
-        self,
-        move: sql.Move,
-        claim: Claim,
-        error_type: str,
-        error_message: str,
-        message: str,
-        duration_ms: int | None,
-        now: datetime,
-        delay_ms: int = 0,
-        rows: Sequence[NewRow] = (),
-        extra: Mapping[str, Any] | None = None,
-    ) -> bool:
-        params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": now}
-        params.update(error_type=error_type, error_message=error_message, delay_s=delay_ms / 1000)
-        params.update(message=message[:1000], duration_ms=duration_ms, **(extra or {}))
-        return self.apply(move, params, rows) is not None
 
     @reconnecting
     def renew(self, claim: Claim, lease_seconds: float) -> bool:
