@@ -377,3 +377,23 @@ def terminate_worker_connections(database_url: str) -> list[Any]:
             )
     finally:
         killer.dispose()
+
+
+def run_producers(procs: list[Any], results: Any) -> list[tuple[str, bool, str]]:
+    """Start the producer processes, gather the ``(job_id, created, error)`` list each puts
+    on ``results``, and make sure none outlives the call."""
+    for p in procs:
+        p.start()
+    outcomes: list[tuple[str, bool, str]] = []
+    try:
+        for _ in procs:
+            outcomes.extend(results.get(timeout=60))
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        results.close()
+        results.join_thread()
+    return outcomes

@@ -7,6 +7,7 @@ import time
 import uuid
 from typing import Any
 
+from conftest import run_producers
 from tracked_app import enqueue_storm
 
 from celery_tracked import JobStatus
@@ -52,20 +53,7 @@ def test_feat_33_08_fifty_concurrent_enqueues_of_one_key(env: Any, start_worker:
         ctx.Process(target=enqueue_storm, args=(env.config, key, threads, barrier, results))
         for _ in range(processes)
     ]
-    for p in procs:
-        p.start()
-    outcomes: list[tuple[str, bool, str]] = []
-    try:
-        for _ in range(processes):
-            outcomes.extend(results.get(timeout=60))
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-                p.join()
-        results.close()
-        results.join_thread()
+    outcomes = run_producers(procs, results)
     assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
 
     assert len(outcomes) == processes * threads

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import HERE, worker_environ
+from conftest import HERE, run_producers, worker_environ
 from key_tasks import DEBOUNCE_S, THROTTLE_S, burst
 from tracked_app import create_app
 
@@ -38,20 +38,7 @@ def race(env: Any, task_name: str, calls: list[dict[str, Any]]) -> list[tuple[st
         ctx.Process(target=burst, args=(env.config, task_name, part, barrier, results))
         for part in share
     ]
-    for p in procs:
-        p.start()
-    outcomes: list[tuple[str, bool, str]] = []
-    try:
-        for _ in procs:
-            outcomes.extend(results.get(timeout=60))
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-                p.join()
-        results.close()
-        results.join_thread()
+    outcomes = run_producers(procs, results)
     assert [e for _, _, e in outcomes if e] == []
     assert len(outcomes) == len(calls)
     return [(job_id, created) for job_id, created, _ in outcomes]
