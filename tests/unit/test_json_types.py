@@ -13,8 +13,9 @@ from kombu.utils.json import dumps as kombu_dumps
 
 from celery_tracked import PayloadNotSerializable, PayloadTooLarge
 from celery_tracked.calls import CallRules, CallShape, prepare_call
-from celery_tracked.jobs import Job, JobStatus, utcnow
+from celery_tracked.jobs import Job, JobStatus
 from celery_tracked.redact import REDACTED, encode_payload, secret_values
+from tests.unit.job_rows import a_job
 
 KEYS = ("password", "token", "api_key")
 AT = datetime(2024, 5, 1, 12, 30, 15, 250, tzinfo=timezone(timedelta(hours=2)))
@@ -39,27 +40,10 @@ def call(func: Any, *args: Any, max_bytes: int = 65_536, **kwargs: Any) -> Any:
 
 
 def job(payload_json: str | None = None, result_json: str | None = None) -> Job:
-    now = utcnow()
-    fields: dict[str, Any] = dict.fromkeys(
-        ("celery_task_id", "idempotency_key", "correlation_id", "parent_job_id", "owner_id"),
-    )
-    fields.update(dict.fromkeys(("stage", "worker", "error_type", "error_message")))
-    return Job(
-        id="j",
-        queue_name="q",
-        job_type="t",
-        task_name="t",
+    return a_job(
         status=JobStatus.COMPLETED,
-        attempts_made=1,
-        max_attempts=3,
-        progress=100,
-        created_at=now,
-        started_at=now,
-        finished_at=now,
-        updated_at=now,
         payload_json=payload_json,
         result_json=result_json,
-        **fields,
     )
 
 

@@ -3,8 +3,7 @@ and how ``Tracker.retry`` rebuilds redacted arguments. No service needed."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -17,36 +16,14 @@ from celery_tracked.jobs import Job, JobStatus
 from celery_tracked.keys import KeyLifetime, KeyRule, Then, key_rule, then
 from celery_tracked.redact import REDACTED
 from celery_tracked.resend import retry_arguments
+from tests.unit.job_rows import NOW, a_job
 
-NOW = datetime(2030, 1, 1, 12, 0, tzinfo=timezone.utc)
 KEYS = ("password", "token", "api_key")
 
 
 def job(status: JobStatus, age_s: float = 10.0, **changes: Any) -> Job:
-    base = Job(
-        id="j-1",
-        queue_name="q",
-        job_type="t",
-        task_name="app.t",
-        celery_task_id="j-1",
-        status=status,
-        attempts_made=1,
-        max_attempts=3,
-        idempotency_key="k",
-        correlation_id="j-1",
-        parent_job_id=None,
-        owner_id=None,
-        progress=0,
-        stage=None,
-        worker=None,
-        error_type=None,
-        error_message=None,
-        created_at=NOW - timedelta(seconds=age_s),
-        started_at=None,
-        finished_at=None,
-        updated_at=NOW,
-    )
-    return replace(base, **changes)
+    base = {"status": status, "attempts_made": 1, "idempotency_key": "k"}
+    return a_job(**{**base, "created_at": NOW - timedelta(seconds=age_s), **changes})
 
 
 ROW = KeyRule()

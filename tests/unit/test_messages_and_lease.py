@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,6 +24,7 @@ from celery_tracked.messages import (
     positive,
 )
 from celery_tracked.outcome import postpone_for
+from tests.unit.job_rows import NOW, a_job
 
 # -- TrackedHeaders ------------------------------------------------------------------
 
@@ -235,36 +235,13 @@ def test_owner_id_is_what_dead_holder_reads() -> None:
 
 # -- the lease: diagnose ------------------------------------------------------------
 
-NOW = datetime(2030, 1, 1, 12, 0, tzinfo=timezone.utc)
-
 
 def job(**changes: Any) -> Job:
-    base = Job(
-        id="j-1",
-        queue_name="q",
-        job_type="t",
-        task_name="app.t",
-        celery_task_id="j-1",
-        status=JobStatus.PROCESSING,
-        attempts_made=2,
-        max_attempts=3,
-        idempotency_key=None,
-        correlation_id="j-1",
-        parent_job_id=None,
-        owner_id=None,
-        progress=0,
-        stage=None,
-        worker="w@h",
-        error_type=None,
-        error_message=None,
-        created_at=NOW - timedelta(minutes=5),
-        started_at=NOW - timedelta(minutes=1),
-        finished_at=None,
-        updated_at=NOW - timedelta(minutes=1),
-        locked_by="other:1:200",
-        locked_until=NOW + timedelta(seconds=30),
-    )
-    return replace(base, **changes)
+    base: dict[str, Any] = {"status": JobStatus.PROCESSING, "attempts_made": 2, "worker": "w@h"}
+    base.update(created_at=NOW - timedelta(minutes=5), started_at=NOW - timedelta(minutes=1))
+    base.update(updated_at=NOW - timedelta(minutes=1), locked_by="other:1:200")
+    base.update(locked_until=NOW + timedelta(seconds=30))
+    return a_job(**{**base, **changes})
 
 
 def test_a_live_lease_is_held_with_its_remaining_seconds() -> None:

@@ -3,8 +3,7 @@ state, its tree, and the deterministic key of a successor without one."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -14,35 +13,14 @@ from celery_tracked import Unrecoverable
 from celery_tracked.jobs import Job, JobStatus
 from celery_tracked.outcome import exhausted
 from celery_tracked.pipelines import Pipeline, pipeline_state
-
-NOW = datetime(2030, 1, 1, 12, 0, tzinfo=timezone.utc)
+from tests.unit.job_rows import NOW, a_job
 
 
 def job(n: int, status: JobStatus, parent: int | None = None, **changes: Any) -> Job:
-    base = Job(
-        id=f"j{n}",
-        queue_name="q",
-        job_type=f"step{n}",
-        task_name=f"app.step{n}",
-        celery_task_id=f"j{n}",
-        status=status,
-        attempts_made=1,
-        max_attempts=3,
-        idempotency_key=None,
-        correlation_id="j1",
-        parent_job_id=None if parent is None else f"j{parent}",
-        owner_id=None,
-        progress=0,
-        stage=None,
-        worker=None,
-        error_type=None,
-        error_message=None,
-        created_at=NOW + timedelta(seconds=n),
-        started_at=None,
-        finished_at=None,
-        updated_at=NOW,
-    )
-    return replace(base, **changes)
+    base: dict[str, Any] = {"id": f"j{n}", "celery_task_id": f"j{n}", "status": status}
+    base.update(job_type=f"step{n}", task_name=f"app.step{n}", attempts_made=1)
+    base.update(correlation_id="j1", parent_job_id=None if parent is None else f"j{parent}")
+    return a_job(**{**base, "created_at": NOW + timedelta(seconds=n), **changes})
 
 
 C, F, P, R, X = (

@@ -33,6 +33,7 @@ from celery_tracked.recorder import Recorder as RecorderService
 from celery_tracked.runner import Run, Runner
 from celery_tracked.settings import Settings
 from celery_tracked.store import Refused
+from tests.unit.job_rows import a_job
 
 SECRET = "hunter22"
 BASE_MS = 1000
@@ -56,30 +57,9 @@ class MemoryStore:
 
     def add(self, job_id: str = "j-1", **changes: Any) -> Job:
         now = utcnow()
-        job = Job(
-            id=job_id,
-            queue_name="q",
-            job_type="send",
-            task_name="app.send",
-            celery_task_id=job_id,
-            status=JobStatus.PENDING,
-            attempts_made=0,
-            max_attempts=3,
-            idempotency_key=None,
-            correlation_id=job_id,
-            parent_job_id=None,
-            owner_id=None,
-            progress=0,
-            stage=None,
-            worker=None,
-            error_type=None,
-            error_message=None,
-            created_at=now,
-            started_at=None,
-            finished_at=None,
-            updated_at=now,
-        )
-        self.jobs[job_id] = replace(job, **changes)
+        base = {"id": job_id, "celery_task_id": job_id, "correlation_id": job_id}
+        base.update(job_type="send", task_name="app.send", created_at=now, updated_at=now)
+        self.jobs[job_id] = a_job(**{**base, **changes})
         return self.jobs[job_id]
 
     def _call(self, name: str) -> None:
