@@ -75,3 +75,25 @@ def test_hook_counts_transitions_durations_and_reaper_outcomes() -> None:
     assert value("celery_tracked_rescued_jobs_total") >= 1
     assert value("celery_tracked_abandoned_jobs_total") >= 1
     assert value("celery_tracked_delivery_waits_total") >= 1
+
+
+def test_the_grafana_dashboard_names_only_metrics_we_export() -> None:
+    import json
+    import re
+    from pathlib import Path
+
+    from prometheus_client import REGISTRY
+
+    MetricsHooks()  # the counters exist once created
+    bases = {family.name for family in REGISTRY.collect()}
+    bases |= {f.name for f in families(TableSnapshot())}
+    suffixes = ("", "_total", "_bucket", "_count", "_sum")
+    exported = {f"{base}{suffix}" for base in bases for suffix in suffixes}
+    dashboard = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
+    exprs = [
+        target["expr"]
+        for panel in json.loads(dashboard.read_text())["panels"]
+        for target in panel["targets"]
+    ]
+    named = {name for expr in exprs for name in re.findall(r"celery_tracked_\w+", expr)}
+    assert named and named <= exported, named - exported
