@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import click
@@ -13,6 +16,7 @@ from celery.bin.base import CeleryCommand, handle_preload_options
 
 from . import migrate as migrations
 from .errors import JobNotFound, TrackedError, first_line
+from .jobs import utcnow
 from .settings import Settings
 from .tracker import Tracker
 
@@ -132,3 +136,37 @@ def stats(ctx: click.Context) -> None:
     with _friendly("reading statistics"):
         stats = tracker.stats()
     click.echo(json.dumps(stats, indent=2, sort_keys=True))
+
+
+@tracked.command(cls=CeleryCommand)
+@click.option("--port", default=9808, show_default=True, type=int, help="HTTP port.")
+@click.option("--addr", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option(
+    "--cache", default=10.0, show_default=True, type=float, help="Seconds a table read is kept."
+)
+@click.pass_context
+def metrics(ctx: click.Context, port: int, addr: str, cache: float) -> None:
+    """Serve Prometheus metrics on http://ADDR:PORT/metrics: jobs by queue and status read
+    from the table, and the workers' counters (with PROMETHEUS_MULTIPROC_DIR)."""
+    from . import metrics as prom
+
+    tracker = _tracker(ctx)
+    with _friendly("starting the metrics server"):
+        prom.require()
+        grace = timedelta(seconds=tracker.settings.relay_grace_seconds)
+        read = prom.table_reader(
+            tracker.stats, lambda: tracker.store.backlog(cutoff=utcnow() - grace)
+        )
+        stop = prom.serve(prom.registry(prom.TableCollector(read, cache)), port, addr)
+    multiproc = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    counters = (
+        f"counters from {multiproc}" if multiproc else "no counters (no PROMETHEUS_MULTIPROC_DIR)"
+    )
+    click.echo(f"celery-tracked metrics on http://{addr}:{port}/metrics ({counters})")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop()

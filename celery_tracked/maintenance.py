@@ -9,6 +9,10 @@ Every app with a tracked task gets a default Beat entry of the same name, every
 ``tracked_relay_interval_seconds``, added when the app is configured. It never replaces
 an entry of the user's with that name; ``tracked_relay_interval_seconds = 0`` leaves it
 out. Only reassigning ``app.conf.beat_schedule = {...}`` after configuration drops it.
+
+The maintenance tasks send no worker events (``send_events=False``): run every minute,
+they would flood Flower's task list. A producer with ``task_send_sent_event = True`` (Beat
+included) still sends their ``task-sent`` event, so Flower then lists them as sent only.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ RELAY_TASK = "celery_tracked.relay"
 _INSTALLED = "_celery_tracked_beat_installed"
 
 
-@shared_task(name=RELAY_TASK, bind=True, ignore_result=True)
+@shared_task(name=RELAY_TASK, bind=True, ignore_result=True, send_events=False)
 def relay(self: Task[Any, Any]) -> dict[str, list[str]]:
     """Publish the pending jobs whose message was never handed to the broker."""
     report = Tracker.for_app(self.app).relay.run(publisher(self.app))

@@ -75,6 +75,8 @@ class Settings:
     rate_limit_ms: int = 2000
     #: the limit of a concurrency key a task declares without ``concurrency_limit``
     concurrency_limit: int = 2
+    #: count transitions for Prometheus (``metrics.py``; needs the ``prometheus`` extra)
+    metrics: bool = False
 
     @property
     def memory_guard(self) -> bool:
@@ -228,6 +230,18 @@ def _bool(source: str, value: Any) -> bool:
     )
 
 
+def _flag(name: str) -> Callable[[str, Any], bool]:
+    def convert(source: str, value: Any) -> bool:
+        try:
+            return _bool(source, value)
+        except ConfigurationError:
+            raise ConfigurationError(
+                f"tracked_{name}", f"must be a boolean, got {value!r} (from {source})"
+            ) from None
+
+    return convert
+
+
 def _keys(source: str, value: Any) -> tuple[str, ...]:
     items = value.split(",") if isinstance(value, str) else value
     try:
@@ -263,6 +277,7 @@ _SOURCES: tuple[tuple[str, tuple[str, ...], Callable[[str, Any], Any]], ...] = (
         ("JOB_QUEUE_COURSE_GEN_CONCURRENCY",),
         _int("concurrency_limit", minimum=1),
     ),
+    ("metrics", (), _flag("metrics")),
 )
 _ALIASES = {name: alias for name, alias, _ in _SOURCES}
 _CONVERTERS = {name: convert for name, _, convert in _SOURCES}

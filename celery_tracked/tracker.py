@@ -76,6 +76,10 @@ class Tracker:
                 GlobalRateLimit(limiter),
             ]
         )
+        if settings.metrics:
+            from .metrics import MetricsHooks  # the optional ``prometheus`` extra
+
+            self.hooks.add(MetricsHooks())
         self.enqueuer = Enqueuer(self.store, self.guard, settings.guard_ttl_seconds, self.hooks)
         self.runner = Runner(self.store, self.leases, self.hooks, settings)
         self.aftermath = Aftermath(self.store, self.hooks, settings)

@@ -135,6 +135,7 @@ def test_every_setting_has_its_celery_tracked_environment_name() -> None:
         "log_lines_per_job": "15",
         "rate_limit_ms": "16",
         "concurrency_limit": "17",
+        "metrics": "true",
     }
     assert set(values) == {f.name for f in fields(Settings)}
     s = Settings.from_conf(
