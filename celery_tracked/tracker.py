@@ -11,7 +11,8 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, TypeVar, overload
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
 from celery import Celery
@@ -31,6 +32,9 @@ from .runner import Runner
 from .settings import Settings
 from .store import JobStore
 from .successors import Successors
+
+if TYPE_CHECKING:
+    from .reaper import ReapReport
 
 logger = logging.getLogger("celery_tracked")
 
@@ -178,6 +182,21 @@ class Tracker:
         if not jobs:
             raise JobNotFound(f"no job with correlation id {cid}")
         return Pipeline(cid, tuple(jobs))
+
+    def reap(self, *, now: datetime | None = None) -> ReapReport:
+        """Rescue (or abandon) the jobs nothing will move any more: one pass of the reaper
+        (``celery_tracked.reaper``; the task ``celery_tracked.reap`` runs it on Beat).
+
+        ``now`` judges how long waiting jobs have waited (default: the database's clock).
+
+        Raises:
+            StoreError: the database failed (nothing half-done: each move is atomic).
+        """
+        from .broker import CeleryBroker  # Celery-aware: imported when used
+        from .reaper import Reaper
+
+        broker = CeleryBroker(self.app)
+        return Reaper(self.store, self.hooks, self.settings).run(broker.publish, broker, now)
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per queue: ``counts`` per status, ``total`` and ``oldest_pending_age_s``."""

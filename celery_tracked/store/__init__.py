@@ -7,6 +7,7 @@
   run that died outside its call path, like a takeover.
 - ``rerun``: the moves that give a job a new message (debounce, ``Tracker.retry``).
 - ``reporting``: a running body's progress (a fenced, non-durable move) and log lines.
+- ``reaping``: the stalled-job reaper's reads and moves (rescue, abandon).
 - ``reads``: one job, a job by key, a job's history, statistics.
 - ``slots``: concurrency keys: a keyed claim under the key's lock, whether a key is full.
 - ``clock``: the database's clock, on which leases and backoffs are judged.
@@ -22,6 +23,7 @@ from .engines import Engines
 from .moves import Moves
 from .outcomes import Outcomes
 from .reads import Reads
+from .reaping import Reaping
 from .reporting import Reporting
 from .rerun import Rerun
 from .slots import Slots
@@ -30,7 +32,7 @@ from .translate import Disconnected, DuplicateJob, Refused
 __all__ = ["Disconnected", "DuplicateJob", "JobStore", "Refused"]
 
 
-class JobStore(Moves, Outcomes, Reads, Rerun, Reporting, Slots):
+class JobStore(Moves, Outcomes, Reads, Rerun, Reporting, Slots, Reaping):
     """The tracking database of one app; engines are created per process."""
 
     def __init__(self, url: str, pooled: bool = False) -> None:

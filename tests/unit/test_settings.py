@@ -135,6 +135,11 @@ def test_every_setting_has_its_celery_tracked_environment_name() -> None:
         "log_lines_per_job": "15",
         "rate_limit_ms": "16",
         "concurrency_limit": "17",
+        "reaper_interval_seconds": "18",
+        "reaper_processing_seconds": "19",
+        "reaper_retrying_seconds": "20",
+        "reaper_pending_seconds": "21",
+        "reaper_max_rescues": "22",
     }
     assert set(values) == {f.name for f in fields(Settings)}
     s = Settings.from_conf(
