@@ -160,6 +160,34 @@ def test_a_whole_worker_killed_mid_job_is_rescued_and_its_late_messages_run_noth
     assert all(env.status(job_id) == "completed" for job_id in (running, *prefetched))
 
 
+# -- what the reaper never touches --------------------------------------------------------
+
+
+def test_live_work_a_countdown_and_a_backlog_are_never_reaped(
+    env: Env, start_worker: Callable[..., Worker], reapers: Callable[..., Tracker]
+) -> None:
+    """A long body (its lease renewed), a job a live worker holds for its countdown, and
+    jobs waiting in a queue nobody consumes yet all look old; none of them is stalled."""
+    reaper = reapers()
+    start_worker("w1", concurrency=2)
+    long_body = env.task("acc.hold").enqueue(x="long").job_id
+    wait_for(lambda: env.redis.get(f"holding:{long_body}"), what="the long body to run")
+    later = env.task("acc.succeed").with_options(options={"countdown": 300})(x="later").job_id
+    wait_for(lambda: len(env.unacked()) == 2, what="the worker to hold the countdown job")
+    backlog_task = env.task("acc.succeed").with_options(options={"queue": "acc_backlog"})
+    backlog = [backlog_task(x=i).job_id for i in range(3)]
+    let_pass(env, 7.0)  # past every threshold, even the long body's 5 s lease and grace
+
+    report = reaper.reap()
+    assert report.rescued == [] and report.abandoned == []
+    assert sorted(report.left) == sorted([later, *backlog])
+    assert env.status(long_body) == "processing" and env.ran(long_body) == 1
+    env.redis.set(f"go:{long_body}", 1)
+    env.wait_status(long_body, "completed")
+    assert env.ran(long_body) == 1 and rescues(env, long_body) == 0
+    assert all(env.status(job_id) == "pending" for job_id in (later, *backlog))
+
+
 # -- the broker's Redis restarted without persistence -----------------------------------------
 
 
