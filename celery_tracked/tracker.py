@@ -2,7 +2,7 @@
 
 It wires the services of one app (settings, job store, guard and notifier, lease keeper,
 hooks, the producer's ``Enqueuer``, the worker's ``Runner``, the ``Relay``) and offers the
-read side: ``get_job``, ``history``, ``wait``, ``stats``; and ``cancel``, ``retry``.
+read side: ``get_job``, ``history``, ``wait``, ``stats``; and ``cancel``, ``retry``, ``reap``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar, overload
 from uuid import UUID
 
 from celery import Celery
@@ -27,14 +27,12 @@ from .lease import LeaseKeeper
 from .limiter import GlobalRateLimit, MemoryLimiter, RedisLimiter
 from .messages import as_job_id
 from .pipelines import Pipeline
+from .reaper import Reaper, ReapReport
 from .relay import Relay
 from .runner import Runner
 from .settings import Settings
 from .store import JobStore
 from .successors import Successors
-
-if TYPE_CHECKING:
-    from .reaper import ReapReport
 
 logger = logging.getLogger("celery_tracked")
 
@@ -193,7 +191,6 @@ class Tracker:
             StoreError: the database failed (nothing half-done: each move is atomic).
         """
         from .broker import CeleryBroker  # Celery-aware: imported when used
-        from .reaper import Reaper
 
         broker = CeleryBroker(self.app)
         return Reaper(self.store, self.hooks, self.settings).run(broker.publish, broker, now)
