@@ -239,8 +239,14 @@ class Reaper:
                 report.left.append(job.id)
                 continue
             self._settle(job, rescues, why, now, publish, report)
-        if report.rescued or report.abandoned:
-            logger.warning("reaper: %s", report.as_dict())
+        if report.rescued or report.abandoned:  # each job was logged by its transition
+            logger.warning(
+                "reaper: %d rescued, %d abandoned, %d left alone, %d not published",
+                len(report.rescued),
+                len(report.abandoned),
+                len(report.left),
+                len(report.unpublished),
+            )
         return report
 
     def _lost(self, waiting: Sequence[Job], broker: BrokerView) -> list[Job]:
