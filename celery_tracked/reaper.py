@@ -71,16 +71,28 @@ class BrokerView(Protocol):
 class Thresholds:
     """When a row looks stalled, from the settings (seconds)."""
 
-    #: after a lease's expiry: the takeover grace plus ``reaper_processing_seconds``
-    run_grace_s: float
+    #: a lapsed lease may be taken over this long after its expiry (¼ lease)
+    lease_grace_s: float
+    #: then the reaper waits this long more (``reaper_processing_seconds``)
+    processing_s: float
     pending_s: float
     retrying_s: float
     max_rescues: int
 
+    def cutoff(self, status: JobStatus, now: datetime) -> datetime:
+        """A job of ``status`` is stalled once its last sign of life is older than this."""
+        seconds = {
+            JobStatus.PROCESSING: self.lease_grace_s + self.processing_s,
+            JobStatus.PENDING: self.pending_s,
+            JobStatus.RETRYING: self.retrying_s,
+        }[status]
+        return now - timedelta(seconds=seconds)
+
     @classmethod
     def of(cls, settings: Settings) -> Thresholds:
         return cls(
-            run_grace_s=settings.lease_seconds * GRACE_SHARE + settings.reaper_processing_seconds,
+            lease_grace_s=settings.lease_seconds * GRACE_SHARE,
+            processing_s=settings.reaper_processing_seconds,
             pending_s=settings.reaper_pending_seconds,
             retrying_s=settings.reaper_retrying_seconds,
             max_rescues=settings.reaper_max_rescues,
@@ -134,26 +146,23 @@ def _ago(now: datetime, then: datetime) -> str:
 def stalled_why(job: Job, *, db_now: datetime, now: datetime, limits: Thresholds) -> str | None:
     """Why ``job``'s row alone says nothing will move it any more; None if it does not.
 
-    ``db_now`` is the database's clock (a lease is judged on it), ``now`` the reaper's
-    (default: the same) for the waiting jobs.
+    ``db_now`` is the database's clock: a lease is lapsed (no live holder) only on it.
+    ``now`` (default: the same) judges how long ago the last sign of life was.
     """
     if job.status is JobStatus.PROCESSING:
-        lease = diagnose(job, db_now, None, limits.run_grace_s)
-        if not lease.lapsed:
+        lease = diagnose(job, db_now, None, limits.lease_grace_s)
+        last = job.locked_until or job.updated_at  # expired, or released
+        if not lease.lapsed or last >= limits.cutoff(job.status, now):
             return None
-        if job.locked_until is None and job.updated_at >= now - timedelta(
-            seconds=limits.run_grace_s
-        ):
-            return None  # released just now: the message handed back takes it over
-        return f"attempt {job.attempts_made} was lost ({lease.why}, nobody renewed it)"
+        return f"attempt {job.attempts_made} was lost ({lease.why} {_ago(now, last)})"
     if job.status is JobStatus.PENDING:
         sent = job.published_at
-        if sent is None or sent >= now - timedelta(seconds=limits.pending_s):
+        if sent is None or sent >= limits.cutoff(job.status, now):
             return None  # never handed over: the relay's
         return f"its message was handed to the broker {_ago(now, sent)} and never started"
     if job.status is JobStatus.RETRYING:
         due = job.locked_until
-        if due is None or due >= now - timedelta(seconds=limits.retrying_s):
+        if due is None or due >= limits.cutoff(job.status, now):
             return None
         return f"its retry was due {_ago(now, due)} and never started"
     return None
@@ -211,8 +220,8 @@ class Reaper:
     ) -> ReapReport:
         """One pass over at most :data:`BATCH` stalled-looking jobs.
 
-        ``now`` judges the waiting jobs (default: the database's clock); a lease is always
-        judged on the database's clock.
+        ``now`` judges how long ago a job's last sign of life was (default: the database's
+        clock); whether a lease lapsed (no live holder) is always judged on the database's.
 
         Raises:
             StoreError: the database failed (the next pass starts over).
@@ -221,10 +230,10 @@ class Reaper:
         now = now or db_now
         limits, report = self.limits, ReapReport()
         rows = self.store.stalled(
-            grace_s=limits.run_grace_s,
-            quiet_before=now - timedelta(seconds=limits.run_grace_s),
-            pending_cutoff=now - timedelta(seconds=limits.pending_s),
-            retrying_cutoff=now - timedelta(seconds=limits.retrying_s),
+            grace_s=limits.lease_grace_s,
+            run_cutoff=limits.cutoff(JobStatus.PROCESSING, now),
+            pending_cutoff=limits.cutoff(JobStatus.PENDING, now),
+            retrying_cutoff=limits.cutoff(JobStatus.RETRYING, now),
             limit=BATCH,
         )
         stalled: list[tuple[Job, int, str]] = []
@@ -298,40 +307,29 @@ class Reaper:
             self.store.handed_over(job.id, utcnow(), sent.revision)
 
     def _rescue(self, job: Job, now: datetime, message: str) -> bool:
+        cutoff = self.limits.cutoff(job.status, now)
         if job.status is JobStatus.PROCESSING:
-            grace = self.limits.run_grace_s
-            quiet = now - timedelta(seconds=grace)
+            grace = self.limits.lease_grace_s
             return self.store.rescue_run(
-                job, grace_s=grace, quiet_before=quiet, message=message, now=utcnow()
+                job, grace_s=grace, run_cutoff=cutoff, message=message, now=utcnow()
             )
-        return self.store.rescue_waiting(
-            job, cutoff=self._cutoff(job, now), message=message, now=utcnow()
-        )
+        return self.store.rescue_waiting(job, cutoff=cutoff, message=message, now=utcnow())
 
     def _abandon(self, job: Job, now: datetime, message: str) -> bool:
         exhausted = job.attempts_made >= job.max_attempts
+        cutoff = self.limits.cutoff(job.status, now)
         if job.status is JobStatus.PROCESSING:
-            grace = self.limits.run_grace_s
             return self.store.abandon_run(
                 job,
-                grace_s=grace,
-                quiet_before=now - timedelta(seconds=grace),
+                grace_s=self.limits.lease_grace_s,
+                run_cutoff=cutoff,
                 message=message,
                 now=utcnow(),
                 retries_exhausted=exhausted,
             )
         return self.store.abandon_waiting(
-            job,
-            cutoff=self._cutoff(job, now),
-            message=message,
-            now=utcnow(),
-            retries_exhausted=exhausted,
+            job, cutoff=cutoff, message=message, now=utcnow(), retries_exhausted=exhausted
         )
-
-    def _cutoff(self, job: Job, now: datetime) -> datetime:
-        limits = self.limits
-        seconds = limits.pending_s if job.status is JobStatus.PENDING else limits.retrying_s
-        return now - timedelta(seconds=seconds)
 
     def _tell(self, job: Job, event: str, status: JobStatus, message: str, level: int) -> None:
         details = {"error_type": ABANDONED} if status is JobStatus.FAILED else {}

@@ -185,7 +185,8 @@ class Tracker:
         """Rescue (or abandon) the jobs nothing will move any more: one pass of the reaper
         (``celery_tracked.reaper``; the task ``celery_tracked.reap`` runs it on Beat).
 
-        ``now`` judges how long waiting jobs have waited (default: the database's clock).
+        ``now`` judges how long ago a job's last sign of life was (default: the database's
+        clock); whether a lease lapsed (no live holder) is judged on the database's only.
 
         Raises:
             StoreError: the database failed (nothing half-done: each move is atomic).

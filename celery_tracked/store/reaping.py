@@ -29,8 +29,9 @@ RESCUED = "rescued"
 RETRIED = "retried"
 ABANDONED = "abandoned"
 
-#: A run whose lease was released (no expiry to judge) is stalled once quiet since then.
-QUIET_BEFORE = bindparam("quiet_before", type_=UTCDateTime)
+#: A run is stalled once its last sign of life (its lease's expiry, or the release of its
+#: lease) is older than this: the reaper's patience, after the takeover grace.
+RUN_CUTOFF = bindparam("run_cutoff", type_=UTCDateTime)
 #: A waiting job is stalled once its message was handed over (pending) or due (retrying)
 #: before the cutoff.
 CUTOFF = bindparam("cutoff", type_=UTCDateTime)
@@ -38,11 +39,11 @@ PENDING_CUTOFF = bindparam("pending_cutoff", type_=UTCDateTime)
 RETRYING_CUTOFF = bindparam("retrying_cutoff", type_=UTCDateTime)
 LIMIT = bindparam("limit", type_=Integer)
 
-#: A lease that lapsed ``grace_s`` ago (database's clock), or was released and not touched
-#: since ``quiet_before``.
-_RUN_STALLED = or_(
-    jobs.c.locked_until < db_time(-GRACE_S),
-    and_(jobs.c.locked_until.is_(None), jobs.c.updated_at < QUIET_BEFORE),
+#: A lease released, or lapsed more than ``grace_s`` ago on the database's clock (no live
+#: holder: the takeover's fence), whose last sign of life is older than ``run_cutoff``.
+_RUN_STALLED = and_(
+    or_(jobs.c.locked_until.is_(None), jobs.c.locked_until < db_time(-GRACE_S)),
+    func.coalesce(jobs.c.locked_until, jobs.c.updated_at) < RUN_CUTOFF,
 )
 _RUN_FENCE = (*LAPSED, *CURRENT, _RUN_STALLED)
 _PENDING_FENCE = (*CURRENT, jobs.c.published_at < CUTOFF)
@@ -161,16 +162,17 @@ class Reaping:
         self,
         *,
         grace_s: float,
-        quiet_before: datetime,
+        run_cutoff: datetime,
         pending_cutoff: datetime,
         retrying_cutoff: datetime,
         limit: int,
     ) -> list[tuple[Job, int]]:
         """The jobs that look stalled by their row, each with its rescue count (at most
         ``limit``, oldest first): ``processing`` whose lease lapsed ``grace_s`` ago on the
-        database's clock (or was released before ``quiet_before``), ``pending`` handed over
-        before ``pending_cutoff``, ``retrying`` due before ``retrying_cutoff``."""
-        params = {"grace_s": grace_s, "quiet_before": quiet_before, "limit": limit}
+        database's clock (or was released) and expired (or was released) before
+        ``run_cutoff``, ``pending`` handed over before ``pending_cutoff``, ``retrying`` due
+        before ``retrying_cutoff``."""
+        params = {"grace_s": grace_s, "run_cutoff": run_cutoff, "limit": limit}
         params.update(pending_cutoff=pending_cutoff, retrying_cutoff=retrying_cutoff)
         with translated("reading stalled jobs"), self.engines.transaction() as conn:
             rows = conn.execute(SELECT_STALLED, params).mappings().all()
@@ -182,13 +184,13 @@ class Reaping:
         job: Job,
         *,
         grace_s: float,
-        quiet_before: datetime,
+        run_cutoff: datetime,
         message: str,
         now: datetime,
     ) -> bool:
         """processing → retrying (due now, a new revision) while the row is still ``job``'s
-        attempt and revision under a lease that lapsed ``grace_s`` ago; attempts remain."""
-        params = _run_params(job, grace_s, quiet_before, message, now)
+        attempt and revision, stalled as :meth:`stalled` says; attempts remain."""
+        params = _run_params(job, grace_s, run_cutoff, message, now)
         return self.apply(RESCUE_RUN, params) is not None
 
     @reconnecting
@@ -197,13 +199,13 @@ class Reaping:
         job: Job,
         *,
         grace_s: float,
-        quiet_before: datetime,
+        run_cutoff: datetime,
         message: str,
         now: datetime,
         retries_exhausted: bool,
     ) -> bool:
         """processing → failed (``abandoned``), fenced like :meth:`rescue_run`."""
-        params = _run_params(job, grace_s, quiet_before, message, now)
+        params = _run_params(job, grace_s, run_cutoff, message, now)
         params["retries_exhausted"] = retries_exhausted
         return self.apply(ABANDON_RUN, params) is not None
 
@@ -227,14 +229,14 @@ class Reaping:
 
 
 def _run_params(
-    job: Job, grace_s: float, quiet_before: datetime, message: str, now: datetime
+    job: Job, grace_s: float, run_cutoff: datetime, message: str, now: datetime
 ) -> dict[str, Any]:
     return {
         "job_id": job.id,
         "attempt": job.attempts_made,
         "at_revision": job.revision,
         "grace_s": grace_s,
-        "quiet_before": quiet_before,
+        "run_cutoff": run_cutoff,
         "message": message,
         "now": now,
     }

@@ -129,6 +129,19 @@ def test_a_live_lease_is_never_touched_whatever_the_time(tracker: Tracker) -> No
     assert get(tracker, job.id).status is JobStatus.PROCESSING and sent.jobs == []
 
 
+def test_the_reaper_waits_its_processing_seconds_a_given_now_skips_them(
+    make_app: AppFactory,
+) -> None:
+    """``tracked_reaper_processing_seconds`` (default 60 s) lets the broker's redelivery go
+    first; ``now`` stands for a later time, though only the database's clock lapses a lease."""
+    tracker = Tracker.for_app(make_app(tracked_lease_seconds=1.0))
+    job = running(tracker.store, lease_s=0.0)
+    clock = tracker.store.clock()
+    wait_for(lambda: (tracker.store.clock() - clock).total_seconds() > 0.5, what="the grace")
+    assert reap(tracker)[0].rescued == []
+    assert reap(tracker, now=utcnow() + LATER)[0].rescued == [job.id]
+
+
 def test_a_lost_last_attempt_is_abandoned(tracker: Tracker) -> None:
     job = running(tracker.store, lease_s=0.0, max_attempts=1)
     report, sent = wait_for(lambda: (r := reap(tracker))[0].abandoned and r, what="abandon")

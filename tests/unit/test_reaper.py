@@ -20,7 +20,9 @@ from celery_tracked.settings import Settings
 
 from .job_rows import NOW, a_job
 
-LIMITS = Thresholds(run_grace_s=75.0, pending_s=600.0, retrying_s=300.0, max_rescues=5)
+LIMITS = Thresholds(
+    lease_grace_s=15.0, processing_s=60.0, pending_s=600.0, retrying_s=300.0, max_rescues=5
+)
 
 
 def ago(seconds: float) -> datetime:
@@ -33,7 +35,8 @@ def stalled(job: Job, now: datetime = NOW) -> str | None:
 
 def test_the_thresholds_come_from_the_settings_with_the_takeover_grace() -> None:
     limits = Thresholds.of(Settings(lease_seconds=60.0, reaper_processing_seconds=60.0))
-    assert limits.run_grace_s == 75.0  # a quarter lease of takeover grace, then 60 s
+    assert limits.lease_grace_s == 15.0  # a quarter lease of takeover grace, then 60 s
+    assert limits.cutoff(JobStatus.PROCESSING, NOW) == ago(75)
     assert (limits.pending_s, limits.retrying_s, limits.max_rescues) == (600.0, 300.0, 5)
 
 
@@ -88,11 +91,15 @@ def test_a_retrying_job_due_in_the_future_or_lately_is_not_stalled() -> None:
     assert why is not None and "due 301 s ago" in why
 
 
-def test_the_waiting_jobs_are_judged_on_the_given_now_the_lease_on_the_database_clock() -> None:
+def test_a_given_now_judges_the_patience_but_a_lease_lapses_only_on_the_database_clock() -> None:
     later = NOW + timedelta(hours=2)
     assert stalled(a_job(published_at=ago(1)), now=later)
-    running = a_job(status=JobStatus.PROCESSING, locked_until=NOW + timedelta(seconds=30))
-    assert stalled(running, now=later) is None
+    live = a_job(status=JobStatus.PROCESSING, locked_until=NOW + timedelta(seconds=30))
+    assert stalled(live, now=later) is None
+    in_grace = a_job(status=JobStatus.PROCESSING, locked_until=ago(10))  # takeover grace 15 s
+    assert stalled(in_grace, now=later) is None
+    lapsed = a_job(status=JobStatus.PROCESSING, locked_until=ago(20))
+    assert stalled(lapsed) is None and stalled(lapsed, now=later)
 
 
 def test_ended_jobs_are_never_stalled() -> None:
@@ -160,7 +167,7 @@ def test_a_pending_job_uses_no_attempt_only_the_rescue_cap_ends_it() -> None:
     assert decide(a_job(max_attempts=1), 0, LIMITS).action is Action.RESCUE
     capped = decide(a_job(), 5, LIMITS)
     assert capped.action is Action.ABANDON and "tracked_reaper_max_rescues=5" in capped.why
-    none_allowed = Thresholds(75.0, 600.0, 300.0, max_rescues=0)
+    none_allowed = Thresholds(15.0, 60.0, 600.0, 300.0, max_rescues=0)
     assert decide(a_job(), 0, none_allowed).action is Action.ABANDON
 
 
