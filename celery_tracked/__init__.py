@@ -23,6 +23,7 @@ from .guard import GuardError
 from .jobs import EnqueueResult, Job, JobEvent, JobStatus
 from .keys import KeyLifetime
 from .pipelines import Pipeline
+from .reaper import ReapReport
 from .settings import Settings
 from .successors import InvalidSuccessor, NotInAStep
 from .task import TrackedTask
@@ -50,6 +51,7 @@ __all__ = [
     "PayloadNotSerializable",
     "PayloadTooLarge",
     "Pipeline",
+    "ReapReport",
     "RetryRefused",
     "Settings",
     "StoreError",

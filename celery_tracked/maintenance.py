@@ -5,10 +5,15 @@ tracker: it publishes pending jobs whose producer died before handing their mess
 broker. It is a shared task (every app of the process knows it, so any worker can run it)
 and safe to run from many workers at once.
 
-Every app with a tracked task gets a default Beat entry of the same name, every
-``tracked_relay_interval_seconds``, added when the app is configured. It never replaces
-an entry of the user's with that name; ``tracked_relay_interval_seconds = 0`` leaves it
-out. Only reassigning ``app.conf.beat_schedule = {...}`` after configuration drops it.
+``celery_tracked.reap`` runs the :class:`~celery_tracked.reaper.Reaper`: it rescues (or
+abandons) the stalled jobs nothing will move any more (a whole worker died, the broker
+lost messages). Shared too, and safe to run from many workers at once.
+
+Every app with a tracked task gets a default Beat entry of each name, every
+``tracked_relay_interval_seconds`` and ``tracked_reaper_interval_seconds``, added when the
+app is configured. It never replaces an entry of the user's with that name; an interval of
+0 leaves it out. Only reassigning ``app.conf.beat_schedule = {...}`` after configuration
+drops them.
 
 The maintenance tasks send no worker events (``send_events=False``): run every minute,
 they would flood Flower's task list. A producer with ``task_send_sent_event = True`` (Beat
@@ -32,6 +37,7 @@ from .tracker import Tracker
 logger = logging.getLogger("celery_tracked")
 
 RELAY_TASK = "celery_tracked.relay"
+REAP_TASK = "celery_tracked.reap"
 _INSTALLED = "_celery_tracked_beat_installed"
 
 
@@ -40,6 +46,12 @@ def relay(self: Task[Any, Any]) -> dict[str, list[str]]:
     """Publish the pending jobs whose message was never handed to the broker."""
     report = Tracker.for_app(self.app).relay.run(publisher(self.app))
     return {"published": report.published, "cancelled": report.cancelled}
+
+
+@shared_task(name=REAP_TASK, bind=True, ignore_result=True, send_events=False)
+def reap(self: Task[Any, Any]) -> dict[str, list[str]]:
+    """Rescue (or abandon) the stalled jobs: see ``celery_tracked.reaper``."""
+    return Tracker.for_app(self.app).reap().as_dict()
 
 
 def publisher(app: Celery) -> Callable[[Job], None]:
@@ -69,13 +81,17 @@ def _on_configured(sender: Celery, **kwargs: Any) -> None:
 
 
 def _add_entries(app: Celery) -> None:
-    if RELAY_TASK in (app.conf.beat_schedule or {}):
+    _add_entry(app, RELAY_TASK, lambda settings: settings.relay_interval_seconds)
+    _add_entry(app, REAP_TASK, lambda settings: settings.reaper_interval_seconds)
+
+
+def _add_entry(app: Celery, name: str, interval_of: Callable[[Settings], float]) -> None:
+    if name in (app.conf.beat_schedule or {}):
         return  # the user's own entry wins
     try:
-        interval = Settings.from_conf(app.conf).relay_interval_seconds
+        interval = interval_of(Settings.from_conf(app.conf))
     except ConfigurationError as exc:
-        logger.warning("no default Beat entry for %s: %s", RELAY_TASK, exc)
+        logger.warning("no default Beat entry for %s: %s", name, exc)
         return
     if interval > 0:
-        signature = app.signature(RELAY_TASK)
-        app.add_periodic_task(interval, signature, name=RELAY_TASK, expires=interval)
+        app.add_periodic_task(interval, app.signature(name), name=name, expires=interval)

@@ -77,6 +77,16 @@ class Settings:
     concurrency_limit: int = 2
     #: count transitions for Prometheus (``metrics.py``; needs the ``prometheus`` extra)
     metrics: bool = False
+    #: how often the default Beat entry runs the reaper (0: no Beat entry; ``reaper.py``)
+    reaper_interval_seconds: float = 60.0
+    #: a ``processing`` job is rescued this long after its lease could be taken over
+    reaper_processing_seconds: float = 60.0
+    #: a ``retrying`` job is rescued this long after its backoff was due
+    reaper_retrying_seconds: float = 300.0
+    #: a ``pending`` job is rescued this long after its message was handed to the broker
+    reaper_pending_seconds: float = 600.0
+    #: rescues of one job before the reaper fails it (``abandoned``) instead
+    reaper_max_rescues: int = 5
 
     @property
     def memory_guard(self) -> bool:
@@ -278,6 +288,11 @@ _SOURCES: tuple[tuple[str, tuple[str, ...], Callable[[str, Any], Any]], ...] = (
         _int("concurrency_limit", minimum=1),
     ),
     ("metrics", (), _flag("metrics")),
+    ("reaper_interval_seconds", (), _float("reaper_interval_seconds", minimum=0.0)),
+    ("reaper_processing_seconds", (), _float("reaper_processing_seconds", minimum=0.0)),
+    ("reaper_retrying_seconds", (), _float("reaper_retrying_seconds", minimum=1.0)),
+    ("reaper_pending_seconds", (), _float("reaper_pending_seconds", minimum=1.0)),
+    ("reaper_max_rescues", (), _int("reaper_max_rescues", minimum=0)),
 )
 _ALIASES = {name: alias for name, alias, _ in _SOURCES}
 _CONVERTERS = {name: convert for name, _, convert in _SOURCES}

@@ -2,7 +2,7 @@
 
 It wires the services of one app (settings, job store, guard and notifier, lease keeper,
 hooks, the producer's ``Enqueuer``, the worker's ``Runner``, the ``Relay``) and offers the
-read side: ``get_job``, ``history``, ``wait``, ``stats``; and ``cancel``, ``retry``.
+read side: ``get_job``, ``history``, ``wait``, ``stats``; and ``cancel``, ``retry``, ``reap``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, TypeVar, overload
 from uuid import UUID
 
@@ -26,6 +27,7 @@ from .lease import LeaseKeeper
 from .limiter import GlobalRateLimit, MemoryLimiter, RedisLimiter
 from .messages import as_job_id
 from .pipelines import Pipeline
+from .reaper import Reaper, ReapReport
 from .relay import Relay
 from .runner import Runner
 from .settings import Settings
@@ -182,6 +184,21 @@ class Tracker:
         if not jobs:
             raise JobNotFound(f"no job with correlation id {cid}")
         return Pipeline(cid, tuple(jobs))
+
+    def reap(self, *, now: datetime | None = None) -> ReapReport:
+        """Rescue (or abandon) the jobs nothing will move any more: one pass of the reaper
+        (``celery_tracked.reaper``; the task ``celery_tracked.reap`` runs it on Beat).
+
+        ``now`` judges how long ago a job's last sign of life was (default: the database's
+        clock); whether a lease lapsed (no live holder) is judged on the database's only.
+
+        Raises:
+            StoreError: the database failed (nothing half-done: each move is atomic).
+        """
+        from .broker import CeleryBroker  # Celery-aware: imported when used
+
+        broker = CeleryBroker(self.app)
+        return Reaper(self.store, self.hooks, self.settings).run(broker.publish, broker, now)
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per queue: ``counts`` per status, ``total`` and ``oldest_pending_age_s``."""

@@ -7,6 +7,7 @@
   run that died outside its call path, like a takeover.
 - ``rerun``: the moves that give a job a new message (debounce, ``Tracker.retry``).
 - ``reporting``: a running body's progress (a fenced, non-durable move) and log lines.
+- ``reaping``: the stalled-job reaper's reads and moves (rescue, abandon).
 - ``reads``: one job, a job by key, a job's history, statistics.
 - ``gauges``: the relay's backlog and the expired leases (for the metrics).
 - ``slots``: concurrency keys: a keyed claim under the key's lock, whether a key is full.
@@ -24,6 +25,7 @@ from .gauges import Gauges
 from .moves import Moves
 from .outcomes import Outcomes
 from .reads import Reads
+from .reaping import Reaping
 from .reporting import Reporting
 from .rerun import Rerun
 from .slots import Slots
@@ -32,7 +34,7 @@ from .translate import Disconnected, DuplicateJob, Refused
 __all__ = ["Disconnected", "DuplicateJob", "JobStore", "Refused"]
 
 
-class JobStore(Moves, Outcomes, Reads, Rerun, Reporting, Slots, Gauges):
+class JobStore(Moves, Outcomes, Reads, Rerun, Reporting, Slots, Gauges, Reaping):
     """The tracking database of one app; engines are created per process."""
 
     def __init__(self, url: str, pooled: bool = False) -> None:

@@ -20,6 +20,7 @@ EXPECTED = {
     "PayloadNotSerializable",
     "PayloadTooLarge",
     "Pipeline",
+    "ReapReport",
     "RetryRefused",
     "Settings",
     "StoreError",

@@ -23,6 +23,9 @@ def test_defaults_with_explicit_memory_guard() -> None:
     assert s.key_prefix == "celery_tracked"
     assert s.check_redis_eviction is True
     assert s.redact_keys == DOCUMENTED_REDACT_KEYS
+    assert (s.reaper_interval_seconds, s.reaper_processing_seconds) == (60, 60)
+    assert (s.reaper_retrying_seconds, s.reaper_pending_seconds) == (300, 600)
+    assert s.reaper_max_rescues == 5
 
 
 def test_no_silent_fallback_to_the_in_process_guard() -> None:
@@ -136,6 +139,11 @@ def test_every_setting_has_its_celery_tracked_environment_name() -> None:
         "rate_limit_ms": "16",
         "concurrency_limit": "17",
         "metrics": "true",
+        "reaper_interval_seconds": "18",
+        "reaper_processing_seconds": "19",
+        "reaper_retrying_seconds": "20",
+        "reaper_pending_seconds": "21",
+        "reaper_max_rescues": "22",
     }
     assert set(values) == {f.name for f in fields(Settings)}
     s = Settings.from_conf(

@@ -1,0 +1,252 @@
+"""The stalled-job reaper's reads and moves (``reaper.py`` decides; this writes).
+
+A stalled job is one nothing will move any more: ``processing`` under a lease that lapsed
+(no run renews it), ``retrying`` long past its due time, ``pending`` long after its message
+was handed to the broker. The reaper **rescues** one (a new message revision, so a late
+delivery of the old message runs nothing, and a ``rescued`` event) or **abandons** it
+(``failed``, ``error_type = "abandoned"``). Each move is one conditional ``UPDATE`` fenced
+to exactly the row the reaper judged: the message revision it saw, and for a run the
+attempt it saw and a lease that lapsed on the database's clock (``statements.LAPSED``), so
+two reapers at once move a row once, and a live lease is never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Boolean, Integer, and_, bindparam, func, or_, select
+
+from ..jobs import Job, JobStatus
+from ..models import UTCDateTime, events, jobs
+from .clock import db_time
+from .statements import CURRENT, GRACE_S, LAPSED, MESSAGE, NOW, Move
+from .translate import reconnecting, translated
+
+#: The event of a rescue; ``Tracker.retry``'s event starts a new count of them.
+RESCUED = "rescued"
+RETRIED = "retried"
+ABANDONED = "abandoned"
+
+#: A run is stalled once its last sign of life (its lease's expiry, or the release of its
+#: lease) is older than this: the reaper's patience, after the takeover grace.
+RUN_CUTOFF = bindparam("run_cutoff", type_=UTCDateTime)
+#: A waiting job is stalled once its message was handed over (pending) or due (retrying)
+#: before the cutoff.
+CUTOFF = bindparam("cutoff", type_=UTCDateTime)
+PENDING_CUTOFF = bindparam("pending_cutoff", type_=UTCDateTime)
+RETRYING_CUTOFF = bindparam("retrying_cutoff", type_=UTCDateTime)
+LIMIT = bindparam("limit", type_=Integer)
+
+#: A lease released, or lapsed more than ``grace_s`` ago on the database's clock (no live
+#: holder: the takeover's fence), whose last sign of life is older than ``run_cutoff``.
+_RUN_STALLED = and_(
+    or_(jobs.c.locked_until.is_(None), jobs.c.locked_until < db_time(-GRACE_S)),
+    func.coalesce(jobs.c.locked_until, jobs.c.updated_at) < RUN_CUTOFF,
+)
+_RUN_FENCE = (*LAPSED, *CURRENT, _RUN_STALLED)
+_PENDING_FENCE = (*CURRENT, jobs.c.published_at < CUTOFF)
+_RETRYING_FENCE = (*CURRENT, jobs.c.locked_until < CUTOFF)
+
+#: A new message revision: a delivery of an older one runs nothing (``CLAIM`` is fenced).
+_NEW_MESSAGE: dict[str, Any] = {
+    "revision": jobs.c.revision + 1,
+    "locked_by": None,
+    "updated_at": NOW,
+}
+_ABANDON: dict[str, Any] = {
+    "locked_by": None,
+    "locked_until": None,
+    "updated_at": NOW,
+    "finished_at": NOW,
+    "error_type": ABANDONED,
+    "error_message": MESSAGE,
+    "retries_exhausted": bindparam("retries_exhausted", type_=Boolean),
+}
+_PROCESSING = (JobStatus.PROCESSING,)
+_PENDING = (JobStatus.PENDING,)
+_RETRYING = (JobStatus.RETRYING,)
+
+#: processing → retrying, due at once: the lost attempt counted, its next one to come.
+RESCUE_RUN = Move(
+    "rescue_run",
+    _PROCESSING,
+    JobStatus.RETRYING,
+    {
+        **_NEW_MESSAGE,
+        "locked_until": db_time(),
+        "error_type": "WorkerLost",
+        "error_message": MESSAGE,
+    },
+    _RUN_FENCE,
+    RESCUED,
+    extra_where=(jobs.c.attempts_made < jobs.c.max_attempts,),
+)
+#: pending → pending with a new message (handed over once published; else the relay's).
+RESCUE_PENDING = Move(
+    "rescue_pending",
+    _PENDING,
+    JobStatus.PENDING,
+    {**_NEW_MESSAGE, "locked_until": None, "published_at": None},
+    _PENDING_FENCE,
+    RESCUED,
+)
+#: retrying → retrying with a new message, due at once.
+RESCUE_RETRYING = Move(
+    "rescue_retrying",
+    _RETRYING,
+    JobStatus.RETRYING,
+    {**_NEW_MESSAGE, "locked_until": db_time()},
+    _RETRYING_FENCE,
+    RESCUED,
+)
+ABANDON_RUN = Move("abandon_run", _PROCESSING, JobStatus.FAILED, _ABANDON, _RUN_FENCE, "failed")
+ABANDON_PENDING = Move(
+    "abandon_pending", _PENDING, JobStatus.FAILED, _ABANDON, _PENDING_FENCE, "failed"
+)
+ABANDON_RETRYING = Move(
+    "abandon_retrying", _RETRYING, JobStatus.FAILED, _ABANDON, _RETRYING_FENCE, "failed"
+)
+_WAITING_MOVES = {
+    JobStatus.PENDING: (RESCUE_PENDING, ABANDON_PENDING),
+    JobStatus.RETRYING: (RESCUE_RETRYING, ABANDON_RETRYING),
+}
+
+_rescued, _retried = events.alias("rescued_events"), events.alias("retried_events")
+#: The job's rescues since it was last retried (``Tracker.retry`` starts it afresh).
+RESCUES = (
+    select(func.count())
+    .select_from(_rescued)
+    .where(
+        _rescued.c.job_id == jobs.c.id,
+        _rescued.c.event == RESCUED,
+        _rescued.c.id
+        > func.coalesce(
+            select(func.max(_retried.c.id))
+            .where(_retried.c.job_id == jobs.c.id, _retried.c.event == RETRIED)
+            .scalar_subquery(),
+            0,
+        ),
+    )
+    .scalar_subquery()
+)
+#: The rows that look stalled by themselves (the reaper then asks the broker about the
+#: waiting ones), oldest first, with their rescue count.
+SELECT_STALLED = (
+    select(jobs, RESCUES.label("rescues"))
+    .where(
+        or_(
+            and_(jobs.c.status == JobStatus.PROCESSING.value, _RUN_STALLED),
+            and_(jobs.c.status == JobStatus.PENDING.value, jobs.c.published_at < PENDING_CUTOFF),
+            and_(jobs.c.status == JobStatus.RETRYING.value, jobs.c.locked_until < RETRYING_CUTOFF),
+        )
+    )
+    .order_by(jobs.c.created_at, jobs.c.id)
+    .limit(LIMIT)
+)
+
+
+class Reaping:
+    """The reaper's side of :class:`~celery_tracked.store.JobStore` (``Moves.apply``)."""
+
+    if TYPE_CHECKING:  # provided by ``Moves`` and ``Engines``
+        from .engines import Engines
+
+        engines: Engines
+
+        def apply(self, move: Move, params: Mapping[str, Any]) -> tuple[int, int] | None: ...
+
+    @reconnecting
+    def stalled(
+        self,
+        *,
+        grace_s: float,
+        run_cutoff: datetime,
+        pending_cutoff: datetime,
+        retrying_cutoff: datetime,
+        limit: int,
+    ) -> list[tuple[Job, int]]:
+        """The jobs that look stalled by their row, each with its rescue count (at most
+        ``limit``, oldest first): ``processing`` whose lease lapsed ``grace_s`` ago on the
+        database's clock (or was released) and expired (or was released) before
+        ``run_cutoff``, ``pending`` handed over before ``pending_cutoff``, ``retrying`` due
+        before ``retrying_cutoff``."""
+        params = {"grace_s": grace_s, "run_cutoff": run_cutoff, "limit": limit}
+        params.update(pending_cutoff=pending_cutoff, retrying_cutoff=retrying_cutoff)
+        with translated("reading stalled jobs"), self.engines.transaction() as conn:
+            rows = conn.execute(SELECT_STALLED, params).mappings().all()
+        return [(Job.from_row(row), int(row["rescues"])) for row in rows]
+
+    @reconnecting
+    def rescue_run(
+        self,
+        job: Job,
+        *,
+        grace_s: float,
+        run_cutoff: datetime,
+        message: str,
+        now: datetime,
+    ) -> bool:
+        """processing → retrying (due now, a new revision) while the row is still ``job``'s
+        attempt and revision, stalled as :meth:`stalled` says; attempts remain."""
+        params = _run_params(job, grace_s, run_cutoff, message, now)
+        return self.apply(RESCUE_RUN, params) is not None
+
+    @reconnecting
+    def abandon_run(
+        self,
+        job: Job,
+        *,
+        grace_s: float,
+        run_cutoff: datetime,
+        message: str,
+        now: datetime,
+        retries_exhausted: bool,
+    ) -> bool:
+        """processing → failed (``abandoned``), fenced like :meth:`rescue_run`."""
+        params = _run_params(job, grace_s, run_cutoff, message, now)
+        params["retries_exhausted"] = retries_exhausted
+        return self.apply(ABANDON_RUN, params) is not None
+
+    @reconnecting
+    def rescue_waiting(self, job: Job, *, cutoff: datetime, message: str, now: datetime) -> bool:
+        """pending | retrying → the same status with a new message revision, while the row
+        is still at ``job``'s revision and its message was handed over (pending) or due
+        (retrying) before ``cutoff``."""
+        move = _WAITING_MOVES[job.status][0]
+        return self.apply(move, _waiting_params(job, cutoff, message, now)) is not None
+
+    @reconnecting
+    def abandon_waiting(
+        self, job: Job, *, cutoff: datetime, message: str, now: datetime, retries_exhausted: bool
+    ) -> bool:
+        """pending | retrying → failed (``abandoned``), fenced like :meth:`rescue_waiting`."""
+        move = _WAITING_MOVES[job.status][1]
+        params = _waiting_params(job, cutoff, message, now)
+        params["retries_exhausted"] = retries_exhausted
+        return self.apply(move, params) is not None
+
+
+def _run_params(
+    job: Job, grace_s: float, run_cutoff: datetime, message: str, now: datetime
+) -> dict[str, Any]:
+    return {
+        "job_id": job.id,
+        "attempt": job.attempts_made,
+        "at_revision": job.revision,
+        "grace_s": grace_s,
+        "run_cutoff": run_cutoff,
+        "message": message,
+        "now": now,
+    }
+
+
+def _waiting_params(job: Job, cutoff: datetime, message: str, now: datetime) -> dict[str, Any]:
+    return {
+        "job_id": job.id,
+        "at_revision": job.revision,
+        "cutoff": cutoff,
+        "message": message,
+        "now": now,
+    }

@@ -1,0 +1,299 @@
+"""The reaper's moves on a real database (PostgreSQL and SQLite): what it rescues, what it
+abandons, what it never touches, and that a late delivery of the old message runs nothing.
+The broker's answers come from a twin (``Broker`` below); the real broker and workers are
+in ``tests/acceptance/test_reaper.py``."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from celery_tracked import JobStatus, Tracker, tracked_task
+from celery_tracked.jobs import Claim, Job, utcnow
+from celery_tracked.maintenance import REAP_TASK
+from celery_tracked.reaper import Reaper, ReapReport
+from celery_tracked.redact import REDACTED
+from celery_tracked.store import JobStore
+from tests.conftest import wait_for
+
+from .conftest import AppFactory, insert_job
+
+pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
+
+LATER = timedelta(hours=1)
+OWNER = "elsewhere:boot:ns:1"
+
+
+@dataclass
+class Broker:
+    """The broker's answers: ``ready`` messages per queue, the ids live workers ``held``
+    (None: cannot say)."""
+
+    ready_count: int | None = 0
+    held_ids: set[str] | None = field(default_factory=set)
+    asked: list[str] = field(default_factory=list)
+
+    def ready(self, queue: str) -> int | None:
+        self.asked.append(queue)
+        return self.ready_count
+
+    def held(self, message_ids: Sequence[str]) -> Collection[str] | None:
+        return self.held_ids
+
+
+@dataclass
+class Sent:
+    """A publish that records what it was handed (or fails)."""
+
+    jobs: list[Job] = field(default_factory=list)
+    fail: bool = False
+
+    def __call__(self, job: Job) -> None:
+        if self.fail:
+            raise ConnectionError("broker down: redis://:hunter2@broker:6379/0")
+        self.jobs.append(job)
+
+
+@pytest.fixture
+def tracker(make_app: AppFactory) -> Tracker:
+    app = make_app(
+        tracked_lease_seconds=1.0,  # a takeover grace of 0.25 s
+        tracked_reaper_processing_seconds=0,
+        tracked_reaper_max_rescues=2,
+    )
+    return Tracker.for_app(app)
+
+
+def reap(tracker: Tracker, broker: Broker | None = None, **kw: Any) -> tuple[ReapReport, Sent]:
+    sent = Sent(fail=kw.pop("fail", False))
+    reaper = Reaper(tracker.store, tracker.hooks, tracker.settings)
+    return reaper.run(sent, broker or Broker(), **kw), sent
+
+
+def handed_over(store: JobStore, **values: Any) -> str:
+    job_id = insert_job(store, **values)
+    assert store.handed_over(job_id, utcnow())
+    return job_id
+
+
+def running(store: JobStore, lease_s: float, **values: Any) -> Job:
+    job_id = handed_over(store, **values)
+    who = {"owner": OWNER, "worker": "w1@dead", "now": utcnow()}
+    assert store.claim(job_id, lease_s=lease_s, **who) is not None
+    job = store.get(job_id)
+    assert job is not None
+    return job
+
+
+def events(tracker: Tracker, job_id: str) -> list[str]:
+    return [e.event for e in tracker.history(job_id)]
+
+
+def get(tracker: Tracker, job_id: str) -> Job:
+    job = tracker.get_job(job_id)
+    assert job is not None
+    return job
+
+
+# -- processing ---------------------------------------------------------------------------
+
+
+def test_a_lapsed_run_is_rescued_and_the_old_message_runs_nothing(tracker: Tracker) -> None:
+    store = tracker.store
+    job = running(store, lease_s=0.0)
+    report, sent = wait_for(lambda: (r := reap(tracker))[0].rescued and r, what="a rescue")
+    assert report.rescued == [job.id] and report.abandoned == []
+    after = get(tracker, job.id)
+    assert after.status is JobStatus.RETRYING and after.revision == job.revision + 1
+    assert after.error_type == "WorkerLost" and after.locked_by is None
+    assert events(tracker, job.id)[-1] == "rescued"
+    assert [(j.id, j.revision, j.status) for j in sent.jobs] == [
+        (job.id, job.revision + 1, JobStatus.RETRYING)
+    ]
+    who = {"owner": "w2", "worker": "w2", "now": utcnow(), "lease_s": 30.0}
+    assert store.claim(job.id, revision=job.revision, **who) is None  # the old message
+    claim = store.claim(job.id, revision=job.revision + 1, **who)
+    assert claim is not None and claim.attempt == 2
+
+
+def test_a_live_lease_is_never_touched_whatever_the_time(tracker: Tracker) -> None:
+    job = running(tracker.store, lease_s=60.0)
+    report, sent = reap(tracker, now=utcnow() + timedelta(days=2))
+    assert report.as_dict() == {"rescued": [], "abandoned": [], "left": [], "unpublished": []}
+    assert get(tracker, job.id).status is JobStatus.PROCESSING and sent.jobs == []
+
+
+def test_the_reaper_waits_its_processing_seconds_a_given_now_skips_them(
+    make_app: AppFactory,
+) -> None:
+    """``tracked_reaper_processing_seconds`` (default 60 s) lets the broker's redelivery go
+    first; ``now`` stands for a later time, though only the database's clock lapses a lease."""
+    tracker = Tracker.for_app(make_app(tracked_lease_seconds=1.0))
+    job = running(tracker.store, lease_s=0.0)
+    clock = tracker.store.clock()
+    wait_for(lambda: (tracker.store.clock() - clock).total_seconds() > 0.5, what="the grace")
+    assert reap(tracker)[0].rescued == []
+    assert reap(tracker, now=utcnow() + LATER)[0].rescued == [job.id]
+
+
+def test_a_lost_last_attempt_is_abandoned(tracker: Tracker) -> None:
+    job = running(tracker.store, lease_s=0.0, max_attempts=1)
+    report, sent = wait_for(lambda: (r := reap(tracker))[0].abandoned and r, what="abandon")
+    assert report.abandoned == [job.id] and sent.jobs == []
+    after = get(tracker, job.id)
+    assert (after.status, after.error_type) == (JobStatus.FAILED, "abandoned")
+    assert after.retries_exhausted and after.finished_at is not None
+    assert "no attempts remain" in (after.error_message or "")
+    assert events(tracker, job.id)[-1] == "failed"
+
+
+# -- pending and retrying -----------------------------------------------------------------
+
+
+def test_a_pending_job_whose_message_is_lost_is_sent_again(tracker: Tracker) -> None:
+    job_id = handed_over(tracker.store)
+    report, sent = reap(tracker, now=utcnow())  # handed over just now: not stalled
+    assert report.rescued == [] and report.left == []
+    report, sent = reap(tracker, now=utcnow() + LATER)
+    assert report.rescued == [job_id]
+    after = get(tracker, job_id)
+    assert after.status is JobStatus.PENDING and after.revision == 1
+    assert after.published_at is not None  # the new message is handed over
+    assert [j.revision for j in sent.jobs] == [1]
+    assert events(tracker, job_id) == ["enqueued", "rescued"]
+
+
+def test_a_message_a_live_worker_holds_or_a_backlog_may_hold_is_left(tracker: Tracker) -> None:
+    first, second = handed_over(tracker.store), handed_over(tracker.store)
+    later = utcnow() + LATER
+    report, _ = reap(tracker, Broker(held_ids={first, second}), now=later)
+    assert sorted(report.left) == sorted([first, second]) and report.rescued == []
+    report, _ = reap(tracker, Broker(ready_count=2), now=later)
+    assert sorted(report.left) == sorted([first, second]) and report.rescued == []
+    report, _ = reap(tracker, Broker(ready_count=1), now=later)
+    assert report.rescued == [first] and report.left == [second]  # the oldest is lost
+    assert get(tracker, second).revision == 0
+
+
+def test_nothing_waiting_is_touched_when_the_broker_cannot_say(tracker: Tracker) -> None:
+    job_id = handed_over(tracker.store)
+    later = utcnow() + LATER
+    for broker in (Broker(ready_count=None), Broker(held_ids=None)):
+        report, sent = reap(tracker, broker, now=later)
+        assert report.left == [job_id] and report.rescued == [] and sent.jobs == []
+    assert get(tracker, job_id).revision == 0
+
+
+def test_a_retrying_job_is_rescued_only_long_past_due(tracker: Tracker) -> None:
+    store = tracker.store
+    job = running(store, lease_s=30.0)
+    held = Claim(job.id, 1, job.max_attempts)
+    assert store.retrying(
+        held,
+        error_type="E",
+        error_message="m",
+        delay_ms=3_600_000,
+        duration_ms=None,
+        now=utcnow(),
+    )
+    report, _ = reap(tracker, now=utcnow() + timedelta(minutes=30))  # due in an hour
+    assert report.rescued == [] and report.left == []
+    report, sent = reap(tracker, now=utcnow() + timedelta(hours=2))
+    assert report.rescued == [job.id]
+    after = get(tracker, job.id)
+    assert after.status is JobStatus.RETRYING and after.revision == 1
+    assert after.locked_until is not None and after.locked_until <= store.clock()  # due now
+    assert [(j.status, j.revision) for j in sent.jobs] == [(JobStatus.RETRYING, 1)]
+
+
+def test_the_rescue_cap_abandons_and_a_retry_starts_it_afresh(tracker: Tracker) -> None:
+    job_id = handed_over(tracker.store)
+    when = utcnow()
+    for _ in range(2):  # tracked_reaper_max_rescues = 2
+        when += LATER
+        assert reap(tracker, now=when)[0].rescued == [job_id]
+    when += LATER
+    report, _ = reap(tracker, now=when)
+    assert report.abandoned == [job_id]
+    after = get(tracker, job_id)
+    assert (after.status, after.error_type) == (JobStatus.FAILED, "abandoned")
+    assert "rescued 2 time(s)" in (after.error_message or "")
+    assert not after.retries_exhausted
+    # the user runs it again: its rescues count from zero
+    assert tracker.store.retry(
+        job_id, seen_revision=after.revision, budget=3, now=utcnow(), message="again"
+    )
+    assert tracker.store.handed_over(job_id, utcnow(), after.revision + 1)
+    when += LATER
+    assert reap(tracker, now=when)[0].rescued == [job_id]
+
+
+def test_a_failed_publish_leaves_a_pending_job_to_the_relay(tracker: Tracker) -> None:
+    job_id = handed_over(tracker.store)
+    report, _ = reap(tracker, now=utcnow() + LATER, fail=True)
+    assert report.rescued == [job_id] and report.unpublished == [job_id]
+    after = get(tracker, job_id)
+    assert after.published_at is None and after.revision == 1
+    later = utcnow() + LATER
+    assert tracker.store.unpublished(cutoff=later, now=later) == [job_id]
+
+
+def test_redacted_arguments_abandon_instead_of_sending_the_marker(tracker: Tracker) -> None:
+    payload = json.dumps({"args": [], "kwargs": {"password": REDACTED}})
+    job_id = handed_over(tracker.store, payload_json=payload)
+    report, sent = reap(tracker, now=utcnow() + LATER)
+    assert report.abandoned == [job_id] and sent.jobs == []
+    assert "arguments=" in (get(tracker, job_id).error_message or "")
+
+
+def test_an_ended_or_unpublished_job_is_never_touched(tracker: Tracker) -> None:
+    store = tracker.store
+    unpublished = insert_job(store)  # the relay's
+    done = running(store, lease_s=30.0)
+    assert store.complete(
+        Claim(done.id, 1, done.max_attempts), result_json=None, now=utcnow(), duration_ms=1
+    )
+    report, _ = reap(tracker, now=utcnow() + timedelta(days=30))
+    assert report.as_dict()["rescued"] == [] and report.left == []
+    assert get(tracker, unpublished).revision == 0
+    assert get(tracker, done.id).status is JobStatus.COMPLETED
+
+
+# -- the task and its Beat entry ------------------------------------------------------------
+
+
+def add_task(app: Any) -> None:
+    def noop() -> None: ...
+
+    tracked_task(app=app, name=f"reap_test.{uuid.uuid4().hex}")(noop)
+
+
+def test_an_app_with_a_tracked_task_gets_the_reaper_beat_entry(make_app: AppFactory) -> None:
+    app = make_app(tracked_reaper_interval_seconds=9)
+    add_task(app)
+    app.finalize()
+    entry = app.conf.beat_schedule[REAP_TASK]
+    assert entry["task"] == REAP_TASK and entry["schedule"] == 9
+    assert entry["options"]["expires"] == 9
+    assert REAP_TASK in app.tasks
+
+
+def test_the_users_own_reaper_entry_and_turning_it_off_are_respected(
+    make_app: AppFactory,
+) -> None:
+    mine = {"task": REAP_TASK, "schedule": 3600.0}
+    app = make_app(beat_schedule={REAP_TASK: mine})
+    add_task(app)
+    app.finalize()
+    assert app.conf.beat_schedule[REAP_TASK] == mine
+    off = make_app(tracked_reaper_interval_seconds=0)
+    add_task(off)
+    off.finalize()
+    assert REAP_TASK not in off.conf.beat_schedule
+    assert "celery_tracked.relay" in off.conf.beat_schedule  # the other entry stays
