@@ -316,65 +316,6 @@ def test_completion_rows_the_database_refuses_raise_refused(store: JobStore) -> 
         assert job is not None and job.status is JobStatus.PROCESSING
 
 
-def _record_commit_modes(url: str) -> None:
-    """A deferred trigger records, at commit, the ``synchronous_commit`` each status change
-    committed with; the server default for new sessions is ``off``."""
-    engine = create_engine(url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            conn.execute(
-                text(
-                    "CREATE TABLE commit_modes (status text, mode text);"
-                    "CREATE FUNCTION note_mode() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                    "INSERT INTO commit_modes VALUES (NEW.status, "
-                    "current_setting('synchronous_commit')); RETURN NULL; END $$;"
-                    "CREATE CONSTRAINT TRIGGER note_mode AFTER UPDATE ON background_jobs "
-                    "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION note_mode();"
-                    f'ALTER DATABASE "{url.rsplit("/", 1)[1]}" SET synchronous_commit = off'
-                )
-            )
-    finally:
-        engine.dispose()
-
-
-@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "core-statements"])
-def test_the_completion_commits_durably_whatever_the_server_default(
-    pg_database_url: str, fast: bool
-) -> None:
-    """Item 12: ``synchronous_commit=on`` for the completion even when the server default
-    is ``off``; the claim, whose loss only lets the job run again, commits asynchronously."""
-    _record_commit_modes(pg_database_url)
-    store = JobStore(pg_database_url)
-    if not fast:
-        store.engines.get().fastpath = None
-    try:
-        c = _claimed(store)
-        rows = [
-            NewRow(
-                "background_job_events",
-                {
-                    "job_id": c.job_id,
-                    "event": "x",
-                    "status": "completed",
-                    "attempt": 1,
-                    "created_at": utcnow(),
-                },
-            )
-        ]
-        assert store.complete(
-            c, result_json=None, now=utcnow(), duration_ms=0, rows=rows if not fast else ()
-        )
-    finally:
-        store.dispose()
-    engine = create_engine(pg_database_url, poolclass=NullPool)
-    try:
-        with engine.connect() as conn:
-            modes = conn.execute(text("SELECT status, mode FROM commit_modes")).all()
-    finally:
-        engine.dispose()
-    assert sorted(tuple(m) for m in modes) == [("completed", "on"), ("processing", "off")]
-
-
 def test_behind_pgbouncer_without_the_pooler_setting_prepared_statements_heal(
     pg_database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
