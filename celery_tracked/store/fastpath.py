@@ -10,7 +10,6 @@ Core statement in ``statements.py`` with the engine's own dialect, once per proc
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import threading
 import weakref
@@ -22,10 +21,6 @@ from .statements import SELECT_BACKEND_PID
 from .translate import Disconnected, DuplicateJob, explained
 
 _INHERITED: list[Any] = []
-#: SQLSTATEs of a prepared statement that "does not exist" or "already exists": what a
-#: transaction pooler's shuffled server connections give a client that prepares.
-_POOLED_PREPARED = frozenset({"26000", "42P05"})
-logger = logging.getLogger("celery_tracked")
 
 
 class _ThreadConnection:
@@ -139,27 +134,11 @@ class FastPath:
             raise DuplicateJob() from None
         except psycopg.Error as exc:
             reason = first_line(str(exc), type(exc).__name__)
-            if getattr(exc, "sqlstate", None) in _POOLED_PREPARED:
-                self._stop_preparing(reason)
-                exc = psycopg.OperationalError(reason)  # this connection is of no more use
             if conn is not None and (conn.broken or isinstance(exc, psycopg.OperationalError)):
                 conn.close()
                 slot.set(None)
                 raise Disconnected(reason) from None
             raise StoreError(explained(exc, reason)) from None
-
-    def _stop_preparing(self, reason: str) -> None:
-        """A transaction-pooling proxy (PgBouncer) handed this connection's prepared
-        statements to another client: prepare no more, on every new connection."""
-        if self._params.get("prepare_threshold", 5) is None:
-            return
-        self._params["prepare_threshold"] = None
-        logger.warning(
-            "celery-tracked: %s: the database is behind a transaction pooler; prepared "
-            "statements are now off for this process. Set tracked_database_pooler = "
-            '"pgbouncer" to say so from the start.',
-            reason,
-        )
 
     def _connect(self) -> Any:
         import psycopg

@@ -5,10 +5,8 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
-from typing import TypeVar
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -16,12 +14,10 @@ from sqlalchemy.pool import NullPool
 
 from celery_tracked import JobStatus, StoreError
 from celery_tracked.jobs import Claim, NewRow, utcnow
-from celery_tracked.store import Disconnected, JobStore, Refused
+from celery_tracked.store import JobStore, Refused
 
 from ..conftest import wait_for
 from .conftest import insert_job
-
-T = TypeVar("T")
 
 
 @pytest.fixture(params=["as-configured", "core-statements"])
@@ -314,54 +310,3 @@ def test_completion_rows_the_database_refuses_raise_refused(store: JobStore) -> 
             store.complete(c, result_json=None, now=now, duration_ms=0, rows=rows)
         job = store.get(job_id)
         assert job is not None and job.status is JobStatus.PROCESSING
-
-
-def test_behind_pgbouncer_without_the_pooler_setting_prepared_statements_heal(
-    pg_database_url: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Transaction pooling hands a connection's prepared statements to other clients:
-    "prepared statement ... does not exist" must drop the connection and stop preparing
-    (with a warning naming ``tracked_database_pooler``), never loop on the error."""
-    import os
-
-    from sqlalchemy.engine import make_url
-
-    from ..conftest import _port_open, _require
-
-    port = int(os.environ.get("TEST_PGBOUNCER_PORT", "6439"))
-    _require(_port_open("127.0.0.1", port), f"PgBouncer at 127.0.0.1:{port}")
-    url = make_url(pg_database_url).set(port=port).render_as_string(hide_password=False)
-    store = JobStore(url)  # no pooler setting: psycopg prepares after 5 executions
-    errors: list[BaseException] = []
-
-    def resent(action: Callable[[], T]) -> T:
-        for _ in range(3):  # a connection found broken is replaced, as the worker does
-            try:
-                return action()
-            except Disconnected:
-                continue
-        return action()
-
-    def complete_now(c: Claim) -> bool:
-        return store.complete(c, result_json=None, now=utcnow(), duration_ms=0)
-
-    def cycles() -> None:
-        try:
-            for _ in range(40):
-                c = resent(lambda: claim(store, new_job(store)))
-                assert c is not None
-                assert resent(partial(complete_now, c))
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    try:
-        threads = [threading.Thread(target=cycles) for _ in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-        assert errors == []
-        healed = [r for r in caplog.records if "tracked_database_pooler" in r.getMessage()]
-        assert len(healed) <= 1  # said once, then no prepared statement is made again
-    finally:
-        store.dispose()
