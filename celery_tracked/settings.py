@@ -51,7 +51,8 @@ class Settings:
 
     database_url: str = "sqlite:///celery_tracked.sqlite3"
     #: ``"pgbouncer"`` when PostgreSQL is reached through PgBouncer in transaction pooling
-    #: mode (no server-side prepared statements); ``"none"`` otherwise
+    #: mode (no server-side prepared statements); ``"none"``: prepared statements on each
+    #: connection proven direct (``store.fastpath.prepare_only_if_direct``)
     database_pooler: str = "none"
     redis_url: str = ""
     default_attempts: int = 3

@@ -14,7 +14,8 @@
 - ``clock``: the database's clock, on which leases and backoffs are judged.
 - ``engines``: engines per process (fork safety), SQLite pragmas, transactions.
 - ``fastpath``: PostgreSQL: the same statements compiled once for psycopg, per-thread
-  autocommit connections (each move sets its own ``synchronous_commit``: PgBouncer-safe).
+  autocommit connections (each write sets its own ``synchronous_commit``: PgBouncer-safe;
+  server-side prepared statements only on a connection proven direct).
 - ``translate``: driver errors become ``StoreError`` at the edge.
 """
 
@@ -39,7 +40,7 @@ class JobStore(Moves, Outcomes, Reads, Rerun, Reporting, Slots, Gauges, Reaping)
 
     def __init__(self, url: str, pooled: bool = False) -> None:
         """``pooled``: PostgreSQL is reached through PgBouncer in transaction pooling mode
-        (no server-side prepared statements)."""
+        (no server-side prepared statements, not even on a connection that looks direct)."""
         self.url = url
         self.engines = Engines(url, pooled)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 
-from .fastpath import FastPath
+from .fastpath import FastPath, prepare_only_if_direct
 
 
 class Engines:
@@ -23,9 +23,10 @@ class Engines:
 
     How durably a write commits is part of its statement (``statements.commit_mode``), not
     of the connection, and no connection carries libpq startup ``options``: PgBouncer in
-    transaction pooling mode refuses them. ``pooled`` (behind such a pooler) turns off
-    psycopg's server-side prepared statements, which a pooled server connection may not
-    hold.
+    transaction pooling mode refuses them. psycopg's server-side prepared statements are
+    used only on a connection known to be direct: ``pooled`` (behind a transaction pooler)
+    turns them off; otherwise each new connection is checked
+    (``fastpath.prepare_only_if_direct``), whatever the settings say.
     """
 
     def __init__(self, url: str, pooled: bool = False) -> None:
@@ -56,6 +57,13 @@ class Engines:
                 self.url, isolation_level="AUTOCOMMIT", pool_size=2, connect_args=connect_args
             )
             if self.engine.dialect.driver == "psycopg":
+                if not self.pooled:  # the fast path checks its own connections
+                    dialect = self.engine.dialect
+                    event.listen(
+                        self.engine,
+                        "connect",
+                        lambda conn, _: prepare_only_if_direct(conn, dialect),
+                    )
                 _, params = self.engine.dialect.create_connect_args(self.engine.url)
                 params.pop("context", None)
                 self.fastpath = FastPath({**params, **connect_args}, self.engine.dialect)

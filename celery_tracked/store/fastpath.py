@@ -10,7 +10,6 @@ Core statement in ``statements.py`` with the engine's own dialect, once per proc
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import threading
 import weakref
@@ -18,13 +17,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import StoreError, first_line
+from .statements import SELECT_BACKEND_PID
 from .translate import Disconnected, DuplicateJob, explained
 
 _INHERITED: list[Any] = []
-#: SQLSTATEs of a prepared statement that "does not exist" or "already exists": what a
-#: transaction pooler's shuffled server connections give a client that prepares.
-_POOLED_PREPARED = frozenset({"26000", "42P05"})
-logger = logging.getLogger("celery_tracked")
 
 
 class _ThreadConnection:
@@ -56,10 +52,37 @@ def _close_owned(owned: dict[str, Any], pid: int) -> None:
     owned.clear()
 
 
+def prepare_only_if_direct(conn: Any, dialect: Any) -> bool:
+    """Turn psycopg's server-side prepared statements off on ``conn`` unless it is a
+    session of its own on one server process; True if it is (prepares stay as set).
+
+    psycopg names a connection's prepared statements ``_pg3_0``, ``_pg3_1``, ... Behind a
+    transaction pooler (PgBouncer, pgcat, Odyssey, Supavisor) each transaction may run on
+    another server connection, where another client's ``_pg3_0`` may be a different
+    statement: with as many parameters, it would run. Direct, the server process that
+    answers is the one that announced itself when the session started (its
+    ``BackendKeyData``, ``conn.info.backend_pid``); a pooler announces an id of its own,
+    so the two differ. One round trip per new connection."""
+    from psycopg.pq import TransactionStatus
+
+    if conn.prepare_threshold is None:
+        return False
+    with conn.cursor() as cursor:
+        cursor.execute(str(SELECT_BACKEND_PID.compile(dialect=dialect)))
+        row = cursor.fetchone()
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        conn.rollback()  # a connection not in autocommit opened a transaction for it
+    if row is not None and row[0] == conn.info.backend_pid:
+        return True
+    conn.prepare_threshold = None
+    return False
+
+
 class FastPath:
     """One autocommit psycopg connection per thread; a connection that fails is dropped
     and the next call opens a new one. ``params`` are psycopg's connect arguments
-    (``prepare_threshold=None`` behind a transaction pooler)."""
+    (``prepare_threshold=None``: known to be behind a transaction pooler); otherwise each
+    new connection prepares statements only if it is direct (``prepare_only_if_direct``)."""
 
     def __init__(self, params: Mapping[str, Any], dialect: Any) -> None:
         self._params = dict(params)
@@ -111,32 +134,17 @@ class FastPath:
             raise DuplicateJob() from None
         except psycopg.Error as exc:
             reason = first_line(str(exc), type(exc).__name__)
-            if getattr(exc, "sqlstate", None) in _POOLED_PREPARED:
-                self._stop_preparing(reason)
-                exc = psycopg.OperationalError(reason)  # this connection is of no more use
             if conn is not None and (conn.broken or isinstance(exc, psycopg.OperationalError)):
                 conn.close()
                 slot.set(None)
                 raise Disconnected(reason) from None
             raise StoreError(explained(exc, reason)) from None
 
-    def _stop_preparing(self, reason: str) -> None:
-        """A transaction-pooling proxy (PgBouncer) handed this connection's prepared
-        statements to another client: prepare no more, on every new connection."""
-        if self._params.get("prepare_threshold", 5) is None:
-            return
-        self._params["prepare_threshold"] = None
-        logger.warning(
-            "celery-tracked: %s: the database is behind a transaction pooler; prepared "
-            "statements are now off for this process. Set tracked_database_pooler = "
-            '"pgbouncer" to say so from the start.',
-            reason,
-        )
-
     def _connect(self) -> Any:
         import psycopg
 
         conn = psycopg.connect(**self._params, autocommit=True)
+        prepare_only_if_direct(conn, self._dialect)
         with self._lock:
             self._opened.add(conn)
         return conn

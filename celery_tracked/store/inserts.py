@@ -7,12 +7,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Insert, bindparam, insert
+from sqlalchemy import Insert, Select, bindparam, insert
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ..jobs import JobStatus
 from ..models import jobs
-from .statements import event_insert
+from .statements import committed
 
 #: Columns of a new job row, in the order the producer gives them.
 NEW_JOB_COLUMNS = (
@@ -62,7 +62,9 @@ def job_insert_if_absent(dialect: str) -> Insert:
 
 
 @functools.cache
-def job_insert_cte() -> Insert:
-    """PostgreSQL: the new row and its ``enqueued`` event in one statement."""
-    inserted = JOB_INSERT.returning(jobs.c.id, jobs.c.attempts_made).cte("inserted")
-    return event_insert(inserted, "enqueued", JobStatus.PENDING).add_cte(inserted)
+def job_insert_cte() -> Select[Any]:
+    """PostgreSQL: the new row and its ``enqueued`` event in one statement, committed
+    durably (``synchronous_commit=on`` for its own transaction, whatever the server's
+    default): a producer told its job was created finds the row after a server crash."""
+    inserted = JOB_INSERT.returning(jobs.c.id, jobs.c.attempts_made, jobs.c.max_attempts)
+    return committed(inserted.cte("inserted"), True, ("enqueued", JobStatus.PENDING))

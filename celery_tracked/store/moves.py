@@ -114,8 +114,14 @@ class Moves:
     @reconnecting
     def undo(self, job_id: str) -> bool:
         """Remove a job whose publish failed, with its history, unless a relay handed its
-        message over meanwhile (then the job stays, and will run): True if removed."""
+        message over meanwhile (then the job stays, and will run): True if removed.
+
+        Committed durably (PostgreSQL: ``synchronous_commit=on`` for this transaction): the
+        caller is told no job exists, so a server crash must not bring the row back for
+        the relay to run."""
         with translated("deleting the job row"), self.engines.transaction() as conn:
+            if self.engines.is_postgres:
+                conn.execute(sql.commit_mode(True))
             if conn.execute(sql.DELETE_UNPUBLISHED, {"job_id": job_id}).rowcount != 1:
                 return False
             conn.execute(sql.DELETE_EVENTS, {"job_id": job_id})

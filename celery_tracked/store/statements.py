@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import (
+    CTE,
     Boolean,
     ColumnElement,
     Delete,
@@ -308,6 +309,7 @@ def event_insert(source: FromClause, event: str, status: JobStatus) -> Insert:
     return insert(events).from_select(columns, rows)
 
 
+@functools.cache
 def commit_mode(durable: bool) -> Select[Any]:
     """PostgreSQL: ``synchronous_commit`` for the rest of this transaction, ``on`` for a
     durable move whatever the server's default, ``off`` for one whose loss only lets a job
@@ -315,6 +317,20 @@ def commit_mode(durable: bool) -> Select[Any]:
     it holds behind PgBouncer's transaction pooling."""
     mode = literal("on" if durable else "off", String)
     return select(func.set_config(literal("synchronous_commit", String), mode, true()))
+
+
+def committed(changed: CTE, durable: bool, history: tuple[str, JobStatus] | None) -> Select[Any]:
+    """PostgreSQL: one statement around the data-modifying CTE ``changed`` (it returns the
+    changed row's ``id, attempts_made, max_attempts``): the history row ``(event, status)``
+    copied from it, and the commit mode (``commit_mode(durable)``) joined to it; selects
+    the changed row's ``attempts_made, max_attempts`` (no row: nothing changed)."""
+    mode = commit_mode(durable).cte("commit_mode")
+    query = select(changed.c.attempts_made, changed.c.max_attempts).select_from(
+        changed.join(mode, true())
+    )
+    if history is not None:
+        query = query.add_cte(event_insert(changed, *history).cte("history"))
+    return query
 
 
 @functools.cache
@@ -327,13 +343,10 @@ def move_cte(move: Move) -> Select[Any]:
         .returning(jobs.c.id, jobs.c.attempts_made, jobs.c.max_attempts)
         .cte("moved")
     )
-    mode = commit_mode(move.durable).cte("commit_mode")
-    query = select(moved.c.attempts_made, moved.c.max_attempts).select_from(
-        moved.join(mode, true())
-    )
+    history = None
     if move.event is not None and move.target is not None:
-        query = query.add_cte(event_insert(moved, move.event, move.target).cte("history"))
-    return query
+        history = (move.event, move.target)
+    return committed(moved, move.durable, history)
 
 
 SELECT_JOB = select(jobs).where(jobs.c.id == JOB_ID)
@@ -354,6 +367,8 @@ SELECT_PIPELINE = (
 )
 SELECT_ATTEMPTS = select(jobs.c.attempts_made, jobs.c.max_attempts).where(jobs.c.id == JOB_ID)
 SELECT_CLOCK = select(db_time())
+#: PostgreSQL: the process id of the server process answering this session.
+SELECT_BACKEND_PID = select(func.pg_backend_pid())
 SELECT_ATTEMPTS_STATUS = select(jobs.c.attempts_made, jobs.c.status).where(jobs.c.id == JOB_ID)
 SELECT_EVENTS = select(events).where(events.c.job_id == JOB_ID).order_by(events.c.id)
 COUNT_BY_STATUS = select(jobs.c.queue_name, jobs.c.status, func.count()).group_by(

@@ -5,10 +5,8 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
-from typing import TypeVar
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -16,12 +14,10 @@ from sqlalchemy.pool import NullPool
 
 from celery_tracked import JobStatus, StoreError
 from celery_tracked.jobs import Claim, NewRow, utcnow
-from celery_tracked.store import Disconnected, JobStore, Refused
+from celery_tracked.store import JobStore, Refused
 
 from ..conftest import wait_for
 from .conftest import insert_job
-
-T = TypeVar("T")
 
 
 @pytest.fixture(params=["as-configured", "core-statements"])
@@ -314,113 +310,3 @@ def test_completion_rows_the_database_refuses_raise_refused(store: JobStore) -> 
             store.complete(c, result_json=None, now=now, duration_ms=0, rows=rows)
         job = store.get(job_id)
         assert job is not None and job.status is JobStatus.PROCESSING
-
-
-def _record_commit_modes(url: str) -> None:
-    """A deferred trigger records, at commit, the ``synchronous_commit`` each status change
-    committed with; the server default for new sessions is ``off``."""
-    engine = create_engine(url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            conn.execute(
-                text(
-                    "CREATE TABLE commit_modes (status text, mode text);"
-                    "CREATE FUNCTION note_mode() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                    "INSERT INTO commit_modes VALUES (NEW.status, "
-                    "current_setting('synchronous_commit')); RETURN NULL; END $$;"
-                    "CREATE CONSTRAINT TRIGGER note_mode AFTER UPDATE ON background_jobs "
-                    "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION note_mode();"
-                    f'ALTER DATABASE "{url.rsplit("/", 1)[1]}" SET synchronous_commit = off'
-                )
-            )
-    finally:
-        engine.dispose()
-
-
-@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "core-statements"])
-def test_the_completion_commits_durably_whatever_the_server_default(
-    pg_database_url: str, fast: bool
-) -> None:
-    """Item 12: ``synchronous_commit=on`` for the completion even when the server default
-    is ``off``; the claim, whose loss only lets the job run again, commits asynchronously."""
-    _record_commit_modes(pg_database_url)
-    store = JobStore(pg_database_url)
-    if not fast:
-        store.engines.get().fastpath = None
-    try:
-        c = _claimed(store)
-        rows = [
-            NewRow(
-                "background_job_events",
-                {
-                    "job_id": c.job_id,
-                    "event": "x",
-                    "status": "completed",
-                    "attempt": 1,
-                    "created_at": utcnow(),
-                },
-            )
-        ]
-        assert store.complete(
-            c, result_json=None, now=utcnow(), duration_ms=0, rows=rows if not fast else ()
-        )
-    finally:
-        store.dispose()
-    engine = create_engine(pg_database_url, poolclass=NullPool)
-    try:
-        with engine.connect() as conn:
-            modes = conn.execute(text("SELECT status, mode FROM commit_modes")).all()
-    finally:
-        engine.dispose()
-    assert sorted(tuple(m) for m in modes) == [("completed", "on"), ("processing", "off")]
-
-
-def test_behind_pgbouncer_without_the_pooler_setting_prepared_statements_heal(
-    pg_database_url: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Transaction pooling hands a connection's prepared statements to other clients:
-    "prepared statement ... does not exist" must drop the connection and stop preparing
-    (with a warning naming ``tracked_database_pooler``), never loop on the error."""
-    import os
-
-    from sqlalchemy.engine import make_url
-
-    from ..conftest import _port_open, _require
-
-    port = int(os.environ.get("TEST_PGBOUNCER_PORT", "6439"))
-    _require(_port_open("127.0.0.1", port), f"PgBouncer at 127.0.0.1:{port}")
-    url = make_url(pg_database_url).set(port=port).render_as_string(hide_password=False)
-    store = JobStore(url)  # no pooler setting: psycopg prepares after 5 executions
-    errors: list[BaseException] = []
-
-    def resent(action: Callable[[], T]) -> T:
-        for _ in range(3):  # a connection found broken is replaced, as the worker does
-            try:
-                return action()
-            except Disconnected:
-                continue
-        return action()
-
-    def complete_now(c: Claim) -> bool:
-        return store.complete(c, result_json=None, now=utcnow(), duration_ms=0)
-
-    def cycles() -> None:
-        try:
-            for _ in range(40):
-                c = resent(lambda: claim(store, new_job(store)))
-                assert c is not None
-                assert resent(partial(complete_now, c))
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    try:
-        threads = [threading.Thread(target=cycles) for _ in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-        assert errors == []
-        healed = [r for r in caplog.records if "tracked_database_pooler" in r.getMessage()]
-        assert len(healed) <= 1  # said once, then no prepared statement is made again
-    finally:
-        store.dispose()
