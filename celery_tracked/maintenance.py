@@ -5,10 +5,15 @@ tracker: it publishes pending jobs whose producer died before handing their mess
 broker. It is a shared task (every app of the process knows it, so any worker can run it)
 and safe to run from many workers at once.
 
-Every app with a tracked task gets a default Beat entry of the same name, every
-``tracked_relay_interval_seconds``, added when the app is configured. It never replaces
-an entry of the user's with that name; ``tracked_relay_interval_seconds = 0`` leaves it
-out. Only reassigning ``app.conf.beat_schedule = {...}`` after configuration drops it.
+``celery_tracked.cleanup`` runs ``Tracker.cleanup``: it removes the ended jobs past
+their retention, in batches (``cleanup.py``); also safe to run from many workers at once.
+
+Every app with a tracked task gets a default Beat entry of the same name for each, added
+when the app is configured: the relay every ``tracked_relay_interval_seconds``, the
+cleanup on ``tracked_cleanup_schedule`` (daily at 03:17 by default). Neither replaces an
+entry of the user's with that name; ``tracked_relay_interval_seconds = 0`` and
+``tracked_cleanup_schedule = False`` leave them out. Only reassigning
+``app.conf.beat_schedule = {...}`` after configuration drops them.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from celery import Celery, Task, shared_task
+from celery.schedules import crontab
 
 from .errors import ConfigurationError
 from .jobs import Job
@@ -28,6 +34,7 @@ from .tracker import Tracker
 logger = logging.getLogger("celery_tracked")
 
 RELAY_TASK = "celery_tracked.relay"
+CLEANUP_TASK = "celery_tracked.cleanup"
 _INSTALLED = "_celery_tracked_beat_installed"
 
 
@@ -36,6 +43,12 @@ def relay(self: Task[Any, Any]) -> dict[str, list[str]]:
     """Publish the pending jobs whose message was never handed to the broker."""
     report = Tracker.for_app(self.app).relay.run(publisher(self.app))
     return {"published": report.published, "cancelled": report.cancelled}
+
+
+@shared_task(name=CLEANUP_TASK, bind=True, ignore_result=True)
+def cleanup(self: Task[Any, Any]) -> dict[str, Any]:
+    """Remove the ended jobs past their retention (``Tracker.cleanup``); its report."""
+    return Tracker.for_app(self.app).cleanup().as_dict()
 
 
 def publisher(app: Celery) -> Callable[[Job], None]:
@@ -65,6 +78,11 @@ def _on_configured(sender: Celery, **kwargs: Any) -> None:
 
 
 def _add_entries(app: Celery) -> None:
+    _add_relay_entry(app)
+    _add_cleanup_entry(app)
+
+
+def _add_relay_entry(app: Celery) -> None:
     if RELAY_TASK in (app.conf.beat_schedule or {}):
         return  # the user's own entry wins
     try:
@@ -75,3 +93,22 @@ def _add_entries(app: Celery) -> None:
     if interval > 0:
         signature = app.signature(RELAY_TASK)
         app.add_periodic_task(interval, signature, name=RELAY_TASK, expires=interval)
+
+
+def _add_cleanup_entry(app: Celery) -> None:
+    if CLEANUP_TASK in (app.conf.beat_schedule or {}):
+        return  # the user's own entry wins
+    try:
+        when = Settings.from_conf(app.conf).cleanup_schedule
+    except ConfigurationError as exc:
+        logger.warning("no default Beat entry for %s: %s", CLEANUP_TASK, exc)
+        return
+    if when is None:
+        return
+    options: dict[str, Any] = {}
+    schedule: Any = when
+    if isinstance(when, float):
+        options["expires"] = when  # a run that could not start before the next is dropped
+    elif isinstance(when, str):
+        schedule = crontab(*when.split())
+    app.add_periodic_task(schedule, app.signature(CLEANUP_TASK), name=CLEANUP_TASK, **options)

@@ -8,6 +8,7 @@
 - ``rerun``: the moves that give a job a new message (debounce, ``Tracker.retry``).
 - ``reporting``: a running body's progress (a fenced, non-durable move) and log lines.
 - ``reads``: one job, a job by key, a job's history, statistics.
+- ``purge``: retention cleanup: ended rows and their events removed in bounded batches.
 - ``slots``: concurrency keys: a keyed claim under the key's lock, whether a key is full.
 - ``clock``: the database's clock, on which leases and backoffs are judged.
 - ``engines``: engines per process (fork safety), SQLite pragmas, transactions.
@@ -21,6 +22,7 @@ from __future__ import annotations
 from .engines import Engines
 from .moves import Moves
 from .outcomes import Outcomes
+from .purge import Purge
 from .reads import Reads
 from .reporting import Reporting
 from .rerun import Rerun
@@ -30,7 +32,7 @@ from .translate import Disconnected, DuplicateJob, Refused
 __all__ = ["Disconnected", "DuplicateJob", "JobStore", "Refused"]
 
 
-class JobStore(Moves, Outcomes, Reads, Rerun, Reporting, Slots):
+class JobStore(Moves, Outcomes, Reads, Rerun, Reporting, Slots, Purge):
     """The tracking database of one app; engines are created per process."""
 
     def __init__(self, url: str, pooled: bool = False) -> None:

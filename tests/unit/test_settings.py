@@ -135,6 +135,11 @@ def test_every_setting_has_its_celery_tracked_environment_name() -> None:
         "log_lines_per_job": "15",
         "rate_limit_ms": "16",
         "concurrency_limit": "17",
+        "cleanup_schedule": "*/5 * * * *",
+        "retention_completed_days": "1.5",
+        "retention_failed_days": "2",
+        "retention_keep_newest": "3",
+        "cleanup_batch_size": "100",
     }
     assert set(values) == {f.name for f in fields(Settings)}
     s = Settings.from_conf(
