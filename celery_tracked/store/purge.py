@@ -20,6 +20,8 @@ rows are ever selected. Knows nothing of Celery.
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,6 +43,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import OperationalError
 
+from ..errors import StoreError
 from ..models import UTCDateTime, events, jobs
 from ..retention import ENDED, Boundary, Sweep
 from .engines import Engines
@@ -48,10 +51,10 @@ from .translate import reconnecting, translated
 
 #: The keyset cursor of a run's first batch: before every row.
 START = (datetime(1970, 1, 1, tzinfo=timezone.utc), "")
-#: Deadlocks and lock waits that time out (MariaDB 1213/1205, PostgreSQL 40P01) roll the
-#: batch back whole; it is tried again this many times.
+#: Deadlocks and lock waits that time out (MariaDB 1213/1205, SQLSTATE 40001/40P01) roll
+#: the batch back whole; it is tried again, after a short random pause, this many times.
 _TRIES = 5
-_LOCK_ERRORS = (1213, 1205)
+_LOCK_ERRORS = {1213, 1205, "40001", "40P01"}
 
 AFTER_AT = bindparam("after_at", type_=UTCDateTime)
 AFTER_ID = bindparam("after_id", type_=String)
@@ -179,7 +182,9 @@ class Purge:
                     return self._batch(prepared, cursor, limit)
             except _LockConflict:
                 if tried == _TRIES - 1:
-                    raise
+                    message = f"removing old jobs failed: deadlocked {_TRIES} times"
+                    raise StoreError(message) from None
+                time.sleep(random.uniform(0, 0.05 * (tried + 1)))
         raise AssertionError("unreachable")
 
     def _batch(self, prepared: Statements, cursor: tuple[datetime, str], limit: int) -> Batch:
@@ -235,7 +240,7 @@ def _transaction(engines: Engines) -> Iterator[Connection]:
                 yield conn
         except OperationalError as exc:
             orig: Any = exc.orig
-            code = getattr(orig, "sqlstate", None) or (orig.args[0] if orig and orig.args else None)
-            if code in _LOCK_ERRORS or code == "40P01":
+            codes = {getattr(orig, "sqlstate", None), *(getattr(orig, "args", ())[:1])}
+            if codes & _LOCK_ERRORS:
                 raise _LockConflict() from None
             raise
