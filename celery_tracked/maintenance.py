@@ -110,5 +110,5 @@ def _add_cleanup_entry(app: Celery) -> None:
     if isinstance(when, float):
         options["expires"] = when  # a run that could not start before the next is dropped
     elif isinstance(when, str):
-        schedule = crontab(*when.split())
+        schedule = crontab.from_string(when)  # minute hour day-of-month month day-of-week
     app.add_periodic_task(schedule, app.signature(CLEANUP_TASK), name=CLEANUP_TASK, **options)

@@ -276,11 +276,12 @@ def _cleanup_schedule(source: str, value: Any) -> object:
     if isinstance(value, str) and len(value.split()) == 5:
         from celery.schedules import crontab  # only to check the fields
 
+        text = " ".join(value.split())
         try:
-            crontab(*value.split())
+            crontab.from_string(text)
         except ValueError as exc:
             raise ConfigurationError(setting, f"invalid crontab {value!r}: {exc}") from None
-        return " ".join(value.split())
+        return text
     seconds = _float("cleanup_schedule", minimum=0.0)(source, value)
     return None if seconds == 0 else seconds
 
