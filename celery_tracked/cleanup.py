@@ -5,7 +5,8 @@
 (``retention.sweeps``) is removed in batches of ``tracked_cleanup_batch_size`` rows, one
 transaction each, with the rows' events (``store/purge.py``); then the Redis guard entries
 of the removed keys are dropped (compare-and-delete: only while they still name the
-removed job), so the next enqueue of such a key creates a new job at once. ``pending``,
+removed job; only those of jobs created within ``tracked_guard_ttl_seconds``: older ones
+have expired), so the next enqueue of such a key creates a new job at once. ``pending``,
 ``processing`` and ``retrying`` rows are never touched.
 
 Per-task retention (``retention=`` on the decorator) is read from the tasks the app knows
@@ -19,7 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from .errors import StoreError
@@ -84,11 +85,17 @@ def task_retentions(tasks: Mapping[str, Any]) -> list[tuple[str, Any]]:
     ]
 
 
-def guard_entry(guard: Guard, job: Removed) -> tuple[str, str] | None:
+#: Clocks of producers and of the cleanup may differ by this much (guard entry ages).
+CLOCK_SKEW = timedelta(hours=1)
+
+
+def guard_entry(guard: Guard, job: Removed, live_since: datetime) -> tuple[str, str] | None:
     """The Redis guard entry ``(key, token)`` a removed job may still hold (its key's, as
-    ``enqueuer.guard_of`` names it); None for a job without idempotency key (its guard
-    only covered its enqueue, a minute)."""
-    if job.idempotency_key is None:
+    ``enqueuer.guard_of`` names it), or None: a job without idempotency key (its guard
+    only covered its enqueue, a minute), or created before ``live_since``. Only a job's
+    own enqueue writes an entry naming it, with a TTL of at most
+    ``tracked_guard_ttl_seconds``: the entry of a job created longer ago has expired."""
+    if job.idempotency_key is None or job.created_at < live_since:
         return None
     return guard.key("guard", job.job_type, job.idempotency_key), job.id
 
@@ -96,10 +103,11 @@ def guard_entry(guard: Guard, job: Removed) -> tuple[str, str] | None:
 class Cleanup:
     """Removes the ended jobs a :class:`Policy` no longer keeps."""
 
-    def __init__(self, store: JobStore, guard: Guard, batch_size: int) -> None:
+    def __init__(self, store: JobStore, guard: Guard, batch_size: int, guard_ttl_s: float) -> None:
         self.store = store
         self.guard = guard
         self.batch_size = batch_size
+        self.guard_ttl = timedelta(seconds=guard_ttl_s)
 
     def run(
         self,
@@ -158,7 +166,9 @@ class Cleanup:
                 on_batch(len(batch.removed))
 
     def _release(self, removed: Iterable[Removed]) -> int:
-        entries = [e for e in (guard_entry(self.guard, job) for job in removed) if e is not None]
+        live_since = utcnow() - self.guard_ttl - CLOCK_SKEW  # Redis expires on real time
+        found = (guard_entry(self.guard, job, live_since) for job in removed)
+        entries = [e for e in found if e is not None]
         try:
             return self.guard.release_all(entries)
         except GuardError as exc:

@@ -210,7 +210,9 @@ class Tracker:
             task_retentions(self.app.tasks),
             settings.retention_keep_newest,
         )
-        cleanup = Cleanup(self.store, self.guard, settings.cleanup_batch_size)
+        cleanup = Cleanup(
+            self.store, self.guard, settings.cleanup_batch_size, settings.guard_ttl_seconds
+        )
         return cleanup.run(policy, dry_run=dry_run, on_batch=on_batch, now=now)
 
     def stats(self) -> dict[str, dict[str, Any]]:

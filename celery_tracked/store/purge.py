@@ -74,6 +74,7 @@ class Removed:
     id: str
     job_type: str
     idempotency_key: str | None
+    created_at: datetime
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,13 @@ class Statements:
 def statements(sweep: Sweep) -> Statements:
     """The statements of ``sweep``'s batches."""
     chosen = (
-        select(jobs.c.id, jobs.c.job_type, jobs.c.idempotency_key, jobs.c.finished_at)
+        select(
+            jobs.c.id,
+            jobs.c.job_type,
+            jobs.c.idempotency_key,
+            jobs.c.created_at,
+            jobs.c.finished_at,
+        )
         .where(condition(sweep), AFTER_CURSOR)
         .order_by(jobs.c.finished_at, jobs.c.id)
         .limit(LIMIT)
@@ -200,7 +207,7 @@ class Purge:
             result = conn.execute(gone_statement, {"ids": ids})
             gone = {str(r[0]) for r in result} if result.returns_rows else set(ids)
             removed = tuple(
-                Removed(str(r.id), str(r.job_type), r.idempotency_key)
+                Removed(str(r.id), str(r.job_type), r.idempotency_key, r.created_at)
                 for r in rows
                 if str(r.id) in gone
             )

@@ -332,8 +332,8 @@ def test_redis_down_leaves_the_guard_entries_to_expire_and_removes_the_rows(
     make_app: Callable[..., Celery], db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = make_app(tracked_redis_url="redis://127.0.0.1:1/0")  # nothing listens there
-    seed(db_url, "completed", 4, 8 * DAY, key=lambda i: f"k{i}")
-    report = Tracker.for_app(app).cleanup()
+    seed(db_url, "completed", 4, timedelta(minutes=5), key=lambda i: f"k{i}")
+    report = Tracker.for_app(app).cleanup(now=NOW + 8 * DAY)
     assert report.total == 4 and report.guard_entries == 0
     assert job_ids(db_url) == set()
     assert "could not drop 4 guard entries" in caplog.text

@@ -10,7 +10,8 @@ import pytest
 from celery import Celery
 
 from celery_tracked import ConfigurationError, InvalidTaskOption, TrackedTask, tracked_task
-from celery_tracked.cleanup import CleanupReport, task_retentions
+from celery_tracked.cleanup import CleanupReport, guard_entry, task_retentions
+from celery_tracked.guard import MemoryGuard
 from celery_tracked.retention import (
     ENDED,
     Boundary,
@@ -22,6 +23,7 @@ from celery_tracked.retention import (
     task_retention,
 )
 from celery_tracked.settings import Settings
+from celery_tracked.store.purge import Removed
 
 NOW = datetime(2030, 1, 10, 12, 0, tzinfo=timezone.utc)
 DAY = timedelta(days=1)
@@ -263,3 +265,14 @@ def test_the_report_as_json() -> None:
         "dry_run": False,
     }
     assert "removed 3 jobs (completed 3, failed 0, cancelled 0)" in report.describe()
+
+
+def test_guard_entries_only_for_keyed_jobs_young_enough_to_still_hold_one() -> None:
+    guard = MemoryGuard()
+    since = NOW - DAY
+    young = Removed("j", "t", "k:1", NOW - HOURS)
+    assert guard_entry(guard, young, since) == ("celery_tracked:guard:t:k:1", "j")
+    assert guard_entry(guard, Removed("j", "t", None, NOW), since) is None, "no key"
+    assert guard_entry(guard, Removed("j", "t", "k:1", NOW - 2 * DAY), since) is None, (
+        "its entry expired a day ago"
+    )
