@@ -89,13 +89,15 @@ def recreate(url: str) -> None:
     migrate.upgrade(url)
 
 
-def seed(url: str, rows: int, keys: bool) -> float:
+def seed(url: str, rows: int, keys: bool, young: bool) -> float:
+    """``young``: the old rows were created an hour ago (the cleanup then judges ages 8
+    days ahead), so each one's guard entry may still exist and is compare-and-deleted."""
     engine = create_engine(url)
     started = time.monotonic()
     with engine.begin() as conn:
         for tag, status, n, age in (
-            ("old-", "completed", rows, "10 days"),
-            ("recent-", "completed", 10_000, "1 day"),
+            ("old-", "completed", rows, "1 hour" if young else "10 days"),
+            ("recent-", "completed", 10_000, "-2 days" if young else "1 day"),
             ("active-", "pending", 1_000, "30 days"),
         ):
             params = {"tag": tag, "status": status, "n": n, "keys": keys}
@@ -108,9 +110,10 @@ def seed(url: str, rows: int, keys: bool) -> float:
     return time.monotonic() - started
 
 
-def explain(url: str, batch_size: int) -> str:
+def explain(url: str, batch_size: int, young: bool) -> str:
     """The plan of the first batch's select of the completed sweep, run and rolled back."""
-    sweep = Sweep("completed", datetime.now(timezone.utc) - timedelta(days=7))
+    ahead = timedelta(days=8) if young else timedelta(0)
+    sweep = Sweep("completed", datetime.now(timezone.utc) + ahead - timedelta(days=7))
     compiled = statements(sweep).select.compile(dialect=postgresql.dialect())
     params: dict[str, Any] = dict(compiled.params)
     params.update(after_at=START[0], after_id=START[1], limit=batch_size)
@@ -136,6 +139,9 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--batch-size", type=int, default=5000)
     parser.add_argument("--no-keys", action="store_true", help="rows without idempotency key")
+    parser.add_argument(
+        "--young", action="store_true", help="rows created an hour ago: guard entries released"
+    )
     parser.add_argument("--seed-only", action="store_true", help="seed and explain, no cleanup")
     parser.add_argument(
         "--reuse", action="store_true", help="clean up what a --seed-only run left (no re-seed)"
@@ -146,9 +152,9 @@ def main() -> int:
     if not args.reuse:
         log(f"re-creating {make_url(DATABASE_URL).database} and inserting {args.rows:,} rows")
         recreate(DATABASE_URL)
-        seeded_s = seed(DATABASE_URL, args.rows, not args.no_keys)
+        seeded_s = seed(DATABASE_URL, args.rows, not args.no_keys, args.young)
         log(f"seeded in {seeded_s:.1f} s")
-    plan = explain(DATABASE_URL, args.batch_size)
+    plan = explain(DATABASE_URL, args.batch_size, args.young)
     print(plan)
     if args.seed_only:
         return 0
@@ -169,7 +175,8 @@ def main() -> int:
             log(f"{batches} batches")
 
     started = time.monotonic()
-    report = tracker.cleanup(on_batch=progress)
+    now = datetime.now(timezone.utc) + timedelta(days=8) if args.young else None
+    report = tracker.cleanup(on_batch=progress, now=now)
     elapsed = time.monotonic() - started
     tracker.close()
 
@@ -188,6 +195,7 @@ def main() -> int:
         "rows": args.rows,
         "batch_size": args.batch_size,
         "keys": not args.no_keys,
+        "young": args.young,
         "seed_s": round(seeded_s, 1),
         "cleanup_s": round(elapsed, 2),
         "rows_per_s": round(args.rows / elapsed),

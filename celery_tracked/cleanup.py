@@ -151,7 +151,7 @@ class Cleanup:
     def _sweep(
         self, sweep: Sweep, report: CleanupReport, on_batch: Callable[[int], None] | None
     ) -> None:
-        prepared = statements(sweep)
+        prepared = statements(sweep, array=self.store.is_postgres)
         cursor: tuple[datetime, str] | None = START
         while cursor is not None:
             batch = self.store.purge_batch(prepared, cursor, self.batch_size)

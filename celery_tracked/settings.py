@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from .errors import ConfigurationError, mask_url
@@ -262,8 +263,8 @@ CLEANUP_BATCH_MAX = 10_000
 
 
 def _cleanup_schedule(source: str, value: Any) -> object:
-    """A crontab string (``"17 3 * * *"``), seconds (> 0), a Celery schedule object, or
-    off (``False``, ``0``, ``"off"``): None."""
+    """A crontab string (``"17 3 * * *"``), seconds (> 0) or a ``timedelta``, a Celery
+    schedule object, or off (``False``, ``0``, ``"off"``): None."""
     setting = "tracked_cleanup_schedule"
     if value is True:
         raise ConfigurationError(
@@ -273,6 +274,8 @@ def _cleanup_schedule(source: str, value: Any) -> object:
         return None
     if hasattr(value, "is_due"):  # crontab(), schedule(), solar()
         return value
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
     if isinstance(value, str) and len(value.split()) == 5:
         from celery.schedules import crontab  # only to check the fields
 

@@ -3,6 +3,7 @@ user's own entry of that name, off with one setting; added beside the relay's.""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -55,6 +56,8 @@ def test_one_setting_turns_it_off(off: Any) -> None:
 def test_seconds_and_crontab_strings_and_schedules() -> None:
     entry = schedule_of(tracked_cleanup_schedule=2)[CLEANUP_TASK]
     assert entry["schedule"] == 2.0 and entry["options"]["expires"] == 2.0
+    entry = schedule_of(tracked_cleanup_schedule=timedelta(hours=6))[CLEANUP_TASK]
+    assert entry["schedule"] == 21600.0
     entry = schedule_of(tracked_cleanup_schedule="*/10 1-5 * * mon")[CLEANUP_TASK]
     assert entry["schedule"] == crontab(minute="*/10", hour="1-5", day_of_week="mon")
     entry = schedule_of(tracked_cleanup_schedule="0  4 31 * *")[CLEANUP_TASK]  # cron's order
