@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv check test demo bench bench-progress clean
+.PHONY: venv check test demo bench bench-progress bench-cleanup clean
 
 venv: $(STAMP)
 
@@ -30,6 +30,9 @@ bench: venv
 
 bench-progress: venv
 	$(PY) bench/progress.py
+
+bench-cleanup: venv
+	$(PY) bench/cleanup.py
 
 clean:
 	rm -rf $(VENV) .demo dist build .pytest_cache .mypy_cache .ruff_cache

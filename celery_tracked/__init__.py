@@ -1,6 +1,7 @@
 """celery-tracked: durable job tracking and idempotency for any Celery app."""
 
 from . import signals as _signals  # noqa: F401 (connects the worker's handlers)
+from .cleanup import CleanupReport
 from .decorator import tracked_task
 from .errors import (
     ConfigurationError,
@@ -32,6 +33,7 @@ from .tracker import Tracker
 __version__ = "0.1.0"
 
 __all__ = [
+    "CleanupReport",
     "ConfigurationError",
     "DuplicateInCanvas",
     "EnqueueError",

@@ -46,7 +46,7 @@ def tracked_task(
 
     Tracked options: ``queue``, ``job_type``, ``max_attempts``, ``backoff_ms``,
     ``idempotency_key`` (a template or callable), ``validator``, ``rate_limit_global``,
-    ``concurrency_key`` and ``concurrency_limit`` (see ``TrackedTask``).
+    ``concurrency_key``, ``concurrency_limit`` and ``retention`` (see ``TrackedTask``).
     Without ``app`` it is a ``shared_task`` (bound to every app, like Celery's own);
     other keywords are Celery task options (``bind``, ``name``, ``acks_late``...).
 

@@ -9,11 +9,15 @@ and safe to run from many workers at once.
 abandons) the stalled jobs nothing will move any more (a whole worker died, the broker
 lost messages). Shared too, and safe to run from many workers at once.
 
-Every app with a tracked task gets a default Beat entry of each name, every
-``tracked_relay_interval_seconds`` and ``tracked_reaper_interval_seconds``, added when the
-app is configured. It never replaces an entry of the user's with that name; an interval of
-0 leaves it out. Only reassigning ``app.conf.beat_schedule = {...}`` after configuration
-drops them.
+``celery_tracked.cleanup`` runs ``Tracker.cleanup``: it removes the ended jobs past
+their retention, in batches (``cleanup.py``); also safe to run from many workers at once.
+
+Every app with a tracked task gets a default Beat entry of the same name for each, added
+when the app is configured: the relay every ``tracked_relay_interval_seconds``, the
+reaper every ``tracked_reaper_interval_seconds``, the cleanup on
+``tracked_cleanup_schedule`` (daily at 03:17 by default). None replaces an entry of the
+user's with that name; an interval of 0 (``tracked_cleanup_schedule = False``) leaves it
+out. Only reassigning ``app.conf.beat_schedule = {...}`` after configuration drops them.
 
 The maintenance tasks send no worker events (``send_events=False``): run every minute,
 they would flood Flower's task list. A producer with ``task_send_sent_event = True`` (Beat
@@ -27,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from celery import Celery, Task, shared_task
+from celery.schedules import crontab
 
 from .errors import ConfigurationError
 from .jobs import Job
@@ -38,6 +43,7 @@ logger = logging.getLogger("celery_tracked")
 
 RELAY_TASK = "celery_tracked.relay"
 REAP_TASK = "celery_tracked.reap"
+CLEANUP_TASK = "celery_tracked.cleanup"
 _INSTALLED = "_celery_tracked_beat_installed"
 
 
@@ -52,6 +58,12 @@ def relay(self: Task[Any, Any]) -> dict[str, list[str]]:
 def reap(self: Task[Any, Any]) -> dict[str, list[str]]:
     """Rescue (or abandon) the stalled jobs: see ``celery_tracked.reaper``."""
     return Tracker.for_app(self.app).reap().as_dict()
+
+
+@shared_task(name=CLEANUP_TASK, bind=True, ignore_result=True, send_events=False)
+def cleanup(self: Task[Any, Any]) -> dict[str, Any]:
+    """Remove the ended jobs past their retention (``Tracker.cleanup``); its report."""
+    return Tracker.for_app(self.app).cleanup().as_dict()
 
 
 def publisher(app: Celery) -> Callable[[Job], None]:
@@ -83,6 +95,7 @@ def _on_configured(sender: Celery, **kwargs: Any) -> None:
 def _add_entries(app: Celery) -> None:
     _add_entry(app, RELAY_TASK, lambda settings: settings.relay_interval_seconds)
     _add_entry(app, REAP_TASK, lambda settings: settings.reaper_interval_seconds)
+    _add_cleanup_entry(app)
 
 
 def _add_entry(app: Celery, name: str, interval_of: Callable[[Settings], float]) -> None:
@@ -95,3 +108,22 @@ def _add_entry(app: Celery, name: str, interval_of: Callable[[Settings], float])
         return
     if interval > 0:
         app.add_periodic_task(interval, app.signature(name), name=name, expires=interval)
+
+
+def _add_cleanup_entry(app: Celery) -> None:
+    if CLEANUP_TASK in (app.conf.beat_schedule or {}):
+        return  # the user's own entry wins
+    try:
+        when = Settings.from_conf(app.conf).cleanup_schedule
+    except ConfigurationError as exc:
+        logger.warning("no default Beat entry for %s: %s", CLEANUP_TASK, exc)
+        return
+    if when is None:
+        return
+    options: dict[str, Any] = {}
+    schedule: Any = when
+    if isinstance(when, float):
+        options["expires"] = when  # a run that could not start before the next is dropped
+    elif isinstance(when, str):
+        schedule = crontab.from_string(when)  # minute hour day-of-month month day-of-week
+    app.add_periodic_task(schedule, app.signature(CLEANUP_TASK), name=CLEANUP_TASK, **options)

@@ -119,6 +119,8 @@ jobs = Table(
     Index("ix_background_jobs_queue_name_status", "queue_name", "status"),
     Index("ix_background_jobs_correlation_id", "correlation_id"),
     Index("ix_background_jobs_concurrency_key_status", "concurrency_key", "status"),
+    # the cleanup's batches: one status, oldest finished first (``store/purge.py``)
+    Index("ix_background_jobs_status_finished_at", "status", "finished_at", "id"),
 )
 
 events = Table(

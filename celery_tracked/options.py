@@ -24,6 +24,10 @@ The options (``None``: the default):
         (optionally ``debounce_s``); see ``keys.py``.
     rate_limit_global, concurrency_key, concurrency_limit: a global rate limiter shared by
         every worker, and at most N jobs ``processing`` per key; see ``limits.py``.
+    retention: how long this task's ended jobs are kept before the cleanup removes them:
+        a ``timedelta`` or a number of days for every ended status, or a mapping of
+        ``"completed"``/``"failed"``/``"cancelled"`` to those (``None``: kept forever; a
+        status not named keeps the app's default); see ``retention.py``.
     validator: a pydantic model class (``model_validate`` of the named arguments) or a
         callable receiving the named arguments as one dict (``validator(arguments)``,
         the same dict pydantic gets) that raises to refuse them; a callable that cannot
@@ -40,6 +44,7 @@ from .calls import check_template
 from .errors import InvalidTaskOption
 from .keys import KEY_OPTIONS, KeyRule, key_rule
 from .limits import LIMIT_OPTIONS, Limits, limits_of
+from .retention import task_retention
 from .retry_policy import RETRY_OPTIONS, RetryPolicy, declared, retry_policy
 
 #: The class attributes of ``TrackedTask`` that are tracked options.
@@ -50,6 +55,7 @@ TRACKED_OPTIONS = (
     "backoff_ms",
     "idempotency_key",
     "validator",
+    "retention",
     *KEY_OPTIONS,
     *LIMIT_OPTIONS,
 )
@@ -114,6 +120,10 @@ def _validator(name: str, value: Any) -> None:
         ) from None
 
 
+def _retention(name: str, value: Any) -> None:
+    task_retention(value)
+
+
 _CHECKS: dict[str, Callable[[str, Any], None]] = {
     "job_type": _text,
     "tracked_queue": _text,
@@ -121,6 +131,7 @@ _CHECKS: dict[str, Callable[[str, Any], None]] = {
     "backoff_ms": lambda n, v: _integer(n, v, 0),
     "idempotency_key": _key,
     "validator": _validator,
+    "retention": _retention,
 }
 
 

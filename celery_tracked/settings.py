@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from .errors import ConfigurationError, mask_url
 from .redact import normalise_key
+from .retention import MAX_DAYS as MAX_RETENTION_DAYS
 
 MEMORY_URL = "memory://"
 
@@ -88,6 +90,18 @@ class Settings:
     reaper_pending_seconds: float = 600.0
     #: rescues of one job before the reaper fails it (``abandoned``) instead
     reaper_max_rescues: int = 5
+    #: when the default Beat entry runs the cleanup: a 5-field crontab string (Beat's
+    #: timezone), a number of seconds, or a Celery schedule; None: no Beat entry
+    #: (``False``/``"off"``/``0`` in the configuration)
+    cleanup_schedule: object = "17 3 * * *"
+    #: ``completed`` jobs are removed this many days after they finished
+    retention_completed_days: float = 7.0
+    #: ``failed`` and ``cancelled`` jobs are removed this many days after they ended
+    retention_failed_days: float = 30.0
+    #: the newest this many ended jobs per queue and status are kept whatever their age
+    retention_keep_newest: int = 0
+    #: rows removed per cleanup transaction
+    cleanup_batch_size: int = 5000
 
     @property
     def memory_guard(self) -> bool:
@@ -129,6 +143,8 @@ def _read(conf: Mapping[str, Any], env: Mapping[str, str], name: str) -> Any:
     alias, convert = _ALIASES[name], _CONVERTERS[name]
     setting = f"tracked_{name}"
     value, source = conf.get(setting), setting
+    if value is None and name in _NONE_IS_A_VALUE and setting in conf:
+        return None  # set to None on purpose (``tracked_cleanup_schedule = None``: off)
     if value is None:
         for env_name in (f"CELERY_TRACKED_{name.upper()}", *alias):
             if env.get(env_name) not in (None, ""):
@@ -264,6 +280,61 @@ def _keys(source: str, value: Any) -> tuple[str, ...]:
     return keys
 
 
+#: Settings where an explicit ``None`` in ``app.conf`` is a value (off), not "unset".
+_NONE_IS_A_VALUE = ("cleanup_schedule",)
+#: The words that turn the cleanup's default Beat entry off.
+_OFF = ("off", "none", "false", "no", "0", "")
+CLEANUP_BATCH_MAX = 10_000
+
+
+def _cleanup_schedule(source: str, value: Any) -> object:
+    """A crontab string (``"17 3 * * *"``), seconds (> 0) or a ``timedelta``, a Celery
+    schedule object, or off (``False``, ``0``, ``"off"``): None."""
+    setting = "tracked_cleanup_schedule"
+    if value is True:
+        raise ConfigurationError(
+            setting, "True is not a schedule: give a crontab string, seconds, or False (off)"
+        )
+    if value is False or (isinstance(value, str) and value.strip().lower() in _OFF):
+        return None
+    if hasattr(value, "is_due"):  # crontab(), schedule(), solar()
+        return value
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, str) and len(value.split()) == 5:
+        from celery.schedules import crontab  # only to check the fields
+
+        text = " ".join(value.split())
+        try:
+            crontab.from_string(text)
+        except ValueError as exc:
+            raise ConfigurationError(setting, f"invalid crontab {value!r}: {exc}") from None
+        return text
+    seconds = _float("cleanup_schedule", minimum=0.0)(source, value)
+    return None if seconds == 0 else seconds
+
+
+def _batch_size(source: str, value: Any) -> int:
+    size = _int("cleanup_batch_size", minimum=1)(source, value)
+    if size > CLEANUP_BATCH_MAX:
+        raise ConfigurationError(
+            "tracked_cleanup_batch_size", f"must be at most {CLEANUP_BATCH_MAX}, got {size}"
+        )
+    return size
+
+
+def _days(name: str) -> Callable[[str, Any], float]:
+    def convert(source: str, value: Any) -> float:
+        number = _float(name, minimum=0.0)(source, value)
+        if number > MAX_RETENTION_DAYS:
+            raise ConfigurationError(
+                f"tracked_{name}", f"must be at most {MAX_RETENTION_DAYS:.0f} days, got {number}"
+            )
+        return number
+
+    return convert
+
+
 #: Each setting: its name, the seeds' environment aliases, its converter.
 _SOURCES: tuple[tuple[str, tuple[str, ...], Callable[[str, Any], Any]], ...] = (
     ("database_url", (), _url("database_url")),
@@ -294,6 +365,11 @@ _SOURCES: tuple[tuple[str, tuple[str, ...], Callable[[str, Any], Any]], ...] = (
     ("reaper_retrying_seconds", (), _float("reaper_retrying_seconds", minimum=1.0)),
     ("reaper_pending_seconds", (), _float("reaper_pending_seconds", minimum=1.0)),
     ("reaper_max_rescues", (), _int("reaper_max_rescues", minimum=0)),
+    ("cleanup_schedule", (), _cleanup_schedule),
+    ("retention_completed_days", (), _days("retention_completed_days")),
+    ("retention_failed_days", (), _days("retention_failed_days")),
+    ("retention_keep_newest", (), _int("retention_keep_newest", minimum=0)),
+    ("cleanup_batch_size", (), _batch_size),
 )
 _ALIASES = {name: alias for name, alias, _ in _SOURCES}
 _CONVERTERS = {name: convert for name, _, convert in _SOURCES}

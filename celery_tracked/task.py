@@ -68,7 +68,8 @@ class TrackedTask(Task[P, R_co]):
     ``tracked_queue``, ``job_type``, ``max_attempts``, ``backoff_ms``, ``idempotency_key``
     (a template naming the call's arguments, or a callable; a key given per call is taken
     literally), ``key_lifetime`` (with ``throttle_s``/``debounce_s``), ``validator``,
-    ``rate_limit_global``, ``concurrency_key`` (with ``concurrency_limit``); what
+    ``rate_limit_global``, ``concurrency_key`` (with ``concurrency_limit``),
+    ``retention`` (how long its ended jobs are kept: ``retention.py``); what
     each means and accepts: ``celery_tracked/options.py``.
     """
 
@@ -85,6 +86,7 @@ class TrackedTask(Task[P, R_co]):
     key_lifetime: ClassVar[str | None] = None
     throttle_s: ClassVar[float | None] = None
     debounce_s: ClassVar[float | None] = None
+    retention: ClassVar[Any] = None
     _tracked_retry: ClassVar[RetryPolicy] = RetryPolicy()
     _tracked_keys: ClassVar[KeyRule] = KeyRule()
     rate_limit_global: ClassVar[str | tuple[str, int] | None] = None

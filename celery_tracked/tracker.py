@@ -2,7 +2,8 @@
 
 It wires the services of one app (settings, job store, guard and notifier, lease keeper,
 hooks, the producer's ``Enqueuer``, the worker's ``Runner``, the ``Relay``) and offers the
-read side: ``get_job``, ``history``, ``wait``, ``stats``; and ``cancel``, ``retry``, ``reap``.
+read side: ``get_job``, ``history``, ``wait``, ``stats``; and ``cancel``, ``retry``,
+``reap``, ``cleanup``.
 """
 
 from __future__ import annotations
@@ -10,14 +11,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 from uuid import UUID
 
 from celery import Celery
 
 from .aftermath import Aftermath
+from .cleanup import Cleanup, CleanupReport, task_retentions
 from .enqueuer import Enqueuer
 from .errors import ConfigurationError, JobFailed, JobNotFound, WaitTimeout, mask_url
 from .guard import Guard, GuardError, MemoryGuard, Notifier, RedisGuard, Subscription
@@ -29,6 +31,7 @@ from .messages import as_job_id
 from .pipelines import Pipeline
 from .reaper import Reaper, ReapReport
 from .relay import Relay
+from .retention import policy_of
 from .runner import Runner
 from .settings import Settings
 from .store import JobStore
@@ -199,6 +202,38 @@ class Tracker:
 
         broker = CeleryBroker(self.app)
         return Reaper(self.store, self.hooks, self.settings).run(broker.publish, broker, now)
+
+    def cleanup(
+        self,
+        *,
+        dry_run: bool = False,
+        on_batch: Callable[[int], None] | None = None,
+        now: datetime | None = None,
+    ) -> CleanupReport:
+        """Remove the ended jobs past their retention, with their events and guard entries
+        (``dry_run``: only count them); see docs/operations.md, "Retention and cleanup".
+
+        Ages: ``tracked_retention_completed_days``, ``tracked_retention_failed_days``
+        (failed and cancelled), a task's ``retention=`` (read from the tasks this process
+        has imported); ``tracked_retention_keep_newest`` per queue and status. Batches of
+        ``tracked_cleanup_batch_size`` rows, one transaction each; ``on_batch(n)`` after
+        each. ``now``: the time ages are judged at (default: now).
+
+        Raises:
+            StoreError: the database failed (the batches before it stay removed).
+        """
+        settings = self.settings
+        self.app.loader.import_default_modules()  # the tasks' modules: their retention
+        policy = policy_of(
+            timedelta(days=settings.retention_completed_days),
+            timedelta(days=settings.retention_failed_days),
+            task_retentions(self.app.tasks),
+            settings.retention_keep_newest,
+        )
+        cleanup = Cleanup(
+            self.store, self.guard, settings.cleanup_batch_size, settings.guard_ttl_seconds
+        )
+        return cleanup.run(policy, dry_run=dry_run, on_batch=on_batch, now=now)
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per queue: ``counts`` per status, ``total`` and ``oldest_pending_age_s``."""

@@ -10,6 +10,7 @@
 - ``reaping``: the stalled-job reaper's reads and moves (rescue, abandon).
 - ``reads``: one job, a job by key, a job's history, statistics.
 - ``gauges``: the relay's backlog and the expired leases (for the metrics).
+- ``purge``: retention cleanup: ended rows and their events removed in bounded batches.
 - ``slots``: concurrency keys: a keyed claim under the key's lock, whether a key is full.
 - ``clock``: the database's clock, on which leases and backoffs are judged.
 - ``engines``: engines per process (fork safety), SQLite pragmas, transactions.
@@ -25,6 +26,7 @@ from .engines import Engines
 from .gauges import Gauges
 from .moves import Moves
 from .outcomes import Outcomes
+from .purge import Purge
 from .reads import Reads
 from .reaping import Reaping
 from .reporting import Reporting
@@ -35,7 +37,7 @@ from .translate import Disconnected, DuplicateJob, Refused
 __all__ = ["Disconnected", "DuplicateJob", "JobStore", "Refused"]
 
 
-class JobStore(Moves, Outcomes, Reads, Rerun, Reporting, Slots, Gauges, Reaping):
+class JobStore(Moves, Outcomes, Reads, Rerun, Reporting, Slots, Gauges, Reaping, Purge):
     """The tracking database of one app; engines are created per process."""
 
     def __init__(self, url: str, pooled: bool = False) -> None:

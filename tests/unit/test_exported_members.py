@@ -1,6 +1,7 @@
 import celery_tracked
 
 EXPECTED = {
+    "CleanupReport",
     "ConfigurationError",
     "DuplicateInCanvas",
     "EnqueueError",

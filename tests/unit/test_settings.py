@@ -144,6 +144,11 @@ def test_every_setting_has_its_celery_tracked_environment_name() -> None:
         "reaper_retrying_seconds": "20",
         "reaper_pending_seconds": "21",
         "reaper_max_rescues": "22",
+        "cleanup_schedule": "*/5 * * * *",
+        "retention_completed_days": "1.5",
+        "retention_failed_days": "2",
+        "retention_keep_newest": "3",
+        "cleanup_batch_size": "100",
     }
     assert set(values) == {f.name for f in fields(Settings)}
     s = Settings.from_conf(
