@@ -1,5 +1,6 @@
 """Acceptance (issue 13, item 1): a real ``celery beat`` with a short schedule and a real
-worker run the cleanup's default entry, the relay's and a user's own entry, all three;
+worker run the default entries of the cleanup, the relay and the reaper, and a user's own
+entry, all four;
 the cleanup removes old ended rows with their events and guard entries, nothing else."""
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ FAST = {
     "CELERY_TRACKED_CLEANUP_SCHEDULE": "2",
     "CELERY_TRACKED_RELAY_GRACE_SECONDS": "1",
     "CELERY_TRACKED_RELAY_INTERVAL_SECONDS": "1",
+    "CELERY_TRACKED_REAPER_INTERVAL_SECONDS": "1",
+    "CELERY_TRACKED_REAPER_PENDING_SECONDS": "1",
     "TRACKED_TEST_BEAT": json.dumps(USER_ENTRY),
 }
 
@@ -108,7 +111,7 @@ def seed(database_url: str, rows: list[dict[str, Any]], per_job: int = 3) -> lis
     return [r["id"] for r in full]
 
 
-def test_beat_runs_the_cleanup_the_relay_and_the_users_own_entry(
+def test_beat_runs_the_cleanup_the_relay_the_reaper_and_the_users_own_entry(
     env: Any, start_worker: Any, start_beat: Any
 ) -> None:
     now = utcnow()
@@ -137,6 +140,19 @@ def test_beat_runs_the_cleanup_the_relay_and_the_users_own_entry(
         ],
         per_job=1,
     )
+    # a job handed to a broker that lost its message an hour ago: the reaper's
+    [lost] = seed(
+        env.database_url,
+        [
+            {
+                "status": "pending",
+                "payload_json": '{"args": [], "kwargs": {"x": "lost"}}',
+                "published_at": now - timedelta(hours=1),
+                "created_at": now - timedelta(hours=1),
+            }
+        ],
+        per_job=1,
+    )
     for i in range(30):  # the guard entries of the removed keys (as their enqueue left them)
         env.redis.set(f"celery_tracked:guard:acc.succeed:old-{i}", removed[i])
     env.redis.set("celery_tracked:guard:acc.succeed:live", kept[0])
@@ -151,16 +167,22 @@ def test_beat_runs_the_cleanup_the_relay_and_the_users_own_entry(
     wait_for(lambda: count(f"id IN ({ids})") == 0, timeout=45, what="the cleanup")
     env.wait_status(orphan, "completed", timeout=45)
     assert "relayed" in [e.event for e in env.tracker.history(orphan)]
+    env.wait_status(lost, "completed", timeout=45)
+    assert "rescued" in [e.event for e in env.tracker.history(lost)]
+    assert env.ran(lost) == 1
     wait_for(
         lambda: count("status = 'completed' AND payload_json LIKE '%mine%'") >= 2,
         timeout=30,
         what="two runs of the user's own entry",
     )
     log = worker.log()
-    assert "celery_tracked.cleanup[" in log and "celery_tracked.relay[" in log
+    for task in ("celery_tracked.cleanup[", "celery_tracked.relay[", "celery_tracked.reap["):
+        assert task in log, task
     assert "cleanup removed 33 jobs (completed 30, failed 3, cancelled 0), 99 events" in log
     beat = beat_log.read_text()
-    for entry in ("celery_tracked.cleanup", "celery_tracked.relay", "my-own-entry"):
+    for entry in ("celery_tracked.cleanup", "celery_tracked.relay", "celery_tracked.reap"):
+        assert f"Sending due task {entry}" in beat, entry
+    for entry in ("my-own-entry",):
         assert f"Sending due task {entry}" in beat, entry
     remaining = {r[0] for r in env.sql("SELECT id FROM background_jobs")}
     assert set(kept) <= remaining, "recent and active rows untouched"
