@@ -18,8 +18,8 @@ from typing import Any
 
 from celery.utils.saferepr import saferepr
 
-from .codec import encode
-from .errors import InvalidPayload, InvalidTaskOption, summarize
+from .codec import PAYLOAD_DEPTH, check_depth, encode
+from .errors import InvalidPayload, InvalidTaskOption, PayloadNotSerializable, summarize
 from .redact import REDACTED, encode_payload, is_secret_key, redact, secret_values
 
 #: Longest ``argsrepr``/``kwargsrepr``.
@@ -80,12 +80,19 @@ class CallShape:
     def redacted(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
     ) -> tuple[list[Any], dict[str, Any]]:
-        """Positional and keyword arguments with values under secret names replaced."""
-        safe_args = [
-            REDACTED if is_secret_key(name, keys) else redact(value, keys)
-            for name, value in zip(self.names(len(args)), args, strict=True)
-        ]
-        return safe_args, redact(dict(kwargs), keys)
+        """Positional and keyword arguments with values under secret names replaced.
+
+        Raises:
+            PayloadNotSerializable: too deeply nested to walk (see :func:`too_nested`).
+        """
+        try:
+            safe_args = [
+                REDACTED if is_secret_key(name, keys) else redact(value, keys)
+                for name, value in zip(self.names(len(args)), args, strict=True)
+            ]
+            return safe_args, redact(dict(kwargs), keys)
+        except RecursionError:
+            raise too_nested() from None
 
     def reprs(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
@@ -97,8 +104,43 @@ class CallShape:
     def secrets(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
     ) -> list[str]:
-        """Every value under a secret name, to mask wherever the call's text may appear."""
-        return secret_values([self.named(args, kwargs), self.unnamed(args)], keys)
+        """Every value under a secret name, to mask wherever the call's text may appear.
+
+        Raises:
+            PayloadNotSerializable: too deeply nested to walk (see :func:`too_nested`).
+        """
+        try:
+            return secret_values([self.named(args, kwargs), self.unnamed(args)], keys)
+        except RecursionError:
+            raise too_nested() from None
+
+    def check_nesting(self, args: Sequence[Any], kwargs: Mapping[str, Any], task: str) -> None:
+        """Refuse an argument nesting containers deeper than ``codec.MAX_DEPTH`` levels, or
+        containing itself, before any recursive pass over the arguments (iterative).
+
+        Raises:
+            PayloadNotSerializable: names the argument.
+        """
+        positional = (
+            (name or f"positional argument {index}", value)
+            for index, (name, value) in enumerate(zip(self.names(len(args)), args, strict=True))
+        )
+        for name, value in (*positional, *kwargs.items()):
+            try:
+                check_depth(value)
+            except PayloadNotSerializable as exc:
+                raise PayloadNotSerializable(
+                    f"{task}: argument {name!r} is not JSON-serialisable: {exc}"
+                ) from None
+
+
+def too_nested() -> PayloadNotSerializable:
+    """What a recursive pass over arguments that ran out of stack (the caller was already
+    deep in it) raises instead of a bare ``RecursionError`` (caught by a plain ``try``:
+    a context manager would need frames of its own)."""
+    return PayloadNotSerializable(
+        "arguments too deeply nested to process here (Python's recursion limit)"
+    )
 
 
 @dataclass(frozen=True)
@@ -138,18 +180,22 @@ def prepare_call(
     Raises:
         InvalidPayload: (or a subclass) the call was refused.
     """
-    named = shape.bind(args, kwargs, rules.task_name)
-    encode_payload(args, kwargs, rules.max_payload_bytes)
-    secrets = tuple(secret_values([named, shape.unnamed(args)], rules.redact_keys))
-    validate(rules, named, secrets)
-    safe_args, safe_kwargs = shape.redacted(args, kwargs, rules.redact_keys)
-    return PreparedCall(
-        key=idempotency_key(rules, explicit_key, args, kwargs, named),
-        payload_json=encode({"args": safe_args, "kwargs": safe_kwargs}),
-        argsrepr=saferepr(tuple(safe_args), REPR_CHARS),
-        kwargsrepr=saferepr(safe_kwargs, REPR_CHARS),
-        secrets=secrets,
-    )
+    try:
+        shape.check_nesting(args, kwargs, rules.task_name)  # first: the passes below recurse
+        named = shape.bind(args, kwargs, rules.task_name)
+        encode_payload(args, kwargs, rules.max_payload_bytes)
+        secrets = tuple(secret_values([named, shape.unnamed(args)], rules.redact_keys))
+        validate(rules, named, secrets)
+        safe_args, safe_kwargs = shape.redacted(args, kwargs, rules.redact_keys)
+        return PreparedCall(
+            key=idempotency_key(rules, explicit_key, args, kwargs, named),
+            payload_json=encode({"args": safe_args, "kwargs": safe_kwargs}, PAYLOAD_DEPTH),
+            argsrepr=saferepr(tuple(safe_args), REPR_CHARS),
+            kwargsrepr=saferepr(safe_kwargs, REPR_CHARS),
+            secrets=secrets,
+        )
+    except RecursionError:
+        raise too_nested() from None
 
 
 def validate(rules: CallRules, named: dict[str, Any], secrets: Sequence[str]) -> None:
