@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 import redis
 
 from celery_tracked import (
+    ConfigurationError,
     InvalidPayload,
     JobFailed,
     JobStatus,
@@ -252,3 +254,44 @@ def test_a_retry_given_deeply_nested_arguments_is_a_typed_refusal(
             tracker.retry(job_id, arguments={"password": value})
     job = tracker.get_job(job_id)
     assert job is not None and job.status is JobStatus.FAILED
+
+
+@pytest.mark.parametrize(
+    "conf",
+    [
+        {"tracked_lease_seconds": 1e12},
+        {"tracked_progress_interval_ms": 1e20},
+        {"tracked_relay_interval_seconds": 0.001},
+        {"tracked_redact_keys": []},
+    ],
+    ids=["lease", "progress", "relay", "no-redact-keys"],
+)
+def test_a_setting_out_of_range_is_refused_at_the_first_enqueue_with_nothing_created(
+    make_app: AppFactory, broker: redis.Redis, database_url: str, conf: dict[str, Any]
+) -> None:
+    """Issue 12 item 10: these were accepted (the first two then killed the lease-renewal
+    and progress threads; an empty list silently turned redaction off)."""
+    app = make_app(**conf)
+
+    @tracked_task(app=app, queue=QUEUE, shared=False)
+    def work(x: int, password: str) -> None: ...
+
+    with pytest.raises(ConfigurationError) as raised:
+        work.enqueue(1, password="pw-secret-9")
+    assert raised.value.setting == next(iter(conf))
+    assert row_count(database_url) == 0 and queue_messages(broker, QUEUE) == []
+
+
+def test_redaction_turned_off_explicitly_stores_and_shows_arguments_as_given(
+    make_app: AppFactory, broker: redis.Redis, database_url: str
+) -> None:
+    app = make_app(tracked_redaction=False)
+
+    @tracked_task(app=app, queue=QUEUE, shared=False)
+    def work(x: int, password: str) -> None: ...
+
+    job_id = work.enqueue(1, password="pw-given-9").job_id
+    job = tracker_of(app).get_job(job_id)
+    assert job is not None and job.payload == {"args": [1], "kwargs": {"password": "pw-given-9"}}
+    (message,) = queue_messages(broker, QUEUE)
+    assert "pw-given-9" in json.loads(message)["headers"]["kwargsrepr"]  # Flower shows it
