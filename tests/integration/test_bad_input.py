@@ -295,3 +295,60 @@ def test_redaction_turned_off_explicitly_stores_and_shows_arguments_as_given(
     assert job is not None and job.payload == {"args": [1], "kwargs": {"password": "pw-given-9"}}
     (message,) = queue_messages(broker, QUEUE)
     assert "pw-given-9" in json.loads(message)["headers"]["kwargsrepr"]  # Flower shows it
+
+
+SECRET = "s3cr3t-" * 45  # 315 characters: any key built from it is too long
+
+
+def _raises_with(user: str, password: str) -> str:
+    raise ValueError(f"no tenant in {password}")
+
+
+@pytest.mark.parametrize("option", ["idempotency_key", "concurrency_key"])
+@pytest.mark.parametrize(
+    ("template", "password", "expected"),
+    [
+        ("k:{password}", SECRET, "is 317 characters long, over the limit of 255"),
+        ("k:{password}", "s3cr3t-\x00-tail", "holds a NUL byte"),
+        (_raises_with, "s3cr3t-x", "ValueError: no tenant in ***"),
+    ],
+    ids=["too-long", "nul", "callable-raises"],
+)
+def test_an_error_about_a_key_never_echoes_the_secret_it_was_built_from(
+    make_app: AppFactory,
+    broker: redis.Redis,
+    database_url: str,
+    option: str,
+    template: Any,
+    password: str,
+    expected: str,
+) -> None:
+    """Issue 12 item 11: the message names the option, the template and the length, never
+    the key (the secret argument, under a name in ``tracked_redact_keys``)."""
+    app = make_app()
+
+    @tracked_task(app=app, queue=QUEUE, shared=False, **{option: template})
+    def login(user: str, password: str) -> None: ...
+
+    with pytest.raises(InvalidPayload) as raised:
+        login.enqueue("ann", password=password)
+    message = str(raised.value)
+    assert "s3cr3t" not in message and expected in message and option in message
+    if isinstance(template, str):
+        assert repr(template) in message
+    assert row_count(database_url) == 0
+    assert queue_messages(broker, QUEUE) == [] and guard_keys(broker) == []
+
+
+def test_a_per_call_key_too_long_is_not_echoed_either(
+    make_app: AppFactory, broker: redis.Redis, database_url: str
+) -> None:
+    app = make_app()
+
+    @tracked_task(app=app, queue=QUEUE, shared=False)
+    def login(user: str) -> None: ...
+
+    with pytest.raises(InvalidPayload) as raised:
+        login.enqueue("ann", _idempotency_key=SECRET)
+    assert "s3cr3t" not in str(raised.value) and "315 characters" in str(raised.value)
+    assert row_count(database_url) == 0 and guard_keys(broker) == []

@@ -25,11 +25,14 @@ from celery_tracked.calls import (
     CallShape,
     PreparedCall,
     idempotency_key,
+    key_problem,
     prepare_call,
+    template_name,
     validate,
 )
 from celery_tracked.codec import MAX_DEPTH, check_depth
 from celery_tracked.errors import InvalidTaskOption
+from celery_tracked.limits import Limits
 from celery_tracked.options import check_key_template
 
 # the documented default redact keys (docs/configuration.md), pinned literally
@@ -506,3 +509,36 @@ def test_tracked_task_refuses_attribute_or_index_access_at_decoration(template: 
             idempotency_key = template
 
     app.close()
+
+
+# -- issue 12 item 11: messages about keys never show the key -----------------------
+
+
+def test_a_key_problem_says_nothing_of_the_keys_content() -> None:
+    assert key_problem("k") is None and key_problem("k" * MAX_KEY_CHARS) is None
+    assert key_problem("") == "is empty"
+    assert key_problem(b"bytes") == "is a bytes, not a string"
+    assert key_problem("x" * 300) == f"is 300 characters long, over the limit of {MAX_KEY_CHARS}"
+    assert key_problem("ab\x00c") == "holds a NUL byte (at character 3 of 4)"
+
+
+def test_a_template_is_named_by_its_text_and_a_callable_by_its_name() -> None:
+    assert template_name("k:{password}") == "'k:{password}'"
+    assert template_name(login) == "<callable tests.unit.test_calls.login>"
+
+
+def test_the_concurrency_key_is_built_with_the_call_as_the_worker_builds_it() -> None:
+    """Defaults apply to both keys, at enqueue and at the worker (``Limits.key_of``)."""
+
+    def body(course_id: str, region: str = "eu", password: str = "") -> None: ...
+
+    shape = CallShape(body)
+    task = rules(key="k:{course_id}:{region}", concurrency_key="c:{region}")
+    call = prepare_call(shape, task, ("c-1",), {"password": "hunter22"})
+    assert (call.key, call.concurrency_key) == ("k:c-1:eu", "c:eu")
+    assert Limits(concurrency_key="c:{region}").key_of(shape, ("c-1",), {}) == "c:eu"
+    with pytest.raises(InvalidPayload) as info:
+        prepare_call(
+            shape, rules(concurrency_key="c:{password}" * 30), ("c",), {"password": "p" * 9}
+        )
+    assert "ppppppppp" not in str(info.value) and "concurrency_key='c:{password}" in str(info.value)
