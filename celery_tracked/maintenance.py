@@ -68,7 +68,7 @@ def _add_entries(app: Celery) -> None:
     if RELAY_TASK in (app.conf.beat_schedule or {}):
         return  # the user's own entry wins
     try:
-        interval = Settings.from_conf(app.conf).relay_interval_seconds
+        interval = Settings.for_app(app).relay_interval_seconds
     except ConfigurationError as exc:
         logger.warning("no default Beat entry for %s: %s", RELAY_TASK, exc)
         return

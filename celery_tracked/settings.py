@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple, TypeVar
 
+from .celery_state import describe_app, is_celery_default
 from .errors import ConfigurationError, mask_url, short_repr
 from .redact import normalise_key
 
@@ -113,6 +114,23 @@ class Settings:
         values = {name: _read(conf, env, name) for name, _, _ in _SOURCES if name != "redact_keys"}
         values["redact_keys"] = _redact_keys(conf, env, values["redaction"])
         return cls(**values)
+
+    @classmethod
+    def for_app(cls, app: Any, environ: Mapping[str, str] | None = None) -> Settings:
+        """:meth:`from_conf` of a Celery app's ``conf``; a refusal also names the app that
+        was read and, for Celery's own default app, why it was read and the fix (also
+        logged as a warning when that app's settings are accepted).
+
+        Raises:
+            ConfigurationError: as :meth:`from_conf`.
+        """
+        try:
+            settings = cls.from_conf(app.conf, environ)
+        except ConfigurationError as exc:
+            raise type(exc)(exc.setting, f"{exc.reason} ({describe_app(app)})") from None
+        if is_celery_default(app):  # it may well be a mistake: say so once
+            logger.warning("celery-tracked: tracking jobs with settings %s", describe_app(app))
+        return settings
 
     @classmethod
     def database_url_from_conf(
