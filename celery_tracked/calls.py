@@ -329,7 +329,9 @@ def idempotency_key(
                 f"{rules.task_name}: a per-call idempotency_key must be a string "
                 f"(taken literally), not {type(explicit).__name__}"
             )
-        return made.checked("idempotency_key", str(explicit), "given with the call")
+        return made.checked(
+            "idempotency_key", str(explicit), "idempotency_key= given with the call"
+        )
     if rules.key is None:
         return None
     return made.build("idempotency_key", rules.key)
