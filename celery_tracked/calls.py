@@ -18,8 +18,14 @@ from typing import Any
 
 from celery.utils.saferepr import saferepr
 
-from .codec import encode
-from .errors import InvalidPayload, InvalidTaskOption, summarize
+from .codec import PAYLOAD_DEPTH, check_depth, encode
+from .errors import (
+    InvalidPayload,
+    InvalidTaskOption,
+    PayloadNotSerializable,
+    error_type,
+    summarize,
+)
 from .redact import REDACTED, encode_payload, is_secret_key, redact, secret_values
 
 #: Longest ``argsrepr``/``kwargsrepr``.
@@ -80,12 +86,19 @@ class CallShape:
     def redacted(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
     ) -> tuple[list[Any], dict[str, Any]]:
-        """Positional and keyword arguments with values under secret names replaced."""
-        safe_args = [
-            REDACTED if is_secret_key(name, keys) else redact(value, keys)
-            for name, value in zip(self.names(len(args)), args, strict=True)
-        ]
-        return safe_args, redact(dict(kwargs), keys)
+        """Positional and keyword arguments with values under secret names replaced.
+
+        Raises:
+            PayloadNotSerializable: too deeply nested to walk (see :func:`too_nested`).
+        """
+        try:
+            safe_args = [
+                REDACTED if is_secret_key(name, keys) else redact(value, keys)
+                for name, value in zip(self.names(len(args)), args, strict=True)
+            ]
+            return safe_args, redact(dict(kwargs), keys)
+        except RecursionError:
+            raise too_nested() from None
 
     def reprs(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
@@ -97,8 +110,43 @@ class CallShape:
     def secrets(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
     ) -> list[str]:
-        """Every value under a secret name, to mask wherever the call's text may appear."""
-        return secret_values([self.named(args, kwargs), self.unnamed(args)], keys)
+        """Every value under a secret name, to mask wherever the call's text may appear.
+
+        Raises:
+            PayloadNotSerializable: too deeply nested to walk (see :func:`too_nested`).
+        """
+        try:
+            return secret_values([self.named(args, kwargs), self.unnamed(args)], keys)
+        except RecursionError:
+            raise too_nested() from None
+
+    def check_nesting(self, args: Sequence[Any], kwargs: Mapping[str, Any], task: str) -> None:
+        """Refuse an argument nesting containers deeper than ``codec.MAX_DEPTH`` levels, or
+        containing itself, before any recursive pass over the arguments (iterative).
+
+        Raises:
+            PayloadNotSerializable: names the argument.
+        """
+        positional = (
+            (name or f"positional argument {index}", value)
+            for index, (name, value) in enumerate(zip(self.names(len(args)), args, strict=True))
+        )
+        for name, value in (*positional, *kwargs.items()):
+            try:
+                check_depth(value)
+            except PayloadNotSerializable as exc:
+                raise PayloadNotSerializable(
+                    f"{task}: argument {name!r} is not JSON-serialisable: {exc}"
+                ) from None
+
+
+def too_nested() -> PayloadNotSerializable:
+    """What a recursive pass over arguments that ran out of stack (the caller was already
+    deep in it) raises instead of a bare ``RecursionError`` (caught by a plain ``try``:
+    a context manager would need frames of its own)."""
+    return PayloadNotSerializable(
+        "arguments too deeply nested to process here (Python's recursion limit)"
+    )
 
 
 @dataclass(frozen=True)
@@ -113,6 +161,8 @@ class CallRules:
     validator: Any = None
     #: a ``str.format`` template over the named arguments, or a callable taking the call
     key: str | Callable[..., str] | None = None
+    #: the task's ``concurrency_key`` (the same kinds; ``limits.py``)
+    concurrency_key: str | Callable[..., str] | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +174,7 @@ class PreparedCall:
     argsrepr: str
     kwargsrepr: str
     secrets: tuple[str, ...]
+    concurrency_key: str | None = None
 
 
 def prepare_call(
@@ -138,18 +189,25 @@ def prepare_call(
     Raises:
         InvalidPayload: (or a subclass) the call was refused.
     """
-    named = shape.bind(args, kwargs, rules.task_name)
-    encode_payload(args, kwargs, rules.max_payload_bytes)
-    secrets = tuple(secret_values([named, shape.unnamed(args)], rules.redact_keys))
-    validate(rules, named, secrets)
-    safe_args, safe_kwargs = shape.redacted(args, kwargs, rules.redact_keys)
-    return PreparedCall(
-        key=idempotency_key(rules, explicit_key, args, kwargs, named),
-        payload_json=encode({"args": safe_args, "kwargs": safe_kwargs}),
-        argsrepr=saferepr(tuple(safe_args), REPR_CHARS),
-        kwargsrepr=saferepr(safe_kwargs, REPR_CHARS),
-        secrets=secrets,
-    )
+    try:
+        shape.check_nesting(args, kwargs, rules.task_name)  # first: the passes below recurse
+        named = shape.bind(args, kwargs, rules.task_name)
+        encode_payload(args, kwargs, rules.max_payload_bytes)
+        secrets = tuple(secret_values([named, shape.unnamed(args)], rules.redact_keys))
+        validate(rules, named, secrets)
+        safe_args, safe_kwargs = shape.redacted(args, kwargs, rules.redact_keys)
+        made = KeyCall(rules.task_name, args, kwargs, named, secrets, rules.redact_keys)
+        limited = rules.concurrency_key
+        return PreparedCall(
+            key=idempotency_key(rules, explicit_key, args, kwargs, named, made),
+            payload_json=encode({"args": safe_args, "kwargs": safe_kwargs}, PAYLOAD_DEPTH),
+            argsrepr=saferepr(tuple(safe_args), REPR_CHARS),
+            kwargsrepr=saferepr(safe_kwargs, REPR_CHARS),
+            secrets=secrets,
+            concurrency_key=None if limited is None else made.build("concurrency_key", limited),
+        )
+    except RecursionError:
+        raise too_nested() from None
 
 
 def validate(rules: CallRules, named: dict[str, Any], secrets: Sequence[str]) -> None:
@@ -168,42 +226,115 @@ def validate(rules: CallRules, named: dict[str, Any], secrets: Sequence[str]) ->
         raise InvalidPayload(f"{rules.task_name}: invalid arguments: {detail}") from None
 
 
+@dataclass(frozen=True)
+class KeyCall:
+    """A call a key (``idempotency_key``, ``concurrency_key``) is built from, with what
+    its error messages must mask. A message about a key never shows the key or a part of
+    it (it may hold a secret argument): only the option, the template (or the callable's
+    name), the key's length and the limit; an exception raised while building it is shown
+    by its type and its first line, secrets masked."""
+
+    task_name: str
+    args: Sequence[Any]
+    kwargs: Mapping[str, Any]
+    named: Mapping[str, Any]
+    secrets: Sequence[str] = ()
+    redact_keys: Sequence[str] = ()
+
+    def build(self, option: str, template: str | Callable[..., str]) -> str:
+        """The key ``template`` (a ``str.format`` template over the named arguments, or a
+        callable taking the call) makes of this call.
+
+        Raises:
+            InvalidPayload: it cannot be built, or is not 1-255 characters without NUL.
+        """
+        made = f"{option}={template_name(template)}"
+        try:
+            if callable(template):
+                key: Any = template(*self.args, **self.kwargs)
+            else:
+                key = template.format(**self.named)
+        except Exception as exc:  # a template or callable that cannot use these arguments
+            detail = summarize(exc, self.secrets, self.redact_keys)
+            raise InvalidPayload(
+                f"{self._prefix}cannot build the {_words(option)} from the arguments with "
+                f"{made}: {error_type(exc)}: {detail}"
+            ) from None
+        return self.checked(option, key, f"built by {made}")
+
+    def checked(self, option: str, key: Any, made: str) -> str:
+        """``key`` if a column of ``MAX_KEY_CHARS`` can hold it (never echoed otherwise).
+
+        Raises:
+            InvalidPayload: what is wrong with it, by length and kind only.
+        """
+        problem = key_problem(key)
+        if problem is not None:
+            raise InvalidPayload(
+                f"{self._prefix}the {_words(option)} ({made}) {problem}; it must be "
+                f"1-{MAX_KEY_CHARS} characters without NUL bytes (not shown: it may hold a "
+                "secret argument)"
+            )
+        return str(key)
+
+    @property
+    def _prefix(self) -> str:
+        return f"{self.task_name}: " if self.task_name else ""
+
+
+def _words(option: str) -> str:
+    return option.replace("_", " ")
+
+
+def key_problem(key: Any) -> str | None:
+    """What makes ``key`` unusable as a key, saying nothing of its content (None: usable)."""
+    if not isinstance(key, str):
+        return f"is a {type(key).__name__}, not a string"
+    if not key:
+        return "is empty"
+    if len(key) > MAX_KEY_CHARS:
+        return f"is {len(key)} characters long, over the limit of {MAX_KEY_CHARS}"
+    if "\x00" in key:
+        return f"holds a NUL byte (at character {key.index(chr(0)) + 1} of {len(key)})"
+    return None
+
+
+def template_name(template: Any) -> str:
+    """How messages name a key template: its text (code, not data) or the callable."""
+    if callable(template):
+        name = getattr(template, "__qualname__", None) or type(template).__qualname__
+        return f"<callable {getattr(template, '__module__', None) or '?'}.{name}>"
+    return repr(template)
+
+
 def idempotency_key(
     rules: CallRules,
     explicit: Any,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     named: Mapping[str, Any],
+    call: KeyCall | None = None,
 ) -> str | None:
     """The call's key: ``explicit`` (a per-call key, taken literally: a client's HTTP
     idempotency key may hold braces) or the task's own (a template or a callable).
+    ``call`` gives what error messages mask (see :class:`KeyCall`).
 
     Raises:
         InvalidPayload: no key of 1-255 characters without NUL bytes could be had.
     """
+    made = call or KeyCall(rules.task_name, args, kwargs, named, (), rules.redact_keys)
     if explicit is not None:
         if isinstance(explicit, bool) or not isinstance(explicit, str | int | uuid.UUID):
             raise InvalidPayload(
                 f"{rules.task_name}: a per-call idempotency_key must be a string "
                 f"(taken literally), not {type(explicit).__name__}"
             )
-        key: Any = str(explicit)
-    elif rules.key is None:
-        return None
-    else:
-        template = rules.key
-        try:
-            key = template(*args, **kwargs) if callable(template) else template.format(**named)
-        except Exception as exc:  # a key template or callable that cannot use these arguments
-            raise InvalidPayload(
-                f"{rules.task_name}: cannot build the idempotency key from the arguments: {exc!r}"
-            ) from None
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS or "\x00" in key:
-        raise InvalidPayload(
-            f"{rules.task_name}: the idempotency_key must be 1-{MAX_KEY_CHARS} characters, "
-            "without NUL bytes"
+        return made.checked(
+            "idempotency_key", str(explicit), "idempotency_key= given with the call"
         )
-    return key
+    if rules.key is None:
+        return None
+    return made.build("idempotency_key", rules.key)
 
 
 def check_template(template: Any, option: str) -> None:

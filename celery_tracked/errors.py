@@ -196,6 +196,13 @@ def mask_secrets(text: str, secrets: Iterable[str] = (), keys: Iterable[str] = (
     return _mask_pairs(text, secret_keys) if secret_keys else text
 
 
+def short_repr(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters (a 400-digit number is not worth echoing
+    whole in an error message)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
 def safe_text(value: object) -> str:
     """``str(value)``, or a placeholder naming its type when its ``__str__`` raises."""
     if isinstance(value, str):

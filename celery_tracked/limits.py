@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .calls import check_template
+from .calls import KeyCall, check_template
 from .errors import InvalidPayload, InvalidTaskOption
 
 if TYPE_CHECKING:
@@ -61,7 +61,8 @@ class Limits:
         template = self.concurrency_key
         if template is None:
             return None
-        return concurrency_key(template, shape.named(args, kwargs), args, kwargs)
+        named = shape.bind(args, kwargs, "")  # defaults applied, as at enqueue (calls.py)
+        return concurrency_key(template, named, args, kwargs)
 
     def for_delivery(
         self,
@@ -153,17 +154,7 @@ def concurrency_key(
     Raises:
         InvalidPayload: the arguments cannot make a key of 1-255 characters.
     """
-    try:
-        key: Any = template(*args, **kwargs) if callable(template) else template.format(**named)
-    except Exception as exc:  # a template or callable that cannot use these arguments
-        raise InvalidPayload(
-            f"cannot build the concurrency key from the arguments: {exc!r}"
-        ) from None
-    if not isinstance(key, str) or not 1 <= len(key) <= MAX_CONCURRENCY_KEY or "\x00" in key:
-        raise InvalidPayload(
-            f"the concurrency key must be 1-{MAX_CONCURRENCY_KEY} characters, got {key!r}"
-        )
-    return key
+    return KeyCall("", args, kwargs, named).build("concurrency_key", template)  # calls.py
 
 
 def _header(request: Any, name: str) -> Any:

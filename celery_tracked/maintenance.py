@@ -102,7 +102,7 @@ def _add_entry(app: Celery, name: str, interval_of: Callable[[Settings], float])
     if name in (app.conf.beat_schedule or {}):
         return  # the user's own entry wins
     try:
-        interval = interval_of(Settings.from_conf(app.conf))
+        interval = interval_of(Settings.for_app(app))
     except ConfigurationError as exc:
         logger.warning("no default Beat entry for %s: %s", name, exc)
         return
@@ -114,7 +114,7 @@ def _add_cleanup_entry(app: Celery) -> None:
     if CLEANUP_TASK in (app.conf.beat_schedule or {}):
         return  # the user's own entry wins
     try:
-        when = Settings.from_conf(app.conf).cleanup_schedule
+        when = Settings.for_app(app).cleanup_schedule
     except ConfigurationError as exc:
         logger.warning("no default Beat entry for %s: %s", CLEANUP_TASK, exc)
         return

@@ -28,36 +28,47 @@ HEADER_REVISION = "tracked_revision"
 #: A failure decided by an attempt whose write failed: the next delivery records it and
 #: runs no body.
 HEADER_PENDING_FAILURE = "tracked_pending_failure"
+#: A retry decided by an attempt whose write failed (its completion met a database
+#: outage): the next delivery records ``retrying`` first, then claims the next attempt.
+#: A header of its own, so a worker that does not know it takes the job over as before.
+HEADER_PENDING_RETRY = "tracked_pending_retry"
 
 
 @dataclass(frozen=True)
 class PendingFailure:
-    """A final failure an attempt decided but could not write."""
+    """A failed attempt's outcome an attempt decided but could not write: final (``failed``,
+    carried in ``HEADER_PENDING_FAILURE``) or, with ``retry_ms``, ``retrying`` after that
+    backoff (a completion the database could not save; ``HEADER_PENDING_RETRY``)."""
 
     attempt: int
     error_type: str
     error_message: str
     #: the attempt used up the retries (else the job was stopped)
     retries_exhausted: bool = False
+    #: record ``retrying`` with this backoff (ms) instead of ``failed``
+    retry_ms: int | None = None
 
     def encode(self) -> str:
-        return json.dumps(
-            {
-                "attempt": self.attempt,
-                "error_type": self.error_type,
-                "error_message": self.error_message,
-                "retries_exhausted": self.retries_exhausted,
-            }
-        )
+        data: dict[str, Any] = {
+            "attempt": self.attempt,
+            "error_type": self.error_type,
+            "error_message": self.error_message,
+            "retries_exhausted": self.retries_exhausted,
+        }
+        if self.retry_ms is not None:
+            data["retry_ms"] = self.retry_ms
+        return json.dumps(data)
 
     @classmethod
     def decode(cls, text: str) -> PendingFailure:
         data = json.loads(text)
+        retry_ms = data.get("retry_ms")
         return cls(
             int(data["attempt"]),
             str(data["error_type"]),
             str(data["error_message"]),
             bool(data.get("retries_exhausted", False)),
+            None if retry_ms is None else max(0, int(retry_ms)),
         )
 
 
@@ -71,6 +82,7 @@ class TrackedHeaders:
     queue: str | None = None
     pending_failure: PendingFailure | None = None
     revision: int = 0
+    pending_retry: PendingFailure | None = None
 
     @classmethod
     def read(cls, headers: Mapping[str, Any] | None, request: Any = None) -> TrackedHeaders | None:
@@ -84,7 +96,7 @@ class TrackedHeaders:
         job_id = get(HEADER_JOB_ID)
         if not job_id:
             return None
-        pending = get(HEADER_PENDING_FAILURE)
+        pending, retry = get(HEADER_PENDING_FAILURE), get(HEADER_PENDING_RETRY)
         return cls(
             job_id=str(job_id),
             correlation_id=_text(get(HEADER_CORRELATION_ID)),
@@ -92,6 +104,7 @@ class TrackedHeaders:
             queue=_text(get(HEADER_QUEUE)),
             pending_failure=PendingFailure.decode(str(pending)) if pending else None,
             revision=_revision(get(HEADER_REVISION)),
+            pending_retry=PendingFailure.decode(str(retry)) if retry else None,
         )
 
     @classmethod
@@ -110,6 +123,8 @@ class TrackedHeaders:
         }
         if self.pending_failure is not None:
             headers[HEADER_PENDING_FAILURE] = self.pending_failure.encode()
+        if self.pending_retry is not None:
+            headers[HEADER_PENDING_RETRY] = self.pending_retry.encode()
         if self.revision:
             headers[HEADER_REVISION] = self.revision
         return headers

@@ -37,11 +37,13 @@ The options (``None``: the default):
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from .calls import check_template
-from .errors import InvalidTaskOption
+from .conversions import BOUNDS, Bound
+from .errors import InvalidTaskOption, short_repr
 from .keys import KEY_OPTIONS, KeyRule, key_rule
 from .limits import LIMIT_OPTIONS, Limits, limits_of
 from .retention import task_retention
@@ -65,11 +67,53 @@ def _unwrap(value: Any) -> Any:
     return value.__func__ if isinstance(value, staticmethod | classmethod) else value
 
 
-def _integer(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        unit = " (milliseconds)" if name == "backoff_ms" else ""
-        raise InvalidTaskOption(name, f"must be {kind}{unit}, got {value!r}")
+#: The longest delay a retry option may ask for (as ``tracked_max_backoff_ms``), seconds.
+_MAX_DELAY_S = BOUNDS["max_backoff_ms"].high / 1000
+#: The numeric options' ranges: an integer option's (``True``: an integer) and Celery's
+#: options in seconds (``retry_backoff=True`` means 1 s and is accepted).
+NUMERIC_OPTIONS: dict[str, tuple[Bound, bool, str]] = {
+    "max_attempts": (BOUNDS["default_attempts"], True, ""),
+    "backoff_ms": (BOUNDS["default_backoff_ms"], True, " (milliseconds)"),
+    "concurrency_limit": (BOUNDS["concurrency_limit"], True, ""),
+    "max_retries": (Bound(0, BOUNDS["default_attempts"].high - 1), True, ""),
+    "retry_backoff": (Bound(0, _MAX_DELAY_S), False, " (seconds, or True)"),
+    "retry_backoff_max": (Bound(0, _MAX_DELAY_S), False, " (seconds)"),
+    "default_retry_delay": (Bound(0, _MAX_DELAY_S), False, " (seconds)"),
+}
+
+
+def check_number(name: str, value: Any, bound: Bound, integer: bool, unit: str = "") -> None:
+    """Refuse a numeric option outside ``bound`` (NaN, infinities and booleans included).
+
+    Raises:
+        InvalidTaskOption: names the option and its range.
+    """
+    kinds = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        ok = False
+    else:  # a huge int has no float: math.isfinite would raise
+        finite = isinstance(value, int) or math.isfinite(value)
+        ok = finite and bound.low <= value <= bound.high
+    if not ok:
+        raise InvalidTaskOption(
+            name, f"must be {bound.describe(integer)}{unit}, got {short_repr(value)}"
+        )
+
+
+def _numbers(options: Mapping[str, Any]) -> None:
+    for name, (bound, integer, unit) in NUMERIC_OPTIONS.items():
+        value = _unwrap(options.get(name))
+        if value is not None and not (name == "retry_backoff" and isinstance(value, bool)):
+            check_number(name, value, bound, integer, unit)
+    rate = _unwrap(options.get("rate_limit_global"))
+    if isinstance(rate, tuple | list) and len(rate) == 2:
+        try:
+            check_number("rate_limit_global", rate[1], BOUNDS["rate_limit_ms"], True)
+        except InvalidTaskOption as exc:
+            raise InvalidTaskOption(
+                "rate_limit_global",
+                f"(name, interval_ms): the interval {exc.reason}, in {short_repr(rate)}",
+            ) from None
 
 
 def _text(name: str, value: Any) -> None:
@@ -127,8 +171,6 @@ def _retention(name: str, value: Any) -> None:
 _CHECKS: dict[str, Callable[[str, Any], None]] = {
     "job_type": _text,
     "tracked_queue": _text,
-    "max_attempts": lambda n, v: _integer(n, v, 1),
-    "backoff_ms": lambda n, v: _integer(n, v, 0),
     "idempotency_key": _key,
     "validator": _validator,
     "retention": _retention,
@@ -146,6 +188,7 @@ def check_task_options(options: Mapping[str, Any]) -> None:
         value = _unwrap(options.get(name))
         if value is not None:
             check(name, value)
+    _numbers(options)
     if "base" in options:  # the decorator's keywords: the base class declares the rest
         base = options["base"]
         key_rule({n: _unwrap(options.get(n, getattr(base, n, None))) for n in KEY_OPTIONS})

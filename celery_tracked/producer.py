@@ -47,6 +47,7 @@ def new_job(
         max_payload_bytes=settings.max_payload_bytes,
         validator=task._static("validator"),
         key=task._static("idempotency_key"),
+        concurrency_key=task._tracked_limits.concurrency_key,
     )
     call = prepare_call(task._shape(), rules, args, kwargs, control.idempotency_key)
     queue = check_text(task._queue_name(options, args, kwargs), "queue", 200)
@@ -67,7 +68,7 @@ def new_job(
         celery_task_id=sent_as,
         canvas=in_canvas,
         key_rule=task._tracked_keys,
-        concurrency_key=task._tracked_limits.key_of(task._shape(), args, kwargs),
+        concurrency_key=call.concurrency_key,
     )
     debounce(job, options)
     return job

@@ -20,7 +20,12 @@ from .errors import StoreError, error_type, mask_exception, summarize
 from .hooks import Hooks, Transition
 from .jobs import CLAIMABLE, Claim, JobStatus, NewRow, utcnow
 from .limits import DeliveryLimits
-from .messages import HEADER_PENDING_FAILURE, PendingFailure, TrackedHeaders
+from .messages import (
+    HEADER_PENDING_FAILURE,
+    HEADER_PENDING_RETRY,
+    PendingFailure,
+    TrackedHeaders,
+)
 from .outcome import (
     Completed,
     Failed,
@@ -110,9 +115,9 @@ class Recorder:
             saved = self._save_completion(run, claim, result_json, duration, rows)
         except Refused as exc:
             return self.job_error(run, claim, exc, started)
-        except StoreError as exc:
+        except StoreError as exc:  # the database stayed away: the attempt is retried
             delay = 0 if run.inline else self.delay(run, claim.attempt)
-            lost = self.record_failure(run, claim, exc, started, delay, secret=False)
+            lost = self.record_failure(run, claim, exc, started, delay, secret=False, carry=True)
             return lost if lost is not None else Retrying(delay / 1000, None)
         if not saved:
             return self.lost(run, claim, "completed", duration)
@@ -199,9 +204,11 @@ class Recorder:
         secret: bool = True,
         rows: Sequence[NewRow] = (),
         used_up: bool = False,
+        carry: bool = False,
     ) -> Verdict | None:
         """Write retrying (``delay_ms`` given) or failed, fenced. None when written; else
-        the verdict that replaces the plan's (lease lost, or the failure to carry over)."""
+        the verdict that replaces the plan's (lease lost, or the failure to carry over: a
+        final one always, a retry when ``carry`` says so)."""
         keys = self.settings.redact_keys
         kind = error_type(exc)
         summary = summarize(exc, run.secrets() if secret else (), keys)
@@ -219,14 +226,17 @@ class Recorder:
         except StoreError as store_exc:
             message = f"job {claim.job_id}: could not record {status.value}: {store_exc}"
             self.tell(run, "error", message, logging.ERROR, claim.attempt, duration)
-            if delay_ms is not None:
+            if delay_ms is not None and not carry:
                 return None  # the re-publish that follows makes the next attempt anyway
-            # the decision must not be lost, nor the body run again: the re-published
-            # message carries it, and its delivery records it once the database answers
-            failure = PendingFailure(claim.attempt, kind, summary, used_up)
-            return Postponed(
-                1.0, "failure not recorded", {HEADER_PENDING_FAILURE: failure.encode()}
-            )
+            # the decision must not be lost, nor the body run again before it is written:
+            # the re-published message carries it, and its delivery records it once the
+            # database answers (a retry: then the next attempt runs, after its backoff)
+            failure = PendingFailure(claim.attempt, kind, summary, used_up, delay_ms)
+            if delay_ms is None:
+                header, noun = HEADER_PENDING_FAILURE, "failure"
+            else:
+                header, noun = HEADER_PENDING_RETRY, "retry"
+            return Postponed(1.0, f"{noun} not recorded", {header: failure.encode()})
         if not written:
             return self.lost(run, claim, status.value, duration)
         tail = "" if delay_ms is None else f"; retry in {delay_ms} ms"
@@ -239,6 +249,37 @@ class Recorder:
             claim.attempt,
             duration,
         )
+        return None
+
+    def record_pending_retry(self, run: Run, failure: PendingFailure) -> Postponed | None:
+        """Write the ``retrying`` an earlier attempt could not save (its completion met a
+        database outage); None once written (or another attempt moved on): the delivery
+        then claims the next attempt, due after the backoff."""
+        attempt, delay_ms = failure.attempt, failure.retry_ms or 0
+        try:
+            written = self.store.retrying(
+                Claim(run.job_id, attempt, attempt),
+                error_type=failure.error_type,
+                error_message=failure.error_message,
+                delay_ms=delay_ms,
+                duration_ms=None,
+                now=utcnow(),
+            )
+        except StoreError as exc:
+            logging.getLogger("celery_tracked").warning(
+                "job %s: retry still not recorded: %s", run.job_id, exc
+            )
+            wait = self.backoff(1, self.settings.default_backoff_ms) / 1000
+            return Postponed(max(0.5, wait), "retry still not recorded")
+        if written:
+            self.tell(
+                run,
+                "retrying",
+                f"job {run.job_id} retrying after attempt {attempt}: {failure.error_type}: "
+                f"{failure.error_message}; retry in {delay_ms} ms (recorded late)",
+                logging.WARNING,
+                attempt,
+            )
         return None
 
     def record_pending_failure(self, run: Run, failure: PendingFailure) -> Verdict:

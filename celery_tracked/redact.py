@@ -25,7 +25,7 @@ from datetime import date, time
 from decimal import Decimal
 from typing import Any
 
-from .codec import encode
+from .codec import PAYLOAD_DEPTH, encode
 from .errors import MASK, PayloadNotSerializable, PayloadTooLarge, mask_url, url_userinfo
 
 #: Stored in place of a redacted value.
@@ -130,11 +130,12 @@ def encode_payload(args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: in
     within the size limit, measured on that encoded form; return their size.
 
     Raises:
-        PayloadNotSerializable: an argument is not JSON-serialisable.
+        PayloadNotSerializable: an argument is not JSON-serialisable (or nests containers
+            deeper than ``codec.MAX_DEPTH``, or contains itself).
         PayloadTooLarge: the encoded arguments exceed ``max_bytes``.
     """
     try:
-        encoded = encode({"args": list(args), "kwargs": dict(kwargs)})
+        encoded = encode({"args": list(args), "kwargs": dict(kwargs)}, PAYLOAD_DEPTH)
     except (TypeError, ValueError) as exc:
         raise PayloadNotSerializable(f"arguments are not JSON-serialisable: {exc}") from None
     size = len(encoded.encode("utf-8"))

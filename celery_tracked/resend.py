@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from celery import Celery
 
-from .codec import decode, encode
+from .codec import PAYLOAD_DEPTH, check_depth, decode, encode
 from .errors import EnqueueError, JobNotFound, RetryRefused, StoreError, mask_secrets
 from .hooks import Transition
 from .jobs import Job, JobStatus, utcnow
@@ -138,6 +138,7 @@ def retry(
     task = tracker.app.tasks.get(job.task_name)
     shape_of = getattr(task, "_shape", None)
     args, kwargs = retry_arguments(job, shape_of() if shape_of else None, arguments or {}, keys)
+    check_depth([args, kwargs], PAYLOAD_DEPTH)  # values given again: PayloadNotSerializable
     policy = getattr(task, "_tracked_retry", None)
     budget = positive(attempts, "attempts") or (
         getattr(policy, "max_attempts", None) or tracker.settings.default_attempts

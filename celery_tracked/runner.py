@@ -56,6 +56,10 @@ class Runner:
         """Claim ``run``'s job, call ``body`` under the lease and record its outcome."""
         if run.headers.pending_failure is not None:
             return self.recorder.record_pending_failure(run, run.headers.pending_failure)
+        if run.headers.pending_retry is not None:  # record it first, then claim as usual
+            waiting = self.recorder.record_pending_retry(run, run.headers.pending_retry)
+            if waiting is not None:
+                return waiting
         delivery = Delivery(run.job_id, run.job_type, run.queue, run.task_name, run.limits)
         full = self._key_full(run, hint=True)
         if full is not None:  # before the rate limiter: a job that cannot run spends no slot

@@ -2,22 +2,39 @@
 
 Precedence: ``app.conf.tracked_*`` first, then the environment variable, then the
 default. Values are validated once, in :meth:`Settings.from_conf`; a bad value raises
-:class:`~celery_tracked.errors.ConfigurationError` naming the setting.
+:class:`~celery_tracked.errors.ConfigurationError` naming the setting. Every number has
+a range (:data:`BOUNDS`, the table in ``docs/configuration.md``); NaN, infinities and
+booleans are refused. Redaction is turned off only by ``tracked_redaction = False``
+(logged once per process as a warning): an empty ``tracked_redact_keys`` is refused.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from datetime import timedelta
 from typing import Any, TypeVar
 
+from .celery_state import describe_app, is_celery_default
+from .conversions import (
+    MEMORY_URL,
+    boolean,
+    cleanup_schedule,
+    integer,
+    key_names,
+    keys,
+    nonempty,
+    pooler,
+    real,
+    redis_url,
+    url,
+)
 from .errors import ConfigurationError, mask_url
-from .redact import normalise_key
-from .retention import MAX_DAYS as MAX_RETENTION_DAYS
 
-MEMORY_URL = "memory://"
+logger = logging.getLogger("celery_tracked")
+
 
 #: See ``redact.py`` for how a key matches a name (short keys: whole words; ``*_key``:
 #: any name ending in ``_key`` but ``idempotency_key`` and other identifiers).
@@ -62,6 +79,9 @@ class Settings:
     max_backoff_ms: int = 3_600_000
     max_payload_bytes: int = 65_536
     redact_keys: tuple[str, ...] = DEFAULT_REDACT_KEYS
+    #: False: no argument is redacted by name (``redact_keys`` is then empty); the
+    #: explicit, logged opt-out (URL credentials are still masked)
+    redaction: bool = True
     lease_seconds: float = 60.0
     guard_ttl_seconds: int = 86_400
     key_prefix: str = "celery_tracked"
@@ -126,7 +146,26 @@ class Settings:
         seeds' alias (``REDIS_URL``...), then the default.
         """
         env = os.environ if environ is None else environ
-        return cls(**{name: _read(conf, env, name) for name, _, _ in _SOURCES})
+        values = {name: _read(conf, env, name) for name, _, _ in _SOURCES if name != "redact_keys"}
+        values["redact_keys"] = _redact_keys(conf, env, values["redaction"])
+        return cls(**values)
+
+    @classmethod
+    def for_app(cls, app: Any, environ: Mapping[str, str] | None = None) -> Settings:
+        """:meth:`from_conf` of a Celery app's ``conf``; a refusal also names the app that
+        was read and, for Celery's own default app, why it was read and the fix (also
+        logged as a warning when that app's settings are accepted).
+
+        Raises:
+            ConfigurationError: as :meth:`from_conf`.
+        """
+        try:
+            settings = cls.from_conf(app.conf, environ)
+        except ConfigurationError as exc:
+            raise type(exc)(exc.setting, f"{exc.reason} ({describe_app(app)})") from None
+        if is_celery_default(app):  # it may well be a mistake: say so once
+            logger.warning("celery-tracked: tracking jobs with settings %s", describe_app(app))
+        return settings
 
     @classmethod
     def database_url_from_conf(
@@ -137,239 +176,91 @@ class Settings:
         return str(_read(conf, os.environ if environ is None else environ, "database_url"))
 
 
-def _read(conf: Mapping[str, Any], env: Mapping[str, str], name: str) -> Any:
-    """One setting: ``app.conf``, then ``CELERY_TRACKED_<NAME>``, then the aliases, then
-    the default; converted and validated."""
-    alias, convert = _ALIASES[name], _CONVERTERS[name]
+def _given(conf: Mapping[str, Any], env: Mapping[str, str], name: str) -> tuple[Any, str]:
+    """``(value, where it came from)``: ``app.conf``, then ``CELERY_TRACKED_<NAME>``, then
+    the aliases; ``(None, ...)`` when none gives it."""
     setting = f"tracked_{name}"
-    value, source = conf.get(setting), setting
-    if value is None and name in _NONE_IS_A_VALUE and setting in conf:
+    value = conf.get(setting)
+    if value is not None:
+        return value, setting
+    for env_name in (f"CELERY_TRACKED_{name.upper()}", *_ALIASES[name]):
+        if env.get(env_name) not in (None, ""):
+            return env[env_name], env_name
+    return None, setting
+
+
+def _read(conf: Mapping[str, Any], env: Mapping[str, str], name: str) -> Any:
+    """One setting, given or its default; converted and validated."""
+    setting = f"tracked_{name}"
+    if name in _NONE_IS_A_VALUE and setting in conf and conf.get(setting) is None:
         return None  # set to None on purpose (``tracked_cleanup_schedule = None``: off)
-    if value is None:
-        for env_name in (f"CELERY_TRACKED_{name.upper()}", *alias):
-            if env.get(env_name) not in (None, ""):
-                value, source = env[env_name], env_name
-                break
+    value, source = _given(conf, env, name)
     try:
-        return convert(source, _DEFAULTS[name] if value is None else value)
+        return _CONVERTERS[name](source, _DEFAULTS[name] if value is None else value)
     except ConfigurationError:
         raise
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(setting, f"invalid value ({exc})") from None
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        raise ConfigurationError(f"tracked_{name}", f"invalid value ({exc})") from None
 
 
-def _nonempty(name: str) -> Callable[[str, Any], str]:
-    def convert(source: str, value: Any) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise ConfigurationError(f"tracked_{name}", "must be a non-empty string")
-        return value.strip()
-
-    return convert
-
-
-def _url(name: str) -> Callable[[str, Any], str]:
-    def convert(source: str, value: Any) -> str:
-        text = _nonempty(name)(source, value)
-        if "://" not in text:
-            raise ConfigurationError(
-                f"tracked_{name}", f"not a URL: {mask_url(text)!r} (from {source})"
-            )
-        return text
-
-    return convert
-
-
-def _redis_url(source: str, value: Any) -> str:
-    if value in (None, ""):
+def _redact_keys(conf: Mapping[str, Any], env: Mapping[str, str], redaction: bool) -> Any:
+    """``tracked_redact_keys``: never empty while redaction is on; unset (or empty) when
+    ``tracked_redaction = False`` turned it off."""
+    if redaction:
+        return _read(conf, env, "redact_keys")
+    value, source = _given(conf, env, "redact_keys")
+    if value is not None and key_names(source, value):
         raise ConfigurationError(
-            "tracked_redis_url",
-            "not set (nor REDIS_URL): give a redis:// URL for the idempotency guard, "
-            "or 'memory://' to choose the in-process guard of the embedded mode",
+            "tracked_redaction",
+            f"is False (no argument is redacted), but tracked_redact_keys is given too "
+            f"(from {source}): remove one of them",
         )
-    text = _url("redis_url")(source, value)
-    if text != MEMORY_URL and not text.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigurationError(
-            "tracked_redis_url",
-            f"expected redis://, rediss://, unix:// or memory://, got {mask_url(text)!r}",
-        )
-    return text
+    _warn_redaction_off()
+    return ()
 
 
-def _int(name: str, minimum: int) -> Callable[[str, Any], int]:
-    return _number(name, int, minimum)
-
-
-def _float(name: str, minimum: float) -> Callable[[str, Any], float]:
-    return _number(name, float, minimum)
-
-
-N = TypeVar("N", int, float)
-
-
-def _number(name: str, kind: type[N], minimum: N) -> Callable[[str, Any], N]:
-    """A converter to ``kind`` (an integer refuses fractions, a float infinity)."""
-    setting, noun = f"tracked_{name}", "an integer" if kind is int else "a number"
-
-    def convert(source: str, value: Any) -> N:
-        if isinstance(value, bool):
-            raise ConfigurationError(setting, f"must be {noun}, not a boolean")
-        try:
-            number = kind(value)
-        except (TypeError, ValueError):
-            raise ConfigurationError(
-                setting, f"must be {noun}, got {value!r} (from {source})"
-            ) from None
-        if kind is int and isinstance(value, float) and number != value:
-            raise ConfigurationError(setting, f"must be {noun}, got {value!r}")
-        if not minimum <= number < float("inf"):
-            finite = "" if kind is int else "a finite number "
-            raise ConfigurationError(
-                setting, f"must be {finite}>= {minimum}, got {number} (from {source})"
-            )
-        return number
-
-    return convert
-
-
-POOLERS = ("none", "pgbouncer")
-
-
-def _pooler(source: str, value: Any) -> str:
-    text = str(value).strip().lower()
-    if text not in POOLERS:
-        raise ConfigurationError(
-            "tracked_database_pooler",
-            f"must be one of {', '.join(POOLERS)}, got {value!r} (from {source})",
-        )
-    return text
-
-
-def _bool(source: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ConfigurationError(
-        "tracked_check_redis_eviction", f"must be a boolean, got {value!r} (from {source})"
+@functools.cache  # once per process
+def _warn_redaction_off() -> None:
+    logger.warning(
+        "tracked_redaction is False: arguments are stored, shown (argsrepr/kwargsrepr, "
+        "Flower) and logged without redaction by name; only credentials in URLs are masked"
     )
-
-
-def _flag(name: str) -> Callable[[str, Any], bool]:
-    def convert(source: str, value: Any) -> bool:
-        try:
-            return _bool(source, value)
-        except ConfigurationError:
-            raise ConfigurationError(
-                f"tracked_{name}", f"must be a boolean, got {value!r} (from {source})"
-            ) from None
-
-    return convert
-
-
-def _keys(source: str, value: Any) -> tuple[str, ...]:
-    items = value.split(",") if isinstance(value, str) else value
-    try:
-        keys = tuple(normalise_key(str(k)) for k in items if str(k).strip())
-    except TypeError:
-        raise ConfigurationError(
-            "tracked_redact_keys", f"must be a list of key names, got {type(value).__name__}"
-        ) from None
-    return keys
 
 
 #: Settings where an explicit ``None`` in ``app.conf`` is a value (off), not "unset".
 _NONE_IS_A_VALUE = ("cleanup_schedule",)
-#: The words that turn the cleanup's default Beat entry off.
-_OFF = ("off", "none", "false", "no", "0", "")
-CLEANUP_BATCH_MAX = 10_000
-
-
-def _cleanup_schedule(source: str, value: Any) -> object:
-    """A crontab string (``"17 3 * * *"``), seconds (> 0) or a ``timedelta``, a Celery
-    schedule object, or off (``False``, ``0``, ``"off"``): None."""
-    setting = "tracked_cleanup_schedule"
-    if value is True:
-        raise ConfigurationError(
-            setting, "True is not a schedule: give a crontab string, seconds, or False (off)"
-        )
-    if value is False or (isinstance(value, str) and value.strip().lower() in _OFF):
-        return None
-    if hasattr(value, "is_due"):  # crontab(), schedule(), solar()
-        return value
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, str) and len(value.split()) == 5:
-        from celery.schedules import crontab  # only to check the fields
-
-        text = " ".join(value.split())
-        try:
-            crontab.from_string(text)
-        except ValueError as exc:
-            raise ConfigurationError(setting, f"invalid crontab {value!r}: {exc}") from None
-        return text
-    seconds = _float("cleanup_schedule", minimum=0.0)(source, value)
-    return None if seconds == 0 else seconds
-
-
-def _batch_size(source: str, value: Any) -> int:
-    size = _int("cleanup_batch_size", minimum=1)(source, value)
-    if size > CLEANUP_BATCH_MAX:
-        raise ConfigurationError(
-            "tracked_cleanup_batch_size", f"must be at most {CLEANUP_BATCH_MAX}, got {size}"
-        )
-    return size
-
-
-def _days(name: str) -> Callable[[str, Any], float]:
-    def convert(source: str, value: Any) -> float:
-        number = _float(name, minimum=0.0)(source, value)
-        if number > MAX_RETENTION_DAYS:
-            raise ConfigurationError(
-                f"tracked_{name}", f"must be at most {MAX_RETENTION_DAYS:.0f} days, got {number}"
-            )
-        return number
-
-    return convert
-
-
 #: Each setting: its name, the seeds' environment aliases, its converter.
 _SOURCES: tuple[tuple[str, tuple[str, ...], Callable[[str, Any], Any]], ...] = (
-    ("database_url", (), _url("database_url")),
-    ("database_pooler", (), _pooler),
-    ("redis_url", ("REDIS_URL",), _redis_url),
-    ("default_attempts", ("JOB_QUEUE_DEFAULT_ATTEMPTS",), _int("default_attempts", minimum=1)),
-    ("default_backoff_ms", ("JOB_QUEUE_DEFAULT_BACKOFF_MS",), _int("default_backoff_ms", 0)),
-    ("max_backoff_ms", (), _int("max_backoff_ms", minimum=0)),
-    ("max_payload_bytes", (), _int("max_payload_bytes", minimum=1)),
-    ("redact_keys", (), _keys),
-    ("lease_seconds", (), _float("lease_seconds", minimum=0.5)),
-    ("guard_ttl_seconds", (), _int("guard_ttl_seconds", minimum=1)),
-    ("key_prefix", (), _nonempty("key_prefix")),
-    ("check_redis_eviction", (), _bool),
-    ("relay_grace_seconds", (), _float("relay_grace_seconds", minimum=1.0)),
-    ("relay_interval_seconds", (), _float("relay_interval_seconds", minimum=0.0)),
-    ("progress_interval_ms", (), _int("progress_interval_ms", minimum=0)),
-    ("log_lines_per_job", (), _int("log_lines_per_job", minimum=0)),
-    ("rate_limit_ms", ("JOB_QUEUE_COURSE_GEN_LIMITER_MS",), _int("rate_limit_ms", minimum=1)),
-    (
-        "concurrency_limit",
-        ("JOB_QUEUE_COURSE_GEN_CONCURRENCY",),
-        _int("concurrency_limit", minimum=1),
-    ),
-    ("metrics", (), _flag("metrics")),
-    ("reaper_interval_seconds", (), _float("reaper_interval_seconds", minimum=0.0)),
-    ("reaper_processing_seconds", (), _float("reaper_processing_seconds", minimum=0.0)),
-    ("reaper_retrying_seconds", (), _float("reaper_retrying_seconds", minimum=1.0)),
-    ("reaper_pending_seconds", (), _float("reaper_pending_seconds", minimum=1.0)),
-    ("reaper_max_rescues", (), _int("reaper_max_rescues", minimum=0)),
-    ("cleanup_schedule", (), _cleanup_schedule),
-    ("retention_completed_days", (), _days("retention_completed_days")),
-    ("retention_failed_days", (), _days("retention_failed_days")),
-    ("retention_keep_newest", (), _int("retention_keep_newest", minimum=0)),
-    ("cleanup_batch_size", (), _batch_size),
+    ("database_url", (), url("database_url")),
+    ("database_pooler", (), pooler),
+    ("redis_url", ("REDIS_URL",), redis_url),
+    ("default_attempts", ("JOB_QUEUE_DEFAULT_ATTEMPTS",), integer("default_attempts")),
+    ("default_backoff_ms", ("JOB_QUEUE_DEFAULT_BACKOFF_MS",), integer("default_backoff_ms")),
+    ("max_backoff_ms", (), integer("max_backoff_ms")),
+    ("max_payload_bytes", (), integer("max_payload_bytes")),
+    ("redact_keys", (), keys),
+    ("redaction", (), boolean("redaction")),
+    ("lease_seconds", (), real("lease_seconds")),
+    ("guard_ttl_seconds", (), integer("guard_ttl_seconds")),
+    ("key_prefix", (), nonempty("key_prefix")),
+    ("check_redis_eviction", (), boolean("check_redis_eviction")),
+    ("relay_grace_seconds", (), real("relay_grace_seconds")),
+    ("relay_interval_seconds", (), real("relay_interval_seconds")),
+    ("progress_interval_ms", (), integer("progress_interval_ms")),
+    ("log_lines_per_job", (), integer("log_lines_per_job")),
+    ("rate_limit_ms", ("JOB_QUEUE_COURSE_GEN_LIMITER_MS",), integer("rate_limit_ms")),
+    ("concurrency_limit", ("JOB_QUEUE_COURSE_GEN_CONCURRENCY",), integer("concurrency_limit")),
+    ("metrics", (), boolean("metrics")),
+    ("reaper_interval_seconds", (), real("reaper_interval_seconds")),
+    ("reaper_processing_seconds", (), real("reaper_processing_seconds")),
+    ("reaper_retrying_seconds", (), real("reaper_retrying_seconds")),
+    ("reaper_pending_seconds", (), real("reaper_pending_seconds")),
+    ("reaper_max_rescues", (), integer("reaper_max_rescues")),
+    ("cleanup_schedule", (), cleanup_schedule),
+    ("retention_completed_days", (), real("retention_completed_days")),
+    ("retention_failed_days", (), real("retention_failed_days")),
+    ("retention_keep_newest", (), integer("retention_keep_newest")),
+    ("cleanup_batch_size", (), integer("cleanup_batch_size")),
 )
 _ALIASES = {name: alias for name, alias, _ in _SOURCES}
 _CONVERTERS = {name: convert for name, _, convert in _SOURCES}

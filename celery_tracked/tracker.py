@@ -106,7 +106,7 @@ class Tracker:
             with _create_lock:
                 tracker = app.__dict__.get(_ATTR)
                 if tracker is None:
-                    tracker = cls(app, Settings.from_conf(app.conf))
+                    tracker = cls(app, Settings.for_app(app))
                     setattr(app, _ATTR, tracker)
         return tracker
 

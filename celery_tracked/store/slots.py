@@ -58,7 +58,7 @@ def key_locked(engines: Engines, key: str) -> Iterator[Connection]:
             granted = conn.execute(KEY_LOCK_MYSQL, params).scalar()
             conn.commit()
             if granted != 1:
-                raise StoreError(f"the lock of concurrency key {key!r} was not granted in 10 s")
+                raise StoreError("the lock of the job's concurrency key was not granted in 10 s")
         try:
             with conn.begin():
                 if engines.is_postgres:

@@ -4,13 +4,23 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import uuid
 from typing import Any
 
 import pytest
 import redis
 
-from celery_tracked import InvalidPayload, JobFailed, JobStatus, tracked_task
+from celery_tracked import (
+    ConfigurationError,
+    InvalidPayload,
+    JobFailed,
+    JobStatus,
+    PayloadNotSerializable,
+    Unrecoverable,
+    tracked_task,
+)
+from celery_tracked.codec import MAX_DEPTH
 
 from .conftest import AppFactory, guard_keys, queue_messages, tracker_of
 from .test_enqueue import row_count
@@ -19,7 +29,7 @@ from .test_enqueue import row_count
 def test_uuid_objects_are_accepted_wherever_an_id_is_expected(make_app: AppFactory) -> None:
     app = make_app()
 
-    @tracked_task(app=app)
+    @tracked_task(app=app, shared=False)
     def noop(x: int) -> None: ...
 
     tracker = tracker_of(app)
@@ -87,7 +97,7 @@ def test_bad_input_is_refused_with_nothing_created(
 ) -> None:
     app = make_app()
 
-    @tracked_task(app=app, queue=QUEUE, idempotency_key="k:{x}")
+    @tracked_task(app=app, queue=QUEUE, idempotency_key="k:{x}", shared=False)
     def work(x: int) -> None: ...
 
     with pytest.raises(error) as raised:
@@ -105,7 +115,7 @@ def test_the_largest_values_the_columns_hold_are_accepted(
 ) -> None:
     app = make_app()
 
-    @tracked_task(app=app)
+    @tracked_task(app=app, shared=False)
     def work(x: int) -> None: ...
 
     queue = "q" * 200
@@ -133,7 +143,7 @@ def test_a_validator_function_receives_the_named_arguments_as_one_dict(
         if arguments["pages"] < 1:
             raise ValueError(f"{arguments['api_token']} may not ask for {arguments['pages']}")
 
-    @tracked_task(app=app, queue="vq", validator=check)
+    @tracked_task(app=app, queue="vq", validator=check, shared=False)
     def ocr(document_id: str, pages: int, api_token: str) -> None: ...
 
     with pytest.raises(InvalidPayload) as info:
@@ -143,3 +153,202 @@ def test_a_validator_function_receives_the_named_arguments_as_one_dict(
     assert ocr.enqueue("d-1", 2, api_token="tok-secret-1").created
     assert seen[-1] == {"document_id": "d-1", "pages": 2, "api_token": "tok-secret-1"}
     assert row_count(database_url) == 1
+
+
+def _nested(depth: int, kind: str) -> Any:
+    """A value ``depth`` containers deep (``kind``: list or dict), or one holding itself."""
+    if kind == "self":
+        looped: list[Any] = [1]
+        looped.append(looped)
+        return looped
+    if kind == "self-dict":
+        looping: dict[str, Any] = {"a": 1}
+        looping["b"] = looping
+        return looping
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value] if kind == "list" else {"k": value}
+    return value
+
+
+CALLS = {
+    "enqueue": lambda task, value: task.enqueue(value, password="pw-secret-9"),
+    "delay": lambda task, value: task.delay(value, password="pw-secret-9"),
+    "apply_async": lambda task, value: task.apply_async((value,), {"password": "pw-secret-9"}),
+    "apply": lambda task, value: task.apply((value,), {"password": "pw-secret-9"}),
+}
+
+
+NESTED = [
+    (900, "list"),
+    (900, "dict"),
+    (5000, "list"),
+    (5000, "dict"),
+    (0, "self"),
+    (0, "self-dict"),
+]
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+@pytest.mark.parametrize("eager", [False, True], ids=["broker", "eager"])
+def test_deeply_nested_or_circular_arguments_are_a_typed_refusal(
+    make_app: AppFactory, broker: redis.Redis, database_url: str, call: str, eager: bool
+) -> None:
+    """Issue 12 item 9: arguments ~900 (and 5000) levels deep, or holding themselves, are
+    ``PayloadNotSerializable`` (not a bare ``RecursionError``) before anything is created,
+    whatever the way of calling; the error names the argument and never the secret."""
+    app = make_app(task_always_eager=eager)
+
+    @tracked_task(app=app, queue=QUEUE, idempotency_key="k:{doc}", shared=False)
+    def work(doc: Any, password: str) -> None: ...
+
+    for depth, kind in NESTED:
+        with pytest.raises(PayloadNotSerializable, match="argument 'doc'") as raised:
+            CALLS[call](work, _nested(depth, kind))
+        assert "pw-secret-9" not in str(raised.value)
+        assert row_count(database_url) == 0
+        assert queue_messages(broker, QUEUE) == [] and guard_keys(broker) == []
+
+
+def test_arguments_nested_to_the_limit_are_accepted_and_run_eagerly(
+    make_app: AppFactory, database_url: str
+) -> None:
+    """The limit (``codec.MAX_DEPTH``, 100 levels per argument) is usable end to end: the
+    row's payload, the reprs and the result; a result nested too deep fails its job with
+    ``Unrecoverable`` (not a ``RecursionError`` retried as if the body had failed)."""
+    app = make_app(task_always_eager=True)
+
+    @tracked_task(app=app, shared=False)
+    def echo(doc: Any) -> Any:
+        return doc
+
+    @tracked_task(app=app, shared=False)
+    def deep_result(depth: int) -> Any:
+        return _nested(depth, "list")
+
+    doc = _nested(MAX_DEPTH, "dict")
+    assert echo.delay(doc).get() == doc
+    with pytest.raises(PayloadNotSerializable, match=f"more than {MAX_DEPTH} levels"):
+        echo.delay(_nested(MAX_DEPTH + 1, "dict"))
+    assert row_count(database_url) == 1
+    tracker = tracker_of(app)
+    failed = tracker.get_job(deep_result.delay(5000).id)  # a result too deep to store
+    assert failed is not None and failed.status is JobStatus.FAILED
+    assert failed.error_type == "Unrecoverable" and "nested" in str(failed.error_message)
+
+
+def test_a_retry_given_deeply_nested_arguments_is_a_typed_refusal(
+    make_app: AppFactory, database_url: str
+) -> None:
+    """``Tracker.retry(arguments=...)`` walks the values it is given too."""
+    app = make_app(task_always_eager=True)
+
+    @tracked_task(app=app, max_attempts=1, shared=False)
+    def login(user: str, password: Any) -> None:
+        raise Unrecoverable("no")
+
+    job_id = login.enqueue("u", password="pw").job_id  # failed at once (eager)
+    tracker = tracker_of(app)
+    for value in (_nested(900, "list"), _nested(5000, "dict"), _nested(0, "self")):
+        with pytest.raises(PayloadNotSerializable):
+            tracker.retry(job_id, arguments={"password": value})
+    job = tracker.get_job(job_id)
+    assert job is not None and job.status is JobStatus.FAILED
+
+
+@pytest.mark.parametrize(
+    "conf",
+    [
+        {"tracked_lease_seconds": 1e12},
+        {"tracked_progress_interval_ms": 1e20},
+        {"tracked_relay_interval_seconds": 0.001},
+        {"tracked_redact_keys": []},
+    ],
+    ids=["lease", "progress", "relay", "no-redact-keys"],
+)
+def test_a_setting_out_of_range_is_refused_at_the_first_enqueue_with_nothing_created(
+    make_app: AppFactory, broker: redis.Redis, database_url: str, conf: dict[str, Any]
+) -> None:
+    """Issue 12 item 10: these were accepted (the first two then killed the lease-renewal
+    and progress threads; an empty list silently turned redaction off)."""
+    app = make_app(**conf)
+
+    @tracked_task(app=app, queue=QUEUE, shared=False)
+    def work(x: int, password: str) -> None: ...
+
+    with pytest.raises(ConfigurationError) as raised:
+        work.enqueue(1, password="pw-secret-9")
+    assert raised.value.setting == next(iter(conf))
+    assert row_count(database_url) == 0 and queue_messages(broker, QUEUE) == []
+
+
+def test_redaction_turned_off_explicitly_stores_and_shows_arguments_as_given(
+    make_app: AppFactory, broker: redis.Redis, database_url: str
+) -> None:
+    app = make_app(tracked_redaction=False)
+
+    @tracked_task(app=app, queue=QUEUE, shared=False)
+    def work(x: int, password: str) -> None: ...
+
+    job_id = work.enqueue(1, password="pw-given-9").job_id
+    job = tracker_of(app).get_job(job_id)
+    assert job is not None and job.payload == {"args": [1], "kwargs": {"password": "pw-given-9"}}
+    (message,) = queue_messages(broker, QUEUE)
+    assert "pw-given-9" in json.loads(message)["headers"]["kwargsrepr"]  # Flower shows it
+
+
+SECRET = "s3cr3t-" * 45  # 315 characters: any key built from it is too long
+
+
+def _raises_with(user: str, password: str) -> str:
+    raise ValueError(f"no tenant in {password}")
+
+
+@pytest.mark.parametrize("option", ["idempotency_key", "concurrency_key"])
+@pytest.mark.parametrize(
+    ("template", "password", "expected"),
+    [
+        ("k:{password}", SECRET, "is 317 characters long, over the limit of 255"),
+        ("k:{password}", "s3cr3t-\x00-tail", "holds a NUL byte"),
+        (_raises_with, "s3cr3t-x", "ValueError: no tenant in ***"),
+    ],
+    ids=["too-long", "nul", "callable-raises"],
+)
+def test_an_error_about_a_key_never_echoes_the_secret_it_was_built_from(
+    make_app: AppFactory,
+    broker: redis.Redis,
+    database_url: str,
+    option: str,
+    template: Any,
+    password: str,
+    expected: str,
+) -> None:
+    """Issue 12 item 11: the message names the option, the template and the length, never
+    the key (the secret argument, under a name in ``tracked_redact_keys``)."""
+    app = make_app()
+
+    @tracked_task(app=app, queue=QUEUE, shared=False, **{option: template})
+    def login(user: str, password: str) -> None: ...
+
+    with pytest.raises(InvalidPayload) as raised:
+        login.enqueue("ann", password=password)
+    message = str(raised.value)
+    assert "s3cr3t" not in message and expected in message and option in message
+    if isinstance(template, str):
+        assert repr(template) in message
+    assert row_count(database_url) == 0
+    assert queue_messages(broker, QUEUE) == [] and guard_keys(broker) == []
+
+
+def test_a_per_call_key_too_long_is_not_echoed_either(
+    make_app: AppFactory, broker: redis.Redis, database_url: str
+) -> None:
+    app = make_app()
+
+    @tracked_task(app=app, queue=QUEUE, shared=False)
+    def login(user: str) -> None: ...
+
+    with pytest.raises(InvalidPayload) as raised:
+        login.enqueue("ann", _idempotency_key=SECRET)
+    assert "s3cr3t" not in str(raised.value) and "315 characters" in str(raised.value)
+    assert row_count(database_url) == 0 and guard_keys(broker) == []

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -23,10 +25,14 @@ from celery_tracked.calls import (
     CallShape,
     PreparedCall,
     idempotency_key,
+    key_problem,
     prepare_call,
+    template_name,
     validate,
 )
+from celery_tracked.codec import MAX_DEPTH, check_depth
 from celery_tracked.errors import InvalidTaskOption
+from celery_tracked.limits import Limits
 from celery_tracked.options import check_key_template
 
 # the documented default redact keys (docs/configuration.md), pinned literally
@@ -183,6 +189,63 @@ def test_an_argument_given_twice_is_invalid_payload() -> None:
 def test_non_json_arguments_are_refused(value: Any) -> None:
     with pytest.raises(PayloadNotSerializable):
         prepare(login, "a", value)
+
+
+def _deep(depth: int, leaf: Any = "x") -> Any:
+    value = leaf
+    for level in range(depth):
+        value = [value] if level % 2 else {"password": "pw-9", "k": value}
+    return value
+
+
+def test_arguments_nested_to_the_limit_pass_and_one_more_level_is_refused() -> None:
+    """Issue 12 item 9: ``codec.MAX_DEPTH`` levels per argument, checked before any
+    recursive pass; the refusal names the argument."""
+    call = prepare(login, "a", _deep(MAX_DEPTH), retries=_deep(MAX_DEPTH))
+    assert json.loads(call.payload_json)["kwargs"]["retries"]
+    for at in ("password", "retries"):
+        with pytest.raises(PayloadNotSerializable, match=f"'{at}'.*more than {MAX_DEPTH} levels"):
+            prepare(login, "a", **{"password": "p", at: _deep(MAX_DEPTH + 1)})
+    with pytest.raises(PayloadNotSerializable, match="positional argument 1"):
+        prepare(with_extra, "a", _deep(900))
+
+
+def test_a_value_shared_twice_is_not_circular_but_one_holding_itself_is() -> None:
+    shared = {"n": [1, 2]}
+    assert prepare(login, "a", [shared, shared, [shared]]).payload_json
+    looped: list[Any] = []
+    looped.append({"again": looped})
+    with pytest.raises(PayloadNotSerializable, match="circular"):
+        prepare(login, "a", looped)
+
+
+def test_the_depth_check_itself_never_recurses() -> None:
+    with pytest.raises(PayloadNotSerializable, match="more than 100 levels"):
+        check_depth(_deep(200_000))
+    check_depth(_deep(5000), limit=10_000)
+
+
+def test_a_caller_already_deep_in_the_stack_gets_a_typed_refusal() -> None:
+    """The recursive passes (redaction, secrets) ran out of stack: still
+    ``PayloadNotSerializable``, never a bare ``RecursionError``."""
+
+    shape, task, value = CallShape(login), rules(), _deep(MAX_DEPTH)  # made once per task
+
+    def from_depth(frames: int) -> PreparedCall:
+        return from_depth(frames - 1) if frames else prepare_call(shape, task, ("a", value), {})
+
+    here = len(traceback.extract_stack())
+    limit, refused = sys.getrecursionlimit(), set()
+    sys.setrecursionlimit(here + 300)
+    try:
+        for frames in range(0, 290, 2):  # whichever pass runs out of stack
+            try:
+                from_depth(frames)
+            except PayloadNotSerializable as exc:
+                refused.add(str(exc))
+    finally:
+        sys.setrecursionlimit(limit)
+    assert refused and all("recursion limit" in text for text in refused), refused
 
 
 def test_too_large_arguments_are_refused() -> None:
@@ -446,3 +509,36 @@ def test_tracked_task_refuses_attribute_or_index_access_at_decoration(template: 
             idempotency_key = template
 
     app.close()
+
+
+# -- issue 12 item 11: messages about keys never show the key -----------------------
+
+
+def test_a_key_problem_says_nothing_of_the_keys_content() -> None:
+    assert key_problem("k") is None and key_problem("k" * MAX_KEY_CHARS) is None
+    assert key_problem("") == "is empty"
+    assert key_problem(b"bytes") == "is a bytes, not a string"
+    assert key_problem("x" * 300) == f"is 300 characters long, over the limit of {MAX_KEY_CHARS}"
+    assert key_problem("ab\x00c") == "holds a NUL byte (at character 3 of 4)"
+
+
+def test_a_template_is_named_by_its_text_and_a_callable_by_its_name() -> None:
+    assert template_name("k:{password}") == "'k:{password}'"
+    assert template_name(login) == "<callable tests.unit.test_calls.login>"
+
+
+def test_the_concurrency_key_is_built_with_the_call_as_the_worker_builds_it() -> None:
+    """Defaults apply to both keys, at enqueue and at the worker (``Limits.key_of``)."""
+
+    def body(course_id: str, region: str = "eu", password: str = "") -> None: ...
+
+    shape = CallShape(body)
+    task = rules(key="k:{course_id}:{region}", concurrency_key="c:{region}")
+    call = prepare_call(shape, task, ("c-1",), {"password": "hunter22"})
+    assert (call.key, call.concurrency_key) == ("k:c-1:eu", "c:eu")
+    assert Limits(concurrency_key="c:{region}").key_of(shape, ("c-1",), {}) == "c:eu"
+    with pytest.raises(InvalidPayload) as info:
+        prepare_call(
+            shape, rules(concurrency_key="c:{password}" * 30), ("c",), {"password": "p" * 9}
+        )
+    assert "ppppppppp" not in str(info.value) and "concurrency_key='c:{password}" in str(info.value)

@@ -84,6 +84,7 @@ def test_no_job_id_means_not_tracked(headers: Any, request_: Any) -> None:
         TrackedHeaders("j"),
         TrackedHeaders("j", "c", "p", "q"),
         TrackedHeaders("j", "c", None, "q", PendingFailure(3, "ValueError", "boom: ***")),
+        TrackedHeaders("j", pending_retry=PendingFailure(2, "StoreError", "down", False, 250)),
     ],
 )
 def test_round_trip_through_to_headers(headers: TrackedHeaders) -> None:
@@ -347,3 +348,15 @@ def test_the_owner_identity_names_this_boot() -> None:
         )
         is None
     )
+
+
+def test_a_pending_retry_has_a_header_of_its_own() -> None:
+    """A worker that does not know ``tracked_pending_retry`` never mistakes it for a final
+    failure (it takes the job over as before); a pending failure written before
+    ``retry_ms`` existed reads as a final failure."""
+    retry = PendingFailure(1, "StoreError", "down", False, 250)
+    headers = TrackedHeaders("j", pending_retry=retry).to_headers()
+    assert HEADER_PENDING_FAILURE not in headers
+    assert PendingFailure.decode(headers["tracked_pending_retry"]).retry_ms == 250
+    old = '{"attempt": 2, "error_type": "E", "error_message": "m", "retries_exhausted": true}'
+    assert PendingFailure.decode(old) == PendingFailure(2, "E", "m", True, None)

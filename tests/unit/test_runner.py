@@ -683,6 +683,71 @@ def test_a_completion_that_cannot_be_written_retries(world: World) -> None:
     assert world.store.calls.count("complete") == 4  # the send and three re-sends
 
 
+def _redelivered(verdict: Verdict) -> TrackedHeaders:
+    """The headers of the message ``verdict`` re-published (Celery merges the new ones)."""
+    assert isinstance(verdict, Postponed) and verdict.headers is not None
+    headers = TrackedHeaders("j-1", "j-1", None, "q").to_headers()
+    redelivered = TrackedHeaders.read({**headers, **verdict.headers})
+    assert redelivered is not None
+    return redelivered
+
+
+@pytest.mark.parametrize("attempts_made", [0, 2], ids=["first-attempt", "last-attempt"])
+def test_a_completion_lost_to_an_outage_is_recorded_retrying_when_the_database_answers(
+    world: World, attempts_made: int
+) -> None:
+    """Issue 12 item 16 (docs/lifecycle.md step 5): the completion and the ``retrying``
+    write both met the outage. The re-published message carries the retry; its delivery
+    records ``retrying`` once the database answers, and the next attempt runs after the
+    backoff: no lease to wait out, no "lost" attempt, and never ``failed`` on the last
+    attempt (the body had succeeded)."""
+    world.store.add(status=JobStatus.PENDING, attempts_made=attempts_made, max_attempts=3)
+    world.store.broken.update({"complete", "retrying"})
+    verdict = world.run(lambda: "done")
+    assert isinstance(verdict, Postponed) and verdict.reason == "retry not recorded"
+    failure = _redelivered(verdict).pending_retry
+    assert _redelivered(verdict).pending_failure is None
+    assert failure is not None and failure.attempt == attempts_made + 1
+    assert failure.error_type == "StoreError" and failure.retry_ms is not None
+    assert BASE_MS <= failure.retry_ms <= BASE_MS * 1.25 * 2**attempts_made
+    assert world.job().status is JobStatus.PROCESSING
+
+    # the database still away: postponed again, nothing run
+    again = world.run(headers=_redelivered(verdict))
+    assert isinstance(again, Postponed) and again.reason == "retry still not recorded"
+    assert world.bodies == 1
+
+    # it answers: retrying is recorded for that attempt, the next one waits its backoff
+    world.store.broken.clear()
+    waiting = world.run(headers=_redelivered(verdict))
+    assert isinstance(waiting, Postponed) and waiting.reason == "its backoff is not due"
+    job = world.job()
+    assert (job.status, job.attempts_made, job.error_type) == (
+        JobStatus.RETRYING,
+        attempts_made + 1,
+        "StoreError",
+    )
+    assert world.recorder.events[-2:] == ["retrying", "busy"]
+    assert "recorded late" in world.recorder.transitions[-2].message
+    assert "lease_lost" not in world.recorder.events and world.bodies == 1
+
+    # once due, the next attempt runs the body again (past max_attempts if need be)
+    world.store._set("j-1", locked_until=utcnow())
+    assert world.run(lambda: "again", headers=_redelivered(verdict)) == Completed("again")
+    job = world.job()
+    assert (job.status, job.attempts_made) == (JobStatus.COMPLETED, attempts_made + 2)
+    assert world.bodies == 2
+
+
+def test_a_pending_retry_of_an_attempt_that_moved_on_writes_nothing(world: World) -> None:
+    """A stale header (the message re-published again later) costs one fenced write that
+    matches nothing; the delivery goes on as usual."""
+    world.store.add(status=JobStatus.RETRYING, attempts_made=3, max_attempts=5)
+    headers = TrackedHeaders("j-1", pending_retry=PendingFailure(2, "StoreError", "x", False, 5))
+    assert world.run(lambda: "ok", headers=headers) == Completed("ok")
+    assert world.job().attempts_made == 4 and "retrying" not in world.recorder.events
+
+
 def test_a_retry_that_cannot_be_written_still_retries(world: World) -> None:
     world.store.add()
     world.store.broken.add("retrying")

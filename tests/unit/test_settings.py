@@ -1,10 +1,16 @@
 from __future__ import annotations
 
+import logging
+import math
+import re
 from dataclasses import fields
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from celery_tracked import ConfigurationError, Settings
+from celery_tracked.conversions import BOUNDS
 
 from .test_redact_and_errors import KEYS as DOCUMENTED_REDACT_KEYS
 
@@ -150,12 +156,14 @@ def test_every_setting_has_its_celery_tracked_environment_name() -> None:
         "retention_keep_newest": "3",
         "cleanup_batch_size": "100",
     }
-    assert set(values) == {f.name for f in fields(Settings)}
+    assert set(values) | {"redaction"} == {f.name for f in fields(Settings)}
     s = Settings.from_conf(
         {}, environ={f"CELERY_TRACKED_{k.upper()}": v for k, v in values.items()}
     )
     for name in values:
         assert getattr(s, name) != getattr(Settings(), name), name
+    off = {"CELERY_TRACKED_REDACTION": "false", "CELERY_TRACKED_REDIS_URL": "redis://h/3"}
+    assert Settings.from_conf({}, environ=off).redaction is False
 
 
 def test_the_database_url_alone_needs_no_redis_setting() -> None:
@@ -185,3 +193,117 @@ def test_seed_000s_course_generation_settings_are_the_limits_defaults() -> None:
     assert Settings.from_conf(conf, environ=seed).concurrency_limit == 1
     with pytest.raises(ConfigurationError, match="tracked_rate_limit_ms"):
         Settings.from_conf(base, environ={"JOB_QUEUE_COURSE_GEN_LIMITER_MS": "0"})
+
+
+# -- issue 12 item 10: every number has a range; redaction is turned off explicitly ------
+
+BASE = {"tracked_redis_url": "memory://"}
+NUMERIC = sorted(BOUNDS)
+INTEGERS = {f.name for f in fields(Settings) if f.type == "int"}
+
+
+def test_every_numeric_setting_has_a_range() -> None:
+    numeric = {f.name for f in fields(Settings) if f.type in ("int", "float")}
+    assert numeric == set(BOUNDS)
+
+
+@pytest.mark.parametrize("name", NUMERIC)
+def test_the_ends_of_each_range_are_accepted(name: str) -> None:
+    bound = BOUNDS[name]
+    for value in (bound.low, bound.high):
+        value = int(value) if name in INTEGERS else value
+        assert getattr(Settings.from_conf({**BASE, f"tracked_{name}": value}, {}), name) == value
+        env = {f"CELERY_TRACKED_{name.upper()}": str(value)}
+        assert getattr(Settings.from_conf(BASE, env), name) == value
+
+
+def _outside(name: str) -> list[Any]:
+    bound, step = BOUNDS[name], 1 if name in INTEGERS else 0.001
+    low = [] if bound.low - step == 0 and bound.zero else [bound.low - step]
+    return [*low, bound.high + step, -1, math.nan, math.inf, -math.inf, True, 10**400, "nan"]
+
+
+@pytest.mark.parametrize("name", NUMERIC)
+def test_a_value_outside_its_range_is_refused_naming_the_setting_and_the_range(
+    name: str,
+) -> None:
+    bound = BOUNDS[name]
+    for value in _outside(name):
+        with pytest.raises(ConfigurationError) as info:
+            Settings.from_conf({**BASE, f"tracked_{name}": value}, environ={})
+        assert info.value.setting == f"tracked_{name}", value
+        high = str(int(bound.high)) if float(bound.high).is_integer() else str(bound.high)
+        assert f"to {high}" in str(info.value) and len(str(info.value)) < 300
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("tracked_lease_seconds", 1e12),  # killed the lease-renewal thread (OverflowError)
+        ("tracked_progress_interval_ms", 1e20),  # killed the progress thread
+        ("tracked_relay_interval_seconds", 0.001),  # a Beat entry a thousand times a second
+        ("tracked_relay_interval_seconds", 0.5),
+    ],
+)
+def test_the_values_issue_12_found_accepted_are_refused(setting: str, value: float) -> None:
+    with pytest.raises(ConfigurationError, match=setting) as info:
+        Settings.from_conf({**BASE, setting: value}, environ={})
+    assert info.value.setting == setting
+
+
+def test_zero_still_means_no_beat_entry() -> None:
+    conf = {**BASE, "tracked_relay_interval_seconds": 0}
+    assert Settings.from_conf(conf, environ={}).relay_interval_seconds == 0
+
+
+def _plain(number: float) -> str:
+    return str(int(number)) if float(number).is_integer() else str(number)
+
+
+def test_the_documented_ranges_are_the_codes() -> None:
+    """docs/configuration.md's table of ranges is ``settings.BOUNDS``, row by row."""
+    page = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    section = page.split("\n## Ranges\n")[1].split("\n## ")[0]
+    rows = re.findall(r"^\| `tracked_(\w+)` \| ([^|]+) \| ([^|]+) \|", section, re.M)
+    ranges = {name: (low.strip(), high.strip()) for name, low, high in rows}
+    assert set(ranges) == set(BOUNDS)
+    for name, bound in BOUNDS.items():
+        low = _plain(bound.low) + (f" (or 0: {bound.zero})" if bound.zero else "")
+        assert ranges[name] == (low, _plain(bound.high)), name
+
+
+@pytest.mark.parametrize("keys", [[], (), "", " , ", ["", " "]])
+def test_an_empty_redact_keys_is_refused_and_points_at_the_opt_out(keys: Any) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        Settings.from_conf({**BASE, "tracked_redact_keys": keys}, environ={})
+    assert info.value.setting == "tracked_redact_keys"
+    assert "tracked_redaction = False" in str(info.value)
+
+
+def test_an_empty_redact_keys_from_the_environment_is_refused_too() -> None:
+    with pytest.raises(ConfigurationError, match="tracked_redaction = False"):
+        Settings.from_conf(BASE, environ={"CELERY_TRACKED_REDACT_KEYS": " , "})
+
+
+def test_redaction_is_turned_off_explicitly_with_a_warning_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from celery_tracked import settings as module
+
+    module._warn_redaction_off.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="celery_tracked"):
+        for conf in ({"tracked_redaction": False}, {"tracked_redaction": "off"}):
+            s = Settings.from_conf({**BASE, **conf}, environ={})
+            assert (s.redaction, s.redact_keys) == (False, ())
+        empty = {"tracked_redaction": False, "tracked_redact_keys": []}
+        assert Settings.from_conf({**BASE, **empty}, environ={}).redact_keys == ()
+    warned = [r for r in caplog.records if "tracked_redaction is False" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].levelno == logging.WARNING
+    assert Settings.from_conf(BASE, environ={}).redaction is True
+
+
+def test_redaction_off_with_redact_keys_given_is_a_contradiction() -> None:
+    conf = {**BASE, "tracked_redaction": False, "tracked_redact_keys": ["pin"]}
+    with pytest.raises(ConfigurationError) as info:
+        Settings.from_conf(conf, environ={})
+    assert info.value.setting == "tracked_redaction" and "tracked_redact_keys" in str(info.value)

@@ -4,6 +4,7 @@ subclass. A worker never meets them halfway through a job."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -25,6 +26,22 @@ BAD = [
     ("validator", "not callable"),
     ("validator", int),
     ("validator", lambda **named: None),
+    # issue 12 item 10: numeric options have ranges (docs/configuration.md, "Ranges")
+    ("max_attempts", 2**31),
+    ("max_attempts", 1.0),
+    ("backoff_ms", 10**12),
+    ("max_retries", 2**31),
+    ("max_retries", -1),
+    ("retry_backoff", 10**7),
+    ("retry_backoff", math.nan),
+    ("retry_backoff_max", math.inf),
+    ("retry_backoff_max", -1),
+    ("default_retry_delay", math.nan),
+    ("default_retry_delay", 10**9),
+    ("rate_limit_global", ("ai", 10**12)),
+    ("rate_limit_global", ("ai", math.inf)),
+    ("concurrency_limit", 10**6),
+    ("concurrency_limit", 2.5),
 ]
 
 
@@ -141,3 +158,26 @@ def _with_default(arguments: dict[str, Any], strict: bool = True) -> None: ...
 def test_a_validator_taking_one_positional_argument_is_accepted(check: Any) -> None:
     task = tracked_task(app=app(), validator=check)(_body)
     assert isinstance(task, TrackedTask)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("max_attempts", 10**400), ("backoff_ms", 10**400), ("retry_backoff_max", 10**400)],
+)
+def test_a_huge_number_is_refused_with_a_short_message(name: str, value: int) -> None:
+    with pytest.raises(InvalidTaskOption) as info:
+        tracked_task(app=app(), **{name: value})(lambda x: x)
+    assert info.value.setting == name and "to " in str(info.value)
+    assert len(str(info.value)) < 200
+
+
+def test_the_ends_of_the_ranges_are_accepted() -> None:
+    for options in (
+        {"max_attempts": 2**31 - 1, "backoff_ms": 604_800_000},
+        {"max_retries": 2**31 - 2, "retry_backoff": 604_800, "retry_backoff_max": 604_800.0},
+        {"default_retry_delay": 604_800, "retry_backoff_max": 0},
+        {"retry_backoff": True, "max_attempts": 1, "backoff_ms": None},
+        {"concurrency_key": "k:{x}", "concurrency_limit": 10_000},
+        {"rate_limit_global": ("ai", 86_400_000)},
+    ):
+        tracked_task(app=app(), shared=False, **options)(lambda x: x)
