@@ -6,9 +6,9 @@ filters and of ``Tracker.stats``' queries on PostgreSQL.
 Creates (or, with ``--reuse``, keeps) the database of ``BENCH_JOBS_DATABASE_URL``
 (default ``postgresql+psycopg://postgres@127.0.0.1:5432/ct_bench_jobs``), migrates it,
 fills ``background_jobs`` with ``--rows`` rows in one ``INSERT ... SELECT
-generate_series`` (30 days of jobs: 5 queues, one of them busy; 20 job types;
-20,000 owners; pipelines of 5 jobs; 93 % completed (86 % of the newest), 5 % failed, 2 % cancelled, and
-a backlog of pending, processing and retrying jobs among the newest 50,000), runs
+generate_series`` (30 days of jobs: 5 queues, one of them busy; 20 job types; 20,000
+owners; pipelines of 5 jobs; 93 % completed, 5 % failed, 2 % cancelled, and a backlog of
+pending, processing and retrying jobs among the newest 50,000), runs
 ``ANALYZE``, then prints each query's plan and time. The statements are the library's
 own (``store/queries.py``, ``store/statements.py``), compiled for PostgreSQL.
 ``--drop-index`` drops an index first, to see the plan without it. Not a test: see

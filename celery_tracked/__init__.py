@@ -6,6 +6,7 @@ from .errors import (
     ConfigurationError,
     DuplicateInCanvas,
     EnqueueError,
+    InvalidFilter,
     InvalidPayload,
     InvalidProgress,
     InvalidTaskOption,
@@ -19,6 +20,7 @@ from .errors import (
     Unrecoverable,
     WaitTimeout,
 )
+from .finder import BulkReport, JobPage
 from .guard import GuardError
 from .jobs import EnqueueResult, Job, JobEvent, JobStatus
 from .keys import KeyLifetime
@@ -31,11 +33,13 @@ from .tracker import Tracker
 __version__ = "0.1.0"
 
 __all__ = [
+    "BulkReport",
     "ConfigurationError",
     "DuplicateInCanvas",
     "EnqueueError",
     "EnqueueResult",
     "GuardError",
+    "InvalidFilter",
     "InvalidPayload",
     "InvalidProgress",
     "InvalidSuccessor",
@@ -44,6 +48,7 @@ __all__ = [
     "JobEvent",
     "JobFailed",
     "JobNotFound",
+    "JobPage",
     "JobStatus",
     "KeyLifetime",
     "NotInAStep",

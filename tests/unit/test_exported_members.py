@@ -1,11 +1,13 @@
 import celery_tracked
 
 EXPECTED = {
+    "BulkReport",
     "ConfigurationError",
     "DuplicateInCanvas",
     "EnqueueError",
     "EnqueueResult",
     "GuardError",
+    "InvalidFilter",
     "InvalidPayload",
     "InvalidSuccessor",
     "InvalidProgress",
@@ -14,6 +16,7 @@ EXPECTED = {
     "JobEvent",
     "JobFailed",
     "JobNotFound",
+    "JobPage",
     "JobStatus",
     "KeyLifetime",
     "NotInAStep",
