@@ -111,7 +111,7 @@ def stop(tracker: Tracker, job: Job) -> None:
     try:
         tracker.app.control.broadcast(
             COMMAND,
-            arguments={"job_id": job.id},
+            arguments={"job_id": job.id, "task_id": job.celery_task_id or job.id},
             destination=[job.worker] if job.worker else None,
         )
     except Exception as exc:  # the body's self.cancelled() and the fenced outcome remain
@@ -124,11 +124,14 @@ def can_terminate(pool: Any) -> bool:
     return method is not None and getattr(method, "__func__", None) is not BasePool.terminate_job
 
 
-@control_command(args=[("job_id", str)], signature="<job_id>")
-def tracked_terminate(state: Any, job_id: str, **_: Any) -> dict[str, str]:
-    """Worker side: terminate the running task of ``job_id`` if this pool can (its job
+@control_command(args=[("job_id", str), ("task_id", str)], signature="<job_id> [task_id]")
+def tracked_terminate(
+    state: Any, job_id: str, task_id: str | None = None, **_: Any
+) -> dict[str, str]:
+    """Worker side: terminate the running task of ``job_id`` (Celery task ``task_id``,
+    the job id unless a ``self.replace`` gave the job its own) if this pool can (its job
     then ends ``cancelled``); never marks the id revoked."""
-    request = worker_state.requests.get(job_id)
+    request = worker_state.requests.get(task_id or job_id)
     if request is None or request not in worker_state.active_requests:
         return {"ok": f"job {job_id} is not running here"}
     pool = state.consumer.pool

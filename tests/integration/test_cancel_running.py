@@ -22,6 +22,11 @@ from .conftest import AppFactory
 from .test_lease_judgement import deliver
 from .test_store import claim, new_job
 
+#: ``Tracker.retry`` finalizes the app, and Celery then announces to it every ``app.task``
+#: of the whole test session (``shared=True`` is Celery's default): the other test
+#: modules' same-named local tasks would warn.
+pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
+
 
 @pytest.fixture
 def tracker(make_app: AppFactory) -> Iterator[Tracker]:
