@@ -180,7 +180,8 @@ def parse_statuses(status: Statuses) -> tuple[JobStatus, ...]:
     """One status or several (names or ``JobStatus``), in order, without repeats.
 
     Raises:
-        InvalidFilter: an unknown status, or a value that is not a status at all.
+        InvalidFilter: an unknown status, a value that is not a status at all, or an
+            empty list.
     """
     if status is None:
         return ()
@@ -203,6 +204,8 @@ def parse_statuses(status: Statuses) -> tuple[JobStatus, ...]:
             raise InvalidFilter(f"status: {item!r} is not a status")
         if parsed not in out:
             out.append(parsed)
+    if not out:  # never "every status" by accident (a bulk action on an empty selection)
+        raise InvalidFilter("status: an empty list; leave it out (None) for every status")
     return tuple(out)
 
 

@@ -40,7 +40,7 @@ def test_statuses_one_or_several_names_or_members_in_order_without_repeats() -> 
     assert parse_statuses(("pending",)) == (JobStatus.PENDING,)
 
 
-@pytest.mark.parametrize("bad", ["done", ["failed", "nope"], [3], 3, [None]])
+@pytest.mark.parametrize("bad", ["done", ["failed", "nope"], [3], 3, [None], [], ()])
 def test_an_unknown_status_is_refused_with_the_known_ones(bad: Any) -> None:
     with pytest.raises(InvalidFilter) as caught:
         parse_statuses(bad)
