@@ -7,6 +7,7 @@ from .errors import (
     ConfigurationError,
     DuplicateInCanvas,
     EnqueueError,
+    InvalidFilter,
     InvalidPayload,
     InvalidProgress,
     InvalidTaskOption,
@@ -20,6 +21,7 @@ from .errors import (
     Unrecoverable,
     WaitTimeout,
 )
+from .finder import BulkReport, JobPage
 from .guard import GuardError
 from .jobs import EnqueueResult, Job, JobEvent, JobStatus
 from .keys import KeyLifetime
@@ -33,12 +35,14 @@ from .tracker import Tracker
 __version__ = "0.1.0"
 
 __all__ = [
+    "BulkReport",
     "CleanupReport",
     "ConfigurationError",
     "DuplicateInCanvas",
     "EnqueueError",
     "EnqueueResult",
     "GuardError",
+    "InvalidFilter",
     "InvalidPayload",
     "InvalidProgress",
     "InvalidSuccessor",
@@ -47,6 +51,7 @@ __all__ = [
     "JobEvent",
     "JobFailed",
     "JobNotFound",
+    "JobPage",
     "JobStatus",
     "KeyLifetime",
     "NotInAStep",

@@ -79,6 +79,9 @@ class Aftermath:
         """Write ``retrying`` (and re-publish first) or ``failed`` for a killed run."""
         attempt = job.attempts_made
         kind = "TimeLimitExceeded"
+        if job.cancel_requested_at is not None:  # asked to stop: never retried
+            self._write(job, stale_owner, JobStatus.CANCELLED, None, None, f"cancelled; {reason}")
+            return
         if attempt >= job.max_attempts:
             self._write(job, stale_owner, JobStatus.FAILED, kind, reason, f"{kind}: {reason}")
             return

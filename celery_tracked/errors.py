@@ -13,6 +13,7 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
     │   └── DuplicateInCanvas     a canvas member's idempotency key is taken (not retryable)
     ├── StoreError                the tracking database failed outside enqueue
     ├── JobNotFound
+    ├── InvalidFilter             ``Tracker.jobs``/bulk actions: a bad filter, limit or cursor
     ├── InvalidProgress           ``set_progress``/``log`` given a value it cannot record
     ├── WaitTimeout               (also a ``TimeoutError``)
     ├── JobFailed                 ``Tracker.wait`` on a failed or cancelled job
@@ -121,6 +122,12 @@ class InvalidProgress(TrackedError, ValueError):
 
 class JobNotFound(TrackedError, LookupError):
     """No job has this id."""
+
+
+class InvalidFilter(TrackedError, ValueError):
+    """``Tracker.jobs``, ``retry_many`` or ``cancel_many`` got a filter it cannot apply (an
+    unknown status, a naive datetime, an empty range, a bad limit) or a cursor it did not
+    make. Nothing was read or changed."""
 
 
 class WaitTimeout(TrackedError, TimeoutError):

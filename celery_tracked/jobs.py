@@ -143,6 +143,8 @@ class Job:
     concurrency_key: str | None = None
     #: failed after using up its retries (else stopped: ``Unrecoverable``, not retried)
     retries_exhausted: bool = False
+    #: ``Tracker.cancel(running=True)`` asked its run to stop (it ends ``cancelled``)
+    cancel_requested_at: datetime | None = None
     payload_json: str | None = field(default=None, repr=False)
     result_json: str | None = field(default=None, repr=False)
 

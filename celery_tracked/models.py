@@ -110,17 +110,28 @@ jobs = Table(
     # jobs sharing a concurrency key: at most the task's limit of them are ``processing``
     # under a live lease at once (``limits.py``); NULL: not limited
     Column("concurrency_key", String(255), nullable=True),
+    # ``Tracker.cancel(running=True)`` asked the running job to stop: its run then ends
+    # ``cancelled`` whatever the body did (``store/cancels.py``); NULL: no request
+    Column("cancel_requested_at", UTCDateTime, nullable=True),
     UniqueConstraint(
         "job_type", "idempotency_key", "key_round", name="uq_background_jobs_idempotency"
     ),
-    Index("ix_background_jobs_queue_name", "queue_name"),
-    Index("ix_background_jobs_status", "status"),
     Index("ix_background_jobs_created_at", "created_at"),
     Index("ix_background_jobs_queue_name_status", "queue_name", "status"),
     Index("ix_background_jobs_correlation_id", "correlation_id"),
     Index("ix_background_jobs_concurrency_key_status", "concurrency_key", "status"),
     # the cleanup's batches: one status, oldest finished first (``store/purge.py``)
     Index("ix_background_jobs_status_finished_at", "status", "finished_at", "id"),
+    # ``Tracker.jobs`` lists newest first: each filter's column followed by ``created_at``
+    # (they replace the single-column ``queue_name`` and ``status`` indexes, their
+    # prefixes); ``finished_at`` serves finished ranges and the failures of the last hour.
+    # EXPLAIN at 1M rows: docs/operations.md (``bench/jobs_query.py``).
+    Index("ix_background_jobs_status_created_at", "status", "created_at"),
+    Index("ix_background_jobs_queue_name_created_at", "queue_name", "created_at"),
+    Index("ix_background_jobs_task_name_created_at", "task_name", "created_at"),
+    Index("ix_background_jobs_owner_id_created_at", "owner_id", "created_at"),
+    Index("ix_background_jobs_error_type_created_at", "error_type", "created_at"),
+    Index("ix_background_jobs_finished_at", "finished_at"),
 )
 
 events = Table(

@@ -42,6 +42,8 @@ class Reporter(Protocol):
 
     def log(self, message: str, level: str) -> bool: ...
 
+    def cancel_requested(self) -> bool: ...
+
 
 _current: ContextVar[Reporter | None] = ContextVar("celery_tracked_reporter", default=None)
 
@@ -107,6 +109,15 @@ def log(task_name: str, message: object, level: str = "info") -> bool:
     if reporter is None:
         return False
     return reporter.log(safe_text(message), level)
+
+
+def cancel_requested(task_name: str) -> bool:
+    """True once the running job was asked to stop (``Tracker.cancel(job_id,
+    running=True)``): the body should return (or raise) soon; the job then ends
+    ``cancelled`` whatever it returns. Reads the job's row at most once a second per run
+    (the first call reads it at once); False outside a tracked run of this task."""
+    reporter = _reporter(task_name)
+    return False if reporter is None else reporter.cancel_requested()
 
 
 def from_update_state(

@@ -318,6 +318,9 @@ class Recorder:
             job = self.store.get(claim.job_id)
         except StoreError:
             return Postponed(1.0, "cannot tell who holds the job")  # the claim will decide
+        held = job is not None and job.attempts_made == claim.attempt
+        if held and job is not None and job.cancel_requested_at is not None:
+            return self.cancelled(run, claim, outcome, duration_ms)
         now = job.status.value if job else "missing"
         self.tell(
             run,
@@ -331,6 +334,25 @@ class Recorder:
         if job is not None and job.status in CLAIMABLE:
             return Postponed(0.5, "the job is claimable again")
         return Skipped(f"attempt {claim.attempt} lost its lease")
+
+    def cancelled(self, run: Run, claim: Claim, outcome: str, duration_ms: int) -> Verdict:
+        """A cancel was requested while the run held the job (``stopping.py``): the job
+        ends ``cancelled`` instead of ``outcome``."""
+        message = f"cancelled while running (the body ended after the request; {outcome} dropped)"
+        try:
+            ended = self.store.cancel_run(claim, now=utcnow(), message=message)
+        except StoreError as exc:  # the row keeps its request: a redelivery ends it
+            return Postponed(1.0, f"cancel not recorded: {exc}")
+        if ended:
+            self.tell(
+                run,
+                "cancelled",
+                f"job {claim.job_id} {message}",
+                logging.WARNING,
+                claim.attempt,
+                duration_ms,
+            )
+        return Skipped(f"attempt {claim.attempt} was cancelled while running")
 
     def release(self, claim: Claim) -> None:
         try:

@@ -26,6 +26,8 @@ from .settings import Settings
 from .store import JobStore
 
 logger = logging.getLogger("celery_tracked")
+#: ``self.cancelled()`` reads the job's row at most this often (seconds) per run.
+CANCEL_CHECK_S = 1.0
 _LEVELS = {name: getattr(logging, name.upper()) for name in progress.LEVELS}
 
 
@@ -91,6 +93,8 @@ class Reporter:
         self._lost = False
         self._lines: int | None = None  # the job's log lines, read at the first one
         self._secrets: Sequence[str] | None = None
+        self._cancel_checked: float | None = None  # monotonic time of the last read
+        self._cancelled = False
 
     # -- progress ---------------------------------------------------------------------
 
@@ -154,6 +158,29 @@ class Reporter:
         self._coalescer.sent(value, now, written)
         if not written:
             self._lease_lost("progress")
+
+    # -- cancel requests ----------------------------------------------------------------
+
+    def cancel_requested(self) -> bool:
+        """True once ``Tracker.cancel(job_id, running=True)`` asked this job to stop (or
+        it was cancelled); reads the row at most every ``CANCEL_CHECK_S`` seconds, and a
+        database error reads as "not asked" (logged)."""
+        now = time.monotonic()
+        with self._lock:
+            if self._cancelled:
+                return True
+            checked = self._cancel_checked
+            if checked is not None and now - checked < CANCEL_CHECK_S:
+                return False
+            self._cancel_checked = now
+        try:
+            wanted = self._store.cancel_wanted(self._claim.job_id)
+        except StoreError as exc:
+            logger.warning("job %s: cancel request not read: %s", self._claim.job_id, exc)
+            return False
+        with self._lock:
+            self._cancelled = self._cancelled or wanted
+            return self._cancelled
 
     # -- log lines --------------------------------------------------------------------
 

@@ -134,6 +134,20 @@ class Runner:
         if not lease.lapsed:
             return Postponed(postpone_for(lease.remaining_s, who["lease_s"]), lease.why)
         seen = job.attempts_made
+        if job.cancel_requested_at is not None:  # asked to stop, and its run is gone
+            message = f"cancelled: attempt {seen} was asked to stop and is gone ({lease.why})"
+            if store.end_dead_run(
+                job_id,
+                seen_attempt=seen,
+                stale_owner=lease.stale_owner,
+                status=JobStatus.CANCELLED,
+                error_type=None,
+                error_message=None,
+                message=message,
+                now=who["now"],
+            ):
+                self.recorder.tell(run, "cancelled", f"job {job_id} {message}", attempt=seen)
+            return Skipped(message)
         if seen >= job.max_attempts:
             message = f"attempt {seen} was lost ({lease.why}) and no attempts remain"
             if store.fail_lost(

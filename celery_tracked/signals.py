@@ -10,6 +10,7 @@ from typing import Any
 
 from celery.signals import task_revoked, worker_init
 
+from . import stopping  # noqa: F401 (registers the worker's ``tracked_terminate`` command)
 from .errors import ConfigurationError, TrackedError, mask_url
 from .guard import GuardError
 from .messages import TrackedHeaders

@@ -286,6 +286,11 @@ class TrackedTask(Task[P, R_co]):
         """A masked line in the running job's history: ``progress.log``."""
         return progress.log(self.name, message, level)
 
+    def cancelled(self) -> bool:
+        """True once this running job was asked to stop (``Tracker.cancel(job_id,
+        running=True)``): poll it and return early; ``progress.cancel_requested``."""
+        return progress.cancel_requested(self.name)
+
     def update_state(self, *args: Any, **kwargs: Any) -> None:
         """Celery's; ``state="PROGRESS"`` also feeds :meth:`set_progress` (``progress.py``)."""
         progress.from_update_state(self.name, self.request.id, *args, **kwargs)

@@ -13,15 +13,26 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
 from celery import Celery
 
+from . import bulk
 from .aftermath import Aftermath
 from .cleanup import Cleanup, CleanupReport, task_retentions
 from .enqueuer import Enqueuer
 from .errors import ConfigurationError, JobFailed, JobNotFound, WaitTimeout, mask_url
+from .finder import (
+    DEFAULT_PAGE,
+    BulkReport,
+    Filters,
+    JobFilter,
+    JobPage,
+    check_limit,
+    decode_cursor,
+    page_of,
+)
 from .guard import Guard, GuardError, MemoryGuard, Notifier, RedisGuard, Subscription
 from .hooks import HookChain, Hooks, LogTransitions, NotifyTerminal, Transition
 from .jobs import EnqueueResult, Job, JobEvent, utcnow
@@ -36,6 +47,9 @@ from .runner import Runner
 from .settings import Settings
 from .store import JobStore
 from .successors import Successors
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 logger = logging.getLogger("celery_tracked")
 
@@ -134,15 +148,24 @@ class Tracker:
         job_type: str | None = None,
         level: int = logging.INFO,
         revision: int | None = None,
+        running: bool = False,
     ) -> bool:
         """pending | retrying → cancelled; False if the job is in any other status.
 
-        Never interrupts a running job. Its message, when delivered, runs no body.
-        ``reason`` is stored in ``error_message``; ``revision``: only while the job's
-        message is that one (an expired message a debounce replaced cancels nothing); the
-        other keywords only shape the log.
+        Never interrupts a running job, unless ``running=True``: then a ``processing``
+        job's run is asked to stop (terminated where the pool can, and the body's
+        ``self.cancelled()`` turns True) and the job ends ``cancelled`` once its run is
+        gone, whatever the body did (``stopping.py``); True once asked.
+        A cancelled job's message, when delivered, runs no body. ``reason`` is stored in
+        ``error_message``; ``revision``: only while the job's message is that one (an
+        expired message a debounce replaced cancels nothing); the other keywords only
+        shape the log.
         """
         job_id = as_job_id(job_id)
+        if running:
+            from . import stopping  # Celery-aware: imported when used
+
+            return stopping.cancel_running(self, job_id, reason)
         cancelled = self.store.cancel(job_id, now=utcnow(), reason=reason, revision=revision)
         if cancelled:
             message = log_message or f"job {job_id} cancelled: {reason}"
@@ -174,6 +197,55 @@ class Tracker:
         from . import resend  # Celery-aware: imported when used
 
         return resend.retry(self, as_job_id(job_id), arguments, attempts)
+
+    def jobs(
+        self, *, limit: int = DEFAULT_PAGE, cursor: str | None = None, **filters: Unpack[Filters]
+    ) -> JobPage:
+        """One page of the jobs matching ``filters``, newest first: ``JobPage(jobs,
+        next_cursor)``; pass ``next_cursor`` back as ``cursor`` for the next page (None:
+        no more). Filters: ``status`` (one or several), ``queue``, ``job_type``,
+        ``task_name``, ``correlation_id``, ``owner_id``, ``error_type``,
+        ``created_after``/``created_before``, ``finished_after``/``finished_before`` (an
+        aware datetime, or a timedelta: that long ago); see ``finder.py``.
+
+        Raises:
+            InvalidFilter: a bad filter, ``limit`` (1-1000) or ``cursor``.
+        """
+        limit = check_limit(limit)
+        after = None if cursor is None else decode_cursor(cursor)
+        return page_of(self.store.find(JobFilter.of(**filters), after, limit + 1), limit)
+
+    def retry_many(
+        self, *, limit: int = bulk.DEFAULT_LIMIT, **filters: Unpack[Filters]
+    ) -> BulkReport:
+        """``retry`` each job matching ``filters`` (``failed`` ones unless ``status`` names
+        failed and/or cancelled), newest first, at most ``limit``: a report of the jobs
+        changed and those refused, with why (``bulk.py``). Jobs whose stored arguments
+        hold redacted values are refused (retry them one by one with ``arguments=``).
+
+        Raises:
+            InvalidFilter: a bad filter or limit, or a status that is never retried.
+        """
+        limit = check_limit(limit, None)
+        return bulk.retry_many(self, JobFilter.of(**filters), limit)
+
+    def cancel_many(
+        self,
+        *,
+        limit: int = bulk.DEFAULT_LIMIT,
+        reason: str = "cancelled",
+        running: bool = False,
+        **filters: Unpack[Filters],
+    ) -> BulkReport:
+        """``cancel`` each job matching ``filters`` (``pending`` and ``retrying`` ones, and
+        ``processing`` ones with ``running=True``), newest first, at most ``limit``: a
+        report of the jobs changed (cancelled, or asked to stop) and those refused.
+
+        Raises:
+            InvalidFilter: a bad filter or limit, or a status that is never cancelled.
+        """
+        limit = check_limit(limit, None)
+        return bulk.cancel_many(self, JobFilter.of(**filters), limit, reason, running)
 
     def pipeline(self, correlation_id: str | UUID) -> Pipeline:
         """The jobs sharing ``correlation_id`` (a pipeline: its first job's id), oldest
@@ -236,8 +308,14 @@ class Tracker:
         return cleanup.run(policy, dry_run=dry_run, on_batch=on_batch, now=now)
 
     def stats(self) -> dict[str, dict[str, Any]]:
-        """Per queue: ``counts`` per status, ``total`` and ``oldest_pending_age_s``."""
-        return self.store.stats()
+        """Per queue: ``counts`` per status, ``total``, ``oldest_pending_age_s``,
+        ``failed_last_hour`` (jobs that ended ``failed`` in the last hour) and
+        ``expired_leases`` (``processing`` jobs no live run holds)."""
+        stats = self.store.stats()
+        health = self.store.queue_health()
+        for queue, entry in stats.items():
+            entry.update(health.get(queue, {"failed_last_hour": 0, "expired_leases": 0}))
+        return stats
 
     @overload
     def wait(self, job_id: EnqueueResult[R], timeout: float = 30.0) -> R: ...

@@ -5,12 +5,14 @@
 - ``moves``: the allowed moves, each run by one helper (``Moves.apply``), fence included.
 - ``outcomes``: how a run ends (completed, retrying, failed), fenced by its claim or, for a
   run that died outside its call path, like a takeover.
+- ``cancels``: a cancel request on a running job, and the end of a run asked to stop.
 - ``rerun``: the moves that give a job a new message (debounce, ``Tracker.retry``).
 - ``reporting``: a running body's progress (a fenced, non-durable move) and log lines.
 - ``reaping``: the stalled-job reaper's reads and moves (rescue, abandon).
 - ``reads``: one job, a job by key, a job's history, statistics.
 - ``gauges``: the relay's backlog and the expired leases (for the metrics).
 - ``purge``: retention cleanup: ended rows and their events removed in bounded batches.
+- ``queries``: finding jobs by filters (keyset pages), the queues' health for statistics.
 - ``slots``: concurrency keys: a keyed claim under the key's lock, whether a key is full.
 - ``clock``: the database's clock, on which leases and backoffs are judged.
 - ``engines``: engines per process (fork safety), SQLite pragmas, transactions.
@@ -22,11 +24,13 @@
 
 from __future__ import annotations
 
+from .cancels import Cancels
 from .engines import Engines
 from .gauges import Gauges
 from .moves import Moves
 from .outcomes import Outcomes
 from .purge import Purge
+from .queries import Queries
 from .reads import Reads
 from .reaping import Reaping
 from .reporting import Reporting
@@ -37,7 +41,9 @@ from .translate import Disconnected, DuplicateJob, Refused
 __all__ = ["Disconnected", "DuplicateJob", "JobStore", "Refused"]
 
 
-class JobStore(Moves, Outcomes, Reads, Rerun, Reporting, Slots, Gauges, Reaping, Purge):
+class JobStore(
+    Moves, Outcomes, Cancels, Reads, Queries, Rerun, Reporting, Slots, Gauges, Reaping, Purge
+):
     """The tracking database of one app; engines are created per process."""
 
     def __init__(self, url: str, pooled: bool = False) -> None:

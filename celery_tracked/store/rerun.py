@@ -81,6 +81,7 @@ RETRY = Move(
         "started_at": None,
         "finished_at": None,
         "retries_exhausted": False,
+        "cancel_requested_at": None,  # an old run's request does not cancel the new one
     },
     (jobs.c.revision == REVISION,),
     "retried",

@@ -84,6 +84,10 @@ LAPSED = (
 DUE = (or_(jobs.c.locked_until.is_(None), jobs.c.locked_until <= db_time()),)
 #: A delivery acts only for the job's current message (not one a debounce replaced).
 CURRENT = (jobs.c.revision == REVISION,)
+#: No cancel was requested while the job ran (``Tracker.cancel(running=True)``): a run's
+#: own outcome, a takeover and the end of a dead run apply only then; otherwise the run
+#: ends ``cancelled`` (``store/cancels.py``).
+UNCANCELLED = (jobs.c.cancel_requested_at.is_(None),)
 
 #: The jobs of a concurrency key holding a slot: ``processing`` under a live lease (on the
 #: database's clock), other than the claiming job itself (a takeover holds its own).
@@ -155,7 +159,7 @@ TAKE_OVER = Move(
     _TAKE_LEASE,
     fence=LAPSED,
     event="redelivered",
-    extra_where=(jobs.c.attempts_made < jobs.c.max_attempts, *CURRENT),
+    extra_where=(jobs.c.attempts_made < jobs.c.max_attempts, *CURRENT, *UNCANCELLED),
 )
 #: The claim and the takeover of a job with a concurrency key (run under the key's lock,
 #: ``slots.py``, so two claims never both see a free slot).
@@ -180,6 +184,7 @@ FAIL_LOST = Move(
     {**_LOST, "error_type": "WorkerLost", "error_message": MESSAGE, "finished_at": NOW},
     fence=LAPSED,
     event="failed",
+    extra_where=UNCANCELLED,
 )
 _CANCELLED = {**_END_RUN, "finished_at": NOW, "error_type": None, "error_message": MESSAGE}
 CANCEL = Move("cancel", CLAIMABLE, JobStatus.CANCELLED, _CANCELLED, event="cancelled")
@@ -201,12 +206,15 @@ COMPLETE = Move(
     },
     fence=HELD,
     event="completed",
+    extra_where=UNCANCELLED,
 )
 _RETRY_RUN = {**_END_RUN, **_ERROR, "locked_until": db_time(DELAY_S)}  # not before the backoff
 _FAILED_RUN = {**_END_RUN, **_ERROR, "finished_at": NOW}
 #: A failure written by the run itself says whether it used up the retries.
 _EXHAUSTED = _param("retries_exhausted", Boolean)
-RETRYING = Move("retrying", _PROCESSING, JobStatus.RETRYING, _RETRY_RUN, HELD, "retrying")
+RETRYING = Move(
+    "retrying", _PROCESSING, JobStatus.RETRYING, _RETRY_RUN, HELD, "retrying", True, UNCANCELLED
+)
 FAIL = Move(
     "fail",
     _PROCESSING,
@@ -214,13 +222,22 @@ FAIL = Move(
     {**_FAILED_RUN, "retries_exhausted": _EXHAUSTED},
     HELD,
     "failed",
+    extra_where=UNCANCELLED,
 )
 # A run that died outside its call path (killed by the hard time limit, terminated by a
 # revoke) is ended from the worker's main process once its holder is dead: fenced like a
 # takeover (the attempt last seen, and a lease that lapsed or whose owner is dead).
-RETRY_DEAD = Move("retry_dead", _PROCESSING, JobStatus.RETRYING, _RETRY_RUN, LAPSED, "retrying")
+RETRY_DEAD = Move(
+    "retry_dead", _PROCESSING, JobStatus.RETRYING, _RETRY_RUN, LAPSED, "retrying", True, UNCANCELLED
+)
 FAIL_DEAD = Move(
-    "fail_dead", _PROCESSING, JobStatus.FAILED, {**_FAILED_RUN, **_LOST}, LAPSED, "failed"
+    "fail_dead",
+    _PROCESSING,
+    JobStatus.FAILED,
+    {**_FAILED_RUN, **_LOST},
+    LAPSED,
+    "failed",
+    extra_where=UNCANCELLED,
 )
 #: Not in the design's first list of moves: ``revoke(terminate=True)`` ends a running job.
 CANCEL_DEAD = Move(

@@ -32,6 +32,8 @@ from tests.conftest import _port_open, _require, wait_for
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+#: The ``celery`` executable of this environment (``.venv/bin/celery``).
+CELERY = str(Path(sys.executable).parent / "celery")
 #: Set at the start of every test: if it is gone, something flushed the test's Redis DB.
 SENTINEL = "acceptance:sentinel"
 
@@ -277,7 +279,8 @@ def worker_environ(
 
 @pytest.fixture
 def start_worker(env: Env, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
-    """Start a real ``celery worker`` (prefork) on the test's services; stopped at teardown."""
+    """Start a real ``celery worker`` (prefork unless ``pool`` says otherwise) on the
+    test's services; stopped at teardown."""
     started: list[Worker] = []
 
     def start(
@@ -286,6 +289,7 @@ def start_worker(env: Env, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
         events: bool = False,
         ready: bool = True,
         environ: Mapping[str, str | None] | None = None,
+        pool: str = "prefork",
     ) -> Worker:
         log_path = tmp_path / f"worker-{name}.log"
         jsonl_path = tmp_path / f"worker-{name}.jsonl"
@@ -298,7 +302,7 @@ def start_worker(env: Env, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
             "tracked_app",
             "worker",
             "-P",
-            "prefork",
+            pool,
             "-c",
             str(concurrency),
             "-Q",
@@ -343,13 +347,14 @@ def start_worker(env: Env, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
 
 @pytest.fixture
 def run_cli(env: Env) -> Callable[..., subprocess.CompletedProcess[str]]:
-    """Run ``celery -A tracked_app tracked <args>`` as a subprocess on the test's services."""
+    """Run the real ``celery`` executable, ``celery -A tracked_app tracked <args>``, as a
+    subprocess on the test's services."""
 
     def run(
         *args: str, environ: Mapping[str, str | None] | None = None
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "celery", "-A", "tracked_app", "tracked", *args],
+            [CELERY, "-A", "tracked_app", "tracked", *args],
             cwd=str(HERE),
             env=worker_environ(env.config, None, environ),
             capture_output=True,

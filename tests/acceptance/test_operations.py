@@ -38,32 +38,36 @@ def test_cli_show_and_stats_never_print_payload_or_result(
     env.wait_status(failed, "failed", timeout=30)
     assert env.tracker.get_job(done).result == {"user": "alice-in-payload", "run": 1}
 
-    shown = run_cli("show", done)
+    shown = run_cli("show", done, "--json")
     assert shown.returncode == 0, shown.stderr
-    out = shown.stdout
-    assert f'"id": "{done}"' in out
-    assert '"status": "completed"' in out
-    assert '"job_type": "acc.secret"' in out
-    assert f'"queue": "{QUEUE}"' in out
-    assert '"attempts": "1/3"' in out
-    history = [line.split()[1] for line in out.splitlines() if line[:4].isdigit()]
-    assert history == ["enqueued", "started", "completed"]
-    assert canary not in out + shown.stderr
-    assert "alice-in-payload" not in out  # neither the payload nor the result
-
-    shown = run_cli("show", failed, "--no-history")
-    assert shown.returncode == 0, shown.stderr
-    assert '"status": "failed"' in shown.stdout
-    assert '"attempts": "1/1"' in shown.stdout
-    assert '"error": "RuntimeError: login failed for bob with password ' in shown.stdout
+    out = json.loads(shown.stdout)
+    assert out["id"] == done
+    assert out["status"] == "completed"
+    assert out["job_type"] == "acc.secret"
+    assert out["queue"] == QUEUE
+    assert out["attempts"] == "1/3"
+    assert [e["event"] for e in out["history"]] == ["enqueued", "started", "completed"]
     assert canary not in shown.stdout + shown.stderr
-    assert "enqueued" not in shown.stdout
+    assert "alice-in-payload" not in shown.stdout  # neither the payload nor the result
+    table = run_cli("show", done)  # the readable form says the same, and no more
+    assert table.returncode == 0, table.stderr
+    assert done in table.stdout and "completed" in table.stdout
+    assert canary not in table.stdout and "alice-in-payload" not in table.stdout
+
+    shown = run_cli("show", failed, "--no-history", "--json")
+    assert shown.returncode == 0, shown.stderr
+    out = json.loads(shown.stdout)
+    assert out["status"] == "failed"
+    assert out["attempts"] == "1/1"
+    assert out["error"].startswith("RuntimeError: login failed for bob with password ")
+    assert canary not in shown.stdout + shown.stderr
+    assert out["history"] is None
 
     missing = run_cli("show", str(uuid.uuid4()))
     assert missing.returncode == 1
     assert "no job" in missing.stderr
 
-    stats = run_cli("stats")
+    stats = run_cli("stats", "--json")
     assert stats.returncode == 0, stats.stderr
     per_queue = json.loads(stats.stdout)
     assert set(per_queue) == {QUEUE}

@@ -5,6 +5,7 @@ lines are masked, bounded per job and shown by ``celery tracked show``."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -96,12 +97,16 @@ def test_log_lines_are_masked_bounded_per_job_and_shown_by_tracked_show(
     assert logs[200].message == (
         "log limit reached (200 lines per job): further lines of this job are dropped"
     )
-    shown = run_cli("show", job_id)
+    shown = run_cli("show", job_id, "--json")
     assert shown.returncode == 0, shown.stderr
     assert canary not in shown.stdout + shown.stderr
-    assert '"progress": 100' in shown.stdout
-    lines = [line.split(None, 4) for line in shown.stdout.splitlines() if line[:4].isdigit()]
-    assert [parts[1] for parts in lines] == ["enqueued", "started", *["log"] * 201, "completed"]
-    assert lines[2][3:] == ["attempt=1", "connecting as ann with password ***"]
+    out = json.loads(shown.stdout)
+    assert out["progress"] == 100
+    lines = out["history"]
+    assert [e["event"] for e in lines] == ["enqueued", "started", *["log"] * 201, "completed"]
+    assert (lines[2]["attempt"], lines[2]["message"]) == (1, "connecting as ann with password ***")
+    table = run_cli("show", job_id)
+    assert table.returncode == 0 and canary not in table.stdout
+    assert "connecting as ann with password ***" in table.stdout
     history = env.sql("SELECT string_agg(message, ' ') FROM background_job_events")[0][0]
     assert "password ***" in history and canary not in history

@@ -1,12 +1,14 @@
 import celery_tracked
 
 EXPECTED = {
+    "BulkReport",
     "CleanupReport",
     "ConfigurationError",
     "DuplicateInCanvas",
     "EnqueueError",
     "EnqueueResult",
     "GuardError",
+    "InvalidFilter",
     "InvalidPayload",
     "InvalidSuccessor",
     "InvalidProgress",
@@ -15,6 +17,7 @@ EXPECTED = {
     "JobEvent",
     "JobFailed",
     "JobNotFound",
+    "JobPage",
     "JobStatus",
     "KeyLifetime",
     "NotInAStep",

@@ -1,0 +1,143 @@
+"""``celery tracked retry`` / ``cancel``: one job by id, or every job the filters match
+(``Tracker.retry_many`` / ``cancel_many``), each through its fenced move. Exit 3 when any
+job was refused (the report says which and why)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from celery.bin.base import CeleryCommand
+
+from ..bulk import DEFAULT_LIMIT, RETRIABLE, why_not
+from ..errors import JobNotFound, RetryRefused
+from ..finder import BulkReport, Filters
+from ..jobs import JobStatus
+from ..tracker import Tracker
+from .common import (
+    Refused,
+    emit_json,
+    filter_options,
+    filters_from,
+    friendly,
+    json_option,
+    tracker_of,
+)
+from .common import style as output_style
+from .group import tracked
+from .render import Cell, table
+
+_SELECTION_HELP = "Act on every job the action applies to (no filter), up to --limit."
+
+
+def _selection(job_id: str | None, everything: bool, options: dict[str, Any]) -> Filters:
+    """The filters of a bulk action; a job id excludes filters, and a bulk action needs a
+    filter or ``--all``."""
+    filters = filters_from(options)
+    if job_id is not None and (filters or everything):
+        raise click.UsageError("give a job id or filters, not both")
+    if job_id is None and not filters and not everything:
+        raise click.UsageError("give a job id, filters (--status, --queue...) or --all")
+    return filters
+
+
+def _finish(report: BulkReport, as_json: bool, done: str) -> None:
+    if as_json:
+        emit_json(report.as_dict())
+    else:
+        style = output_style()
+        click.echo(f"{done} {len(report.changed)} of {report.matched} matching job(s)")
+        if report.refused:
+            rows: list[list[Cell]] = [[i, (why, "refused")] for i, why in report.refused.items()]
+            click.echo(f"refused {len(report.refused)}:")
+            click.echo(table(("ID", "REASON"), rows, style))
+        if report.more:
+            click.echo("more jobs match: run it again (or raise --limit)")
+    if report.refused:
+        raise click.exceptions.Exit(Refused.exit_code)
+
+
+@tracked.command(cls=CeleryCommand)
+@click.argument("job_id", required=False)
+@filter_options
+@click.option("--all", "everything", is_flag=True, help=_SELECTION_HELP)
+@click.option("--limit", default=DEFAULT_LIMIT, show_default=True, help="At most this many.")
+@json_option
+@click.pass_context
+def retry(
+    ctx: click.Context,
+    /,
+    job_id: str | None,
+    everything: bool,
+    limit: int,
+    as_json: bool,
+    **options: Any,
+) -> None:
+    """Run failed (or cancelled) jobs again: one by id, or all the filters match (failed
+    ones unless --status says otherwise). Jobs with redacted arguments are refused: retry
+    them from Python with ``tracker.retry(job_id, arguments={...})``."""
+    filters = _selection(job_id, everything, options)
+    tracker = tracker_of(ctx)
+    with friendly("retrying"):
+        if job_id is None:
+            report = tracker.retry_many(limit=limit, **filters)
+        else:
+            report = _retry_one(tracker, job_id)
+    _finish(report, as_json, "retried")
+
+
+def _retry_one(tracker: Tracker, job_id: str) -> BulkReport:
+    try:
+        if tracker.retry(job_id):
+            return BulkReport("retry", (job_id,))
+    except RetryRefused as exc:
+        return BulkReport("retry", (), {job_id: str(exc)})
+    return BulkReport("retry", (), {job_id: why_not(tracker, job_id, "retried", RETRIABLE)})
+
+
+@tracked.command(cls=CeleryCommand)
+@click.argument("job_id", required=False)
+@filter_options
+@click.option("--all", "everything", is_flag=True, help=_SELECTION_HELP)
+@click.option(
+    "--running",
+    is_flag=True,
+    help="Also stop running jobs (terminated where the pool can; the body's "
+    "self.cancelled() turns True); they end cancelled once their run is gone.",
+)
+@click.option("--reason", default="cancelled", show_default=True, help="Stored as the error.")
+@click.option("--limit", default=DEFAULT_LIMIT, show_default=True, help="At most this many.")
+@json_option
+@click.pass_context
+def cancel(
+    ctx: click.Context,
+    /,
+    job_id: str | None,
+    everything: bool,
+    running: bool,
+    reason: str,
+    limit: int,
+    as_json: bool,
+    **options: Any,
+) -> None:
+    """Cancel waiting jobs (pending, retrying): one by id, or all the filters match;
+    with --running, running ones too."""
+    filters = _selection(job_id, everything, options)
+    tracker = tracker_of(ctx)
+    with friendly("cancelling"):
+        if job_id is None:
+            report = tracker.cancel_many(limit=limit, reason=reason, running=running, **filters)
+        else:
+            report = _cancel_one(tracker, job_id, reason, running)
+    _finish(report, as_json, "cancelled (or asked to stop)" if running else "cancelled")
+
+
+def _cancel_one(tracker: Tracker, job_id: str, reason: str, running: bool) -> BulkReport:
+    if tracker.get_job(job_id) is None:
+        raise JobNotFound(f"no job {job_id}")
+    if tracker.cancel(job_id, reason, running=running):
+        return BulkReport("cancel", (job_id,))
+    allowed: tuple[JobStatus, ...] = (JobStatus.PENDING, JobStatus.RETRYING)
+    if running:
+        allowed = (*allowed, JobStatus.PROCESSING)
+    return BulkReport("cancel", (), {job_id: why_not(tracker, job_id, "cancelled", allowed)})

@@ -1,0 +1,148 @@
+"""What every ``celery tracked`` command shares: exit codes, errors as one line, the
+app's tracker, ``--json``, and the job filters as options.
+
+Exit codes (docs/operations.md, "The CLI"):
+
+- 0: done (a listing may be empty; a bulk action refused nothing);
+- 1: not found (no job with this id, no pipeline with this correlation id);
+- 2: usage (click's own: an unknown option, a bad value, a bad filter or cursor);
+- 3: refused (the job is not in a status the action applies to, or a bulk action refused
+  at least one job; the report says which and why);
+- 4: failed (the database, Redis or the broker failed, or a setting is invalid).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar, cast
+
+import click
+
+from ..errors import InvalidFilter, JobNotFound, TrackedError, first_line
+from ..finder import Filters
+from ..tracker import Tracker
+from .render import Style
+
+EXIT_NOT_FOUND = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+EXIT_FAILED = 4
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class NotFound(click.ClickException):
+    exit_code = EXIT_NOT_FOUND
+
+
+class Refused(click.ClickException):
+    exit_code = EXIT_REFUSED
+
+
+class Failed(click.ClickException):
+    exit_code = EXIT_FAILED
+
+
+@contextmanager
+def friendly(action: str) -> Iterator[None]:
+    """Errors as one masked line and their exit code, never a driver traceback."""
+    try:
+        yield
+    except click.ClickException:
+        raise
+    except InvalidFilter as exc:
+        raise click.UsageError(str(exc)) from None
+    except JobNotFound as exc:
+        raise NotFound(str(exc)) from None
+    except Exception as exc:
+        detail = first_line(str(exc), type(exc).__name__)
+        raise Failed(f"{action} failed: {detail}") from None
+
+
+def tracker_of(ctx: click.Context) -> Tracker:
+    try:
+        return Tracker.for_app(ctx.obj.app)
+    except TrackedError as exc:
+        raise Failed(str(exc)) from None
+
+
+def style() -> Style:
+    return Style.for_stream(sys.stdout)
+
+
+def emit_json(value: Any) -> None:
+    """``value`` as JSON on stdout (stable keys, sorted)."""
+    click.echo(json.dumps(value, indent=2, sort_keys=True))
+
+
+def json_option(func: F) -> F:
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print JSON (stable keys) instead of a table."
+    )(func)
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_time(value: str | None, now: datetime | None = None) -> datetime | timedelta | None:
+    """An option's time: a duration ago ("90s", "15m", "2h", "3d", "1w") or an ISO 8601
+    date or datetime (without a zone: UTC).
+
+    Raises:
+        click.BadParameter: neither.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    match = _DURATION.match(text.lower())
+    if match:
+        return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r}: give a duration ago (90s, 15m, 2h, 3d, 1w) or an ISO date/time"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+
+
+_FILTER_OPTIONS: list[tuple[str, str, dict[str, Any]]] = [
+    ("--status", "status", {"multiple": True, "help": "A status (repeat, or a,b for several)."}),
+    ("--queue", "queue", {"help": "Queue name."}),
+    ("--job-type", "job_type", {"help": "Job type."}),
+    ("--task", "task_name", {"help": "Celery task name."}),
+    ("--correlation-id", "correlation_id", {"help": "Correlation id (a pipeline)."}),
+    ("--owner", "owner_id", {"help": "Owner id."}),
+    ("--error-type", "error_type", {"help": "Error type (e.g. TimeoutError)."}),
+    ("--created-after", "created_after", {"help": "Created at or after: 2h, 3d, or ISO."}),
+    ("--created-before", "created_before", {"help": "Created before: 2h, 3d, or ISO."}),
+    ("--finished-after", "finished_after", {"help": "Ended at or after: 1h, or ISO."}),
+    ("--finished-before", "finished_before", {"help": "Ended before: 1h, or ISO."}),
+]
+
+
+def filter_options(func: F) -> F:
+    """The filters of ``Tracker.jobs`` as options."""
+    for flag, name, extra in reversed(_FILTER_OPTIONS):
+        func = click.option(flag, name, metavar="VALUE", **extra)(func)
+    return func
+
+
+def filters_from(options: dict[str, Any]) -> Filters:
+    """``Tracker.jobs``' keywords from the filter options given (the others left out)."""
+    out: dict[str, Any] = {}
+    statuses = [s for given in options.get("status") or () for s in given.split(",") if s]
+    if statuses:
+        out["status"] = statuses
+    for _, name, _ in _FILTER_OPTIONS[1:]:
+        value = options.get(name)
+        if value is None:
+            continue
+        out[name] = parse_time(value) if name.endswith(("_after", "_before")) else value
+    return cast(Filters, out)

@@ -1,0 +1,160 @@
+"""``celery tracked jobs`` / ``show`` / ``pipeline``: reading jobs (never their payload or
+result)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from celery.bin.base import CeleryCommand
+
+from ..jobs import Job, JobEvent, utcnow
+from .common import (
+    NotFound,
+    emit_json,
+    filter_options,
+    filters_from,
+    friendly,
+    json_option,
+    tracker_of,
+)
+from .common import style as output_style
+from .group import tracked
+from .render import (
+    JOB_HEADERS,
+    Cell,
+    clip,
+    duration,
+    event_dict,
+    fields,
+    job_dict,
+    job_rows,
+    relative,
+    table,
+)
+
+
+@tracked.command(cls=CeleryCommand)
+@filter_options
+@click.option("--limit", default=50, show_default=True, help="Jobs per page (1-1000).")
+@click.option("--cursor", default=None, help="The next page: a listing's next cursor.")
+@json_option
+@click.pass_context
+def jobs(
+    ctx: click.Context, /, limit: int, cursor: str | None, as_json: bool, **options: Any
+) -> None:
+    """List jobs, newest first, by filters; a page at a time (--cursor).
+
+    \b
+    celery -A proj tracked jobs --status failed --created-after 1d
+    celery -A proj tracked jobs --queue emails --status pending,retrying --json
+    """
+    tracker = tracker_of(ctx)
+    with friendly("listing jobs"):
+        page = tracker.jobs(limit=limit, cursor=cursor, **filters_from(options))
+    if as_json:
+        emit_json({"jobs": [job_dict(j) for j in page.jobs], "next_cursor": page.next_cursor})
+        return
+    if not page.jobs:
+        click.echo("no jobs match")
+        return
+    click.echo(table(JOB_HEADERS, job_rows(page.jobs, utcnow()), output_style()))
+    if page.next_cursor:
+        click.echo(f"\nmore: add --cursor {page.next_cursor}")
+
+
+@tracked.command(cls=CeleryCommand)
+@click.argument("job_id")
+@click.option("--history/--no-history", default=True, help="Show the job's events.")
+@json_option
+@click.pass_context
+def show(ctx: click.Context, job_id: str, history: bool, as_json: bool) -> None:
+    """Show one job (with its progress and stage, never its payload or result) and its
+    history (the body's ``self.log`` lines included, event ``log``)."""
+    tracker = tracker_of(ctx)
+    with friendly("reading the job"):
+        job = tracker.get_job(job_id)
+        events = tracker.history(job_id) if history and job is not None else []
+    if job is None:
+        raise NotFound(f"no job {job_id}")
+    if as_json:
+        out = job_dict(job)
+        out["history"] = [event_dict(e) for e in events] if history else None
+        emit_json(out)
+        return
+    style = output_style()
+    click.echo(fields(_job_fields(job), style))
+    if history:
+        click.echo("")
+        click.echo(table(EVENT_HEADERS, _event_rows(events), style))
+
+
+EVENT_HEADERS = ("AT", "EVENT", "STATUS", "ATTEMPT", "DURATION", "MESSAGE")
+
+
+def _job_fields(job: Job) -> list[tuple[str, Cell]]:
+    now = utcnow()
+
+    def at(when: Any) -> str:
+        return "-" if when is None else f"{when.isoformat()}  ({relative(when, now)})"
+
+    error = f"{job.error_type}: {job.error_message}" if job.error_type else "-"
+    pairs: list[tuple[str, Cell]] = [
+        ("id", job.id),
+        ("status", (job.status.value, job.status.value)),
+        ("queue", job.queue_name),
+        ("job type", job.job_type),
+        ("task", job.task_name),
+        ("attempts", f"{job.attempts_made}/{job.max_attempts}"),
+        ("progress", f"{job.progress}%" + (f"  {job.stage}" if job.stage else "")),
+        ("error", (error, "failed" if job.error_type else None)),
+        ("created", at(job.created_at)),
+        ("started", at(job.started_at)),
+        ("finished", at(job.finished_at)),
+        ("duration", duration(None if job.duration_ms is None else job.duration_ms / 1000)),
+        ("worker", job.worker or "-"),
+        ("correlation id", job.correlation_id or "-"),
+        ("parent job", job.parent_job_id or "-"),
+        ("owner", job.owner_id or "-"),
+        ("idempotency key", job.idempotency_key or "-"),
+    ]
+    if job.cancel_requested_at is not None:
+        pairs.append(("cancel requested", (at(job.cancel_requested_at), "cancelled")))
+    return pairs
+
+
+def _event_rows(events: list[JobEvent]) -> list[list[Cell]]:
+    return [
+        [
+            e.created_at.isoformat(timespec="milliseconds"),
+            e.event,
+            (e.status.value, e.status.value),
+            str(e.attempt),
+            duration(None if e.duration_ms is None else e.duration_ms / 1000),
+            clip(e.message, 200),
+        ]
+        for e in events
+    ]
+
+
+@tracked.command(cls=CeleryCommand)
+@click.argument("correlation_id")
+@json_option
+@click.pass_context
+def pipeline(ctx: click.Context, correlation_id: str, as_json: bool) -> None:
+    """Show a pipeline (the jobs sharing a correlation id) as a tree, and its state."""
+    tracker = tracker_of(ctx)
+    with friendly("reading the pipeline"):
+        found = tracker.pipeline(correlation_id)
+    if as_json:
+        tree = [{**job_dict(job), "depth": depth} for depth, job in found.tree()]
+        emit_json(
+            {
+                "correlation_id": found.correlation_id,
+                "state": found.state,
+                "counts": found.counts,
+                "jobs": tree,
+            }
+        )
+        return
+    click.echo(found.render())

@@ -1,0 +1,42 @@
+"""``celery tracked migrate`` / ``downgrade``: need only the database setting (no Redis,
+no ``Tracker``)."""
+
+from __future__ import annotations
+
+import click
+from celery.bin.base import CeleryCommand
+
+from .. import migrate as migrations
+from ..errors import TrackedError
+from ..settings import Settings
+from .common import Failed, friendly
+from .group import tracked
+
+
+def _database_url(ctx: click.Context) -> str:
+    try:
+        return Settings.database_url_from_conf(ctx.obj.app.conf)
+    except TrackedError as exc:
+        raise Failed(str(exc)) from None
+
+
+@tracked.command(cls=CeleryCommand)
+@click.option("--revision", default="head", show_default=True, help="Alembic revision.")
+@click.pass_context
+def migrate(ctx: click.Context, revision: str) -> None:
+    """Create or upgrade the tracking tables."""
+    url = _database_url(ctx)
+    with friendly(f"migration on {migrations.describe(url)}"):
+        migrations.upgrade(url, revision)
+    click.echo(f"celery-tracked tables at {revision} on {migrations.describe(url)}")
+
+
+@tracked.command(cls=CeleryCommand)
+@click.argument("revision")
+@click.pass_context
+def downgrade(ctx: click.Context, revision: str) -> None:
+    """Downgrade the tracking tables (``base`` drops them)."""
+    url = _database_url(ctx)
+    with friendly("downgrade"):
+        migrations.downgrade(url, revision)
+    click.echo(f"celery-tracked tables at {revision}")

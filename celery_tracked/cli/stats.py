@@ -1,0 +1,56 @@
+"""``celery tracked stats``: counts per queue and status, the oldest pending job's age,
+failures in the last hour and expired leases (``Tracker.stats``)."""
+
+from __future__ import annotations
+
+import click
+from celery.bin.base import CeleryCommand
+
+from ..jobs import JobStatus
+from .common import emit_json, friendly, json_option, tracker_of
+from .common import style as output_style
+from .group import tracked
+from .render import Cell, duration, table
+
+HEADERS = (
+    "QUEUE",
+    *(s.value.upper() for s in JobStatus),
+    "TOTAL",
+    "OLDEST PENDING",
+    "FAILED 1H",
+    "EXPIRED LEASES",
+)
+
+
+@tracked.command(cls=CeleryCommand)
+@json_option
+@click.pass_context
+def stats(ctx: click.Context, as_json: bool) -> None:
+    """Counts per queue and status, oldest pending age, failures in the last hour,
+    expired leases."""
+    tracker = tracker_of(ctx)
+    with friendly("reading statistics"):
+        per_queue = tracker.stats()
+    if as_json:
+        emit_json(per_queue)
+        return
+    if not per_queue:
+        click.echo("no jobs")
+        return
+    rows: list[list[Cell]] = []
+    for queue, entry in sorted(per_queue.items()):
+        counts = entry["counts"]
+        row: list[Cell] = [queue]
+        for status in JobStatus:
+            n = counts.get(status.value, 0)
+            row.append((str(n), status.value) if n else "0")
+        age = entry["oldest_pending_age_s"]
+        failed, expired = entry.get("failed_last_hour", 0), entry.get("expired_leases", 0)
+        row += [
+            str(entry["total"]),
+            "-" if age is None else duration(age),
+            (str(failed), "failed" if failed else None),
+            (str(expired), "retrying" if expired else None),
+        ]
+        rows.append(row)
+    click.echo(table(HEADERS, rows, output_style()))

@@ -1,0 +1,341 @@
+"""Finding jobs: the filters of ``Tracker.jobs`` and of the bulk actions, the keyset
+cursor, a page of jobs, and what a bulk action did. Pure: no database, no Celery.
+
+Jobs are listed newest first, ordered by ``(created_at, id)`` descending: a total order,
+so a page never repeats or skips a row, however many jobs are created or change status
+meanwhile. A page's ``next_cursor`` is the position of its last job (an opaque token);
+the next page starts strictly after it. Filters (all optional, combined with AND):
+
+- ``status``: one status or several (any of them);
+- ``queue``, ``job_type``, ``task_name``, ``correlation_id``, ``owner_id``,
+  ``error_type``: equal to the value given;
+- ``created_after``/``created_before``, ``finished_after``/``finished_before``: an aware
+  ``datetime``, or a ``timedelta`` meaning that long before now; ``*_after`` is inclusive,
+  ``*_before`` exclusive.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timedelta, timezone
+from typing import Any, TypedDict
+
+from .errors import InvalidFilter
+from .jobs import Job, JobStatus, utcnow
+
+#: ``Tracker.jobs``: jobs per page by default, and at most.
+DEFAULT_PAGE = 50
+MAX_PAGE = 1000
+#: The longest text filter (the widest of the filtered columns).
+MAX_TEXT = 255
+_CURSOR_VERSION = "1"
+
+#: A status filter: one status (a ``JobStatus`` or its value) or several.
+Statuses = str | JobStatus | Iterable[str | JobStatus] | None
+#: A range bound: an aware datetime, or how long before now.
+Bound = datetime | timedelta | None
+
+
+class Filters(TypedDict, total=False):
+    """The filter keywords of ``Tracker.jobs``, ``retry_many`` and ``cancel_many``."""
+
+    status: Statuses
+    queue: str | None
+    job_type: str | None
+    task_name: str | None
+    correlation_id: str | None
+    owner_id: str | None
+    error_type: str | None
+    created_after: Bound
+    created_before: Bound
+    finished_after: Bound
+    finished_before: Bound
+
+
+_TEXT_FIELDS = ("queue", "job_type", "task_name", "correlation_id", "owner_id", "error_type")
+_RANGES = (("created_after", "created_before"), ("finished_after", "finished_before"))
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs: every field left None (or ``statuses`` empty) matches all of them.
+
+    Build it with :meth:`of` (which accepts the friendly forms: a status name, a list, a
+    ``timedelta``); the constructor checks every value.
+
+    Raises:
+        InvalidFilter: a value of the wrong type, a naive datetime, an empty range.
+    """
+
+    statuses: tuple[JobStatus, ...] = ()
+    queue: str | None = None
+    job_type: str | None = None
+    task_name: str | None = None
+    correlation_id: str | None = None
+    owner_id: str | None = None
+    error_type: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    finished_after: datetime | None = None
+    finished_before: datetime | None = None
+
+    def __post_init__(self) -> None:
+        for status in self.statuses:
+            if not isinstance(status, JobStatus):
+                raise InvalidFilter(f"status: {status!r} is not a JobStatus")
+        for name in _TEXT_FIELDS:
+            _check_text(name, getattr(self, name))
+        for after, before in _RANGES:
+            low, high = getattr(self, after), getattr(self, before)
+            _check_time(after, low)
+            _check_time(before, high)
+            if low is not None and high is not None and low >= high:
+                raise InvalidFilter(f"{after} ({low.isoformat()}) is not before {before}")
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        status: Statuses = None,
+        queue: str | None = None,
+        job_type: str | None = None,
+        task_name: str | None = None,
+        correlation_id: str | None = None,
+        owner_id: str | None = None,
+        error_type: str | None = None,
+        created_after: Bound = None,
+        created_before: Bound = None,
+        finished_after: Bound = None,
+        finished_before: Bound = None,
+        now: datetime | None = None,
+    ) -> JobFilter:
+        """The filter of ``Tracker.jobs``' keywords; a ``timedelta`` bound is taken back
+        from ``now`` (default: this process's clock)."""
+        now = now or utcnow()
+        return cls(
+            statuses=parse_statuses(status),
+            queue=queue,
+            job_type=job_type,
+            task_name=task_name,
+            correlation_id=correlation_id,
+            owner_id=owner_id,
+            error_type=error_type,
+            created_after=_bound("created_after", created_after, now),
+            created_before=_bound("created_before", created_before, now),
+            finished_after=_bound("finished_after", finished_after, now),
+            finished_before=_bound("finished_before", finished_before, now),
+        )
+
+    @property
+    def empty(self) -> bool:
+        """True when it matches every job."""
+        return self == JobFilter()
+
+    def as_dict(self) -> dict[str, Any]:
+        """The filters set, as JSON-ready values (statuses by value, times ISO 8601)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None or value == ():
+                continue
+            if f.name == "statuses":
+                out["status"] = [s.value for s in value]
+            elif isinstance(value, datetime):
+                out[f.name] = value.isoformat()
+            else:
+                out[f.name] = value
+        return out
+
+    def restricted_to(
+        self,
+        allowed: Sequence[JobStatus],
+        action: str,
+        default: Sequence[JobStatus] | None = None,
+    ) -> JobFilter:
+        """This filter for a bulk ``action`` that only acts on ``allowed`` statuses: no
+        status given means ``default`` (all of them when None); a status outside them is
+        refused."""
+        if not self.statuses:
+            return _replace(self, statuses=tuple(allowed if default is None else default))
+        wrong = [s.value for s in self.statuses if s not in allowed]
+        if wrong:
+            names = ", ".join(s.value for s in allowed)
+            raise InvalidFilter(
+                f"{action} acts on {names} jobs only, not {', '.join(wrong)}: "
+                "leave the status out, or name those statuses"
+            )
+        return self
+
+
+def _replace(filt: JobFilter, **changes: Any) -> JobFilter:
+    values = {f.name: getattr(filt, f.name) for f in fields(filt)}
+    values.update(changes)
+    return JobFilter(**values)
+
+
+def parse_statuses(status: Statuses) -> tuple[JobStatus, ...]:
+    """One status or several (names or ``JobStatus``), in order, without repeats.
+
+    Raises:
+        InvalidFilter: an unknown status, a value that is not a status at all, or an
+            empty list.
+    """
+    if status is None:
+        return ()
+    items: Iterable[Any] = (status,) if isinstance(status, str | JobStatus) else status
+    out: list[JobStatus] = []
+    try:
+        iterator = iter(items)
+    except TypeError:
+        raise InvalidFilter(f"status: {status!r} is neither a status nor a list") from None
+    for item in iterator:
+        if isinstance(item, JobStatus):
+            parsed = item
+        elif isinstance(item, str):
+            try:
+                parsed = JobStatus(item.strip().lower())
+            except ValueError:
+                known = ", ".join(s.value for s in JobStatus)
+                raise InvalidFilter(f"status: {item!r} is not one of {known}") from None
+        else:
+            raise InvalidFilter(f"status: {item!r} is not a status")
+        if parsed not in out:
+            out.append(parsed)
+    if not out:  # never "every status" by accident (a bulk action on an empty selection)
+        raise InvalidFilter("status: an empty list; leave it out (None) for every status")
+    return tuple(out)
+
+
+def _check_text(name: str, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or not value:
+        raise InvalidFilter(f"{name}: expected a non-empty string, got {value!r}")
+    if "\x00" in value or len(value) > MAX_TEXT:
+        raise InvalidFilter(f"{name}: at most {MAX_TEXT} characters, without NUL")
+
+
+def _check_time(name: str, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, datetime):
+        raise InvalidFilter(f"{name}: expected a datetime or a timedelta, got {value!r}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidFilter(f"{name}: a naive datetime is ambiguous; give an aware one (UTC)")
+
+
+def _bound(name: str, value: Bound, now: datetime) -> datetime | None:
+    if isinstance(value, timedelta):
+        if value < timedelta(0):
+            raise InvalidFilter(f"{name}: a timedelta means 'that long ago': not negative")
+        return now - value
+    _check_time(name, value)
+    return None if value is None else value.astimezone(timezone.utc)
+
+
+def check_limit(limit: Any, maximum: int | None = MAX_PAGE, name: str = "limit") -> int:
+    """A page size or a bulk action's limit: an int from 1 to ``maximum``."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidFilter(f"{name}: expected a positive int, got {limit!r}")
+    if maximum is not None and limit > maximum:
+        raise InvalidFilter(f"{name}: at most {maximum}, got {limit}")
+    return limit
+
+
+# -- the cursor -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a page ended: its last job's ``(created_at, id)``."""
+
+    created_at: datetime
+    id: str
+
+    @classmethod
+    def of(cls, job: Job) -> Position:
+        return cls(job.created_at.astimezone(timezone.utc), job.id)
+
+
+def encode_cursor(position: Position) -> str:
+    """An opaque, URL-safe token for ``position``."""
+    text = f"{_CURSOR_VERSION}|{position.created_at.isoformat()}|{position.id}"
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def decode_cursor(token: Any) -> Position:
+    """The position ``token`` (a ``next_cursor``) stands for.
+
+    Raises:
+        InvalidFilter: the token is not one :func:`encode_cursor` made.
+    """
+    bad = InvalidFilter("cursor: not a cursor of this listing (pass a page's next_cursor)")
+    if not isinstance(token, str) or not token or len(token) > 200:
+        raise bad
+    try:
+        text = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        version, stamp, job_id = text.split("|")
+        created = datetime.fromisoformat(stamp)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise bad from None
+    if version != _CURSOR_VERSION or created.tzinfo is None or not job_id:
+        raise bad
+    return Position(created, job_id)
+
+
+# -- results ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of ``Tracker.jobs``: its jobs (newest first) and the cursor of the next
+    page (None: this was the last one)."""
+
+    jobs: tuple[Job, ...]
+    next_cursor: str | None
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter(self.jobs)
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+
+def page_of(rows: Sequence[Job], limit: int) -> JobPage:
+    """The page of ``rows`` (read with ``limit + 1``: one more tells a next page exists)."""
+    if len(rows) <= limit:
+        return JobPage(tuple(rows), None)
+    shown = tuple(rows[:limit])
+    return JobPage(shown, encode_cursor(Position.of(shown[-1])))
+
+
+@dataclass(frozen=True)
+class BulkReport:
+    """What ``Tracker.retry_many`` / ``cancel_many`` did.
+
+    ``changed``: the ids of the jobs it moved; ``refused``: job id → why it was not moved
+    (it moved meanwhile, a redacted argument is needed, the broker refused...);
+    ``more``: other jobs matched beyond ``limit`` (run it again to act on them).
+    """
+
+    action: str
+    changed: tuple[str, ...] = ()
+    refused: Mapping[str, str] = field(default_factory=dict)
+    more: bool = False
+
+    @property
+    def matched(self) -> int:
+        return len(self.changed) + len(self.refused)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Stable JSON keys: action, matched, changed, refused, more."""
+        return {
+            "action": self.action,
+            "matched": self.matched,
+            "changed": list(self.changed),
+            "refused": dict(self.refused),
+            "more": self.more,
+        }

@@ -1,0 +1,236 @@
+"""Acceptance: every ``celery -A proj tracked`` command run with the real ``celery``
+executable against a populated database (issue 13, item 5): the readable table, ``--json``
+(stable keys), and the documented exit codes (0 done, 1 not found, 2 usage, 3 refused,
+4 failed); colour only on a terminal, never with ``NO_COLOR``."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import uuid
+from typing import Any
+
+import pytest
+from conftest import CELERY, HERE, worker_environ
+from tracked_app import QUEUE
+
+JOB_KEYS = {
+    "id", "status", "queue", "job_type", "task_name", "attempts", "attempts_made",
+    "max_attempts", "progress", "stage", "error", "error_type", "error_message",
+    "correlation_id", "parent_job_id", "owner_id", "idempotency_key", "worker",
+    "created_at", "started_at", "finished_at", "updated_at", "cancel_requested_at",
+    "duration_ms",
+}  # fmt: skip
+ANSI = "\x1b["
+
+
+@pytest.fixture
+def populated(env: Any, start_worker: Any) -> dict[str, Any]:
+    """2 completed, 2 failed (one with a redacted argument), 2 pending jobs."""
+    canary = f"canary-{uuid.uuid4().hex}"
+    start_worker()
+    done = [env.task("acc.succeed").enqueue(x=f"payload-{canary}").job_id for _ in range(2)]
+    failed = env.task("acc.always_fail").enqueue(x="a", _max_attempts=1).job_id
+    secret = env.task("acc.secret").enqueue(user="bob", password=canary, fail_times=9)
+    secret_id = secret.job_id
+    for job_id in (*done, failed):
+        env.wait_status(job_id, "completed", "failed", timeout=30)
+    env.wait_status(secret_id, "failed", timeout=30)  # 3 attempts
+    later = [
+        env.task("acc.succeed").enqueue(x=n, _options={"countdown": 600}).job_id for n in range(2)
+    ]
+    return {
+        "done": done,
+        "failed": failed,
+        "secret": secret_id,
+        "pending": later,
+        "all": [*done, failed, secret_id, *later],
+        "canary": canary,
+    }
+
+
+def ok_json(result: subprocess.CompletedProcess[str]) -> Any:
+    assert result.returncode == 0, result.stderr
+    assert ANSI not in result.stdout  # piped: never colour
+    return json.loads(result.stdout)
+
+
+def test_jobs_lists_filters_and_pages(populated: dict[str, Any], run_cli: Any) -> None:
+    everything = populated["all"]
+    table = run_cli("jobs")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    header = lines[0]
+    assert header.split() == [
+        "ID", "STATUS", "QUEUE", "JOB", "TYPE", "ATTEMPTS", "CREATED", "ENDED", "ERROR"
+    ]  # fmt: skip
+    rows = lines[1:]
+    assert [row.split()[0] for row in rows] == everything[::-1]  # newest first
+    column = header.index("STATUS")
+    assert all(row[column:].split()[0] in {"completed", "failed", "pending"} for row in rows)
+    assert all(" ago" in row for row in rows)
+    assert populated["canary"] not in table.stdout
+
+    listing = ok_json(run_cli("jobs", "--json"))
+    assert set(listing) == {"jobs", "next_cursor"} and listing["next_cursor"] is None
+    assert [j["id"] for j in listing["jobs"]] == everything[::-1]
+    assert all(set(j) == JOB_KEYS for j in listing["jobs"])
+    assert populated["canary"] not in json.dumps(listing)
+
+    seen: list[str] = []
+    cursor: list[str] = []
+    while True:
+        page = ok_json(run_cli("jobs", "--limit", "4", "--json", *cursor))
+        seen += [j["id"] for j in page["jobs"]]
+        if page["next_cursor"] is None:
+            break
+        cursor = ["--cursor", page["next_cursor"]]
+    assert seen == everything[::-1]
+    more = run_cli("jobs", "--limit", "4")
+    assert more.returncode == 0 and "more: add --cursor " in more.stdout
+
+    def listed(*args: str) -> list[str]:
+        return [j["id"] for j in ok_json(run_cli("jobs", "--json", *args))["jobs"]]
+
+    failed = {populated["failed"], populated["secret"]}
+    assert set(listed("--status", "failed")) == failed
+    assert set(listed("--status", "pending,completed")) == {
+        *populated["done"],
+        *populated["pending"],
+    }
+    assert listed("--error-type", "ValueError") == [populated["failed"]]
+    assert listed("--task", "acc.secret", "--queue", QUEUE) == [populated["secret"]]
+    assert len(listed("--created-after", "1h")) == 6
+    assert listed("--finished-before", "1d") == []
+    empty = run_cli("jobs", "--created-before", "2h")
+    assert empty.returncode == 0 and empty.stdout.strip() == "no jobs match"
+
+    for bad in (["--status", "nope"], ["--cursor", "garbage"], ["--limit", "0"], ["--since"]):
+        refused = run_cli("jobs", *bad)
+        assert refused.returncode == 2, (bad, refused.stdout, refused.stderr)
+        assert "Traceback" not in refused.stderr
+
+
+def test_show_and_pipeline(populated: dict[str, Any], run_cli: Any) -> None:
+    job_id = populated["failed"]
+    table = run_cli("show", job_id)
+    assert table.returncode == 0, table.stderr
+    assert f"id               {job_id}" in table.stdout
+    assert "status           failed" in table.stdout
+    assert "AT" in table.stdout and "enqueued" in table.stdout
+    shown = ok_json(run_cli("show", job_id, "--json"))
+    assert set(shown) == JOB_KEYS | {"history"}
+    assert [e["event"] for e in shown["history"]] == ["enqueued", "started", "failed"]
+    assert set(shown["history"][0]) == {
+        "id", "event", "status", "attempt", "message", "duration_ms", "created_at"
+    }  # fmt: skip
+    secret = run_cli("show", populated["secret"], "--json")
+    assert populated["canary"] not in secret.stdout + secret.stderr
+    missing = run_cli("show", str(uuid.uuid4()))
+    assert missing.returncode == 1 and "no job" in missing.stderr and missing.stdout == ""
+
+    tree = run_cli("pipeline", job_id)
+    assert tree.returncode == 0, tree.stderr
+    assert tree.stdout.splitlines()[0] == f"pipeline {job_id}: failed (failed 1)"
+    pipeline = ok_json(run_cli("pipeline", job_id, "--json"))
+    assert set(pipeline) == {"correlation_id", "state", "counts", "jobs"}
+    assert pipeline["state"] == "failed" and pipeline["jobs"][0]["depth"] == 0
+    assert run_cli("pipeline", "nope").returncode == 1
+
+
+def test_retry_and_cancel_one_job_and_their_refusals(
+    env: Any, populated: dict[str, Any], run_cli: Any
+) -> None:
+    retried = run_cli("retry", populated["failed"])
+    assert retried.returncode == 0, retried.stderr
+    assert retried.stdout.splitlines()[0] == "retried 1 of 1 matching job(s)"
+    env.wait_status(populated["failed"], "failed", timeout=30)  # fails again, once more
+
+    secret = run_cli("retry", populated["secret"], "--json")
+    assert secret.returncode == 3, secret.stderr
+    report = json.loads(secret.stdout)
+    assert report["changed"] == [] and "redacted" in report["refused"][populated["secret"]]
+    assert populated["canary"] not in secret.stdout
+
+    completed = run_cli("retry", populated["done"][0])
+    assert completed.returncode == 3
+    assert "it is completed: only failed or cancelled jobs are retried" in completed.stdout
+    assert run_cli("retry", str(uuid.uuid4())).returncode == 1
+    assert run_cli("retry").returncode == 2  # neither an id nor filters
+    assert run_cli("retry", populated["failed"], "--status", "failed").returncode == 2
+    assert run_cli("retry", "--status", "completed").returncode == 2  # never retried
+
+    cancelled = ok_json(run_cli("cancel", populated["pending"][0], "--json"))
+    assert cancelled["changed"] == [populated["pending"][0]]
+    assert env.status(populated["pending"][0]) == "cancelled"
+    again = run_cli("cancel", populated["pending"][0])
+    assert again.returncode == 3 and "it is cancelled" in again.stdout
+    running_done = run_cli("cancel", populated["done"][0], "--running")
+    assert running_done.returncode == 3 and "it is completed" in running_done.stdout
+    assert run_cli("cancel", str(uuid.uuid4())).returncode == 1
+    bulk = run_cli("cancel", "--all", "--json")
+    assert bulk.returncode == 0 and json.loads(bulk.stdout)["changed"] == [populated["pending"][1]]
+
+
+def test_stats_and_migrate(populated: dict[str, Any], run_cli: Any) -> None:
+    table = run_cli("stats")
+    assert table.returncode == 0, table.stderr
+    header, row = table.stdout.splitlines()
+    assert header.split()[:8] == [
+        "QUEUE", "PENDING", "PROCESSING", "RETRYING", "COMPLETED", "FAILED", "CANCELLED", "TOTAL"
+    ]  # fmt: skip
+    assert row.split()[:8] == [QUEUE, "2", "0", "0", "2", "2", "0", "6"]
+    stats = ok_json(run_cli("stats", "--json"))
+    assert set(stats[QUEUE]) == {
+        "counts", "total", "oldest_pending_age_s", "failed_last_hour", "expired_leases"
+    }  # fmt: skip
+    assert stats[QUEUE]["failed_last_hour"] == 2 and stats[QUEUE]["expired_leases"] == 0
+    migrated = run_cli("migrate")
+    assert migrated.returncode == 0 and "head" in migrated.stdout
+
+
+def test_a_database_that_cannot_be_reached_exits_4_with_one_line(env: Any, run_cli: Any) -> None:
+    unreachable = {"CELERY_TRACKED_DATABASE_URL": "postgresql+psycopg://u:s3cret@127.0.0.1:1/x"}
+    for args in (["jobs"], ["show", str(uuid.uuid4())], ["stats"], ["cancel", "--all"]):
+        out = run_cli(*args, environ=unreachable)
+        assert out.returncode == 4, (args, out.stdout, out.stderr)
+        assert "failed" in out.stderr and "Traceback" not in out.stderr
+        assert "s3cret" not in out.stderr
+
+
+def run_in_a_terminal(env: Any, *args: str, environ: dict[str, str] | None = None) -> str:
+    """``celery ... tracked <args>`` with its output on a pseudo-terminal."""
+    main, child = pty.openpty()
+    proc = subprocess.Popen(
+        [CELERY, "-A", "tracked_app", "tracked", *args],
+        cwd=str(HERE),
+        env=worker_environ(env.config, None, {"TERM": "xterm", **(environ or {})}),
+        stdout=child,
+        stderr=child,
+    )
+    os.close(child)
+    chunks: list[bytes] = []
+    while True:
+        try:
+            data = os.read(main, 65536)
+        except OSError:  # the terminal closed with the process
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=60)
+    os.close(main)
+    out = b"".join(chunks).decode()
+    assert proc.returncode == 0, out
+    return out
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(
+    env: Any, populated: dict[str, Any]
+) -> None:
+    coloured = run_in_a_terminal(env, "jobs")
+    assert "\x1b[32mcompleted" in coloured and "\x1b[31mfailed" in coloured
+    plain = run_in_a_terminal(env, "jobs", environ={"NO_COLOR": "1"})
+    assert ANSI not in plain and "completed" in plain
