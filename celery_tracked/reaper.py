@@ -123,6 +123,9 @@ class ReapReport:
     left: list[str] = field(default_factory=list)
     #: rescued, but the publish failed (a pending one is the relay's; the next pass retries)
     unpublished: list[str] = field(default_factory=list)
+    #: a stalled run a cancel was requested of (``Tracker.cancel(running=True)``): ended
+    #: ``cancelled`` as asked
+    cancelled: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, list[str]]:
         return {
@@ -130,6 +133,7 @@ class ReapReport:
             "abandoned": list(self.abandoned),
             "left": list(self.left),
             "unpublished": list(self.unpublished),
+            "cancelled": list(self.cancelled),
         }
 
 
@@ -284,6 +288,9 @@ class Reaper:
         publish: Callable[[Job], None],
         report: ReapReport,
     ) -> None:
+        if job.status is JobStatus.PROCESSING and job.cancel_requested_at is not None:
+            self._cancel(job, now, f"job {job.id} stalled: {why}; cancelled as requested", report)
+            return
         decision = decide(job, rescues, self.limits)
         message = f"job {job.id} stalled: {why}; {decision.why}"
         if decision.action is Action.ABANDON:
@@ -305,6 +312,15 @@ class Reaper:
             return
         if target is JobStatus.PENDING:
             self.store.handed_over(job.id, utcnow(), sent.revision)
+
+    def _cancel(self, job: Job, now: datetime, message: str, report: ReapReport) -> None:
+        cutoff = self.limits.cutoff(job.status, now)
+        grace = self.limits.lease_grace_s
+        if self.store.cancel_stalled_run(
+            job, grace_s=grace, run_cutoff=cutoff, message=message, now=utcnow()
+        ):
+            report.cancelled.append(job.id)
+            self._tell(job, "cancelled", JobStatus.CANCELLED, message, logging.WARNING)
 
     def _rescue(self, job: Job, now: datetime, message: str) -> bool:
         cutoff = self.limits.cutoff(job.status, now)

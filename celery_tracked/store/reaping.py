@@ -21,7 +21,7 @@ from sqlalchemy import Boolean, Integer, and_, bindparam, func, or_, select
 from ..jobs import Job, JobStatus
 from ..models import UTCDateTime, events, jobs
 from .clock import db_time
-from .statements import CURRENT, GRACE_S, LAPSED, MESSAGE, NOW, Move
+from .statements import CURRENT, GRACE_S, LAPSED, MESSAGE, NOW, UNCANCELLED, Move
 from .translate import reconnecting, translated
 
 #: The event of a rescue; ``Tracker.retry``'s event starts a new count of them.
@@ -81,7 +81,7 @@ RESCUE_RUN = Move(
     },
     _RUN_FENCE,
     RESCUED,
-    extra_where=(jobs.c.attempts_made < jobs.c.max_attempts,),
+    extra_where=(jobs.c.attempts_made < jobs.c.max_attempts, *UNCANCELLED),
 )
 #: pending → pending with a new message (handed over once published; else the relay's).
 RESCUE_PENDING = Move(
@@ -101,7 +101,32 @@ RESCUE_RETRYING = Move(
     _RETRYING_FENCE,
     RESCUED,
 )
-ABANDON_RUN = Move("abandon_run", _PROCESSING, JobStatus.FAILED, _ABANDON, _RUN_FENCE, "failed")
+ABANDON_RUN = Move(
+    "abandon_run",
+    _PROCESSING,
+    JobStatus.FAILED,
+    _ABANDON,
+    _RUN_FENCE,
+    "failed",
+    extra_where=UNCANCELLED,
+)
+#: A stalled run that was asked to stop (``Tracker.cancel(running=True)``) ends as asked.
+CANCEL_STALLED_RUN = Move(
+    "cancel_stalled_run",
+    _PROCESSING,
+    JobStatus.CANCELLED,
+    {
+        "locked_by": None,
+        "locked_until": None,
+        "updated_at": NOW,
+        "finished_at": NOW,
+        "error_type": None,
+        "error_message": MESSAGE,
+    },
+    _RUN_FENCE,
+    "cancelled",
+    extra_where=(jobs.c.cancel_requested_at.is_not(None),),
+)
 ABANDON_PENDING = Move(
     "abandon_pending", _PENDING, JobStatus.FAILED, _ABANDON, _PENDING_FENCE, "failed"
 )
@@ -208,6 +233,15 @@ class Reaping:
         params = _run_params(job, grace_s, run_cutoff, message, now)
         params["retries_exhausted"] = retries_exhausted
         return self.apply(ABANDON_RUN, params) is not None
+
+    @reconnecting
+    def cancel_stalled_run(
+        self, job: Job, *, grace_s: float, run_cutoff: datetime, message: str, now: datetime
+    ) -> bool:
+        """processing → cancelled for a stalled run a cancel was requested of, fenced like
+        :meth:`rescue_run`."""
+        params = _run_params(job, grace_s, run_cutoff, message, now)
+        return self.apply(CANCEL_STALLED_RUN, params) is not None
 
     @reconnecting
     def rescue_waiting(self, job: Job, *, cutoff: datetime, message: str, now: datetime) -> bool:

@@ -122,10 +122,27 @@ def test_a_lapsed_run_is_rescued_and_the_old_message_runs_nothing(tracker: Track
     assert claim is not None and claim.attempt == 2
 
 
+def test_a_stalled_run_asked_to_stop_is_cancelled_never_rescued_nor_abandoned(
+    tracker: Tracker,
+) -> None:
+    """``Tracker.cancel(job_id, running=True)`` recorded a request, then the whole worker
+    died: the reaper ends the job ``cancelled`` as asked (its body never runs again)."""
+    store = tracker.store
+    job = running(store, lease_s=60.0)
+    assert store.request_cancel(job.id, now=utcnow(), message="stop it")
+    assert store.renew(Claim(job.id, job.attempts_made, job.max_attempts), 0.0)
+    report, sent = wait_for(lambda: (r := reap(tracker))[0].cancelled and r, what="a cancel")
+    assert report.cancelled == [job.id] and report.rescued == report.abandoned == []
+    assert sent.jobs == []
+    assert get(tracker, job.id).status is JobStatus.CANCELLED
+    assert events(tracker, job.id)[-1] == "cancelled"
+
+
 def test_a_live_lease_is_never_touched_whatever_the_time(tracker: Tracker) -> None:
     job = running(tracker.store, lease_s=60.0)
     report, sent = reap(tracker, now=utcnow() + timedelta(days=2))
-    assert report.as_dict() == {"rescued": [], "abandoned": [], "left": [], "unpublished": []}
+    empty: dict[str, list[str]] = {"rescued": [], "abandoned": [], "left": [], "unpublished": []}
+    assert report.as_dict() == {**empty, "cancelled": []}
     assert get(tracker, job.id).status is JobStatus.PROCESSING and sent.jobs == []
 
 

@@ -185,4 +185,5 @@ def test_the_report_as_a_dict() -> None:
         "abandoned": ["b"],
         "left": ["c"],
         "unpublished": [],
+        "cancelled": [],
     }
