@@ -236,14 +236,14 @@ def _as_collector(collector: TableCollector) -> Collector:
 
 
 def table_reader(
-    stats: Callable[[], Mapping[str, Mapping[str, Any]]],
-    backlog: Callable[[], tuple[int, int]],
+    stats: Callable[[], Mapping[str, Mapping[str, Any]]], backlog: Callable[[], int]
 ) -> Callable[[], TableSnapshot]:
-    """What a :class:`TableCollector` reads: ``Tracker.stats()`` and the store's
-    ``backlog`` (relay backlog, expired leases)."""
+    """What a :class:`TableCollector` reads: ``Tracker.stats()`` (its per-queue
+    ``expired_leases`` summed) and the store's relay ``backlog``."""
 
     def read() -> TableSnapshot:
-        unpublished, expired = backlog()
-        return TableSnapshot.from_stats(stats(), relay_backlog=unpublished, expired_leases=expired)
+        per_queue = stats()
+        expired = sum(int(entry.get("expired_leases", 0)) for entry in per_queue.values())
+        return TableSnapshot.from_stats(per_queue, relay_backlog=backlog(), expired_leases=expired)
 
     return read

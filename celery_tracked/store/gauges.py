@@ -1,5 +1,5 @@
-"""Two counts the metrics read on every scrape (``metrics.py``): the relay's backlog and
-the expired leases. Both are answered from the ``status`` index."""
+"""The count the metrics read on every scrape besides ``stats`` (``metrics.py``): the
+relay's backlog, answered from the ``(status, created_at)`` index."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from sqlalchemy import func, select
 
 from ..jobs import JobStatus
 from ..models import jobs
-from .clock import db_time
 from .engines import Engines
 from .statements import CUTOFF
 from .translate import reconnecting, translated
@@ -24,12 +23,6 @@ COUNT_UNPUBLISHED = (
         jobs.c.updated_at < CUTOFF,
     )
 )
-#: Running rows whose lease has expired on the database's clock.
-COUNT_EXPIRED_LEASES = (
-    select(func.count())
-    .select_from(jobs)
-    .where(jobs.c.status == JobStatus.PROCESSING.value, jobs.c.locked_until < db_time())
-)
 
 
 class Gauges:
@@ -38,9 +31,7 @@ class Gauges:
     engines: Engines
 
     @reconnecting
-    def backlog(self, *, cutoff: datetime) -> tuple[int, int]:
-        """``(unpublished pending rows older than cutoff, expired leases)``."""
+    def backlog(self, *, cutoff: datetime) -> int:
+        """Pending rows never handed to the broker, last changed before ``cutoff``."""
         with translated("reading the relay backlog"), self.engines.transaction() as conn:
-            unpublished = conn.execute(COUNT_UNPUBLISHED, {"cutoff": cutoff}).scalar_one()
-            expired = conn.execute(COUNT_EXPIRED_LEASES).scalar_one()
-        return int(unpublished), int(expired)
+            return int(conn.execute(COUNT_UNPUBLISHED, {"cutoff": cutoff}).scalar_one())
