@@ -166,7 +166,10 @@ class Enqueuer:
                 self._release(key, job.job_id)
                 if job.rule.reused and not self._exists(job):
                     continue  # another producer created this round: decide again
-                return self._duplicate(job)
+                duplicate = self._duplicate(job)
+                if duplicate is None:
+                    continue  # the job it collided with was undone meanwhile: decide again
+                return duplicate
             except StoreError as exc:
                 self._release(key, job.job_id)
                 raise self._failure(job, redact_keys, "database", exc) from None
@@ -207,24 +210,29 @@ class Enqueuer:
 
     def _acquire(self, job: NewJob, key: str, ttl_ms: int) -> Job | None:
         """None when this producer holds the key; else the holder's job, once its message
-        was handed to the broker."""
-        deadline = time.monotonic() + self.duplicate_wait_s
-        while True:
+        was handed to the broker.
+
+        A holder whose row does not exist is never waited for, whatever the reason (its
+        producer has not inserted yet, undid its enqueue, died, or the row was deleted by
+        hand): its token is dropped and the key taken at once. The database's unique
+        constraint then decides between this producer and one still about to insert: the
+        loser's insert collides and it returns the winner's job (``_duplicate``).
+        """
+        for _ in range(_ROUNDS_TRIED):
             holder = self.guard.acquire(key, job.job_id, ttl_ms)
             if holder is None or holder == job.job_id:
                 return None
             found = self.store.get(holder)
-            if found is not None:
-                settled = self._settled(job, found)
-                if settled is not None:
-                    return settled
-                continue  # the holder undid its enqueue: the key is free again
-            # the holder has not committed its row yet, or it died before doing so
-            if time.monotonic() >= deadline:
-                self.guard.release(key, holder)  # a stale token: only that exact one goes
-                deadline = time.monotonic() + self.duplicate_wait_s
+            if found is None:
+                self.guard.release(key, holder)  # only that exact token goes
                 continue
-            time.sleep(0.01)
+            settled = self._settled(job, found)
+            if settled is not None:
+                return settled
+            # the holder undid its enqueue: the key is free again
+        raise EnqueueError(
+            f"enqueue of {job.task_name}: its idempotency key kept changing hands; retry"
+        )
 
     def _exists(self, job: NewJob) -> bool:
         try:
@@ -262,9 +270,9 @@ class Enqueuer:
             current = self.store.get(current.id)
         return current
 
-    def _duplicate(self, job: NewJob) -> EnqueueResult[Any]:
+    def _duplicate(self, job: NewJob) -> EnqueueResult[Any] | None:
         """The job an insert collided with: this very id (a ``task_id`` given twice), else
-        the key's newest job."""
+        the key's newest job; None when that job is gone meanwhile (its enqueue undone)."""
         try:
             found = self.store.get(job.job_id)
             if found is None and job.call.key is not None:
@@ -272,9 +280,7 @@ class Enqueuer:
             found = None if found is None else self._settled(job, found)
         except StoreError as exc:
             raise EnqueueError(f"enqueue of {job.task_name} failed (database): {exc}") from None
-        if found is None:
-            raise EnqueueError(f"enqueue of {job.task_name}: duplicate key but no job found; retry")
-        return self._duplicate_of(job, found)
+        return None if found is None else self._duplicate_of(job, found)
 
     def _duplicate_of(self, job: NewJob, found: Job) -> EnqueueResult[Any]:
         if job.canvas:
