@@ -30,7 +30,7 @@ from .errors import DuplicateInCanvas, EnqueueError, StoreError, mask_secrets
 from .guard import Guard, GuardError
 from .hooks import Hooks, Transition
 from .jobs import EnqueueResult, Job, JobStatus, utcnow
-from .keys import KeyRule, Then, then
+from .keys import KeyRule, Then, then, undo_replace
 from .messages import TrackedHeaders
 from .store import DuplicateJob, JobStore
 
@@ -327,23 +327,32 @@ class Enqueuer:
         return EnqueueResult(pending.id, JobStatus.PENDING, False)
 
     def _undo_replace(self, pending: Job, made: int) -> str:
-        """Give back the arguments a failed debounce publish replaced; what the caller must
-        know if that failed too."""
+        """Give back the arguments a failed debounce publish replaced (``keys.undo_replace``:
+        at a newer revision, left to the relay); what the caller must know."""
+        undo = undo_replace(pending, made)
         try:
-            self.store.undo_replace(
+            undone = self.store.undo_replace(
                 pending.id,
                 made=made,
-                payload_json=pending.payload_json,
-                published_at=pending.published_at,
+                revision=undo.revision,
+                payload_json=undo.payload_json,
                 now=utcnow(),
-                message="debounce undone: its message could not be published",
+                message=(
+                    "debounce undone: its message could not be published; the previous "
+                    f"arguments are published by the relay (revision {undo.revision})"
+                ),
             )
         except StoreError as exc:
             return (
                 f"; job {pending.id} keeps the new arguments ({exc}): the relay publishes it "
                 "after tracked_relay_grace_seconds"
             )
-        return f"; job {pending.id} keeps its previous arguments"
+        if not undone:  # handed over (by a relay), started, or replaced again meanwhile
+            return f"; job {pending.id} moved on meanwhile and was left as it is"
+        return (
+            f"; job {pending.id} keeps its previous arguments: the relay publishes it after "
+            "tracked_relay_grace_seconds"
+        )
 
     def _tell(self, job: NewJob, event: str, status: str, message: str) -> None:
         level = logging.ERROR if event == "error" else logging.INFO

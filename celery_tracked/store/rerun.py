@@ -7,7 +7,9 @@ message of the new revision and records it handed over. A delivery of an older r
 runs nothing (``CLAIM``/``TAKE_OVER`` are fenced to the current one), so only the latest
 message ever runs; if the caller dies before publishing, the relay publishes the row.
 A publish that failed is undone by the matching ``UNDO_*`` move, fenced to the revision
-it made and to a message nobody handed over (not even a relay).
+it made and to a message nobody handed over (not even a relay). An undo never gives the row
+an older revision back (that message may have been consumed meanwhile): a debounce's undo
+moves on to a newer one, left to the relay (``keys.undo_replace``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ PAYLOAD = _param("payload_json", Text)
 #: Attempts the retried job may make from now on.
 BUDGET = _param("budget", Integer)
 OLD_MAX = _param("old_max_attempts", Integer)
-OLD_PUBLISHED = _param("old_published_at", UTCDateTime, optional=True)
 OLD_FINISHED = _param("old_finished_at", UTCDateTime, optional=True)
 #: The revision the undone move made.
 MADE = _param("made", Integer)
@@ -53,11 +54,13 @@ REPLACE = Move(
     (jobs.c.revision == REVISION,),
     "debounced",
 )
+#: A debounce whose publish failed: its previous arguments, at a revision newer than every
+#: message sent (``keys.undo_replace``), left unpublished for the relay.
 UNDO_REPLACE = Move(
     "undo_replace",
     _PENDING,
     JobStatus.PENDING,
-    {"payload_json": PAYLOAD, "revision": REVISION, "published_at": OLD_PUBLISHED},
+    {"payload_json": PAYLOAD, "revision": REVISION, "published_at": None, "updated_at": NOW},
     _UNSENT,
     "debounce_undone",
 )
@@ -121,14 +124,16 @@ class Rerun:
         job_id: str,
         *,
         made: int,
+        revision: int,
         payload_json: str | None,
-        published_at: datetime | None,
         now: datetime,
         message: str,
     ) -> bool:
-        """Back to revision ``made - 1`` with its arguments, if nobody handed ``made`` over."""
-        params = {"job_id": job_id, "made": made, "at_revision": made - 1, "now": now}
-        params.update(payload_json=payload_json, old_published_at=published_at, message=message)
+        """pending at revision ``made`` → pending at ``revision`` (newer) with
+        ``payload_json`` and no message handed over (the relay's), if nobody handed
+        ``made`` over."""
+        params = {"job_id": job_id, "made": made, "at_revision": revision, "now": now}
+        params.update(payload_json=payload_json, message=message)
         return self.apply(UNDO_REPLACE, params) is not None
 
     @reconnecting
