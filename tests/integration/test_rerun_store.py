@@ -173,7 +173,24 @@ def test_an_undone_retry_is_failed_again(store: JobStore) -> None:
         2,
         failed.finished_at,
     )
-    assert [e.event for e in store.events(job_id)][-2:] == ["retried", "failed"]
+    assert [e.event for e in store.events(job_id)][-2:] == ["retried", "retry_undone"]
+
+
+def test_a_jobs_rounds_are_its_retries_and_their_undos(store: JobStore) -> None:
+    """What ``Tracker.retry`` reads to give a task it does not know the attempts its
+    latest round was given (``resend.granted``)."""
+    job_id = new_job(store)
+    assert store.retry_rounds(job_id) == []
+    fail(store, job_id)
+    failed = store.get(job_id)
+    assert failed is not None
+    assert store.retry(job_id, seen_revision=0, budget=3, now=utcnow(), message="retried")
+    undo = dict(made=1, status=JobStatus.FAILED, max_attempts=2, finished_at=failed.finished_at)
+    assert store.undo_retry(job_id, now=utcnow(), message="retry undone", **undo)
+    assert store.retry(job_id, seen_revision=1, budget=5, now=utcnow(), message="retried")
+    assert store.retry_rounds(job_id) == [("retried", 1), ("retry_undone", 1), ("retried", 1)]
+    job = store.get(job_id)
+    assert job is not None and job.max_attempts == 6
 
 
 def test_retry_is_refused_while_a_newer_job_holds_the_key(store: JobStore) -> None:
