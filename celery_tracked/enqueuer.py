@@ -3,8 +3,9 @@
 ``Enqueuer.enqueue`` takes a prepared call and a ``publish`` callable (the Celery adapter
 hands in its own send), and never calls back into the task class:
 
-1. take the idempotency guard (``Guard``: ``SET NX`` holding the job id), or wait for the
-   winner's row and return that job (``created=False``);
+1. take the idempotency guard (``Guard``: ``SET NX`` holding the job id), or return the
+   holder's job (``created=False``); a holder with no row is dropped at once, never waited
+   for (the database's unique constraint decides the race with its insert);
 2. insert the pending row and its ``enqueued`` event, committed;
 3. publish, then record in the row that its message was handed to the broker
    (``published_at``); if the publish fails, delete the row and release the guard (nothing

@@ -28,7 +28,12 @@ LIFETIMES = ["row", "ended", "debounce"]
 
 def keyed_task(app: Celery, lifetime: str) -> Any:
     @tracked_task(
-        app=app, name="stale.keyed", queue="q", idempotency_key="k:{n}", key_lifetime=lifetime
+        app=app,
+        shared=False,
+        name="stale.keyed",
+        queue="q",
+        idempotency_key="k:{n}",
+        key_lifetime=lifetime,
     )
     def keyed(n: str, m: int = 0) -> None: ...
 
