@@ -31,6 +31,9 @@ def courses(env: Any, tmp_path: Path) -> Iterator[Any]:
     """The example's app, configured for this test's services (in this process)."""
     from example_project.courses import celery_app as app
 
+    # Celery's ``close()`` keeps the producer pool of the broker the previous test used (a
+    # test gets another Redis DB whenever a concurrent run holds its last one): drop it
+    app.__dict__.pop("amqp", None)
     app.conf.update(
         broker_url=env.config["broker"],
         tracked_database_url=env.config["database_url"],
