@@ -3,8 +3,9 @@
 ``Enqueuer.enqueue`` takes a prepared call and a ``publish`` callable (the Celery adapter
 hands in its own send), and never calls back into the task class:
 
-1. take the idempotency guard (``Guard``: ``SET NX`` holding the job id), or wait for the
-   winner's row and return that job (``created=False``);
+1. take the idempotency guard (``Guard``: ``SET NX`` holding the job id), or return the
+   holder's job (``created=False``); a holder with no row is dropped at once, never waited
+   for (the database's unique constraint decides the race with its insert);
 2. insert the pending row and its ``enqueued`` event, committed;
 3. publish, then record in the row that its message was handed to the broker
    (``published_at``); if the publish fails, delete the row and release the guard (nothing
@@ -30,7 +31,7 @@ from .errors import DuplicateInCanvas, EnqueueError, StoreError, mask_secrets
 from .guard import Guard, GuardError
 from .hooks import Hooks, Transition
 from .jobs import EnqueueResult, Job, JobStatus, utcnow
-from .keys import KeyRule, Then, then
+from .keys import KeyRule, Then, then, undo_replace
 from .messages import TrackedHeaders
 from .store import DuplicateJob, JobStore
 
@@ -166,7 +167,10 @@ class Enqueuer:
                 self._release(key, job.job_id)
                 if job.rule.reused and not self._exists(job):
                     continue  # another producer created this round: decide again
-                return self._duplicate(job)
+                duplicate = self._duplicate(job)
+                if duplicate is None:
+                    continue  # the job it collided with was undone meanwhile: decide again
+                return duplicate
             except StoreError as exc:
                 self._release(key, job.job_id)
                 raise self._failure(job, redact_keys, "database", exc) from None
@@ -207,24 +211,29 @@ class Enqueuer:
 
     def _acquire(self, job: NewJob, key: str, ttl_ms: int) -> Job | None:
         """None when this producer holds the key; else the holder's job, once its message
-        was handed to the broker."""
-        deadline = time.monotonic() + self.duplicate_wait_s
-        while True:
+        was handed to the broker.
+
+        A holder whose row does not exist is never waited for, whatever the reason (its
+        producer has not inserted yet, undid its enqueue, died, or the row was deleted by
+        hand): its token is dropped and the key taken at once. The database's unique
+        constraint then decides between this producer and one still about to insert: the
+        loser's insert collides and it returns the winner's job (``_duplicate``).
+        """
+        for _ in range(_ROUNDS_TRIED):
             holder = self.guard.acquire(key, job.job_id, ttl_ms)
             if holder is None or holder == job.job_id:
                 return None
             found = self.store.get(holder)
-            if found is not None:
-                settled = self._settled(job, found)
-                if settled is not None:
-                    return settled
-                continue  # the holder undid its enqueue: the key is free again
-            # the holder has not committed its row yet, or it died before doing so
-            if time.monotonic() >= deadline:
-                self.guard.release(key, holder)  # a stale token: only that exact one goes
-                deadline = time.monotonic() + self.duplicate_wait_s
+            if found is None:
+                self.guard.release(key, holder)  # only that exact token goes
                 continue
-            time.sleep(0.01)
+            settled = self._settled(job, found)
+            if settled is not None:
+                return settled
+            # the holder undid its enqueue: the key is free again
+        raise EnqueueError(
+            f"enqueue of {job.task_name}: its idempotency key kept changing hands; retry"
+        )
 
     def _exists(self, job: NewJob) -> bool:
         try:
@@ -262,9 +271,9 @@ class Enqueuer:
             current = self.store.get(current.id)
         return current
 
-    def _duplicate(self, job: NewJob) -> EnqueueResult[Any]:
+    def _duplicate(self, job: NewJob) -> EnqueueResult[Any] | None:
         """The job an insert collided with: this very id (a ``task_id`` given twice), else
-        the key's newest job."""
+        the key's newest job; None when that job is gone meanwhile (its enqueue undone)."""
         try:
             found = self.store.get(job.job_id)
             if found is None and job.call.key is not None:
@@ -272,9 +281,7 @@ class Enqueuer:
             found = None if found is None else self._settled(job, found)
         except StoreError as exc:
             raise EnqueueError(f"enqueue of {job.task_name} failed (database): {exc}") from None
-        if found is None:
-            raise EnqueueError(f"enqueue of {job.task_name}: duplicate key but no job found; retry")
-        return self._duplicate_of(job, found)
+        return None if found is None else self._duplicate_of(job, found)
 
     def _duplicate_of(self, job: NewJob, found: Job) -> EnqueueResult[Any]:
         if job.canvas:
@@ -321,23 +328,32 @@ class Enqueuer:
         return EnqueueResult(pending.id, JobStatus.PENDING, False)
 
     def _undo_replace(self, pending: Job, made: int) -> str:
-        """Give back the arguments a failed debounce publish replaced; what the caller must
-        know if that failed too."""
+        """Give back the arguments a failed debounce publish replaced (``keys.undo_replace``:
+        at a newer revision, left to the relay); what the caller must know."""
+        undo = undo_replace(pending, made)
         try:
-            self.store.undo_replace(
+            undone = self.store.undo_replace(
                 pending.id,
                 made=made,
-                payload_json=pending.payload_json,
-                published_at=pending.published_at,
+                revision=undo.revision,
+                payload_json=undo.payload_json,
                 now=utcnow(),
-                message="debounce undone: its message could not be published",
+                message=(
+                    "debounce undone: its message could not be published; the previous "
+                    f"arguments are published by the relay (revision {undo.revision})"
+                ),
             )
         except StoreError as exc:
             return (
                 f"; job {pending.id} keeps the new arguments ({exc}): the relay publishes it "
                 "after tracked_relay_grace_seconds"
             )
-        return f"; job {pending.id} keeps its previous arguments"
+        if not undone:  # handed over (by a relay), started, or replaced again meanwhile
+            return f"; job {pending.id} moved on meanwhile and was left as it is"
+        return (
+            f"; job {pending.id} keeps its previous arguments: the relay publishes it after "
+            "tracked_relay_grace_seconds"
+        )
 
     def _tell(self, job: NewJob, event: str, status: str, message: str) -> None:
         level = logging.ERROR if event == "error" else logging.INFO

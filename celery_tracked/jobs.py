@@ -65,12 +65,14 @@ class NewRow:
 
     ``new_job``: a pending ``background_jobs`` row (a pipeline's successor), inserted
     unless its id or idempotency key is taken (then nothing is inserted, and the
-    completion still commits), with its ``enqueued`` event when it is.
+    completion still commits), with its ``enqueued`` event when it is (``message``: that
+    event's message).
     """
 
     table: str
     values: Mapping[str, Any]
     new_job: bool = False
+    message: str | None = None
 
     def __post_init__(self) -> None:
         if self.table not in TABLES:

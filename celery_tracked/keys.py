@@ -94,6 +94,40 @@ def then(rule: KeyRule, latest: Job, now: datetime) -> Then:
     return Then.DUPLICATE
 
 
+@dataclass(frozen=True)
+class UndoneReplace:
+    """How the row of a debounce replacement whose message could not be published is
+    left (:func:`undo_replace`): its previous arguments at a revision newer than every
+    message sent for it, with no message handed over (``published_at`` empty)."""
+
+    revision: int
+    payload_json: str | None
+
+
+def undo_replace(previous: Job, made: int) -> UndoneReplace:
+    """The undo of a debounce replacement that made revision ``made`` of ``previous``
+    (the row as the replacement read it) and whose publish failed.
+
+    The row's message states, each a revision's message being *queued*, *consumed* (run, or
+    skipped as stale) or *unknown* (a publish that raised may still have reached the broker):
+
+    - while the row held revision ``made``, a delivery of the previous message (revision
+      ``made - 1``) may have come, been skipped as stale and acknowledged: giving the row
+      that revision back could leave a ``pending`` job whose only message is consumed, and
+      marked handed over, so the relay would never look at it. The undo therefore never
+      goes back to an older revision;
+    - the replacement's own message (revision ``made``) is unknown: the undo must not let it
+      run with the arguments given back either.
+
+    So the previous arguments get revision ``made + 1``, newer than both, and no message:
+    whichever of the two is delivered runs nothing, and the relay publishes the row after
+    ``tracked_relay_grace_seconds`` (one message of the current revision). The store applies
+    it only while nobody handed revision ``made`` over (not even a relay): else that message
+    runs, with the new arguments, and the undo changes nothing.
+    """
+    return UndoneReplace(revision=made + 1, payload_json=previous.payload_json)
+
+
 #: The tracked options that make a task's key rule.
 KEY_OPTIONS = ("key_lifetime", "throttle_s", "debounce_s")
 

@@ -24,13 +24,17 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from celery import Celery
+from celery.utils.saferepr import saferepr
 
+from .calls import REPR_CHARS
 from .codec import PAYLOAD_DEPTH, check_depth, decode, encode
 from .errors import EnqueueError, JobNotFound, RetryRefused, StoreError, mask_secrets
 from .hooks import Transition
 from .jobs import Job, JobStatus, utcnow
 from .messages import TrackedHeaders, positive
-from .redact import holds_redacted, secret_values
+from .redact import holds_redacted, redact, secret_values
+from .store.rerun import RETRY_UNDONE
+from .successors import fail_soft_note
 
 if TYPE_CHECKING:
     from .tracker import Tracker
@@ -51,10 +55,47 @@ class Shape(Protocol):
     ) -> tuple[list[Any], dict[str, Any]]: ...
 
 
+class _Unnamed:
+    """The call shape of a task this process does not know: its positional arguments have
+    no names (a redacted one cannot be given again), its keyword arguments are redacted by
+    their names as usual."""
+
+    def names(self, count: int) -> list[str | None]:
+        return [None] * count
+
+    def redacted(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
+    ) -> tuple[list[Any], dict[str, Any]]:
+        return list(args), redact(dict(kwargs), keys)
+
+
 def stored_arguments(job: Job) -> tuple[list[Any], dict[str, Any]]:
     """The job's arguments as stored (redacted values included)."""
     payload = job.payload or {}
     return list(payload.get("args", ())), dict(payload.get("kwargs", {}))
+
+
+def stored_reprs(job: Job) -> tuple[str, str]:
+    """``argsrepr``/``kwargsrepr`` of ``job``'s message, from its row's redacted payload:
+    what Flower and task events show, whoever publishes it (even a process that never
+    imported the task)."""
+    args, kwargs = stored_arguments(job)
+    return saferepr(tuple(args), REPR_CHARS), saferepr(kwargs, REPR_CHARS)
+
+
+def granted(max_attempts: int, rounds: Sequence[tuple[str, int]]) -> int:
+    """The attempts the job's latest round was given: ``max_attempts`` less the attempts
+    made before that round began (at its enqueue: 0; at its latest retry not undone).
+    ``rounds``: its ``retried``/``retry_undone`` events in order, with the attempts made
+    before each."""
+    starts = [0]
+    for event, attempt in rounds:
+        if event == RETRY_UNDONE:
+            if len(starts) > 1:
+                starts.pop()
+        else:
+            starts.append(attempt)
+    return max(1, max_attempts - starts[-1])
 
 
 def retry_arguments(
@@ -69,7 +110,9 @@ def retry_arguments(
             beyond its secret values.
     """
     args, kwargs = stored_arguments(job)
-    names = shape.names(len(args)) if shape is not None else [None] * len(args)
+    known = shape is not None
+    shape = shape if shape is not None else _Unnamed()
+    names = shape.names(len(args))
     wanted: list[str] = []
     for index, (name, value) in enumerate(zip(names, args, strict=True)):
         if holds_redacted(value):
@@ -86,7 +129,7 @@ def retry_arguments(
         raise RetryRefused(
             f"job {job.id}: its stored arguments hold redacted values; pass them again: "
             f"tracker.retry(job_id, arguments={{...}}) with {', '.join(missing)}"
-            + ("" if shape is not None else f" (and register task {job.task_name} here)")
+            + ("" if known else f" (and register task {job.task_name} here)")
         )
     extra = sorted(set(given) - set(wanted))
     if extra:
@@ -94,7 +137,7 @@ def retry_arguments(
             f"job {job.id} re-runs with its stored arguments; only redacted ones may be "
             f"given again ({', '.join(wanted) or 'none'}), not {', '.join(extra)}"
         )
-    if wanted and shape is not None:
+    if wanted:
         safe_args, safe_kwargs = shape.redacted(args, kwargs, keys)
         if decode(encode({"args": safe_args, "kwargs": safe_kwargs})) != job.payload:
             raise RetryRefused(
@@ -107,15 +150,18 @@ def retry_arguments(
 def send_job(app: Celery, job: Job, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
     """Publish ``job``'s current message (its revision): same task id, tracking headers
     and queue (a ``countdown``/``eta`` given at enqueue is not kept)."""
+    argsrepr, kwargsrepr = stored_reprs(job)
     options: dict[str, Any] = {
         "task_id": job.celery_task_id or job.id,
         "headers": TrackedHeaders.of(job).to_headers(),
         "queue": job.queue_name,
+        "argsrepr": argsrepr,
+        "kwargsrepr": kwargsrepr,
     }
     task = app.tasks.get(job.task_name)
-    if task is not None:  # a tracked task re-publishes an existing job, reprs redacted
+    if task is not None:  # a tracked task re-publishes an existing job
         task.apply_async(tuple(args), dict(kwargs), **options)
-    else:
+    else:  # a process that never imported the task (an admin script, a web process)
         app.send_task(job.task_name, tuple(args), dict(kwargs), **options)
 
 
@@ -139,10 +185,8 @@ def retry(
     shape_of = getattr(task, "_shape", None)
     args, kwargs = retry_arguments(job, shape_of() if shape_of else None, arguments or {}, keys)
     check_depth([args, kwargs], PAYLOAD_DEPTH)  # values given again: PayloadNotSerializable
-    policy = getattr(task, "_tracked_retry", None)
-    budget = positive(attempts, "attempts") or (
-        getattr(policy, "max_attempts", None) or tracker.settings.default_attempts
-    )
+    _refuse_after_fail_soft(tracker, job)
+    budget = positive(attempts, "attempts") or _budget(tracker, job, task)
     made = job.revision + 1
     message = (
         f"job {job.id} retried: runs again with {budget} more attempt(s) "
@@ -179,6 +223,32 @@ def retry(
         Transition(job.id, "retried", "pending", message, job.queue_name, job.job_type)
     )
     return True
+
+
+def _budget(tracker: Tracker, job: Job, task: Any) -> int:
+    """The attempts a retry gives by default: the task's ``max_attempts`` where the task is
+    registered here, else what its latest round was given, as recorded (never the
+    settings' default: an admin process need not import the tasks)."""
+    policy = getattr(task, "_tracked_retry", None)
+    own = getattr(policy, "max_attempts", None)
+    if isinstance(own, int) and own > 0:
+        return own
+    return granted(job.max_attempts, tracker.store.retry_rounds(job.id))
+
+
+def _refuse_after_fail_soft(tracker: Tracker, job: Job) -> None:
+    """A pipeline step whose failure was followed by its fail-soft successor is not run
+    again: its pipeline went on from that failure (``docs/pipelines.md``)."""
+    if job.status is not JobStatus.FAILED or not job.retries_exhausted:
+        return  # only a failure after the retries creates fail-soft successors
+    successor = tracker.store.fail_soft_successor(job, fail_soft_note(job.id))
+    if successor is not None:
+        raise RetryRefused(
+            f"job {job.id}: its failure was followed by its fail-soft successor "
+            f"{successor.id} ({successor.job_type}, {successor.status.value}): its pipeline "
+            "went on from that failure, and running the step again would run both of its "
+            "branches; retry the successor instead, or start the pipeline again"
+        )
 
 
 def _refuse_if_key_taken(tracker: Tracker, job: Job) -> None:

@@ -147,6 +147,17 @@ def key_round(task: TrackedTask[Any, Any], job: NewJob) -> int:
     return latest.key_round + 1 if free else latest.key_round
 
 
+def successor_note(step_id: str) -> str:
+    """The message of a successor's ``enqueued`` event."""
+    return f"successor of job {step_id}: created when it completed"
+
+
+def fail_soft_note(step_id: str) -> str:
+    """The message of a fail-soft successor's ``enqueued`` event: how ``Tracker.retry``
+    knows that the step's failure was followed already (``resend.py``)."""
+    return f"fail-soft successor of job {step_id}: created when it failed after its retries"
+
+
 def derived_key(parent_job_id: str, job: NewJob) -> str:
     """The key of a successor that has none: the step, the successor's job type and its
     (redacted) arguments."""
@@ -187,8 +198,10 @@ class Successors(Hooks):
         if step is None or step.job_id != claim.job_id:
             return ()
         step.written = [d for d in step.declared if d.fail_soft is fail_soft]
+        note = (fail_soft_note if fail_soft else successor_note)(claim.job_id)
         return [
-            NewRow("background_jobs", d.job.row(d.key_round), new_job=True) for d in step.written
+            NewRow("background_jobs", d.job.row(d.key_round), new_job=True, message=note)
+            for d in step.written
         ]
 
     def after_transition(self, transition: Transition) -> None:

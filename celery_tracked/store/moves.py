@@ -224,4 +224,5 @@ def _insert_rows(conn: Connection, rows: Sequence[NewRow]) -> None:
         conn.execute(inserts.job_insert_if_absent(conn.dialect.name), params)
         # copied from the row: none when the insert was skipped (a new job's id is fresh)
         event = sql.event_insert(jobs, "enqueued", JobStatus.PENDING)
-        conn.execute(event, {"job_id": params["id"], "now": params["created_at"]})
+        values = {"job_id": params["id"], "now": params["created_at"], "message": row.message}
+        conn.execute(event, values)

@@ -7,7 +7,9 @@ message of the new revision and records it handed over. A delivery of an older r
 runs nothing (``CLAIM``/``TAKE_OVER`` are fenced to the current one), so only the latest
 message ever runs; if the caller dies before publishing, the relay publishes the row.
 A publish that failed is undone by the matching ``UNDO_*`` move, fenced to the revision
-it made and to a message nobody handed over (not even a relay).
+it made and to a message nobody handed over (not even a relay). An undo never gives the row
+an older revision back (that message may have been consumed meanwhile): a debounce's undo
+moves on to a newer one, left to the relay (``keys.undo_replace``).
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Boolean, Integer, Text, exists
+from sqlalchemy import Boolean, Integer, String, Text, exists, or_, select
 
-from ..jobs import JobStatus
-from ..models import UTCDateTime, jobs
-from .statements import NOW, RELAY_CLAIM, RELAYED, REVISION, Move, _param
-from .translate import reconnecting
+from ..jobs import Job, JobStatus
+from ..models import UTCDateTime, events, jobs
+from .engines import Engines
+from .statements import JOB_ID, NOW, RELAY_CLAIM, RELAYED, REVISION, Move, _param
+from .translate import reconnecting, translated
 
 _PENDING = (JobStatus.PENDING,)
 _ENDED = (JobStatus.FAILED, JobStatus.CANCELLED)
@@ -29,7 +32,6 @@ PAYLOAD = _param("payload_json", Text)
 #: Attempts the retried job may make from now on.
 BUDGET = _param("budget", Integer)
 OLD_MAX = _param("old_max_attempts", Integer)
-OLD_PUBLISHED = _param("old_published_at", UTCDateTime, optional=True)
 OLD_FINISHED = _param("old_finished_at", UTCDateTime, optional=True)
 #: The revision the undone move made.
 MADE = _param("made", Integer)
@@ -53,11 +55,13 @@ REPLACE = Move(
     (jobs.c.revision == REVISION,),
     "debounced",
 )
+#: A debounce whose publish failed: its previous arguments, at a revision newer than every
+#: message sent (``keys.undo_replace``), left unpublished for the relay.
 UNDO_REPLACE = Move(
     "undo_replace",
     _PENDING,
     JobStatus.PENDING,
-    {"payload_json": PAYLOAD, "revision": REVISION, "published_at": OLD_PUBLISHED},
+    {"payload_json": PAYLOAD, "revision": REVISION, "published_at": None, "updated_at": NOW},
     _UNSENT,
     "debounce_undone",
 )
@@ -93,14 +97,41 @@ _UNDONE_RETRY = {
     "retries_exhausted": _param("old_retries_exhausted", Boolean),
     "updated_at": NOW,
 }
+#: The event of an undone retry (its status is the one the job went back to).
+RETRY_UNDONE = "retry_undone"
 UNDO_RETRY = {
-    ended: Move(f"undo_retry_{ended.value}", _PENDING, ended, _UNDONE_RETRY, _UNSENT, ended.value)
+    ended: Move(f"undo_retry_{ended.value}", _PENDING, ended, _UNDONE_RETRY, _UNSENT, RETRY_UNDONE)
     for ended in _ENDED
 }
+#: A job's retries and their undos, in order (``attempt``: the attempts made before each).
+SELECT_ROUNDS = (
+    select(events.c.event, events.c.attempt)
+    .where(
+        events.c.job_id == JOB_ID,
+        or_(events.c.event == RETRY.event, events.c.event == RETRY_UNDONE),
+    )
+    .order_by(events.c.id)
+)
+#: A successor created by a step's failure: a job of the step's pipeline whose parent is
+#: the step and whose ``enqueued`` event carries the fail-soft note (``successors.py``).
+SELECT_FAIL_SOFT = (
+    select(jobs)
+    .join(events, events.c.job_id == jobs.c.id)
+    .where(
+        jobs.c.correlation_id == _param("correlation_id", String),
+        jobs.c.parent_job_id == JOB_ID,
+        events.c.event == "enqueued",
+        events.c.message == _param("note", Text),
+    )
+    .order_by(jobs.c.created_at)
+    .limit(1)
+)
 
 
 class Rerun:
     """The message side of :class:`~celery_tracked.store.JobStore` (``Moves.apply``)."""
+
+    engines: Engines
 
     if TYPE_CHECKING:  # provided by ``Moves``
 
@@ -122,14 +153,16 @@ class Rerun:
         job_id: str,
         *,
         made: int,
+        revision: int,
         payload_json: str | None,
-        published_at: datetime | None,
         now: datetime,
         message: str,
     ) -> bool:
-        """Back to revision ``made - 1`` with its arguments, if nobody handed ``made`` over."""
-        params = {"job_id": job_id, "made": made, "at_revision": made - 1, "now": now}
-        params.update(payload_json=payload_json, old_published_at=published_at, message=message)
+        """pending at revision ``made`` → pending at ``revision`` (newer) with
+        ``payload_json`` and no message handed over (the relay's), if nobody handed
+        ``made`` over."""
+        params = {"job_id": job_id, "made": made, "at_revision": revision, "now": now}
+        params.update(payload_json=payload_json, message=message)
         return self.apply(UNDO_REPLACE, params) is not None
 
     @reconnecting
@@ -160,6 +193,24 @@ class Rerun:
         params.update(old_finished_at=finished_at, message=message)
         params.update(old_retries_exhausted=retries_exhausted)
         return self.apply(UNDO_RETRY[status], params) is not None
+
+    @reconnecting
+    def retry_rounds(self, job_id: str) -> list[tuple[str, int]]:
+        """The job's ``retried`` and ``retry_undone`` events, oldest first, each with the
+        attempts made before it."""
+        with translated("reading the job's retries"), self.engines.transaction() as conn:
+            rows = conn.execute(SELECT_ROUNDS, {"job_id": job_id}).all()
+        return [(str(r[0]), int(r[1])) for r in rows]
+
+    @reconnecting
+    def fail_soft_successor(self, step: Job, note: str) -> Job | None:
+        """A successor the failure of ``step`` created (its ``enqueued`` event's message
+        is ``note``), if any."""
+        pipeline = step.correlation_id or step.id  # a successor's, as ``successors.running``
+        params = {"job_id": step.id, "correlation_id": pipeline, "note": note}
+        with translated("reading the step's successors"), self.engines.transaction() as conn:
+            row = conn.execute(SELECT_FAIL_SOFT, params).mappings().first()
+        return None if row is None else Job.from_row(row)
 
     # -- relay ------------------------------------------------------------------------
 

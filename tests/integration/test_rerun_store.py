@@ -7,6 +7,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import pytest
 
@@ -89,23 +90,38 @@ def test_concurrent_replacements_each_make_one_revision(store: JobStore) -> None
     assert job is not None and job.revision == 8
 
 
-def test_an_undone_replacement_gives_the_arguments_back(store: JobStore) -> None:
+def test_an_undone_replacement_gives_the_arguments_back_at_a_newer_revision(
+    store: JobStore,
+) -> None:
+    """Never the previous revision (its message may have been consumed meanwhile): the
+    previous arguments at revision 2, unpublished, so the relay sends the row."""
     job_id = new_job(store)
     store.handed_over(job_id, utcnow(), 0)
     before = store.get(job_id)
     assert before is not None and before.published_at is not None
     assert replace_args(store, job_id, seen=0, n=5)
-    undo = dict(made=1, payload_json=before.payload_json, now=utcnow(), message="undone")
-    assert store.undo_replace(job_id, published_at=before.published_at, **undo)
+    undo = dict(made=1, revision=2, payload_json=before.payload_json, message="undone")
+    assert store.undo_replace(job_id, now=utcnow(), **undo)
     after = store.get(job_id)
     assert after is not None
-    assert (after.revision, after.payload_json) == (0, before.payload_json)
-    assert after.published_at == before.published_at
-    assert claim(store, job_id, revision=0) is not None
+    assert (after.revision, after.payload_json) == (2, before.payload_json)
+    assert after.status is JobStatus.PENDING and after.published_at is None
+    assert [e.event for e in store.events(job_id)][-2:] == ["debounced", "debounce_undone"]
+    assert claim(store, job_id, revision=0) is None, "the previous message runs nothing"
+    assert claim(store, job_id, revision=1) is None, "nor the replacement's"
+    later = utcnow() + timedelta(seconds=5)
+    assert job_id in store.unpublished(cutoff=later, now=later), "the relay's to send"
+    assert not store.undo_replace(job_id, now=utcnow(), **undo), "undone once"
+    assert claim(store, job_id, revision=2) is not None
     # an undo never applies once that revision was handed over
     other = new_job(store)
     assert replace_args(store, other, seen=0, n=5) and store.handed_over(other, utcnow(), 1)
-    assert not store.undo_replace(other, published_at=None, **undo)
+    assert not store.undo_replace(other, now=utcnow(), **undo)
+    # nor once a relay took the row
+    third = new_job(store)
+    assert replace_args(store, third, seen=0, n=5)
+    assert store.relay_claim(third, owner="relay", now=later, lease_s=30, cutoff=later)
+    assert not store.undo_replace(third, now=utcnow(), **undo)
 
 
 def fail(store: JobStore, job_id: str) -> None:
@@ -157,7 +173,24 @@ def test_an_undone_retry_is_failed_again(store: JobStore) -> None:
         2,
         failed.finished_at,
     )
-    assert [e.event for e in store.events(job_id)][-2:] == ["retried", "failed"]
+    assert [e.event for e in store.events(job_id)][-2:] == ["retried", "retry_undone"]
+
+
+def test_a_jobs_rounds_are_its_retries_and_their_undos(store: JobStore) -> None:
+    """What ``Tracker.retry`` reads to give a task it does not know the attempts its
+    latest round was given (``resend.granted``)."""
+    job_id = new_job(store)
+    assert store.retry_rounds(job_id) == []
+    fail(store, job_id)
+    failed = store.get(job_id)
+    assert failed is not None
+    assert store.retry(job_id, seen_revision=0, budget=3, now=utcnow(), message="retried")
+    undo = dict(made=1, status=JobStatus.FAILED, max_attempts=2, finished_at=failed.finished_at)
+    assert store.undo_retry(job_id, now=utcnow(), message="retry undone", **undo)
+    assert store.retry(job_id, seen_revision=1, budget=5, now=utcnow(), message="retried")
+    assert store.retry_rounds(job_id) == [("retried", 1), ("retry_undone", 1), ("retried", 1)]
+    job = store.get(job_id)
+    assert job is not None and job.max_attempts == 6
 
 
 def test_retry_is_refused_while_a_newer_job_holds_the_key(store: JobStore) -> None:
