@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import random
 import socket
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -27,10 +28,11 @@ from celery import Celery, Task
 from celery.exceptions import Ignore, Reject, Retry, TimeLimitExceeded
 from celery.result import AsyncResult
 
-from . import eager, producer, progress, successors
+from . import attempt, eager, producer, progress, successors
+from .attempt import Attempt
 from .calls import CallShape
 from .decorator import tracked_task
-from .jobs import EnqueueResult, Job
+from .jobs import EnqueueResult, Job, utcnow
 from .keys import KeyRule
 from .limits import Limits
 from .maintenance import install_beat_entries
@@ -201,7 +203,8 @@ class TrackedTask(Task[P, R_co]):
             return eager.run_inline(super().apply, args, kwargs, **options)
         control, task_id = Control.pop_from(options), options.pop("task_id", None)
         args, kwargs = tuple(args or ()), dict(kwargs or {})
-        return self._enqueue(args, kwargs, task_id, control, options, super().apply)[1]
+        run_here = partial(eager.run_inline, super().apply)  # its retries inline too
+        return self._enqueue(args, kwargs, task_id, control, options, run_here)[1]
 
     def _enqueue(
         self,
@@ -274,7 +277,14 @@ class TrackedTask(Task[P, R_co]):
             limits=self._tracked_limits.for_delivery(shape, args, kwargs, request, settings),
         )
         body = getattr(self, "_orig_run", self.run)  # Celery's autoretry wrapper bypassed
-        return cast(R_co, self._settle(tracker.runner.run(run, lambda: body(*args, **kwargs))))
+
+        def call() -> Any:
+            running = attempt.current(headers.job_id)
+            if running is not None:  # Celery's count: the retries made before this attempt
+                request.retries = running.retries
+            return body(*args, **kwargs)
+
+        return cast(R_co, self._settle(tracker.runner.run(run, call)))
 
     def set_progress(self, percent: float, stage: str | None = None) -> bool:
         """The running job's ``progress`` (0-100) and ``stage``: ``progress.set_progress``."""
@@ -294,7 +304,7 @@ class TrackedTask(Task[P, R_co]):
         if isinstance(verdict, Retrying):
             self._republish(verdict.countdown, verdict.cause)
         if isinstance(verdict, Postponed):
-            self._republish(verdict.countdown, None, verdict.headers)
+            self._republish(verdict.countdown, None, verdict.headers, retry=False)
         _hide_arguments(self)
         if isinstance(verdict, Completed):
             return verdict.result
@@ -309,26 +319,63 @@ class TrackedTask(Task[P, R_co]):
         countdown: float,
         exc: Exception | None = None,
         headers: Mapping[str, Any] | None = None,
+        retry: bool = True,
     ) -> NoReturn:
-        """Deliver this message again (same task id and headers) after ``countdown`` s.
+        """Deliver this message again (same task id and headers) after ``countdown`` s:
+        the next attempt (``retry``), or this delivery again (a postponement: the message
+        keeps its ``retries`` count, as no attempt was made).
 
         Celery's own retry limit never applies (attempts are the tracker's).
         """
         options: dict[str, Any] = {}
         if headers:
             options["headers"] = {**(self.request.headers or {}), **headers}
+        request = self.request
+        made = request.retries
+        if not retry:  # Celery publishes ``request.retries + 1``
+            request.retries = made - 1
         try:
             raise self.retry(exc=exc, countdown=countdown, max_retries=_UNLIMITED, **options)
         except Retry:
             _hide_arguments(self)  # re-published: Celery now only stores the request
             raise
+        finally:
+            request.retries = made
 
-    def retry(self, *args: Any, **kwargs: Any) -> Any:
-        """Celery's ``retry`` (also behind ``autoretry_for``); a re-publish the broker
-        refused is handed back (``Reject(requeue=True)``), never dropped with attempts left."""
-        kwargs.setdefault("max_retries", _UNLIMITED)  # attempts are the tracker's
-        with _requeue_refused():
-            return super().retry(*args, **kwargs)
+    def retry(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        exc: Exception | None = None,
+        throw: bool = True,
+        eta: Any = None,
+        countdown: float | None = None,
+        max_retries: int | None = None,
+        **options: Any,
+    ) -> Any:
+        """Celery's ``retry``, with Celery's meaning: called by the running body, it
+        re-publishes while the job has an attempt left (and ``max_retries``, if given, is
+        not reached); else it raises ``exc`` (or ``MaxRetriesExceededError``) and the job
+        fails with it, retries used up. A re-publish the broker refused is handed back
+        (``Reject(requeue=True)``), never dropped with attempts left."""
+        running = _running_attempt(self)
+        if running is None:  # the tracker's own re-publish: attempts are the tracker's
+            limit = _UNLIMITED if max_retries is None else max_retries
+        else:
+            given = running.max_retries if max_retries is None else max_retries
+            limit = min(given, running.max_retries)
+        call = dict(args=args, kwargs=kwargs, exc=exc, throw=throw, eta=eta, countdown=countdown)
+        if running is not None:
+            running.retrying(utcnow())  # a countdown counts from here
+        try:
+            with _requeue_refused():
+                return super().retry(**call, max_retries=limit, **options)
+        except (Retry, Reject):
+            raise
+        except Exception as error:  # no retry left: Celery raised ``exc`` or its own
+            if running is not None:
+                running.give_up(error)
+            raise
 
     def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, _: Any) -> None:
         """Worker main process: a run killed by the hard time limit wrote nothing and its
@@ -336,13 +383,26 @@ class TrackedTask(Task[P, R_co]):
         if isinstance(exc, TimeLimitExceeded):
             republish = partial(_publish_again, self, args, kwargs)
             limit = exc.args[0] if exc.args else "?"
-            base = self._tracked_retry.base_ms(self.tracker.settings.default_backoff_ms)
-            self.tracker.aftermath.time_limited(task_id, limit, base, republish)
+            self.tracker.aftermath.time_limited(task_id, limit, self._retry_delay, republish)
+
+    def _retry_delay(self, attempt: int) -> int:
+        """The delay after failed attempt ``attempt`` by this task's retry policy, ms."""
+        settings = self.tracker.settings
+        policy = self._tracked_retry
+        return policy.delay_ms(
+            attempt, settings.default_backoff_ms, settings.max_backoff_ms, random.random
+        )
 
 
 def _pop_underscored(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The 0.1 control keywords (``_idempotency_key=``...) taken out of ``kwargs``."""
     return {name[1:]: kwargs.pop(name) for name in _UNDERSCORED.split() if name in kwargs}
+
+
+def _running_attempt(task: TrackedTask[Any, Any]) -> Attempt | None:
+    """The attempt whose body is running this request, if any."""
+    headers = TrackedHeaders.read(task.request.headers, task.request)
+    return None if headers is None else attempt.current(headers.job_id)
 
 
 def _hide_arguments(task: TrackedTask[Any, Any]) -> None:
