@@ -125,6 +125,11 @@ class Aftermath:
             time.sleep(_POLL_S)
 
     def _when_dead(self, job_id: str, end: Callable[[Job, str], None]) -> None:
+        # The store's engines are made here, in the calling thread (the one that forks pool
+        # children): made in the thread below, a child forked meanwhile would inherit
+        # their lock held and hang at its first claim.
+        self.store.engines.get()
+
         def run() -> None:
             try:
                 found = self.dead_run(job_id)

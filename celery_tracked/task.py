@@ -18,21 +18,18 @@ import inspect
 import logging
 import random
 import socket
-import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, ClassVar, NoReturn, ParamSpec, TypeVar, cast
 
 from celery import Celery, Task
-from celery.exceptions import Ignore, Reject, Retry, TimeLimitExceeded
+from celery.exceptions import Ignore, Retry, TimeLimitExceeded
 from celery.result import AsyncResult
 
-from . import attempt, eager, producer, progress, successors
-from .attempt import Attempt
+from . import attempt, eager, producer, progress, retries, successors
 from .calls import CallShape
 from .decorator import tracked_task
-from .jobs import EnqueueResult, Job, utcnow
+from .jobs import EnqueueResult, Job
 from .keys import KeyRule
 from .limits import Limits
 from .maintenance import install_beat_entries
@@ -50,8 +47,6 @@ from .tracker import Tracker
 logger = logging.getLogger("celery_tracked")
 
 _HOSTNAME = socket.gethostname()
-#: Celery's retry counter is not ours: postponements and re-publishes never exhaust it.
-_UNLIMITED = sys.maxsize
 #: ``enqueue``'s untyped control keywords (0.1), kept working: see ``with_options``.
 _UNDERSCORED = "_idempotency_key _correlation_id _parent_job_id _owner_id _max_attempts _options"
 
@@ -330,17 +325,12 @@ class TrackedTask(Task[P, R_co]):
         options: dict[str, Any] = {}
         if headers:
             options["headers"] = {**(self.request.headers or {}), **headers}
-        request = self.request
-        made = request.retries
-        if not retry:  # Celery publishes ``request.retries + 1``
-            request.retries = made - 1
         try:
-            raise self.retry(exc=exc, countdown=countdown, max_retries=_UNLIMITED, **options)
+            with retries.counted(self.request, retry):
+                raise self.retry(exc=exc, countdown=countdown, **options)
         except Retry:
             _hide_arguments(self)  # re-published: Celery now only stores the request
             raise
-        finally:
-            request.retries = made
 
     def retry(
         self,
@@ -353,29 +343,15 @@ class TrackedTask(Task[P, R_co]):
         max_retries: int | None = None,
         **options: Any,
     ) -> Any:
-        """Celery's ``retry``, with Celery's meaning: called by the running body, it
-        re-publishes while the job has an attempt left (and ``max_retries``, if given, is
-        not reached); else it raises ``exc`` (or ``MaxRetriesExceededError``) and the job
-        fails with it, retries used up. A re-publish the broker refused is handed back
-        (``Reject(requeue=True)``), never dropped with attempts left."""
-        running = _running_attempt(self)
-        if running is None:  # the tracker's own re-publish: attempts are the tracker's
-            limit = _UNLIMITED if max_retries is None else max_retries
-        else:
-            given = running.max_retries if max_retries is None else max_retries
-            limit = min(given, running.max_retries)
+        """Celery's ``retry``, with Celery's meaning (``retries.py``): called by the running
+        body, it re-publishes while the job has an attempt left (and ``max_retries``, if
+        given, is not reached); else it raises ``exc`` (or ``MaxRetriesExceededError``) and
+        the job fails with it, retries used up. A re-publish the broker refused is handed
+        back (``Reject(requeue=True)``), never dropped with attempts left."""
+        running = retries.running_attempt(self.request)
         call = dict(args=args, kwargs=kwargs, exc=exc, throw=throw, eta=eta, countdown=countdown)
-        if running is not None:
-            running.retrying(utcnow())  # a countdown counts from here
-        try:
-            with _requeue_refused():
-                return super().retry(**call, max_retries=limit, **options)
-        except (Retry, Reject):
-            raise
-        except Exception as error:  # no retry left: Celery raised ``exc`` or its own
-            if running is not None:
-                running.give_up(error)
-            raise
+        with retries.retrying(running):
+            return super().retry(**call, max_retries=retries.limit(running, max_retries), **options)
 
     def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, _: Any) -> None:
         """Worker main process: a run killed by the hard time limit wrote nothing and its
@@ -399,29 +375,11 @@ def _pop_underscored(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {name[1:]: kwargs.pop(name) for name in _UNDERSCORED.split() if name in kwargs}
 
 
-def _running_attempt(task: TrackedTask[Any, Any]) -> Attempt | None:
-    """The attempt whose body is running this request, if any."""
-    headers = TrackedHeaders.read(task.request.headers, task.request)
-    return None if headers is None else attempt.current(headers.job_id)
-
-
 def _hide_arguments(task: TrackedTask[Any, Any]) -> None:
     """Redact the request's arguments once nothing is re-published from them (Celery
     stores them in the result backend with ``result_extended=True``)."""
     req, keys = task.request, task.tracker.settings.redact_keys
     req.args, req.kwargs = task._shape().redacted(req.args or (), req.kwargs or {}, keys)
-
-
-@contextmanager
-def _requeue_refused() -> Iterator[None]:
-    """Celery's ``retry`` turns a failed re-publish into ``Reject(requeue=False)``: the
-    message would be dropped. Requeue it instead."""
-    try:
-        yield
-    except Reject as reject:
-        if getattr(reject, "requeue", False):
-            raise
-        raise Reject(getattr(reject, "reason", None), requeue=True) from None
 
 
 def _publish_again(

@@ -4,6 +4,7 @@ are ended from the worker's main process, fenced to the killed run (PostgreSQL, 
 from __future__ import annotations
 
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -175,3 +176,21 @@ def test_a_terminated_run_is_cancelled_once_its_process_is_gone(
     job = store.get(job_id)
     assert job is not None and job.locked_by is None and job.finished_at is not None
     assert [e.event for e in store.events(job_id)][-1] == "cancelled"
+
+
+def test_the_store_is_made_in_the_calling_thread_before_the_wait(
+    store: JobStore, aftermath: Aftermath, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's main thread forks pool children: the store's engines must be made
+    there, never first in the waiting thread (a child forked meanwhile inherited their
+    lock held and hung at its first claim until the hard time limit killed it)."""
+    threads: list[str] = []
+    made = store.engines.get
+
+    def get() -> Any:
+        threads.append(threading.current_thread().name)
+        return made()
+
+    monkeypatch.setattr(store.engines, "get", get)
+    aftermath.time_limited(str(uuid.uuid4()), 2, _SECOND, lambda j, c: None)
+    assert threads[:1] == [threading.current_thread().name]
