@@ -386,8 +386,7 @@ def _publish_again(
     task: TrackedTask[Any, Any], args: Any, kwargs: Any, job: Job, countdown: float
 ) -> None:
     """Publish ``job``'s message again from the worker's main process (no request there:
-    the tracked headers come from the row)."""
-    tracked = TrackedHeaders.of(job)
-    task.apply_async(
-        args, kwargs, headers=tracked.to_headers(), countdown=countdown, queue=job.queue_name
-    )
+    the tracked headers come from the row; ``retries``: the attempts made)."""
+    headers = TrackedHeaders.of(job).to_headers()
+    queue, made = job.queue_name, job.attempts_made
+    task.apply_async(args, kwargs, headers=headers, countdown=countdown, queue=queue, retries=made)

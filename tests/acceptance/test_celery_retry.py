@@ -18,6 +18,7 @@ from itertools import pairwise
 from typing import Any
 
 import pytest
+import tracked_app
 from celery import Celery, chord
 from celery.exceptions import MaxRetriesExceededError, Retry
 from retry_tasks import TIME_LIMIT_DELAY_S
@@ -191,10 +192,20 @@ def eager_scenarios() -> Iterator[tuple[str, dict[str, Any], tuple[str, str, str
         yield name, {**kwargs, "x": f"eager-{kwargs['x']}"}, expected, runs
 
 
+@pytest.fixture
+def in_process(env: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``env``, with bodies run in this process recording on the test's own Redis DB
+    (``tracked_app`` keeps one client per process, made for the first test's DB)."""
+    monkeypatch.setattr(tracked_app, "_records", {})
+    env.app.conf.update(task_always_eager=True)
+    return env
+
+
 @pytest.mark.parametrize("call", ["delay", "apply"])
-def test_eager_retries_end_like_plain_celery(env: Any, call: str) -> None:
+def test_eager_retries_end_like_plain_celery(in_process: Any, call: str) -> None:
     """``task_always_eager`` without ``task_eager_propagates``: the same ``EagerResult``."""
-    env.app.conf.update(task_always_eager=True, task_eager_propagates=False)
+    env = in_process
+    env.app.conf.update(task_eager_propagates=False)
     for name, kwargs, expected, runs in eager_scenarios():
         ends = {}
         for kind in ("p", "t"):
@@ -209,11 +220,14 @@ def test_eager_retries_end_like_plain_celery(env: Any, call: str) -> None:
         assert job.retries_exhausted is (expected[0] == "FAILURE")
 
 
-def test_eager_propagation_raises_the_bodys_exception_after_the_last_retry(env: Any) -> None:
+def test_eager_propagation_raises_the_bodys_exception_after_the_last_retry(
+    in_process: Any,
+) -> None:
     """``task_eager_propagates``: plain Celery raises its ``Retry`` out of the first call
     (its eager retries do not run); a tracked task runs its retries inline and raises the
     body's own exception once they are used up (docs/converting.md)."""
-    env.app.conf.update(task_always_eager=True, task_eager_propagates=True)
+    env = in_process
+    env.app.conf.update(task_eager_propagates=True)
     task = env.task("acc.t.self_retry")
     with pytest.raises(ValueError, match=r"^ea: run 4 failed$"):
         task.delay(x="ea")
@@ -239,11 +253,10 @@ def test_eager_propagation_raises_the_bodys_exception_after_the_last_retry(env: 
         env.task("acc.p.self_retry").delay(x="ep")
 
 
-def test_a_hard_time_limit_retry_waits_the_tasks_fixed_delay(env: Any, start_worker: Any) -> None:
+def test_a_hard_time_limit_retry_waits_the_tasks_fixed_delay(env: Any, watched: Watch) -> None:
     """``default_retry_delay=1.5, retry_jitter=False``: each retry after a hard time limit
     waits 1.5 s (not the default exponential, jittered backoff from 1.5 s: 1.5-1.9 s, then
-    3-3.8 s)."""
-    start_worker()
+    3-3.8 s), and its message counts the retry (Flower's "Retries")."""
     job_id = env.task("acc.tl_fixed").enqueue(x="tl", hang_runs=2).job_id
     job = env.wait_status(job_id, "completed", "failed", timeout=40)
     assert job.status is JobStatus.COMPLETED and job.attempts_made == 3, env.diagnose(job_id)
@@ -255,3 +268,5 @@ def test_a_hard_time_limit_retry_waits_the_tasks_fixed_delay(env: Any, start_wor
         gap = (after.created_at - before.created_at).total_seconds()
         assert TIME_LIMIT_DELAY_S - 0.3 <= gap < TIME_LIMIT_DELAY_S + 1.0, gap
     assert len(list(pairwise(started))) == 2
+    wait_for(lambda: watched.flower(job_id)[0] == "SUCCESS", timeout=10, what="Flower's view")
+    assert watched.flower(job_id) == ("SUCCESS", 2)
