@@ -8,18 +8,18 @@ in a thread and for a bounded time, until the lease holder is dead, then ends th
 one move fenced to it (the attempt last seen and the dead owner), so a run that moved on
 (a takeover, another worker) is never touched:
 
-- time limit: ``retrying`` and the message published again while attempts remain, else
-  ``failed`` with ``error_type = "TimeLimitExceeded"``;
+- time limit: ``retrying`` and the message published again after the task's retry delay
+  (its policy, as for any failed attempt) while attempts remain, else ``failed`` with
+  ``error_type = "TimeLimitExceeded"``;
 - terminated: ``cancelled``.
 
-Knows nothing of Celery: the re-publish comes in as a callable.
+Knows nothing of Celery: the re-publish and the task's retry delay come in as callables.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -28,7 +28,6 @@ from .errors import StoreError, safe_text
 from .hooks import Hooks, Transition
 from .jobs import Job, JobStatus, utcnow
 from .lease import HOST_ID, dead_holder, process_alive
-from .outcome import backoff_ms
 from .settings import Settings
 from .store import JobStore
 
@@ -36,6 +35,8 @@ logger = logging.getLogger("celery_tracked")
 
 #: ``republish(job, countdown_s)``: deliver the job's message again after ``countdown_s``.
 Republish = Callable[[Job, float], None]
+#: ``delay(attempt)``: the task's retry delay after failed attempt ``attempt``, in ms.
+Delay = Callable[[int], int]
 #: Longest wait for a killed run's process to be gone.
 DEATH_WAIT_S = 30.0
 _POLL_S = 0.1
@@ -49,14 +50,13 @@ class Aftermath:
         self.hooks = hooks
         self.settings = settings
 
-    def time_limited(
-        self, job_id: str, limit: object, backoff_base_ms: int, republish: Republish
-    ) -> None:
-        """The hard time limit killed ``job_id``'s run: retry or fail it (in a thread)."""
+    def time_limited(self, job_id: str, limit: object, delay: Delay, republish: Republish) -> None:
+        """The hard time limit killed ``job_id``'s run: retry it after ``delay(attempt)``
+        ms, or fail it (in a thread)."""
         reason = f"hard time limit ({safe_text(limit)} s) exceeded: the worker killed the run"
 
         def end(job: Job, stale_owner: str) -> None:
-            self.end_time_limited(job, stale_owner, reason, backoff_base_ms, republish)
+            self.end_time_limited(job, stale_owner, reason, delay, republish)
 
         self._when_dead(job_id, end)
 
@@ -73,7 +73,7 @@ class Aftermath:
         job: Job,
         stale_owner: str,
         reason: str,
-        backoff_base_ms: int,
+        delay: Delay,
         republish: Republish,
     ) -> None:
         """Write ``retrying`` (and re-publish first) or ``failed`` for a killed run."""
@@ -85,17 +85,17 @@ class Aftermath:
         if attempt >= job.max_attempts:
             self._write(job, stale_owner, JobStatus.FAILED, kind, reason, f"{kind}: {reason}")
             return
-        delay = backoff_ms(attempt, backoff_base_ms, self.settings.max_backoff_ms, random.random)
+        delay_ms = delay(attempt)
         try:
             # first: a message that arrives before the write finds a dead holder and takes
             # over; a write without a message would leave the job waiting for nothing
-            republish(job, delay / 1000)
+            republish(job, delay_ms / 1000)
         except Exception as exc:
             failed = f"{reason}; its retry could not be published: {safe_text(exc)}"
             self._write(job, stale_owner, JobStatus.FAILED, kind, failed, f"{kind}: {failed}")
             return
-        message = f"retry in {delay} ms after {kind}: {reason}"
-        self._write(job, stale_owner, JobStatus.RETRYING, kind, reason, message, delay)
+        message = f"retry in {delay_ms} ms after {kind}: {reason}"
+        self._write(job, stale_owner, JobStatus.RETRYING, kind, reason, message, delay_ms)
 
     def dead_run(self, job_id: str) -> tuple[Job, str] | None:
         """The job and the owner of its lease once that process (of this host) is gone;
@@ -128,6 +128,11 @@ class Aftermath:
             time.sleep(_POLL_S)
 
     def _when_dead(self, job_id: str, end: Callable[[Job, str], None]) -> None:
+        # The store's engines are made here, in the calling thread (the one that forks pool
+        # children): made in the thread below, a child forked meanwhile would inherit
+        # their lock held and hang at its first claim.
+        self.store.engines.get()
+
         def run() -> None:
             try:
                 found = self.dead_run(job_id)

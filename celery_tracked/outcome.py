@@ -13,10 +13,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from celery.exceptions import Ignore, Reject, Retry
+from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry
 
 from .errors import Unrecoverable
 
@@ -102,6 +102,8 @@ class Plan:
     delay_ms: int | None = None
     reraise: bool = False
     note: str | None = None
+    #: the failure used up the job's retries whatever its error (``Write.FAIL`` only)
+    used_up: bool = False
 
 
 def plan_outcome(
@@ -110,13 +112,20 @@ def plan_outcome(
     max_attempts: int,
     backoff: Callable[[int], int],
     retryable: Callable[[BaseException], bool] | None = None,
+    gave_up: bool = False,
+    retry_sent: datetime | None = None,
 ) -> Plan:
     """Classify how attempt ``attempt`` of ``max_attempts`` ended (``error`` None: it
     returned). ``backoff(attempt)`` gives the delay after a failed attempt, in ms;
-    ``retryable(error)`` false: the error fails the job at once (``retry_policy.py``)."""
+    ``retryable(error)`` false: the error fails the job at once (``retry_policy.py``);
+    ``gave_up``: ``error`` is what the body's own ``self.retry`` raised because no retry
+    remained (Celery's ``max_retries``): the job fails with it, its retries used up;
+    ``retry_sent``: when the body's own retry published its message."""
     last = attempt >= max_attempts
     if error is None:
         return Plan(Write.COMPLETE)
+    if gave_up:
+        return Plan(Write.FAIL, reraise=True, note="no retry left", used_up=True)
     if isinstance(error, Ignore):  # the body handed its work over (``replace``) or dropped it
         return Plan(Write.COMPLETE, reraise=True, note="ignored or replaced")
     if isinstance(error, Reject):
@@ -124,11 +133,13 @@ def plan_outcome(
         write = Write.RELEASE if getattr(error, "requeue", False) else Write.FAIL
         return Plan(write, reraise=True)
     if isinstance(error, Retry):
-        # the body asked for a retry itself (``self.retry``/``autoretry_for``): the message is
-        # already re-published; with no attempt left its delivery finds the job failed
+        # the body asked for a retry itself (``self.retry``): the message is already
+        # re-published. ``TrackedTask.retry`` never re-publishes from the last attempt (it
+        # raises like Celery); a ``Retry`` raised there anyway fails the job, and the
+        # re-published delivery finds it failed
         if last:
             return Plan(Write.FAIL, reraise=True)
-        return Plan(Write.RETRY, delay_ms=retry_delay_ms(error), reraise=True)
+        return Plan(Write.RETRY, delay_ms=retry_delay_ms(error, sent=retry_sent), reraise=True)
     if isinstance(error, Unrecoverable) or last:
         return Plan(Write.FAIL, reraise=True)
     if retryable is not None and not retryable(error):
@@ -158,6 +169,18 @@ def retry_cause(error: BaseException) -> BaseException:
     return error
 
 
+def final_error(error: BaseException) -> BaseException:
+    """What a job's final failure raises to Celery. A ``Retry`` is no failure to Celery
+    (its state would stay ``RETRY``, a chord would wait): its cause instead, else
+    ``MaxRetriesExceededError``, as Celery's own ``retry`` raises once none remain."""
+    if not isinstance(error, Retry):
+        return error
+    cause = retry_cause(error)
+    if cause is not error:
+        return cause
+    return MaxRetriesExceededError("Can't retry: the job has no attempt left")
+
+
 def backoff_ms(attempt: int, base_ms: int, cap_ms: int, rand: Callable[[], float]) -> int:
     """Delay before the attempt after ``attempt``: ``base * 2**(attempt-1)`` plus up to
     25 % jitter, capped at ``cap_ms``. Never below ``base_ms`` (unless the cap is)."""
@@ -165,17 +188,30 @@ def backoff_ms(attempt: int, base_ms: int, cap_ms: int, rand: Callable[[], float
     return int(min(cap_ms, exponential * (1 + 0.25 * rand())))
 
 
-def retry_delay_ms(retry: Retry, now: datetime | None = None) -> int:
-    """The delay a body's own ``self.retry(countdown=...|eta=...)`` asked for."""
+#: A body's own retry publishes its message before the attempt's ``retrying`` is written:
+#: the job's backoff ends up to this long before the message is due (at most half its
+#: countdown), so that the delivery finds it due rather than waiting once more.
+EARLY_MS = 250
+
+
+def retry_delay_ms(retry: Retry, now: datetime | None = None, sent: datetime | None = None) -> int:
+    """The delay, from ``now``, that a body's own ``self.retry(countdown=...|eta=...)``
+    asked for. ``sent``: when its message was published (a countdown counts from then, and
+    the delay ends a little early: ``EARLY_MS``)."""
     when = retry.when
     if isinstance(when, int | float):
-        return int(when * 1000)
-    if isinstance(when, datetime):
-        if when.tzinfo is None:  # Celery reads a naive eta as UTC
-            when = when.replace(tzinfo=timezone.utc)
-        now = now or datetime.now(timezone.utc)
-        return max(0, int((when - now).total_seconds() * 1000))
-    return 0
+        if sent is None:
+            return int(when * 1000)
+        when = sent + timedelta(seconds=when)
+    if not isinstance(when, datetime):
+        return 0
+    if when.tzinfo is None:  # Celery reads a naive eta as UTC
+        when = when.replace(tzinfo=timezone.utc)
+    now = now or datetime.now(timezone.utc)
+    delay = int((when - now).total_seconds() * 1000)
+    if sent is not None:
+        delay -= min(EARLY_MS, max(0, int((when - sent).total_seconds() * 1000)) // 2)
+    return max(0, delay)
 
 
 def postpone_for(remaining_s: float, lease_s: float) -> float:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
+from .attempt import Attempt
 from .errors import StoreError, error_type, mask_exception, summarize
 from .hooks import Hooks, Transition
 from .jobs import CLAIMABLE, Claim, JobStatus, NewRow, utcnow
@@ -36,14 +37,17 @@ from .outcome import (
     Skipped,
     Verdict,
     Write,
-    backoff_ms,
     exhausted,
+    final_error,
     plan_outcome,
     retry_cause,
 )
 from .retry_policy import RetryPolicy
 from .settings import Settings
 from .store import JobStore, Refused
+
+#: The policy of the library's own waits (not a task's retries).
+_OWN_WAITS = RetryPolicy()
 
 
 @dataclass(frozen=True)
@@ -82,13 +86,19 @@ class Recorder:
         self.hooks = hooks
         self.settings = settings
 
-    def plan(self, run: Run, claim: Claim, error: BaseException | None) -> Plan:
+    def plan(
+        self, run: Run, claim: Claim, error: BaseException | None, ran: Attempt | None = None
+    ) -> Plan:
+        """``plan_outcome`` by ``run``'s policy; ``ran``: what the body's own ``self.retry``
+        did in the attempt (``attempt.py``)."""
         plan = plan_outcome(
             error,
             claim.attempt,
             claim.max_attempts,
             partial(self.delay, run),
             run.policy.retries,
+            gave_up=ran is not None and ran.gave_up_with(error),
+            retry_sent=None if ran is None else ran.retry_sent,
         )
         if run.inline and plan.delay_ms:  # an inline retry runs now (``eager.py``)
             return replace(plan, delay_ms=0)
@@ -170,7 +180,9 @@ class Recorder:
         """Record the attempt as failed (``retrying`` or ``failed``, as ``plan`` says); a
         failure that exhausted the retries inserts the hooks' ``failure_rows`` with it."""
         rows: Sequence[NewRow] = ()
-        used_up = exhausted(error, claim.attempt, claim.max_attempts, run.policy.retries)
+        used_up = plan.used_up or exhausted(
+            error, claim.attempt, claim.max_attempts, run.policy.retries
+        )
         if plan.delay_ms is None and used_up:
             try:
                 rows = self.hooks.failure_rows(claim, error)
@@ -368,8 +380,9 @@ class Recorder:
         return run.policy.delay_ms(attempt, run.backoff_base_ms, cap, random.random)
 
     def backoff(self, attempt: int, base_ms: int, cap_ms: int | None = None) -> int:
+        """A wait of the library's own (the database is unavailable): the default policy."""
         cap = self.settings.max_backoff_ms if cap_ms is None else cap_ms
-        return backoff_ms(attempt, base_ms, cap, random.random)
+        return _OWN_WAITS.delay_ms(attempt, base_ms, cap, random.random)
 
     def tell(
         self,
@@ -402,5 +415,5 @@ def after_write(plan: Plan, error: Exception | None, result: Any = None) -> Verd
     if not plan.reraise:
         return Retrying((plan.delay_ms or 0) / 1000, error)
     if plan.write is Write.FAIL:
-        return Failed(error)
+        return Failed(final_error(error))
     return PassedOn(error)

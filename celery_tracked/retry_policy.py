@@ -70,13 +70,16 @@ class RetryPolicy:
         return self.retry_on is None or isinstance(error, self.retry_on)
 
     def delay_ms(
-        self, attempt: int, base_ms: int, default_cap_ms: int, rand: Callable[[], float]
+        self, attempt: int, default_base_ms: int, default_cap_ms: int, rand: Callable[[], float]
     ) -> int:
-        """Delay after failed attempt ``attempt``; ``base_ms`` already resolved."""
+        """The delay after failed attempt ``attempt``, ms: the one backoff of every retry
+        (a body's error, a failed completion, a run the hard time limit killed).
+        ``default_*``: the settings' values, for what the task did not declare."""
+        base = self.base_ms(default_base_ms)
         cap = default_cap_ms if self.cap_ms is None else self.cap_ms
         if not self.exponential:
-            return min(cap, base_ms)
-        return backoff_ms(attempt, base_ms, cap, rand if self.jitter else _no_jitter)
+            return min(cap, base)
+        return backoff_ms(attempt, base, cap, rand if self.jitter else _no_jitter)
 
 
 def _no_jitter() -> float:

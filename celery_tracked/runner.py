@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import successors
+from . import attempt, successors
 from .codec import encode
 from .errors import StoreError, Unrecoverable, mask_exception
 from .hooks import Delivery, Hooks, Wait
@@ -214,15 +214,16 @@ class Runner:
         result_json: str | None = None
         self.hooks.after_claim(delivery, claim)  # as close to the body as can be
         started = time.monotonic()
-        try:
-            with self.reports.reporting(run, claim):  # its progress written as it ends
-                result = body()
-            result_json = _encode_result(result)
-        except Exception as exc:
-            error = exc
-            mask_exception(exc, run.secrets(), self.settings.redact_keys)  # and its cause
+        with attempt.running(claim) as running:  # what the body's ``self.retry`` sees
+            try:
+                with self.reports.reporting(run, claim):  # its progress written as it ends
+                    result = body()
+                result_json = _encode_result(result)
+            except Exception as exc:
+                error = exc
+                mask_exception(exc, run.secrets(), self.settings.redact_keys)  # and its cause
         self.leases.body_ended(claim)
-        plan = self.recorder.plan(run, claim, error)
+        plan = self.recorder.plan(run, claim, error, running)
         if plan.write is Write.COMPLETE:
             return self.recorder.complete(run, claim, plan, error, result, result_json, started)
         if plan.write is Write.RELEASE:

@@ -16,18 +16,17 @@ from __future__ import annotations
 
 import inspect
 import logging
+import random
 import socket
-import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, ClassVar, NoReturn, ParamSpec, TypeVar, cast
 
 from celery import Celery, Task
-from celery.exceptions import Ignore, Reject, Retry, TimeLimitExceeded
+from celery.exceptions import Ignore, Retry, TimeLimitExceeded
 from celery.result import AsyncResult
 
-from . import eager, producer, progress, successors
+from . import attempt, eager, producer, progress, retries, successors
 from .calls import CallShape
 from .decorator import tracked_task
 from .jobs import EnqueueResult, Job
@@ -48,8 +47,6 @@ from .tracker import Tracker
 logger = logging.getLogger("celery_tracked")
 
 _HOSTNAME = socket.gethostname()
-#: Celery's retry counter is not ours: postponements and re-publishes never exhaust it.
-_UNLIMITED = sys.maxsize
 #: ``enqueue``'s untyped control keywords (0.1), kept working: see ``with_options``.
 _UNDERSCORED = "_idempotency_key _correlation_id _parent_job_id _owner_id _max_attempts _options"
 
@@ -203,7 +200,8 @@ class TrackedTask(Task[P, R_co]):
             return eager.run_inline(super().apply, args, kwargs, **options)
         control, task_id = Control.pop_from(options), options.pop("task_id", None)
         args, kwargs = tuple(args or ()), dict(kwargs or {})
-        return self._enqueue(args, kwargs, task_id, control, options, super().apply)[1]
+        run_here = partial(eager.run_inline, super().apply)  # its retries inline too
+        return self._enqueue(args, kwargs, task_id, control, options, run_here)[1]
 
     def _enqueue(
         self,
@@ -276,7 +274,14 @@ class TrackedTask(Task[P, R_co]):
             limits=self._tracked_limits.for_delivery(shape, args, kwargs, request, settings),
         )
         body = getattr(self, "_orig_run", self.run)  # Celery's autoretry wrapper bypassed
-        return cast(R_co, self._settle(tracker.runner.run(run, lambda: body(*args, **kwargs))))
+
+        def call() -> Any:
+            running = attempt.current(headers.job_id)
+            if running is not None:  # Celery's count: the retries made before this attempt
+                request.retries = running.retries
+            return body(*args, **kwargs)
+
+        return cast(R_co, self._settle(tracker.runner.run(run, call)))
 
     def set_progress(self, percent: float, stage: str | None = None) -> bool:
         """The running job's ``progress`` (0-100) and ``stage``: ``progress.set_progress``."""
@@ -301,7 +306,7 @@ class TrackedTask(Task[P, R_co]):
         if isinstance(verdict, Retrying):
             self._republish(verdict.countdown, verdict.cause)
         if isinstance(verdict, Postponed):
-            self._republish(verdict.countdown, None, verdict.headers)
+            self._republish(verdict.countdown, None, verdict.headers, retry=False)
         _hide_arguments(self)
         if isinstance(verdict, Completed):
             return verdict.result
@@ -316,8 +321,11 @@ class TrackedTask(Task[P, R_co]):
         countdown: float,
         exc: Exception | None = None,
         headers: Mapping[str, Any] | None = None,
+        retry: bool = True,
     ) -> NoReturn:
-        """Deliver this message again (same task id and headers) after ``countdown`` s.
+        """Deliver this message again (same task id and headers) after ``countdown`` s:
+        the next attempt (``retry``), or this delivery again (a postponement: the message
+        keeps its ``retries`` count, as no attempt was made).
 
         Celery's own retry limit never applies (attempts are the tracker's).
         """
@@ -325,17 +333,32 @@ class TrackedTask(Task[P, R_co]):
         if headers:
             options["headers"] = {**(self.request.headers or {}), **headers}
         try:
-            raise self.retry(exc=exc, countdown=countdown, max_retries=_UNLIMITED, **options)
+            with retries.counted(self.request, retry):
+                raise self.retry(exc=exc, countdown=countdown, **options)
         except Retry:
             _hide_arguments(self)  # re-published: Celery now only stores the request
             raise
 
-    def retry(self, *args: Any, **kwargs: Any) -> Any:
-        """Celery's ``retry`` (also behind ``autoretry_for``); a re-publish the broker
-        refused is handed back (``Reject(requeue=True)``), never dropped with attempts left."""
-        kwargs.setdefault("max_retries", _UNLIMITED)  # attempts are the tracker's
-        with _requeue_refused():
-            return super().retry(*args, **kwargs)
+    def retry(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        exc: Exception | None = None,
+        throw: bool = True,
+        eta: Any = None,
+        countdown: float | None = None,
+        max_retries: int | None = None,
+        **options: Any,
+    ) -> Any:
+        """Celery's ``retry``, with Celery's meaning (``retries.py``): called by the running
+        body, it re-publishes while the job has an attempt left (and ``max_retries``, if
+        given, is not reached); else it raises ``exc`` (or ``MaxRetriesExceededError``) and
+        the job fails with it, retries used up. A re-publish the broker refused is handed
+        back (``Reject(requeue=True)``), never dropped with attempts left."""
+        running = retries.running_attempt(self.request)
+        call = dict(args=args, kwargs=kwargs, exc=exc, throw=throw, eta=eta, countdown=countdown)
+        with retries.retrying(running):
+            return super().retry(**call, max_retries=retries.limit(running, max_retries), **options)
 
     def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, _: Any) -> None:
         """Worker main process: a run killed by the hard time limit wrote nothing and its
@@ -343,8 +366,15 @@ class TrackedTask(Task[P, R_co]):
         if isinstance(exc, TimeLimitExceeded):
             republish = partial(_publish_again, self, args, kwargs)
             limit = exc.args[0] if exc.args else "?"
-            base = self._tracked_retry.base_ms(self.tracker.settings.default_backoff_ms)
-            self.tracker.aftermath.time_limited(task_id, limit, base, republish)
+            self.tracker.aftermath.time_limited(task_id, limit, self._retry_delay, republish)
+
+    def _retry_delay(self, attempt: int) -> int:
+        """The delay after failed attempt ``attempt`` by this task's retry policy, ms."""
+        settings = self.tracker.settings
+        policy = self._tracked_retry
+        return policy.delay_ms(
+            attempt, settings.default_backoff_ms, settings.max_backoff_ms, random.random
+        )
 
 
 def _pop_underscored(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -359,24 +389,11 @@ def _hide_arguments(task: TrackedTask[Any, Any]) -> None:
     req.args, req.kwargs = task._shape().redacted(req.args or (), req.kwargs or {}, keys)
 
 
-@contextmanager
-def _requeue_refused() -> Iterator[None]:
-    """Celery's ``retry`` turns a failed re-publish into ``Reject(requeue=False)``: the
-    message would be dropped. Requeue it instead."""
-    try:
-        yield
-    except Reject as reject:
-        if getattr(reject, "requeue", False):
-            raise
-        raise Reject(getattr(reject, "reason", None), requeue=True) from None
-
-
 def _publish_again(
     task: TrackedTask[Any, Any], args: Any, kwargs: Any, job: Job, countdown: float
 ) -> None:
     """Publish ``job``'s message again from the worker's main process (no request there:
-    the tracked headers come from the row)."""
-    tracked = TrackedHeaders.of(job)
-    task.apply_async(
-        args, kwargs, headers=tracked.to_headers(), countdown=countdown, queue=job.queue_name
-    )
+    the tracked headers come from the row; ``retries``: the attempts made)."""
+    headers = TrackedHeaders.of(job).to_headers()
+    queue, made = job.queue_name, job.attempts_made
+    task.apply_async(args, kwargs, headers=headers, countdown=countdown, queue=queue, retries=made)

@@ -43,6 +43,7 @@ from key_tasks import add_key_tasks
 from limit_tasks import add_limit_tasks
 from ops_tasks import add_ops_tasks
 from progress_tasks import add_progress_tasks
+from retry_tasks import add_retry_tasks
 from safety_tasks import CUSTOM_KEY, add_safety_tasks
 
 from celery_tracked import JobNotFound, TrackedTask, Tracker, Unrecoverable, tracked_task
@@ -143,6 +144,7 @@ def create_app(config: Mapping[str, Any]) -> Celery:
     add_progress_tasks(app, QUEUE, _begin, _end)
     add_limit_tasks(app, QUEUE, _begin, _end)
     add_ops_tasks(app, QUEUE, _begin, _end)
+    add_retry_tasks(app, QUEUE, _begin, _end)
 
     @tracked_task(app=app, bind=True, shared=False, name="acc.succeed", queue=QUEUE, max_attempts=3)
     def succeed(self: Any, x: Any, sleep: float = 0.0) -> dict[str, Any]:

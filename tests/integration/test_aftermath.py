@@ -4,6 +4,7 @@ are ended from the worker's main process, fenced to the killed run (PostgreSQL, 
 from __future__ import annotations
 
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -34,6 +35,10 @@ def aftermath(store: JobStore) -> Aftermath:
     return Aftermath(store, Hooks(), Settings(redis_url="memory://"))
 
 
+def _SECOND(attempt: int) -> int:
+    return 1000
+
+
 def dead_owner() -> str:
     """The owner id of a process of this host that has exited (and was reaped)."""
     proc = subprocess.Popen(["true"])
@@ -55,13 +60,22 @@ def test_a_time_limited_run_with_attempts_left_is_retried_and_republished(
     found = aftermath.dead_run(job_id)
     assert found is not None and found[1] == owner
     sent: list[tuple[str, float]] = []
-    aftermath.end_time_limited(*found, "hard time limit", 1000, lambda j, c: sent.append((j.id, c)))
+    asked: list[int] = []
+
+    def delay(attempt: int) -> int:  # the task's retry policy
+        asked.append(attempt)
+        return 1500
+
+    aftermath.end_time_limited(
+        *found, "hard time limit", delay, lambda j, c: sent.append((j.id, c))
+    )
     job = store.get(job_id)
     assert job is not None and job.status is JobStatus.RETRYING
     assert job.error_type == "TimeLimitExceeded"
     assert job.locked_by is None
-    assert len(sent) == 1 and sent[0][0] == job_id and 1.0 <= sent[0][1] <= 1.25
-    assert [e.event for e in store.events(job_id)][-1] == "retrying"
+    assert asked == [1] and sent == [(job_id, 1.5)]
+    retrying = store.events(job_id)[-1]
+    assert retrying.event == "retrying" and retrying.message.startswith("retry in 1500 ms")
 
 
 def test_a_time_limited_last_attempt_fails_with_its_own_error_type(
@@ -71,7 +85,7 @@ def test_a_time_limited_last_attempt_fails_with_its_own_error_type(
     found = aftermath.dead_run(job_id)
     assert found is not None
     sent: list[Any] = []
-    aftermath.end_time_limited(*found, "hard time limit", 1000, lambda j, c: sent.append(j))
+    aftermath.end_time_limited(*found, "hard time limit", _SECOND, lambda j, c: sent.append(j))
     job = store.get(job_id)
     assert job is not None and job.status is JobStatus.FAILED
     assert job.error_type == "TimeLimitExceeded" and sent == []
@@ -88,7 +102,7 @@ def test_a_retry_that_cannot_be_published_fails_the_job(
     def refuse(job: Job, countdown: float) -> None:
         raise ConnectionError("broker down")
 
-    aftermath.end_time_limited(*found, "hard time limit", 1000, refuse)
+    aftermath.end_time_limited(*found, "hard time limit", _SECOND, refuse)
     job = store.get(job_id)
     assert job is not None and job.status is JobStatus.FAILED
     assert "could not be published: broker down" in (job.error_message or "")
@@ -112,7 +126,7 @@ def test_a_run_that_moved_on_is_never_overwritten(store: JobStore, aftermath: Af
         reason="dead",
     )
     assert taken is not None and taken.attempt == 2
-    aftermath.end_time_limited(*found, "hard time limit", 1000, lambda j, c: None)
+    aftermath.end_time_limited(*found, "hard time limit", _SECOND, lambda j, c: None)
     job = store.get(job_id)
     assert job is not None and job.status is JobStatus.PROCESSING and job.attempts_made == 2
     assert not store.end_dead_run(
@@ -162,3 +176,21 @@ def test_a_terminated_run_is_cancelled_once_its_process_is_gone(
     job = store.get(job_id)
     assert job is not None and job.locked_by is None and job.finished_at is not None
     assert [e.event for e in store.events(job_id)][-1] == "cancelled"
+
+
+def test_the_store_is_made_in_the_calling_thread_before_the_wait(
+    store: JobStore, aftermath: Aftermath, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's main thread forks pool children: the store's engines must be made
+    there, never first in the waiting thread (a child forked meanwhile inherited their
+    lock held and hung at its first claim until the hard time limit killed it)."""
+    threads: list[str] = []
+    made = store.engines.get
+
+    def get() -> Any:
+        threads.append(threading.current_thread().name)
+        return made()
+
+    monkeypatch.setattr(store.engines, "get", get)
+    aftermath.time_limited(str(uuid.uuid4()), 2, _SECOND, lambda j, c: None)
+    assert threads[:1] == [threading.current_thread().name]

@@ -6,13 +6,15 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from celery.exceptions import Ignore, Reject, Retry
+from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry
 
 from celery_tracked import Unrecoverable
 from celery_tracked.outcome import (
+    EARLY_MS,
     Plan,
     Write,
     backoff_ms,
+    final_error,
     plan_outcome,
     retry_cause,
     retry_delay_ms,
@@ -199,3 +201,43 @@ def test_a_cap_below_the_base_wins() -> None:
 
 def test_a_zero_base_means_no_delay() -> None:
     assert backoff_ms(5, 0, BIG, lambda: 1.0) == 0
+
+
+# -- a body's own retry: sent before its attempt is written, or gave up (issue 12, item 3)
+
+
+@pytest.mark.parametrize(
+    ("when", "sent", "expected"),
+    [
+        (7, NOW, 7000 - EARLY_MS),  # published now: the backoff ends a little early
+        (7, NOW - timedelta(seconds=2), 5000 - EARLY_MS),  # counts from the publish
+        (0.2, NOW, 100),  # at most half the countdown early
+        (7, NOW - timedelta(seconds=9), 0),  # already due
+        (NOW + timedelta(seconds=10), NOW - timedelta(seconds=1), 10_000 - EARLY_MS),
+        (None, NOW, 0),
+    ],
+)
+def test_retry_delay_counts_from_the_publish(when: object, sent: datetime, expected: int) -> None:
+    assert retry_delay_ms(Retry(when=when), now=NOW, sent=sent) == expected
+
+
+@pytest.mark.parametrize(("attempt", "max_attempts"), [(1, 3), (3, 3)])
+def test_an_error_a_retry_gave_up_with_fails_with_the_retries_used(
+    attempt: int, max_attempts: int
+) -> None:
+    plan = plan_outcome(ValueError("x"), attempt, max_attempts, backoff, gave_up=True)
+    assert plan == Plan(Write.FAIL, reraise=True, note="no retry left", used_up=True)
+
+
+def test_a_retry_on_the_last_attempt_fails_without_saying_the_retries_were_used() -> None:
+    plan = plan_outcome(Retry(exc=ValueError("x"), when=1), 3, 3, backoff)
+    assert plan == Plan(Write.FAIL, reraise=True)
+
+
+def test_a_final_failure_never_raises_retry_to_celery() -> None:
+    inner = ValueError("boom")
+    assert final_error(Retry(exc=inner, when=1)) is inner
+    bare = final_error(Retry(when=1))
+    assert isinstance(bare, MaxRetriesExceededError) and "no attempt left" in str(bare)
+    other = KeyError("k")
+    assert final_error(other) is other

@@ -12,15 +12,16 @@ from typing import Any
 from unittest.mock import ANY
 
 import pytest
-from celery.exceptions import Ignore, Reject, Retry
+from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry
 
-from celery_tracked import StoreError, Unrecoverable
+from celery_tracked import StoreError, Unrecoverable, attempt
 from celery_tracked.hooks import Delivery, HookChain, Hooks, Transition
 from celery_tracked.jobs import CLAIMABLE, Claim, Job, JobStatus, NewRow, utcnow
 from celery_tracked.lease import LeaseKeeper, owner_id
 from celery_tracked.limits import DeliveryLimits
 from celery_tracked.messages import HEADER_PENDING_FAILURE, PendingFailure, TrackedHeaders
 from celery_tracked.outcome import (
+    EARLY_MS,
     Completed,
     Failed,
     PassedOn,
@@ -514,11 +515,62 @@ def test_a_self_retry_with_attempts_left_is_passed_on_and_recorded(world: World)
     assert retrying.event == "retrying" and "retry in 30000 ms" in retrying.message
 
 
-def test_a_self_retry_on_the_last_attempt_fails(world: World) -> None:
+def test_a_retry_raised_on_the_last_attempt_fails_with_its_cause(world: World) -> None:
+    """``TrackedTask.retry`` never re-publishes from the last attempt; a ``Retry`` raised
+    there anyway fails the job, and Celery gets a failure (never ``Retry``: its state would
+    stay RETRY), as Celery's own ``retry`` raises once no retry remains."""
     world.store.add(status=JobStatus.RETRYING, attempts_made=2)
-    signal = Retry(exc=ValueError("still limited"), when=30)
-    assert world.run(fail_with(signal)) == Failed(signal)
+    cause = ValueError("still limited")
+    assert world.run(fail_with(Retry(exc=cause, when=30))) == Failed(cause)
     assert (world.job().status, world.job().error_type) == (JobStatus.FAILED, "ValueError")
+    assert world.store.retries_exhausted is True
+
+
+def test_a_retry_without_a_cause_on_the_last_attempt_is_max_retries_exceeded(
+    world: World,
+) -> None:
+    world.store.add(status=JobStatus.RETRYING, attempts_made=2)
+    verdict = world.run(fail_with(Retry(when=30)))
+    assert isinstance(verdict, Failed)
+    assert isinstance(verdict.error, MaxRetriesExceededError)
+
+
+def test_an_error_a_self_retry_gave_up_with_fails_the_job_with_attempts_left(
+    world: World,
+) -> None:
+    """Celery's ``retry`` raised the body's exception (the call's own ``max_retries`` was
+    reached): the job fails with it, retries used up, though attempts remain."""
+    world.store.add()
+    error = ValueError("no more")
+
+    def body() -> None:
+        running = attempt.current("j-1")
+        assert running is not None and (running.number, running.retries) == (1, 0)
+        running.give_up(error)
+        raise error
+
+    assert world.run(body) == Failed(error)
+    job = world.job()
+    assert (job.status, job.attempts_made) == (JobStatus.FAILED, 1)
+    assert world.store.retries_exhausted is True
+
+
+def test_a_body_s_own_retry_backoff_counts_from_its_publish(world: World) -> None:
+    """The message of ``self.retry(countdown=30)`` is published before the attempt is
+    written: the job's backoff ends by the message's due time, not later."""
+    world.store.add()
+    signal = Retry(exc=ValueError("later"), when=30)
+
+    def body() -> None:
+        running = attempt.current("j-1")
+        assert running is not None
+        running.retrying(utcnow() - timedelta(seconds=10))  # published 10 s ago
+        raise signal
+
+    assert world.run(body) == PassedOn(signal)
+    retrying = world.recorder.transitions[-1]
+    delay = int(retrying.message.rsplit("retry in ", 1)[1].split(" ms")[0])
+    assert 20_000 - EARLY_MS - 1_000 <= delay <= 20_000 - EARLY_MS, retrying.message
 
 
 # -- Skipped ------------------------------------------------------------------------
