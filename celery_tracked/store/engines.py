@@ -2,13 +2,16 @@
 
 A pooled connection must never cross a fork (Celery's prefork pool forks after the app is
 imported), so engines are created lazily in the process that uses them; an inherited set is
-dropped without closing the parent's sockets.
+dropped without closing the parent's sockets. The lock that guards the creation is made
+anew in a forked child: a child forked while another thread of its parent held it (the
+worker's time-limit thread creating the engines) would otherwise wait on it forever.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -16,6 +19,17 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event
 
 from .fastpath import FastPath, prepare_only_if_direct
+
+#: Every ``Engines`` of the process, to renew their locks in a forked child.
+_ALL: weakref.WeakSet[Engines] = weakref.WeakSet()
+
+
+def _renew_locks() -> None:
+    for engines in list(_ALL):
+        engines.renew_lock()
+
+
+os.register_at_fork(after_in_child=_renew_locks)
 
 
 class Engines:
@@ -37,6 +51,12 @@ class Engines:
         self._lock = threading.Lock()
         self.engine: Engine
         self.fastpath: FastPath | None = None
+        _ALL.add(self)
+
+    def renew_lock(self) -> None:
+        """A new creation lock (in a forked child: the parent's may be held by a thread
+        that does not exist here)."""
+        self._lock = threading.Lock()
 
     def get(self) -> Engines:
         if self._pid != os.getpid():
