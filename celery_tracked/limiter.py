@@ -1,26 +1,38 @@
 """The global rate limiter: one Redis hash per limiter, one Lua script per operation.
 
-``RedisLimiter.take`` is :func:`~celery_tracked.limits.take_slot` run atomically in Redis
-on the limiter's one key (``<prefix>:limiter:{<name>}``, hash-tagged: Redis Cluster
-safe), with Redis ``TIME`` (to the microsecond) as the one clock of every worker;
-``confirm`` records the start again once the claim is written, just before the body
-(:func:`~celery_tracked.limits.started`), so the spacing holds between bodies, not only
-between checks. ``MemoryLimiter`` is the in-process twin for the
-embedded mode (``tracked_redis_url = "memory://"``).
+Two decisions, each :mod:`~celery_tracked.limits`'s pure function run atomically in Redis on
+the limiter's one key (``<prefix>:limiter:{<name>}``, hash-tagged: Redis Cluster safe), with
+Redis ``TIME`` (to the microsecond) as the one clock of every worker:
 
-:class:`GlobalRateLimit` is the built-in hook: a delivery whose slot has not come is
-postponed (``before_claim``) to its slot's time, its reserved slot carried in the
-re-published message, so it never reserves twice; no attempt is used and no pool process
-waits (Celery holds a message with an ETA in the worker's memory). A slot reserved by a
-delivery that never runs (its job cancelled, a duplicate) only wastes one interval. If
-Redis is unreachable the delivery is postponed (a rate limit fails closed).
+- ``take`` (before the claim, :func:`~celery_tracked.limits.take_slot`): reserve a slot, or
+  say how long until it comes. Nothing is recorded as started.
+- ``grant`` (after the claim, immediately before the body,
+  :func:`~celery_tracked.limits.grant_start`): the start itself, granted only if no other
+  was granted within the interval. The grant and the body's start are one decision, so a
+  claim slower than the interval never lets two bodies start closer than it.
+
+A limiter whose state is gone (first use, a flushed or restarted Redis: the two look alike)
+takes it as a start granted at that moment (:func:`~celery_tracked.limits.recovered`).
+``MemoryLimiter`` is the in-process twin for the embedded mode (``tracked_redis_url =
+"memory://"``), whose state lives and dies with its process.
+
+:class:`GlobalRateLimit` is the built-in hook. ``before_claim``: a delivery whose slot has
+not come is postponed to it, its reserved slot carried in the re-published message, so it
+never reserves twice; no attempt is used and no pool process waits (Celery holds a message
+with an ETA in the worker's memory). ``before_body``: a delivery refused the start gives its
+claim back (the runner's move, no attempt used) and is re-published for the start's time,
+keeping its slot. A wait of at most :data:`SHORT_WAIT_S` is slept in-process instead (no
+round trip through the broker), and so is every wait of an inline run (eager mode, whose
+re-publish would run again at once). A slot reserved by a delivery that never runs (its job
+cancelled, a duplicate) only wastes one interval. If Redis is unreachable the delivery is
+postponed (a rate limit fails closed).
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 import redis
@@ -28,21 +40,27 @@ import redis
 from .guard import GuardError, _translated
 from .hooks import Delivery, Hooks, Wait
 from .jobs import Claim
-from .limits import LimiterState, slot_header, started, take_slot
-
-logger = logging.getLogger("celery_tracked")
+from .limits import LimiterState, grant_start, slot_header, take_slot
 
 #: How long a delivery waits when the limiter cannot be reached.
 UNAVAILABLE_WAIT_S = 1.0
-#: A limiter's key outlives its last reserved slot by this much (ms).
-_KEEP_MS = 60_000
+#: A wait this short is slept in-process (before the claim, or holding it) and asked again.
+SHORT_WAIT_S = 0.05
+#: A limiter's key outlives its last reserved slot by this much (ms); a key that expired is
+#: an empty state, which waits one interval.
+_KEEP_MS = 86_400_000
 
+#: limits.recovered, then the state; ARGV[1] = interval_ms
 _NOW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local interval = tonumber(ARGV[1])
 local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
 local last = tonumber(redis.call('HGET', KEYS[1], 'last'))
+if not nxt and not last then
+  last = now
+  nxt = now + interval
+end
 """
 _SAVE = f"""
 redis.call('HSET', KEYS[1], 'next', nxt)
@@ -61,10 +79,6 @@ if reserved < 0 then
 end
 local at = reserved
 if last and last + interval > at then at = last + interval end
-if at <= now then
-  if not last or now > last then last = now end
-  nxt = math.max(nxt, last + interval)
-end
 """
     + _SAVE
     + """
@@ -72,25 +86,32 @@ if at > now then return {math.ceil(at - now), math.ceil(reserved)} end
 return {0, math.ceil(reserved)}
 """
 )
-#: limits.started: ARGV = interval_ms -> now
-_CONFIRM = (
+#: limits.grant_start: ARGV = interval_ms -> wait_ms (0: granted, recorded)
+_GRANT = (
     _NOW
     + """
+if last and last + interval > now then
+"""
+    + _SAVE
+    + """
+  return math.ceil(last + interval - now)
+end
+last = now
 if not nxt then nxt = now + interval end
-if not last or now > last then last = now end
 nxt = math.max(nxt, last + interval)
 """
     + _SAVE
-    + "return math.floor(now)\n"
+    + "return 0\n"
 )
 
 
 class Limiter(Protocol):
     def take(self, name: str, interval_ms: int, reserved_ms: int | None) -> tuple[int, int]:
-        """``(wait_ms, slot_ms)``: 0 when the delivery may start now (recorded)."""
+        """``(wait_ms, slot_ms)`` before the claim: 0 when the delivery may claim now."""
 
-    def confirm(self, name: str, interval_ms: int) -> None:
-        """Record a start now (the claim after a granted ``take`` was written)."""
+    def grant(self, name: str, interval_ms: int) -> int:
+        """After the claim, just before the body: 0 when the start is granted (recorded),
+        else the milliseconds until one may be."""
 
 
 class RedisLimiter:
@@ -99,7 +120,7 @@ class RedisLimiter:
     def __init__(self, client: redis.Redis, prefix: str) -> None:
         self.prefix = prefix
         self._take = client.register_script(_TAKE)
-        self._confirm = client.register_script(_CONFIRM)
+        self._grant = client.register_script(_GRANT)
 
     def key(self, name: str) -> str:
         return f"{self.prefix}:limiter:{{{name}}}"
@@ -110,13 +131,14 @@ class RedisLimiter:
             wait, slot = self._take(keys=[self.key(name)], args=[interval_ms, reserved])
         return int(wait), int(slot)
 
-    def confirm(self, name: str, interval_ms: int) -> None:
+    def grant(self, name: str, interval_ms: int) -> int:
         with _translated("rate limiter"):
-            self._confirm(keys=[self.key(name)], args=[interval_ms])
+            return int(self._grant(keys=[self.key(name)], args=[interval_ms]))
 
 
 class MemoryLimiter:
-    """The in-process twin (embedded mode): the same decisions on this process's clock."""
+    """The in-process twin (embedded mode): the same decisions on this process's clock; its
+    state starts empty with the process (the first start is granted at once)."""
 
     def __init__(self) -> None:
         self._states: dict[str, LimiterState] = {}
@@ -128,10 +150,11 @@ class MemoryLimiter:
             wait, slot, self._states[name] = take_slot(state, _now_ms(), interval_ms, reserved_ms)
         return wait, slot
 
-    def confirm(self, name: str, interval_ms: int) -> None:
+    def grant(self, name: str, interval_ms: int) -> int:
         with self._lock:
             state = self._states.get(name, LimiterState())
-            self._states[name] = started(state, _now_ms(), interval_ms)
+            wait, self._states[name] = grant_start(state, _now_ms(), interval_ms)
+        return wait
 
 
 def _now_ms() -> float:
@@ -141,28 +164,71 @@ def _now_ms() -> float:
 class GlobalRateLimit(Hooks):
     """Spaces the starts of the bodies of every task naming one limiter."""
 
-    def __init__(self, limiter: Limiter) -> None:
+    #: Short waits slept in a row before the delivery is postponed instead.
+    SHORT_WAITS = 3
+
+    def __init__(self, limiter: Limiter, sleep: Callable[[float], None] = time.sleep) -> None:
         self.limiter = limiter
+        self._sleep = sleep
+        # the slot this thread's delivery took before its claim, for ``before_body``
+        self._taken = threading.local()
 
     def before_claim(self, delivery: Delivery) -> float | Wait | None:
         limits = delivery.limits
         if limits is None or limits.rate_name is None:
             return None
-        name = limits.rate_name
-        try:
-            wait_ms, slot = self.limiter.take(name, limits.interval_ms, limits.reserved_ms)
-        except GuardError as exc:
-            return Wait(UNAVAILABLE_WAIT_S, f"rate limiter {name!r} unavailable: {exc}")
-        if wait_ms <= 0:
-            return None
-        reason = f"rate limit {name!r}: its slot comes in {wait_ms} ms"
-        return Wait(wait_ms / 1000, reason, slot_header(name, slot))
+        name, interval = limits.rate_name, limits.interval_ms
+        slot = limits.reserved_ms
+        self._taken.job = None
 
-    def after_claim(self, delivery: Delivery, claim: Claim) -> None:
+        def take() -> int:
+            nonlocal slot
+            wait, slot = self.limiter.take(name, interval, slot)
+            return wait
+
+        waited = self._ask(take, delivery, f"rate limit {name!r}: its slot comes in")
+        if waited is None:
+            self._taken.job, self._taken.slot = delivery.job_id, slot
+            return None
+        return _with_slot(waited, name, slot)
+
+    def before_body(self, delivery: Delivery, claim: Claim) -> float | Wait | None:
         limits = delivery.limits
         if limits is None or limits.rate_name is None:
-            return
-        try:
-            self.limiter.confirm(limits.rate_name, limits.interval_ms)
-        except GuardError as exc:  # the check already recorded this start
-            logger.warning("job %s: rate limiter start not confirmed: %s", claim.job_id, exc)
+            return None
+        name, interval = limits.rate_name, limits.interval_ms
+        waited = self._ask(
+            lambda: self.limiter.grant(name, interval),
+            delivery,
+            f"rate limit {name!r}: another body started; its start comes in",
+        )
+        if waited is None:
+            return None
+        mine = getattr(self._taken, "job", None) == delivery.job_id
+        slot = self._taken.slot if mine else limits.reserved_ms
+        return waited if slot is None else _with_slot(waited, name, slot)
+
+    def _ask(self, ask: Callable[[], int], delivery: Delivery, why: str) -> Wait | None:
+        """None once ``ask`` says 0 (short waits and an inline run's waits are slept and
+        asked again), else the wait; a limiter that cannot be reached is a wait too."""
+        short = 0
+        while True:
+            try:
+                wait_ms = ask()
+            except GuardError as exc:
+                name = delivery.limits.rate_name if delivery.limits else None
+                return Wait(UNAVAILABLE_WAIT_S, f"rate limiter {name!r} unavailable: {exc}")
+            if wait_ms <= 0:
+                return None
+            if delivery.inline or (wait_ms <= SHORT_WAIT_S * 1000 and short < self.SHORT_WAITS):
+                short += 1
+                self._sleep(wait_ms / 1000)
+                continue
+            return Wait(wait_ms / 1000, f"{why} {wait_ms} ms")
+
+
+def _with_slot(wait: Wait, name: str, slot: int | None) -> Wait:
+    """``wait`` telling the next delivery which slot this one reserved."""
+    if slot is None or wait.headers is not None:
+        return wait
+    return Wait(wait.seconds, wait.reason, slot_header(name, slot))

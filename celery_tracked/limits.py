@@ -7,7 +7,8 @@ Two tracked options, checked when the task is declared (``InvalidTaskOption``):
     ``tracked_rate_limit_ms``, seed 000's ``JOB_QUEUE_COURSE_GEN_LIMITER_MS``). Every task
     naming one limiter shares it, across all workers: their bodies start at least the
     interval apart. A delivery that must wait reserves its slot and is re-published for it
-    (``limiter.py``), without using an attempt or holding a pool process.
+    (``limiter.py``), without using an attempt or holding a pool process; the start itself
+    is granted after the claim, just before the body (``grant_start``).
 ``concurrency_key="course:{course_id}"`` (a template over the call's arguments like
     ``idempotency_key``, or a callable) with ``concurrency_limit=N`` (default
     ``tracked_concurrency_limit``, seed 000's ``JOB_QUEUE_COURSE_GEN_CONCURRENCY``): at
@@ -192,23 +193,34 @@ def reserved_slot(value: Any, name: str | None) -> int | None:
 @dataclass(frozen=True)
 class LimiterState:
     """One limiter: the next free slot to hand out, and the latest start it granted
-    (milliseconds of the limiter's one clock; None: none yet)."""
+    (milliseconds of the limiter's one clock; both None: no state, never used or lost)."""
 
     next_ms: float | None = None
     last_ms: float | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.next_ms is None and self.last_ms is None
+
+
+def recovered(state: LimiterState, now_ms: float, interval_ms: int) -> LimiterState:
+    """The state a limiter works from: an empty one (first use, or a Redis that lost it:
+    the two cannot be told apart) is taken as a start granted ``now_ms``, so no body starts
+    within ``interval_ms`` of one granted before the loss."""
+    return LimiterState(now_ms + interval_ms, now_ms) if state.empty else state
 
 
 def take_slot(
     state: LimiterState, now_ms: float, interval_ms: int, reserved_ms: float | None
 ) -> tuple[int, int, LimiterState]:
-    """``(wait_ms, slot_ms, new state)`` for a delivery at ``now_ms``.
+    """``(wait_ms, slot_ms, new state)`` for a delivery at ``now_ms``, before its claim.
 
     A delivery without a reserved slot reserves the next one (slots are ``interval_ms``
-    apart, first come first served). It may start once its slot has come and the latest
-    granted start is ``interval_ms`` behind (a late or stale delivery never starts closer
-    to another): then ``wait_ms`` is 0 and the start is recorded. Otherwise it waits
-    ``wait_ms`` (rounded up) and keeps its slot. The Lua script of ``limiter.py`` is this
-    function.
+    apart, first come first served). It may go on to claim once its slot has come and the
+    latest granted start is ``interval_ms`` behind: then ``wait_ms`` is 0. Otherwise it
+    waits ``wait_ms`` (rounded up) and keeps its slot. No start is recorded here: that is
+    :func:`grant_start`, after the claim. The Lua script of ``limiter.py`` is this function
+    (with :func:`recovered` applied first).
     """
     next_ms = state.next_ms if state.next_ms is not None else now_ms
     if reserved_ms is None:
@@ -217,15 +229,23 @@ def take_slot(
     at = reserved_ms
     if state.last_ms is not None:
         at = max(at, state.last_ms + interval_ms)
-    slot = math.ceil(reserved_ms)
-    if at > now_ms:
-        return math.ceil(at - now_ms), slot, LimiterState(next_ms, state.last_ms)
-    return 0, slot, started(LimiterState(next_ms, state.last_ms), now_ms, interval_ms)
+    wait = math.ceil(at - now_ms) if at > now_ms else 0
+    return wait, math.ceil(reserved_ms), LimiterState(next_ms, state.last_ms)
+
+
+def grant_start(state: LimiterState, now_ms: float, interval_ms: int) -> tuple[int, LimiterState]:
+    """``(wait_ms, new state)`` for a delivery that claimed its job and would start its body
+    now: 0 when no start was granted within ``interval_ms`` (this start is then recorded),
+    else the milliseconds until one may be. The grant and the body's start are one decision:
+    nothing slow comes between them. The Lua script of ``limiter.py`` is this function."""
+    if state.last_ms is not None and state.last_ms + interval_ms > now_ms:
+        return math.ceil(state.last_ms + interval_ms - now_ms), state
+    return 0, started(state, now_ms, interval_ms)
 
 
 def started(state: LimiterState, now_ms: float, interval_ms: int) -> LimiterState:
-    """The state once a start at ``now_ms`` is recorded (also when the claim after the
-    check confirms it): no later start, and no new slot, within ``interval_ms`` of it."""
+    """The state once a start at ``now_ms`` is recorded: no later start, and no new slot,
+    within ``interval_ms`` of it."""
     last = now_ms if state.last_ms is None else max(state.last_ms, now_ms)
     next_ms = now_ms + interval_ms if state.next_ms is None else state.next_ms
     return LimiterState(max(next_ms, last + interval_ms), last)

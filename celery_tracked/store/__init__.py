@@ -6,6 +6,7 @@
 - ``outcomes``: how a run ends (completed, retrying, failed), fenced by its claim or, for a
   run that died outside its call path, like a takeover.
 - ``rerun``: the moves that give a job a new message (debounce, ``Tracker.retry``).
+- ``giveback``: a claim given back before its body started (no attempt used).
 - ``reporting``: a running body's progress (a fenced, non-durable move) and log lines.
 - ``reads``: one job, a job by key, a job's history, statistics.
 - ``slots``: concurrency keys: a keyed claim under the key's lock, whether a key is full.
@@ -19,6 +20,7 @@
 from __future__ import annotations
 
 from .engines import Engines
+from .giveback import GiveBack
 from .moves import Moves
 from .outcomes import Outcomes
 from .reads import Reads
@@ -30,7 +32,7 @@ from .translate import Disconnected, DuplicateJob, Refused
 __all__ = ["Disconnected", "DuplicateJob", "JobStore", "Refused"]
 
 
-class JobStore(Moves, Outcomes, Reads, Rerun, Reporting, Slots):
+class JobStore(Moves, Outcomes, Reads, Rerun, Reporting, Slots, GiveBack):
     """The tracking database of one app; engines are created per process."""
 
     def __init__(self, url: str, pooled: bool = False) -> None:

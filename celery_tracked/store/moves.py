@@ -68,7 +68,7 @@ class Moves:
             if conn.execute(sql.move_update(move), values).rowcount != 1:
                 return None
             row = conn.execute(sql.SELECT_ATTEMPTS, values).first()
-            if move.event is not None and move.target is not None:
+            if move.event is not None:
                 conn.execute(sql.event_insert(jobs, move.event, move.target), values)
         return None if row is None else (int(row[0]), int(row[1]))
 

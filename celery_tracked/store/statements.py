@@ -122,8 +122,10 @@ _ERROR = {
 class Move:
     """One allowed change of a row: from ``sources``, under ``fence``, to ``target``.
 
-    ``event`` names the history row it appends (none for lease bookkeeping); ``durable``
-    is False only for writes whose loss merely lets a job run again (claim, renewal).
+    ``event`` names the history row it appends (none for lease bookkeeping), with the
+    row's new status (a move whose ``values`` compute the status has no ``target``);
+    ``durable`` is False only for writes whose loss merely lets a job run again (claim,
+    renewal).
     """
 
     name: str
@@ -290,14 +292,15 @@ def move_update(move: Move) -> Update:
 
 
 @functools.cache
-def event_insert(source: FromClause, event: str, status: JobStatus) -> Insert:
+def event_insert(source: FromClause, event: str, status: JobStatus | None) -> Insert:
     """The history row of a change: copied from ``source`` (the changed row), so its
-    attempt is the row's ``attempts_made`` after the change."""
+    attempt is the row's ``attempts_made`` after the change (and its status, when no
+    ``status`` is given)."""
     columns = ["job_id", "event", "status", "attempt", "message", "duration_ms", "created_at"]
     rows = select(
         source.c.id,
         literal(event, String),
-        literal(status.value, String),
+        source.c.status if status is None else literal(status.value, String),
         source.c.attempts_made,
         MESSAGE,
         DURATION_MS,
@@ -322,16 +325,17 @@ def move_cte(move: Move) -> Select[Any]:
     """PostgreSQL: the move's ``UPDATE`` and its event in one statement, committed as
     durably as the move needs; selects the moved row's ``attempts_made, max_attempts``
     (no row: the move did not apply)."""
+    status = (jobs.c.status,) if move.target is None else ()
     moved = (
         move_update(move)
-        .returning(jobs.c.id, jobs.c.attempts_made, jobs.c.max_attempts)
+        .returning(jobs.c.id, jobs.c.attempts_made, jobs.c.max_attempts, *status)
         .cte("moved")
     )
     mode = commit_mode(move.durable).cte("commit_mode")
     query = select(moved.c.attempts_made, moved.c.max_attempts).select_from(
         moved.join(mode, true())
     )
-    if move.event is not None and move.target is not None:
+    if move.event is not None:
         query = query.add_cte(event_insert(moved, move.event, move.target).cte("history"))
     return query
 
