@@ -62,9 +62,10 @@ if not nxt and not last then
   nxt = now + interval
 end
 """
+#: (to the microsecond: Redis before 7 writes a Lua number with 14 digits, 0.1 ms)
 _SAVE = f"""
-redis.call('HSET', KEYS[1], 'next', nxt)
-if last then redis.call('HSET', KEYS[1], 'last', last) end
+redis.call('HSET', KEYS[1], 'next', string.format('%.3f', nxt))
+if last then redis.call('HSET', KEYS[1], 'last', string.format('%.3f', last)) end
 redis.call('PEXPIRE', KEYS[1], math.ceil(math.max(nxt - now, 0) + interval + {_KEEP_MS}))
 """
 #: limits.take_slot: ARGV = interval_ms, reserved slot (-1: none) -> {wait_ms, slot}
