@@ -187,8 +187,9 @@ def test_a_claim_held_up_by_a_row_lock_starts_no_body_within_the_interval(
     """``acc.limited_slow`` (1,000 ms): a second connection holds ``SELECT ... FOR UPDATE``
     on one job's row, so that job's claim waits; the lock is held 1.2 intervals after the
     claim starts waiting, while the other jobs keep their slots on two workers of two pool
-    processes. Its body never starts within the interval of another: the claim that was
-    slower than the interval is given back (no attempt used) and runs at a later slot."""
+    processes. Its body never starts within the interval of another: a claim that was
+    slower than the interval and found another body started meanwhile is given back (no
+    attempt used) and runs at a later slot; the bodies after it wait for its start."""
     start_worker("w1", concurrency=2)
     start_worker("w2", concurrency=2)
     task = env.task("acc.limited_slow")
@@ -224,13 +225,12 @@ def test_a_claim_held_up_by_a_row_lock_starts_no_body_within_the_interval(
         f"\n  starts after the claim began waiting (ms; the held job's): "
         f"{[(round((at - blocked_at) * 1000), j == held) for at, _, j in found]}"
     )
-    assert len(during) >= 1  # the fault did what it must: another body started meanwhile
     assert len(found) == len(ids) and {j for _, _, j in found} == set(ids)
     assert min(gaps) >= SLOW_LIMIT_MS - TOLERANCE_MS
     assert min(grant_gaps_ms(env)) >= SLOW_LIMIT_MS
     assert {j.attempts_made for j in jobs} == {1}  # a claim given back used no attempt
     assert {env.ran(j) for j in ids} == {1}
-    if max(during) > released_at - SLOW_LIMIT_MS / 1000:  # it could not start at its release
+    if during and max(during) > released_at - SLOW_LIMIT_MS / 1000:  # not at its release
         assert ("given_back", "pending", 0) in history
 
 
