@@ -61,6 +61,7 @@ if not nxt and not last then
   last = now
   nxt = now + interval
 end
+if not nxt then nxt = now end
 """
 #: (to the microsecond: Redis before 7 writes a Lua number with 14 digits, 0.1 ms)
 _SAVE = f"""
@@ -73,7 +74,6 @@ _TAKE = (
     _NOW
     + """
 local reserved = tonumber(ARGV[2])
-if not nxt then nxt = now end
 if reserved < 0 then
   reserved = math.max(now, nxt)
   nxt = reserved + interval
@@ -98,7 +98,6 @@ if last and last + interval > now then
   return math.ceil(last + interval - now)
 end
 last = now
-if not nxt then nxt = now + interval end
 nxt = math.max(nxt, last + interval)
 """
     + _SAVE
