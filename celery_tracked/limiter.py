@@ -21,11 +21,13 @@ not come is postponed to it, its reserved slot carried in the re-published messa
 never reserves twice; no attempt is used and no pool process waits (Celery holds a message
 with an ETA in the worker's memory). ``before_body``: a delivery refused the start gives its
 claim back (the runner's move, no attempt used) and is re-published for the start's time,
-keeping its slot. A wait of at most :data:`SHORT_WAIT_S` is slept in-process instead (no
-round trip through the broker), and so is every wait of an inline run (eager mode, whose
-re-publish would run again at once). A slot reserved by a delivery that never runs (its job
-cancelled, a duplicate) only wastes one interval. If Redis is unreachable the delivery is
-postponed (a rate limit fails closed).
+keeping its slot. Before the claim, a wait of at most :data:`SHORT_WAIT_S` is slept
+in-process instead (no round trip through the broker; nothing is held yet); after the claim
+nothing waits holding it (its concurrency-key slot, and its ``started_at``, would then
+count time no body ran). An inline run (eager mode, whose re-publish would run again at
+once) sleeps every wait, before and after its claim. A slot reserved by a delivery that
+never runs (its job cancelled, a duplicate) only wastes one interval. If Redis is
+unreachable the delivery is postponed (a rate limit fails closed).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from .limits import LimiterState, grant_start, slot_header, take_slot
 
 #: How long a delivery waits when the limiter cannot be reached.
 UNAVAILABLE_WAIT_S = 1.0
-#: A wait this short is slept in-process (before the claim, or holding it) and asked again.
+#: A wait this short, before the claim, is slept in-process and asked again.
 SHORT_WAIT_S = 0.05
 #: A limiter's key outlives its last reserved slot by this much (ms); a key that expired is
 #: an empty state, which waits one interval.
@@ -186,7 +188,7 @@ class GlobalRateLimit(Hooks):
             wait, slot = self.limiter.take(name, interval, slot)
             return wait
 
-        waited = self._ask(take, delivery, f"rate limit {name!r}: its slot comes in")
+        waited = self._ask(take, delivery, f"rate limit {name!r}: its slot comes in", short=True)
         if waited is None:
             self._taken.job, self._taken.slot = delivery.job_id, slot
             return None
@@ -201,6 +203,7 @@ class GlobalRateLimit(Hooks):
             lambda: self.limiter.grant(name, interval),
             delivery,
             f"rate limit {name!r}: another body started; its start comes in",
+            short=False,  # holding the claim: give it back rather than wait
         )
         if waited is None:
             return None
@@ -208,10 +211,12 @@ class GlobalRateLimit(Hooks):
         slot = self._taken.slot if mine else limits.reserved_ms
         return waited if slot is None else _with_slot(waited, name, slot)
 
-    def _ask(self, ask: Callable[[], int], delivery: Delivery, why: str) -> Wait | None:
-        """None once ``ask`` says 0 (short waits and an inline run's waits are slept and
-        asked again), else the wait; a limiter that cannot be reached is a wait too."""
-        short = 0
+    def _ask(
+        self, ask: Callable[[], int], delivery: Delivery, why: str, short: bool
+    ) -> Wait | None:
+        """None once ``ask`` says 0 (``short`` waits, and an inline run's waits, are slept
+        and asked again), else the wait; a limiter that cannot be reached is a wait too."""
+        slept = 0
         while True:
             try:
                 wait_ms = ask()
@@ -220,8 +225,9 @@ class GlobalRateLimit(Hooks):
                 return Wait(UNAVAILABLE_WAIT_S, f"rate limiter {name!r} unavailable: {exc}")
             if wait_ms <= 0:
                 return None
-            if delivery.inline or (wait_ms <= SHORT_WAIT_S * 1000 and short < self.SHORT_WAITS):
-                short += 1
+            brief = short and wait_ms <= SHORT_WAIT_S * 1000 and slept < self.SHORT_WAITS
+            if delivery.inline or brief:
+                slept += 1
                 self._sleep(wait_ms / 1000)
                 continue
             return Wait(wait_ms / 1000, f"{why} {wait_ms} ms")

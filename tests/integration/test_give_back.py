@@ -132,6 +132,8 @@ def test_a_claim_given_back_frees_its_concurrency_key(store: JobStore) -> None:
         is None
     )
     assert give_back(store, held, claimed_at)
+    job = store.get(first)
+    assert job is not None and (job.status, job.started_at) == (JobStatus.PENDING, None)
     assert claim(store, second, concurrency=("k", 1))[0].attempt == 1
 
 

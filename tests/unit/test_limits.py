@@ -275,16 +275,20 @@ class Scripted:
         return self.grants.pop(0)
 
 
-def test_short_waits_are_slept_in_process_and_long_ones_postponed() -> None:
+def test_short_waits_before_the_claim_are_slept_in_process_never_after_it() -> None:
     slept: list[float] = []
     limits = DeliveryLimits("ai", 1000)
-    hook = GlobalRateLimit(Scripted([30, 0, 40, 40, 40, 40], [20, 0, 2000]), slept.append)
+    hook = GlobalRateLimit(Scripted([30, 0, 40, 40, 40, 40], [20, 2000]), slept.append)
     assert hook.before_claim(delivery(limits)) is None
-    assert hook.before_body(delivery(limits), CLAIM) is None
-    assert slept == [0.03, 0.02]
+    assert slept == [0.03]
+    # holding the claim, even a short wait gives it back (it would hold the job's key slot
+    # and count in its started_at while no body runs); the delivery keeps its slot
+    refused = hook.before_body(delivery(limits), CLAIM)
+    assert isinstance(refused, Wait) and refused.seconds == 0.02
+    assert refused.headers == slot_header("ai", 777)
     # at most three short waits in a row, then the delivery is postponed, keeping its slot
     wait = hook.before_claim(delivery(limits))
-    assert isinstance(wait, Wait) and wait.seconds == 0.04 and len(slept) == 5
+    assert isinstance(wait, Wait) and wait.seconds == 0.04 and len(slept) == 4
     assert wait.headers == slot_header("ai", 777)
     refused = hook.before_body(delivery(limits), CLAIM)  # not this thread's taken slot
     assert isinstance(refused, Wait) and refused.seconds == 2.0 and refused.headers is None
