@@ -18,10 +18,9 @@ Celery's own ``before_start``...``after_return``).
 
 Register your own with ``Tracker.for_app(app).add_hook(MyHooks())``. A hook that raises in
 ``before_claim``, ``after_claim``, ``before_body`` or ``after_transition`` is logged and
-ignored (the delivery goes on; the
-row is already the truth). One that raises in ``completion_rows``, or whose rows the
-database refuses, fails the attempt like a body that raised: it is retried up to
-``max_attempts``.
+ignored (the delivery goes on; the row is already the truth). One that raises in
+``completion_rows``, or whose rows the database refuses, fails the attempt like a body that
+raised: it is retried up to ``max_attempts``.
 """
 
 from __future__ import annotations
