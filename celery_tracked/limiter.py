@@ -21,13 +21,15 @@ not come is postponed to it, its reserved slot carried in the re-published messa
 never reserves twice; no attempt is used and no pool process waits (Celery holds a message
 with an ETA in the worker's memory). ``before_body``: a delivery refused the start gives its
 claim back (the runner's move, no attempt used) and is re-published for the start's time,
-keeping its slot. Before the claim, a wait of at most :data:`SHORT_WAIT_S` is slept
-in-process instead (no round trip through the broker; nothing is held yet); after the claim
-nothing waits holding it (its concurrency-key slot, and its ``started_at``, would then
-count time no body ran). An inline run (eager mode, whose re-publish would run again at
-once) sleeps every wait, before and after its claim. A slot reserved by a delivery that
-never runs (its job cancelled, a duplicate) only wastes one interval. If Redis is
-unreachable the delivery is postponed (a rate limit fails closed).
+keeping its slot; the next start is owed to the oldest such slot (for one interval after it
+may come back), so the deliveries of later slots do not overtake it. Before the claim, a
+wait of at most :data:`SHORT_WAIT_S` is slept in-process instead (no round trip through the
+broker; nothing is held yet); after the claim nothing waits holding it (its concurrency-key
+slot, and its ``started_at``, would then count time no body ran). An inline run (eager
+mode, whose re-publish would run again at once) sleeps every wait, before and after its
+claim. A slot reserved by a delivery that never runs (its job cancelled, a duplicate) only
+wastes one interval. If Redis is unreachable the delivery is postponed (a rate limit fails
+closed).
 """
 
 from __future__ import annotations
@@ -52,23 +54,34 @@ SHORT_WAIT_S = 0.05
 #: an empty state, which waits one interval.
 _KEEP_MS = 86_400_000
 
-#: limits.recovered, then the state; ARGV[1] = interval_ms
+#: limits.recovered, then the state (an owed slot only while it is); ARGV[1] = interval_ms
 _NOW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local interval = tonumber(ARGV[1])
-local nxt = tonumber(redis.call('HGET', KEYS[1], 'next'))
-local last = tonumber(redis.call('HGET', KEYS[1], 'last'))
+local h = redis.call('HMGET', KEYS[1], 'next', 'last', 'owed', 'owed_until')
+local nxt, last = tonumber(h[1]), tonumber(h[2])
+local owed, owed_until = tonumber(h[3]), tonumber(h[4])
 if not nxt and not last then
   last = now
   nxt = now + interval
 end
 if not nxt then nxt = now end
+if not (owed and owed_until and now < owed_until) then
+  owed = nil
+  owed_until = nil
+end
 """
 #: (to the microsecond: Redis before 7 writes a Lua number with 14 digits, 0.1 ms)
 _SAVE = f"""
 redis.call('HSET', KEYS[1], 'next', string.format('%.3f', nxt))
 if last then redis.call('HSET', KEYS[1], 'last', string.format('%.3f', last)) end
+if owed then
+  redis.call('HSET', KEYS[1], 'owed', string.format('%.3f', owed))
+  redis.call('HSET', KEYS[1], 'owed_until', string.format('%.3f', owed_until))
+else
+  redis.call('HDEL', KEYS[1], 'owed', 'owed_until')
+end
 redis.call('PEXPIRE', KEYS[1], math.ceil(math.max(nxt - now, 0) + interval + {_KEEP_MS}))
 """
 #: limits.take_slot: ARGV = interval_ms, reserved slot (-1: none) -> {wait_ms, slot}
@@ -82,6 +95,7 @@ if reserved < 0 then
 end
 local at = reserved
 if last and last + interval > at then at = last + interval end
+if owed and owed < reserved and owed_until > at then at = owed_until end
 """
     + _SAVE
     + """
@@ -89,11 +103,24 @@ if at > now then return {math.ceil(at - now), math.ceil(reserved)} end
 return {0, math.ceil(reserved)}
 """
 )
-#: limits.grant_start: ARGV = interval_ms -> wait_ms (0: granted, recorded)
+#: limits.grant_start: ARGV = interval_ms, the delivery's slot (-1: none) -> wait_ms (0:
+#: granted, recorded)
 _GRANT = (
     _NOW
     + """
+local slot = tonumber(ARGV[2])
+if slot < 0 then slot = math.huge end
+if owed and owed < slot then
+"""
+    + _SAVE
+    + """
+  return math.ceil(owed_until - now)
+end
 if last and last + interval > now then
+  if slot ~= math.huge and (not owed or slot <= owed) then
+    owed = slot
+    owed_until = last + 2 * interval
+  end
 """
     + _SAVE
     + """
@@ -101,6 +128,10 @@ if last and last + interval > now then
 end
 last = now
 nxt = math.max(nxt, last + interval)
+if not (owed and owed > slot) then
+  owed = nil
+  owed_until = nil
+end
 """
     + _SAVE
     + "return 0\n"
@@ -111,9 +142,9 @@ class Limiter(Protocol):
     def take(self, name: str, interval_ms: int, reserved_ms: int | None) -> tuple[int, int]:
         """``(wait_ms, slot_ms)`` before the claim: 0 when the delivery may claim now."""
 
-    def grant(self, name: str, interval_ms: int) -> int:
-        """After the claim, just before the body: 0 when the start is granted (recorded),
-        else the milliseconds until one may be."""
+    def grant(self, name: str, interval_ms: int, slot_ms: int | None) -> int:
+        """After the claim, just before the body, for the delivery of slot ``slot_ms``: 0
+        when the start is granted (recorded), else the milliseconds until one may be."""
 
 
 class RedisLimiter:
@@ -133,9 +164,10 @@ class RedisLimiter:
             wait, slot = self._take(keys=[self.key(name)], args=[interval_ms, reserved])
         return int(wait), int(slot)
 
-    def grant(self, name: str, interval_ms: int) -> int:
+    def grant(self, name: str, interval_ms: int, slot_ms: int | None) -> int:
+        slot = -1 if slot_ms is None else slot_ms
         with _translated("rate limiter"):
-            return int(self._grant(keys=[self.key(name)], args=[interval_ms]))
+            return int(self._grant(keys=[self.key(name)], args=[interval_ms, slot]))
 
 
 class MemoryLimiter:
@@ -152,10 +184,10 @@ class MemoryLimiter:
             wait, slot, self._states[name] = take_slot(state, _now_ms(), interval_ms, reserved_ms)
         return wait, slot
 
-    def grant(self, name: str, interval_ms: int) -> int:
+    def grant(self, name: str, interval_ms: int, slot_ms: int | None) -> int:
         with self._lock:
             state = self._states.get(name, LimiterState())
-            wait, self._states[name] = grant_start(state, _now_ms(), interval_ms)
+            wait, self._states[name] = grant_start(state, _now_ms(), interval_ms, slot_ms)
         return wait
 
 
@@ -199,16 +231,16 @@ class GlobalRateLimit(Hooks):
         if limits is None or limits.rate_name is None:
             return None
         name, interval = limits.rate_name, limits.interval_ms
+        mine = getattr(self._taken, "job", None) == delivery.job_id
+        slot: int | None = self._taken.slot if mine else limits.reserved_ms
         waited = self._ask(
-            lambda: self.limiter.grant(name, interval),
+            lambda: self.limiter.grant(name, interval, slot),
             delivery,
             f"rate limit {name!r}: another body started; its start comes in",
             short=False,  # holding the claim: give it back rather than wait
         )
         if waited is None:
             return None
-        mine = getattr(self._taken, "job", None) == delivery.job_id
-        slot = self._taken.slot if mine else limits.reserved_ms
         return waited if slot is None else _with_slot(waited, name, slot)
 
     def _ask(

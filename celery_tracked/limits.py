@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .calls import check_template
@@ -192,15 +192,25 @@ def reserved_slot(value: Any, name: str | None) -> int | None:
 
 @dataclass(frozen=True)
 class LimiterState:
-    """One limiter: the next free slot to hand out, and the latest start it granted
-    (milliseconds of the limiter's one clock; both None: no state, never used or lost)."""
+    """One limiter: the next free slot to hand out, the latest start it granted, and the
+    slot of a delivery refused its start after its claim, owed the next start until
+    ``owed_until_ms`` (milliseconds of the limiter's one clock; ``next_ms`` and ``last_ms``
+    both None: no state, never used or lost)."""
 
     next_ms: float | None = None
     last_ms: float | None = None
+    owed_ms: float | None = None
+    owed_until_ms: float | None = None
 
     @property
     def empty(self) -> bool:
         return self.next_ms is None and self.last_ms is None
+
+    def owed(self, now_ms: float) -> float | None:
+        """The slot owed the next start, while it is."""
+        if self.owed_ms is None or self.owed_until_ms is None or now_ms >= self.owed_until_ms:
+            return None
+        return self.owed_ms
 
 
 def recovered(state: LimiterState, now_ms: float, interval_ms: int) -> LimiterState:
@@ -216,11 +226,11 @@ def take_slot(
     """``(wait_ms, slot_ms, new state)`` for a delivery at ``now_ms``, before its claim.
 
     A delivery without a reserved slot reserves the next one (slots are ``interval_ms``
-    apart, first come first served). It may go on to claim once its slot has come and the
-    latest granted start is ``interval_ms`` behind: then ``wait_ms`` is 0. Otherwise it
-    waits ``wait_ms`` (rounded up) and keeps its slot. No start is recorded here: that is
-    :func:`grant_start`, after the claim. The Lua script of ``limiter.py`` is this function
-    (with :func:`recovered` applied first).
+    apart, first come first served). It may go on to claim once its slot has come, the
+    latest granted start is ``interval_ms`` behind, and no older slot is owed the next
+    start: then ``wait_ms`` is 0. Otherwise it waits ``wait_ms`` (rounded up) and keeps its
+    slot. No start is recorded here: that is :func:`grant_start`, after the claim. The Lua
+    script of ``limiter.py`` is this function (with :func:`recovered` applied first).
     """
     next_ms = state.next_ms if state.next_ms is not None else now_ms
     if reserved_ms is None:
@@ -229,18 +239,35 @@ def take_slot(
     at = reserved_ms
     if state.last_ms is not None:
         at = max(at, state.last_ms + interval_ms)
+    owed = state.owed(now_ms)
+    if owed is not None and owed < reserved_ms and state.owed_until_ms is not None:
+        at = max(at, state.owed_until_ms)  # the owed start first, then this one
     wait = math.ceil(at - now_ms) if at > now_ms else 0
-    return wait, math.ceil(reserved_ms), LimiterState(next_ms, state.last_ms)
+    return wait, math.ceil(reserved_ms), replace(state, next_ms=next_ms)
 
 
-def grant_start(state: LimiterState, now_ms: float, interval_ms: int) -> tuple[int, LimiterState]:
-    """``(wait_ms, new state)`` for a delivery that claimed its job and would start its body
-    now: 0 when no start was granted within ``interval_ms`` (this start is then recorded),
-    else the milliseconds until one may be. The grant and the body's start are one decision:
-    nothing slow comes between them. The Lua script of ``limiter.py`` is this function."""
-    if state.last_ms is not None and state.last_ms + interval_ms > now_ms:
-        return math.ceil(state.last_ms + interval_ms - now_ms), state
-    return 0, started(state, now_ms, interval_ms)
+def grant_start(
+    state: LimiterState, now_ms: float, interval_ms: int, slot_ms: float | None
+) -> tuple[int, LimiterState]:
+    """``(wait_ms, new state)`` for a delivery (of slot ``slot_ms``) that claimed its job
+    and would start its body now: 0 when no start was granted within ``interval_ms`` and no
+    older slot is owed the next one (this start is then recorded), else the milliseconds
+    until one may be. The grant and the body's start are one decision: nothing slow comes
+    between them. A refused delivery gives its claim back; the next start is owed to it
+    (the oldest refused slot) for one interval after it may come back, so the deliveries of
+    later slots do not overtake it. The Lua script of ``limiter.py`` is this function."""
+    slot = math.inf if slot_ms is None else slot_ms
+    owed, last = state.owed(now_ms), state.last_ms
+    if owed is not None and owed < slot and state.owed_until_ms is not None:
+        return math.ceil(state.owed_until_ms - now_ms), state  # an older slot goes first
+    if last is not None and last + interval_ms > now_ms:
+        if slot_ms is not None and (owed is None or slot_ms <= owed):
+            state = replace(state, owed_ms=slot_ms, owed_until_ms=last + 2 * interval_ms)
+        return math.ceil(last + interval_ms - now_ms), state
+    granted = started(state, now_ms, interval_ms)
+    if owed is not None and owed > slot:  # a younger refused slot is still owed
+        return 0, granted
+    return 0, replace(granted, owed_ms=None, owed_until_ms=None)
 
 
 def started(state: LimiterState, now_ms: float, interval_ms: int) -> LimiterState:
@@ -248,7 +275,7 @@ def started(state: LimiterState, now_ms: float, interval_ms: int) -> LimiterStat
     within ``interval_ms`` of it."""
     last = now_ms if state.last_ms is None else max(state.last_ms, now_ms)
     next_ms = now_ms + interval_ms if state.next_ms is None else state.next_ms
-    return LimiterState(max(next_ms, last + interval_ms), last)
+    return replace(state, next_ms=max(next_ms, last + interval_ms), last_ms=last)
 
 
 def busy_key_countdown(fraction: float) -> float:

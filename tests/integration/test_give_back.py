@@ -147,19 +147,28 @@ def test_the_lua_limiter_grants_starts_after_the_claim_on_redis_time(redis_url: 
     # an empty state (first use, or lost): taken as a start now, one interval to wait
     wait, first = limiter.take("ai", 300, None)
     assert 299 <= wait <= 300
-    assert limiter.grant("ai", 300) > 250  # nor may a claim that got through start
+    assert limiter.grant("ai", 300, first) > 250  # nor may a claim that got through start
     last = float(client.hget(key, "last"))  # type: ignore[arg-type]
     time.sleep(wait / 1000)
     assert limiter.take("ai", 300, first)[0] == 0  # its slot came: it claims...
-    assert float(client.hget(key, "last")) == last  # type: ignore[arg-type]  # ...nothing recorded
-    assert limiter.take("ai", 300, 0)[0] == 0  # a stale delivery claims too
-    assert limiter.grant("ai", 300) == 0  # the first to ask is granted its start
+    assert float(client.hget(key, "last")) == last  # type: ignore[arg-type]  # ...no start yet
+    assert limiter.take("ai", 300, 5)[0] == 0  # a stale delivery (slot 5) claims too
+    assert limiter.grant("ai", 300, 5) == 0  # the first to ask is granted its start
     granted = float(client.hget(key, "last"))  # type: ignore[arg-type]
     assert last + 300 <= granted < last + 1000
-    refused = limiter.grant("ai", 300)  # the other gives its claim back
+    refused = limiter.grant("ai", 300, first)  # the other gives its claim back...
     assert 250 < refused <= 300
+    assert float(client.hget(key, "owed")) == first  # type: ignore[arg-type]  # ...owed
+    assert float(client.hget(key, "owed_until")) == granted + 600  # type: ignore[arg-type]
     assert float(client.hget(key, "next")) >= granted + 300  # type: ignore[arg-type]
     assert 0 < client.pttl(key) <= 300 + 300 + 86_400_000 + 1000
+    time.sleep(refused / 1000)
+    later = first + 1  # a later slot (come) waits for the owed start and its interval
+    assert 250 < limiter.take("ai", 300, later)[0] <= 300
+    assert 250 < limiter.grant("ai", 300, later) <= 300
+    assert limiter.take("ai", 300, first)[0] == 0  # the owed slot claims and starts
+    assert limiter.grant("ai", 300, first) == 0
+    assert client.hget(key, "owed") is None  # the debt is paid
     client.delete(key)  # lost: the next delivery waits one interval again
-    assert limiter.grant("ai", 300) == 300
+    assert limiter.grant("ai", 300, None) == 300
     client.close()

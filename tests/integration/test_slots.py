@@ -108,10 +108,10 @@ def test_the_lua_limiter_reserves_slots_on_redis_time(redis_url: str) -> None:
     assert limiter.take("ai", 500, slot_b)[1] == slot_b  # its own slot: no new reservation
     nxt = float(client.hget("ct:limiter:{ai}", "next"))  # type: ignore[arg-type]
     assert first + 1499 < nxt <= first + 1500  # Redis TIME to the microsecond
-    assert limiter.grant("ai", 500) == 0  # the first delivery's start
-    time.sleep(wait_b / 1000)
+    assert limiter.grant("ai", 500, first) == 0  # the first delivery's start
+    time.sleep(wait_b / 1000 + 0.05)  # and the first start's interval (granted after its take)
     assert limiter.take("ai", 500, slot_b)[0] == 0
-    assert limiter.grant("ai", 500) == 0
+    assert limiter.grant("ai", 500, slot_b) == 0
     last = float(client.hget("ct:limiter:{ai}", "last"))  # type: ignore[arg-type]
     assert last >= slot_b - 1
     assert 0 < client.pttl("ct:limiter:{ai}") <= 500 + 500 + 86_400_000 + 1000

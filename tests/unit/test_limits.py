@@ -155,7 +155,7 @@ def test_a_reserved_slot_is_read_only_for_its_own_limiter() -> None:
 def test_the_first_delivery_claims_at_once_and_is_granted_its_start_after_the_claim() -> None:
     wait, slot, state = take_slot(LimiterState(), 1000, 200, None)
     assert (wait, slot, state) == (0, 1000, LimiterState(1200, None))  # no start recorded
-    assert grant_start(state, 1004, 200) == (0, LimiterState(1204, 1004))  # the claim: 4 ms
+    assert grant_start(state, 1004, 200, slot) == (0, LimiterState(1204, 1004))  # claim: 4 ms
 
 
 def test_an_empty_state_is_taken_as_a_start_granted_now() -> None:
@@ -163,7 +163,7 @@ def test_an_empty_state_is_taken_as_a_start_granted_now() -> None:
     interval from the moment it is noticed, never less after a start granted before."""
     assert recovered(LimiterState(), 1000, 200) == LimiterState(1200, 1000)
     assert take_slot(recovered(LimiterState(), 1000, 200), 1000, 200, None)[:2] == (200, 1200)
-    assert grant_start(recovered(LimiterState(), 1000, 200), 1000, 200)[0] == 200
+    assert grant_start(recovered(LimiterState(), 1000, 200), 1000, 200, 1000)[0] == 200
     assert recovered(LimiterState(900, None), 1000, 200) == LimiterState(900, None)
 
 
@@ -176,26 +176,45 @@ def test_deliveries_reserve_slots_an_interval_apart_and_start_at_them() -> None:
     # b comes back at its slot: it may claim, reserving nothing more; its grant records it
     wait, slot, state = take_slot(state, 1200, 200, slot_b)
     assert (wait, slot, state) == (0, 1200, LimiterState(1600, 1000))
-    wait, state = grant_start(state, 1201, 200)
+    wait, state = grant_start(state, 1201, 200, slot_b)
     assert (wait, state) == (0, LimiterState(1600, 1201))
     # c comes back early (a skewed ETA): it waits again for the rest, keeping its slot
     assert take_slot(state, 1390, 200, slot_c)[:2] == (11, 1400)
 
 
-def test_a_claim_slower_than_the_interval_is_refused_its_start() -> None:
+def test_a_claim_slower_than_the_interval_is_refused_its_start_and_then_owed_it() -> None:
     """A passed the check at its slot (1000), then its claim waited 1.2 intervals on a row
     lock; meanwhile B, at its slot (2000), claimed and was granted its start (2001). A's
-    start is refused (it gives its claim back) until B's interval has passed."""
-    state = LimiterState(3000, None)  # slots 1000 (A) and 2000 (B) reserved
+    start is refused (it gives its claim back) until B's interval has passed; then the next
+    start is A's: C (slot 3000) does not overtake it."""
+    state = LimiterState(4000, None)  # slots 1000 (A), 2000 (B) and 3000 (C) reserved
     assert take_slot(state, 1000, 1000, 1000)[0] == 0  # A claims...
     assert take_slot(state, 2000, 1000, 2000)[0] == 0  # ...B too, while A's claim waits
-    wait, state = grant_start(state, 2001, 1000)
-    assert (wait, state) == (0, LimiterState(3001, 2001))
-    assert grant_start(state, 2200, 1000) == (801, state)  # A: refused, nothing recorded
-    # A comes back with its slot: it may claim once B's interval has passed, and start
-    assert take_slot(state, 2900, 1000, 1000)[:2] == (101, 1000)
+    wait, state = grant_start(state, 2001, 1000, 2000)
+    assert (wait, state) == (0, LimiterState(4000, 2001))
+    wait, state = grant_start(state, 2200, 1000, 1000)  # A: refused, and owed the next start
+    assert (wait, state) == (801, LimiterState(4000, 2001, 1000, 4001))
+    # C, at its slot, waits for A's start and its interval (or for A's turn to lapse)
+    assert take_slot(state, 3001, 1000, 3000)[:2] == (1000, 3000)
+    assert grant_start(state, 3001, 1000, 3000) == (1000, state)  # even if it claimed
+    # A comes back with its slot: it claims and starts; the debt is paid
     assert take_slot(state, 3001, 1000, 1000)[0] == 0
-    assert grant_start(state, 3001, 1000) == (0, LimiterState(4001, 3001))
+    assert grant_start(state, 3001, 1000, 1000) == (0, LimiterState(4001, 3001))
+    # had A not come back, C would start once A's turn lapsed
+    assert take_slot(state, 4001, 1000, 3000)[0] == 0
+
+
+def test_only_the_oldest_refused_slot_is_owed() -> None:
+    state = LimiterState(5000, 2001)  # a start at 2001
+    _, state = grant_start(state, 2100, 1000, 1500)
+    _, state = grant_start(state, 2200, 1000, 1000)  # older: it takes the debt over
+    assert (state.owed_ms, state.owed_until_ms) == (1000, 4001)
+    assert grant_start(state, 2300, 1000, 1500)[1].owed_ms == 1000  # younger: it waits
+    # the owed slot refused again (an older stale one started): its turn moves on
+    assert grant_start(LimiterState(5000, 2500, 1000, 4001), 2600, 1000, 1000)[1] == (
+        LimiterState(5000, 2500, 1000, 4500)
+    )
+    assert grant_start(state, 2300, 1000, None)[1].owed_ms == 1000  # no slot: never owed
 
 
 def test_a_late_or_stale_delivery_never_starts_closer_than_the_interval() -> None:
@@ -205,8 +224,8 @@ def test_a_late_or_stale_delivery_never_starts_closer_than_the_interval() -> Non
     assert (wait, slot, after) == (150, 1000, state)
     wait, _, after = take_slot(state, 1700, 200, 1000)
     assert wait == 0 and after == state
-    assert grant_start(state, 1699, 200) == (1, state)
-    assert grant_start(state, 1700, 200) == (0, LimiterState(1900, 1700))
+    assert grant_start(state, 1699, 200, 1000)[0] == 1
+    assert grant_start(state, 1700, 200, 1000) == (0, LimiterState(1900, 1700))
 
 
 def test_a_recorded_start_pushes_the_next_start_and_the_next_slot() -> None:
@@ -271,7 +290,7 @@ class Scripted:
     def take(self, name: str, interval_ms: int, reserved_ms: int | None) -> tuple[int, int]:
         return self.takes.pop(0), 777 if reserved_ms is None else reserved_ms
 
-    def grant(self, name: str, interval_ms: int) -> int:
+    def grant(self, name: str, interval_ms: int, slot_ms: int | None) -> int:
         return self.grants.pop(0)
 
 
@@ -321,7 +340,7 @@ def test_an_unreachable_limiter_postpones() -> None:
         def take(self, name: str, interval_ms: int, reserved_ms: int | None) -> tuple[int, int]:
             raise GuardError("Redis rate limiter failed: connection refused")
 
-        def grant(self, name: str, interval_ms: int) -> int:
+        def grant(self, name: str, interval_ms: int, slot_ms: int | None) -> int:
             raise GuardError("Redis rate limiter failed: connection refused")
 
     hook = GlobalRateLimit(Down())
