@@ -5,7 +5,8 @@ the limiter's one key (``<prefix>:limiter:{<name>}``, hash-tagged: Redis Cluster
 Redis ``TIME`` (to the microsecond) as the one clock of every worker:
 
 - ``take`` (before the claim, :func:`~celery_tracked.limits.take_slot`): reserve a slot, or
-  say how long until it comes. Nothing is recorded as started.
+  say how long until it comes. Nothing is recorded as started; a delivery that may go
+  holds the turn while it claims (one interval at most), so claims follow the limiter too.
 - ``grant`` (after the claim, immediately before the body,
   :func:`~celery_tracked.limits.grant_start`): the start itself, granted only if no other
   was granted within the interval. The grant and the body's start are one decision, so a
@@ -54,14 +55,16 @@ SHORT_WAIT_S = 0.05
 #: an empty state, which waits one interval.
 _KEEP_MS = 86_400_000
 
-#: limits.recovered, then the state (an owed slot only while it is); ARGV[1] = interval_ms
+#: limits.recovered, then the state (an owed slot and a held turn only while they last);
+#: ARGV[1] = interval_ms
 _NOW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local interval = tonumber(ARGV[1])
-local h = redis.call('HMGET', KEYS[1], 'next', 'last', 'owed', 'owed_until')
+local h = redis.call('HMGET', KEYS[1], 'next', 'last', 'owed', 'owed_until', 'hold', 'hold_until')
 local nxt, last = tonumber(h[1]), tonumber(h[2])
 local owed, owed_until = tonumber(h[3]), tonumber(h[4])
+local hold, hold_until = tonumber(h[5]), tonumber(h[6])
 if not nxt and not last then
   last = now
   nxt = now + interval
@@ -70,6 +73,10 @@ if not nxt then nxt = now end
 if not (owed and owed_until and now < owed_until) then
   owed = nil
   owed_until = nil
+end
+if not (hold and hold_until and now < hold_until) then
+  hold = nil
+  hold_until = nil
 end
 """
 #: (to the microsecond: Redis before 7 writes a Lua number with 14 digits, 0.1 ms)
@@ -81,6 +88,12 @@ if owed then
   redis.call('HSET', KEYS[1], 'owed_until', string.format('%.3f', owed_until))
 else
   redis.call('HDEL', KEYS[1], 'owed', 'owed_until')
+end
+if hold then
+  redis.call('HSET', KEYS[1], 'hold', string.format('%.3f', hold))
+  redis.call('HSET', KEYS[1], 'hold_until', string.format('%.3f', hold_until))
+else
+  redis.call('HDEL', KEYS[1], 'hold', 'hold_until')
 end
 redis.call('PEXPIRE', KEYS[1], math.ceil(math.max(nxt - now, 0) + interval + {_KEEP_MS}))
 """
@@ -94,13 +107,19 @@ if reserved < 0 then
   nxt = reserved + interval
 end
 local at = reserved
+local slot = math.ceil(reserved)
 if last and last + interval > at then at = last + interval end
 if owed and owed < reserved and owed_until > at then at = owed_until end
+if hold and hold ~= slot and hold_until > at then at = hold_until end
+if at <= now then
+  hold = slot
+  hold_until = now + interval
+end
 """
     + _SAVE
     + """
-if at > now then return {math.ceil(at - now), math.ceil(reserved)} end
-return {0, math.ceil(reserved)}
+if at > now then return {math.ceil(at - now), slot} end
+return {0, slot}
 """
 )
 #: limits.grant_start: ARGV = interval_ms, the delivery's slot (-1: none) -> wait_ms (0:
@@ -110,6 +129,10 @@ _GRANT = (
     + """
 local slot = tonumber(ARGV[2])
 if slot < 0 then slot = math.huge end
+if hold and hold == slot then
+  hold = nil
+  hold_until = nil
+end
 if owed and owed < slot then
 """
     + _SAVE

@@ -192,15 +192,18 @@ def reserved_slot(value: Any, name: str | None) -> int | None:
 
 @dataclass(frozen=True)
 class LimiterState:
-    """One limiter: the next free slot to hand out, the latest start it granted, and the
-    slot of a delivery refused its start after its claim, owed the next start until
-    ``owed_until_ms`` (milliseconds of the limiter's one clock; ``next_ms`` and ``last_ms``
-    both None: no state, never used or lost)."""
+    """One limiter (milliseconds of its one clock): the next free slot to hand out, the
+    latest start it granted (both None: no state, never used or lost); the slot of a
+    delivery refused its start after its claim, owed the next start until ``owed_until_ms``;
+    the slot of the delivery now between its check and its grant (claiming its job), whose
+    turn it is until ``hold_until_ms``."""
 
     next_ms: float | None = None
     last_ms: float | None = None
     owed_ms: float | None = None
     owed_until_ms: float | None = None
+    hold_ms: float | None = None
+    hold_until_ms: float | None = None
 
     @property
     def empty(self) -> bool:
@@ -211,6 +214,13 @@ class LimiterState:
         if self.owed_ms is None or self.owed_until_ms is None or now_ms >= self.owed_until_ms:
             return None
         return self.owed_ms
+
+    def held(self, now_ms: float, slot_ms: float) -> float | None:
+        """Until when another slot holds the turn (claiming its job), if one does."""
+        until = self.hold_until_ms
+        if self.hold_ms is None or until is None or now_ms >= until or self.hold_ms == slot_ms:
+            return None
+        return until
 
 
 def recovered(state: LimiterState, now_ms: float, interval_ms: int) -> LimiterState:
@@ -227,10 +237,11 @@ def take_slot(
 
     A delivery without a reserved slot reserves the next one (slots are ``interval_ms``
     apart, first come first served). It may go on to claim once its slot has come, the
-    latest granted start is ``interval_ms`` behind, and no older slot is owed the next
-    start: then ``wait_ms`` is 0. Otherwise it waits ``wait_ms`` (rounded up) and keeps its
-    slot. No start is recorded here: that is :func:`grant_start`, after the claim. The Lua
-    script of ``limiter.py`` is this function (with :func:`recovered` applied first).
+    latest granted start is ``interval_ms`` behind, no older slot is owed the next start and
+    no other delivery holds the turn: then ``wait_ms`` is 0, and it holds the turn for
+    ``interval_ms`` (its claim, then its grant). Otherwise it waits ``wait_ms`` (rounded up)
+    and keeps its slot. No start is recorded here: that is :func:`grant_start`, after the
+    claim. The Lua script of ``limiter.py`` is this function (after :func:`recovered`).
     """
     next_ms = state.next_ms if state.next_ms is not None else now_ms
     if reserved_ms is None:
@@ -239,11 +250,19 @@ def take_slot(
     at = reserved_ms
     if state.last_ms is not None:
         at = max(at, state.last_ms + interval_ms)
-    owed = state.owed(now_ms)
+    owed, slot = state.owed(now_ms), math.ceil(reserved_ms)
     if owed is not None and owed < reserved_ms and state.owed_until_ms is not None:
         at = max(at, state.owed_until_ms)  # the owed start first, then this one
-    wait = math.ceil(at - now_ms) if at > now_ms else 0
-    return wait, math.ceil(reserved_ms), replace(state, next_ms=next_ms)
+    held = state.held(now_ms, slot)
+    if held is not None:
+        at = max(at, held)  # another delivery is claiming its job
+    if at > now_ms:
+        return math.ceil(at - now_ms), slot, replace(state, next_ms=next_ms)
+    return (
+        0,
+        slot,
+        replace(state, next_ms=next_ms, hold_ms=slot, hold_until_ms=now_ms + interval_ms),
+    )
 
 
 def grant_start(
@@ -257,6 +276,8 @@ def grant_start(
     (the oldest refused slot) for one interval after it may come back, so the deliveries of
     later slots do not overtake it. The Lua script of ``limiter.py`` is this function."""
     slot = math.inf if slot_ms is None else slot_ms
+    if state.hold_ms is not None and state.hold_ms == slot_ms:  # its turn ends here
+        state = replace(state, hold_ms=None, hold_until_ms=None)
     owed, last = state.owed(now_ms), state.last_ms
     if owed is not None and owed < slot and state.owed_until_ms is not None:
         return math.ceil(state.owed_until_ms - now_ms), state  # an older slot goes first

@@ -154,7 +154,12 @@ def test_a_reserved_slot_is_read_only_for_its_own_limiter() -> None:
 
 def test_the_first_delivery_claims_at_once_and_is_granted_its_start_after_the_claim() -> None:
     wait, slot, state = take_slot(LimiterState(), 1000, 200, None)
-    assert (wait, slot, state) == (0, 1000, LimiterState(1200, None))  # no start recorded
+    # no start recorded: the delivery holds the turn while it claims
+    assert (wait, slot, state) == (
+        0,
+        1000,
+        LimiterState(1200, None, hold_ms=1000, hold_until_ms=1200),
+    )
     assert grant_start(state, 1004, 200, slot) == (0, LimiterState(1204, 1004))  # claim: 4 ms
 
 
@@ -175,7 +180,7 @@ def test_deliveries_reserve_slots_an_interval_apart_and_start_at_them() -> None:
     assert state == LimiterState(1600, 1000)
     # b comes back at its slot: it may claim, reserving nothing more; its grant records it
     wait, slot, state = take_slot(state, 1200, 200, slot_b)
-    assert (wait, slot, state) == (0, 1200, LimiterState(1600, 1000))
+    assert (wait, slot, state) == (0, 1200, LimiterState(1600, 1000, None, None, 1200, 1400))
     wait, state = grant_start(state, 1201, 200, slot_b)
     assert (wait, state) == (0, LimiterState(1600, 1201))
     # c comes back early (a skewed ETA): it waits again for the rest, keeping its slot
@@ -217,13 +222,32 @@ def test_only_the_oldest_refused_slot_is_owed() -> None:
     assert grant_start(state, 2300, 1000, None)[1].owed_ms == 1000  # no slot: never owed
 
 
+def test_a_delivery_claiming_its_job_holds_the_turn_for_one_interval() -> None:
+    """While A claims (between its check and its grant), B does not pass the check: claims
+    follow the limiter too. A claim slower than its turn lets B claim; whichever is granted
+    first starts, the other is refused (and owed the next start)."""
+    _, _, state = take_slot(LimiterState(1200, None), 1000, 200, 1000)  # A claims
+    assert take_slot(state, 1150, 200, 1100)[:2] == (50, 1100)  # B waits for A's turn
+    _, granted = grant_start(state, 1010, 200, 1000)  # A starts
+    assert granted == LimiterState(1210, 1010)
+    assert take_slot(granted, 1150, 200, 1100)[0] == 60  # B: A's interval now
+    # A's claim is slower than its turn: B claims at 1250, and is granted first
+    wait, _, both = take_slot(state, 1250, 200, 1100)
+    assert wait == 0 and (both.hold_ms, both.hold_until_ms) == (1100, 1450)
+    _, b_started = grant_start(both, 1260, 200, 1100)
+    assert grant_start(b_started, 1300, 200, 1000) == (
+        160,
+        LimiterState(1460, 1260, owed_ms=1000, owed_until_ms=1660),
+    )
+
+
 def test_a_late_or_stale_delivery_never_starts_closer_than_the_interval() -> None:
     state = LimiterState(1600, 1500)  # a start at 1500
     # a delivery whose slot (1000) passed long ago waits for the latest start's interval
     wait, slot, after = take_slot(state, 1550, 200, 1000)
     assert (wait, slot, after) == (150, 1000, state)
     wait, _, after = take_slot(state, 1700, 200, 1000)
-    assert wait == 0 and after == state
+    assert wait == 0 and after == LimiterState(1600, 1500, hold_ms=1000, hold_until_ms=1900)
     assert grant_start(state, 1699, 200, 1000)[0] == 1
     assert grant_start(state, 1700, 200, 1000) == (0, LimiterState(1900, 1700))
 
@@ -267,18 +291,16 @@ def test_the_hook_postpones_to_the_reserved_slot_and_carries_it() -> None:
     assert isinstance(third, Wait) and third.seconds > 119
 
 
-def test_the_hook_refuses_a_start_granted_to_another_and_keeps_the_slot() -> None:
-    """Two deliveries passed the check (one with a stale slot); the first granted starts,
-    the second is refused after its claim and keeps the slot it had."""
+def test_a_delivery_that_passed_the_check_holds_the_turn_for_its_claim() -> None:
     hook = GlobalRateLimit(MemoryLimiter())
     fresh, stale = DeliveryLimits("ai", 60_000), DeliveryLimits("ai", 60_000, 5)
     assert hook.before_claim(delivery(fresh)) is None
-    assert hook.before_claim(delivery(stale)) is None
+    held = hook.before_claim(delivery(stale))  # the fresh one is claiming its job
+    assert isinstance(held, Wait) and 59 < held.seconds <= 60
+    assert held.headers == slot_header("ai", 5)
     assert hook.before_body(delivery(fresh), CLAIM) is None
-    refused = hook.before_body(delivery(stale), CLAIM)
-    assert isinstance(refused, Wait) and 59 < refused.seconds <= 60
-    assert "another body started" in refused.reason
-    assert refused.headers == slot_header("ai", 5)
+    after = hook.before_claim(delivery(stale))  # now the fresh start's interval
+    assert isinstance(after, Wait) and 59 < after.seconds <= 60
 
 
 class Scripted:
