@@ -4,7 +4,10 @@ Celery's own ``before_start``...``after_return``).
 - :meth:`Hooks.before_claim` may postpone a delivery without using an attempt (the global
   rate limiter, ``limiter.py``, uses it): a number of seconds, or a :class:`Wait` with
   headers for the message's next delivery.
-- :meth:`Hooks.after_claim` hears that a delivery claimed its job, just before the body.
+- :meth:`Hooks.after_claim` hears that a delivery claimed its job, before the body.
+- :meth:`Hooks.before_body` may still postpone a delivery that claimed its job, immediately
+  before its body: the claim is then given back (no attempt used). The rate limiter grants
+  the start here, so that nothing slow comes between the grant and the body.
 - :meth:`Hooks.completion_rows` returns rows to insert inside the completion transaction:
   they exist if and only if the job is marked completed (pipelines will use it). It returns
   data and never sees a connection.
@@ -14,10 +17,10 @@ Celery's own ``before_start``...``after_return``).
   be): the structured log lines and the terminal notification are the first two built-ins.
 
 Register your own with ``Tracker.for_app(app).add_hook(MyHooks())``. A hook that raises in
-``before_claim`` or ``after_transition`` is logged and ignored (the delivery goes on; the
-row is already the truth). One that raises in ``completion_rows``, or whose rows the
-database refuses, fails the attempt like a body that raised: it is retried up to
-``max_attempts``.
+``before_claim``, ``after_claim``, ``before_body`` or ``after_transition`` is logged and
+ignored (the delivery goes on; the row is already the truth). One that raises in
+``completion_rows``, or whose rows the database refuses, fails the attempt like a body that
+raised: it is retried up to ``max_attempts``.
 """
 
 from __future__ import annotations
@@ -70,6 +73,9 @@ class Delivery:
     task_name: str
     #: the task's rate and concurrency limits for this delivery (``limits.py``)
     limits: DeliveryLimits | None = None
+    #: run in the caller's process (eager mode, ``apply()``): a postponed delivery would
+    #: run again at once, so a hook that must wait had better wait in-process
+    inline: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,13 @@ class Hooks:
         return None
 
     def after_claim(self, delivery: Delivery, claim: Claim) -> None:
-        """Called when ``delivery`` claimed its job, just before the body runs."""
+        """Called when ``delivery`` claimed its job, before ``before_body`` and the body."""
+
+    def before_body(self, delivery: Delivery, claim: Claim) -> float | Wait | None:
+        """Called last, immediately before the body: a number of seconds (or a
+        :class:`Wait`) gives the claim back (no attempt used) and postpones the delivery;
+        None lets the body start. Keep it quick: the body starts right after."""
+        return None
 
     def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
         """Rows to insert in the completion transaction of ``claim`` (whose body returned
@@ -168,6 +180,17 @@ class HookChain(Hooks):
                 hook.after_claim(delivery, claim)
             except Exception:
                 logger.exception("celery-tracked hook %r failed in after_claim", hook)
+
+    def before_body(self, delivery: Delivery, claim: Claim) -> float | Wait | None:
+        for hook in self.hooks:
+            try:
+                delay = hook.before_body(delivery, claim)
+            except Exception:  # fail open, like before_claim
+                logger.exception("celery-tracked hook %r failed in before_body", hook)
+                continue
+            if delay is not None:
+                return delay
+        return None
 
     def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
         return [row for hook in self.hooks for row in hook.completion_rows(claim, result)]

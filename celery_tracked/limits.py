@@ -7,7 +7,8 @@ Two tracked options, checked when the task is declared (``InvalidTaskOption``):
     ``tracked_rate_limit_ms``, seed 000's ``JOB_QUEUE_COURSE_GEN_LIMITER_MS``). Every task
     naming one limiter shares it, across all workers: their bodies start at least the
     interval apart. A delivery that must wait reserves its slot and is re-published for it
-    (``limiter.py``), without using an attempt or holding a pool process.
+    (``limiter.py``), without using an attempt or holding a pool process; the start itself
+    is granted after the claim, just before the body (``grant_start``).
 ``concurrency_key="course:{course_id}"`` (a template over the call's arguments like
     ``idempotency_key``, or a callable) with ``concurrency_limit=N`` (default
     ``tracked_concurrency_limit``, seed 000's ``JOB_QUEUE_COURSE_GEN_CONCURRENCY``): at
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .calls import KeyCall, check_template
@@ -182,24 +183,56 @@ def reserved_slot(value: Any, name: str | None) -> int | None:
 
 @dataclass(frozen=True)
 class LimiterState:
-    """One limiter: the next free slot to hand out, and the latest start it granted
-    (milliseconds of the limiter's one clock; None: none yet)."""
+    """One limiter (milliseconds of its one clock): the next free slot to hand out, the
+    latest start it granted (both None: no state, never used or lost); the slot of a
+    delivery refused its start after its claim, owed the next start until ``owed_until_ms``;
+    the slot of the delivery now between its check and its grant (claiming its job), whose
+    turn it is until ``hold_until_ms``."""
 
     next_ms: float | None = None
     last_ms: float | None = None
+    owed_ms: float | None = None
+    owed_until_ms: float | None = None
+    hold_ms: float | None = None
+    hold_until_ms: float | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.next_ms is None and self.last_ms is None
+
+    def owed(self, now_ms: float) -> float | None:
+        """The slot owed the next start, while it is."""
+        if self.owed_ms is None or self.owed_until_ms is None or now_ms >= self.owed_until_ms:
+            return None
+        return self.owed_ms
+
+    def held(self, now_ms: float, slot_ms: float) -> float | None:
+        """Until when another slot holds the turn (claiming its job), if one does."""
+        until = self.hold_until_ms
+        if self.hold_ms is None or until is None or now_ms >= until or self.hold_ms == slot_ms:
+            return None
+        return until
+
+
+def recovered(state: LimiterState, now_ms: float, interval_ms: int) -> LimiterState:
+    """The state a limiter works from: an empty one (first use, or a Redis that lost it:
+    the two cannot be told apart) is taken as a start granted ``now_ms``, so no body starts
+    within ``interval_ms`` of one granted before the loss."""
+    return LimiterState(now_ms + interval_ms, now_ms) if state.empty else state
 
 
 def take_slot(
     state: LimiterState, now_ms: float, interval_ms: int, reserved_ms: float | None
 ) -> tuple[int, int, LimiterState]:
-    """``(wait_ms, slot_ms, new state)`` for a delivery at ``now_ms``.
+    """``(wait_ms, slot_ms, new state)`` for a delivery at ``now_ms``, before its claim.
 
     A delivery without a reserved slot reserves the next one (slots are ``interval_ms``
-    apart, first come first served). It may start once its slot has come and the latest
-    granted start is ``interval_ms`` behind (a late or stale delivery never starts closer
-    to another): then ``wait_ms`` is 0 and the start is recorded. Otherwise it waits
-    ``wait_ms`` (rounded up) and keeps its slot. The Lua script of ``limiter.py`` is this
-    function.
+    apart, first come first served). It may go on to claim once its slot has come, the
+    latest granted start is ``interval_ms`` behind, no older slot is owed the next start and
+    no other delivery holds the turn: then ``wait_ms`` is 0, and it holds the turn for
+    ``interval_ms`` (its claim, then its grant). Otherwise it waits ``wait_ms`` (rounded up)
+    and keeps its slot. No start is recorded here: that is :func:`grant_start`, after the
+    claim. The Lua script of ``limiter.py`` is this function (after :func:`recovered`).
     """
     next_ms = state.next_ms if state.next_ms is not None else now_ms
     if reserved_ms is None:
@@ -208,18 +241,53 @@ def take_slot(
     at = reserved_ms
     if state.last_ms is not None:
         at = max(at, state.last_ms + interval_ms)
-    slot = math.ceil(reserved_ms)
+    owed, slot = state.owed(now_ms), math.ceil(reserved_ms)
+    if owed is not None and owed < reserved_ms and state.owed_until_ms is not None:
+        at = max(at, state.owed_until_ms)  # the owed start first, then this one
+    held = state.held(now_ms, slot)
+    if held is not None:
+        at = max(at, held)  # another delivery is claiming its job
     if at > now_ms:
-        return math.ceil(at - now_ms), slot, LimiterState(next_ms, state.last_ms)
-    return 0, slot, started(LimiterState(next_ms, state.last_ms), now_ms, interval_ms)
+        return math.ceil(at - now_ms), slot, replace(state, next_ms=next_ms)
+    return (
+        0,
+        slot,
+        replace(state, next_ms=next_ms, hold_ms=slot, hold_until_ms=now_ms + interval_ms),
+    )
+
+
+def grant_start(
+    state: LimiterState, now_ms: float, interval_ms: int, slot_ms: float | None
+) -> tuple[int, LimiterState]:
+    """``(wait_ms, new state)`` for a delivery (of slot ``slot_ms``) that claimed its job
+    and would start its body now: 0 when no start was granted within ``interval_ms`` and no
+    older slot is owed the next one (this start is then recorded), else the milliseconds
+    until one may be. The grant and the body's start are one decision: nothing slow comes
+    between them. A refused delivery gives its claim back; the next start is owed to it
+    (the oldest refused slot) for one interval after it may come back, so the deliveries of
+    later slots do not overtake it. The Lua script of ``limiter.py`` is this function."""
+    slot = math.inf if slot_ms is None else slot_ms
+    if state.hold_ms is not None and state.hold_ms == slot_ms:  # its turn ends here
+        state = replace(state, hold_ms=None, hold_until_ms=None)
+    owed, last = state.owed(now_ms), state.last_ms
+    if owed is not None and owed < slot and state.owed_until_ms is not None:
+        return math.ceil(state.owed_until_ms - now_ms), state  # an older slot goes first
+    if last is not None and last + interval_ms > now_ms:
+        if slot_ms is not None and (owed is None or slot_ms <= owed):
+            state = replace(state, owed_ms=slot_ms, owed_until_ms=last + 2 * interval_ms)
+        return math.ceil(last + interval_ms - now_ms), state
+    granted = started(state, now_ms, interval_ms)
+    if owed is not None and owed > slot:  # a younger refused slot is still owed
+        return 0, granted
+    return 0, replace(granted, owed_ms=None, owed_until_ms=None)
 
 
 def started(state: LimiterState, now_ms: float, interval_ms: int) -> LimiterState:
-    """The state once a start at ``now_ms`` is recorded (also when the claim after the
-    check confirms it): no later start, and no new slot, within ``interval_ms`` of it."""
+    """The state once a start at ``now_ms`` is recorded: no later start, and no new slot,
+    within ``interval_ms`` of it."""
     last = now_ms if state.last_ms is None else max(state.last_ms, now_ms)
     next_ms = now_ms + interval_ms if state.next_ms is None else state.next_ms
-    return LimiterState(max(next_ms, last + interval_ms), last)
+    return replace(state, next_ms=max(next_ms, last + interval_ms), last_ms=last)
 
 
 def busy_key_countdown(fraction: float) -> float:

@@ -12,6 +12,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from . import attempt, successors
@@ -60,7 +61,9 @@ class Runner:
             waiting = self.recorder.record_pending_retry(run, run.headers.pending_retry)
             if waiting is not None:
                 return waiting
-        delivery = Delivery(run.job_id, run.job_type, run.queue, run.task_name, run.limits)
+        delivery = Delivery(
+            run.job_id, run.job_type, run.queue, run.task_name, run.limits, run.inline
+        )
         full = self._key_full(run, hint=True)
         if full is not None:  # before the rate limiter: a job that cannot run spends no slot
             return self._turned_away(run, full)
@@ -68,9 +71,9 @@ class Runner:
         if delay is not None:
             asked = delay if isinstance(delay, Wait) else Wait(delay)
             return self._turned_away(run, Postponed(asked.seconds, asked.reason, asked.headers))
-        sent = time.monotonic()
+        sent, claimed_at = time.monotonic(), utcnow()
         try:
-            claim = self._claim(run)
+            claim = self._claim(run, claimed_at)
         except StoreError as exc:
             wait = max(
                 0.5,
@@ -98,14 +101,17 @@ class Runner:
             self.leases.holding(claim, since=sent),
             successors.running(run.job_id, run.headers.correlation_id),
         ):
-            return self._execute(run, claim, body, delivery)
+            refused = self._refused_start(run, claim, delivery, claimed_at)
+            if refused is not None:
+                return refused
+            return self._execute(run, claim, body)
 
     # -- claim ------------------------------------------------------------------------
 
-    def _claim(self, run: Run) -> Claim | Skipped | Postponed:
+    def _claim(self, run: Run, now: datetime) -> Claim | Skipped | Postponed:
         store, job_id = self.store, run.job_id
         keyed, revision = _concurrency(run), run.headers.revision
-        who: dict[str, Any] = {"owner": owner_id(), "worker": run.worker, "now": utcnow()}
+        who: dict[str, Any] = {"owner": owner_id(), "worker": run.worker, "now": now}
         who.update(lease_s=self.leases.lease_seconds, revision=revision, concurrency=keyed)
         claim = store.claim(job_id, **who)
         if claim is not None:
@@ -206,13 +212,32 @@ class Runner:
 
     # -- body and outcome -------------------------------------------------------------
 
-    def _execute(
-        self, run: Run, claim: Claim, body: Callable[[], Any], delivery: Delivery
-    ) -> Verdict:
+    def _refused_start(
+        self, run: Run, claim: Claim, delivery: Delivery, claimed_at: datetime
+    ) -> Postponed | None:
+        """The last word before the body (``before_body``: the rate limiter's grant). A
+        refusal gives the claim back, no attempt used, and postpones the delivery."""
+        self.hooks.after_claim(delivery, claim)
+        delay = self.hooks.before_body(delivery, claim)
+        if delay is None:
+            return None  # the body starts now: nothing slow may come in between
+        asked = delay if isinstance(delay, Wait) else Wait(delay)
+        self.leases.body_ended(claim)  # no body: nothing to stop while it is given back
+        try:
+            given = self.store.give_back(
+                claim, owner=owner_id(), claimed_at=claimed_at, now=utcnow(), message=asked.reason
+            )
+            note = "claim given back" if given else "the claim was no longer held"
+        except StoreError as exc:  # its lease lapses, and a later delivery takes it over
+            note = f"claim not given back: {exc}"
+        postponed = Postponed(asked.seconds, f"{asked.reason} ({note})", asked.headers)
+        self._turned_away(run, postponed)
+        return postponed
+
+    def _execute(self, run: Run, claim: Claim, body: Callable[[], Any]) -> Verdict:
         error: Exception | None = None
         result: Any = None
         result_json: str | None = None
-        self.hooks.after_claim(delivery, claim)  # as close to the body as can be
         started = time.monotonic()
         with attempt.running(claim) as running:  # what the body's ``self.retry`` sees
             try:

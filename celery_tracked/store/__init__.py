@@ -1,12 +1,14 @@
 """The tracking database. Knows nothing of Celery.
 
-- ``statements``: every SQL statement, each written once as a Core statement; a status
-  change is a ``Move`` (conditional ``UPDATE`` + its history row).
+- ``statements``: every move, each written once as a Core statement; a status change is
+  a ``Move`` (conditional ``UPDATE`` + its history row). ``selects``: the reads and the
+  deletes of an undone enqueue.
 - ``moves``: the allowed moves, each run by one helper (``Moves.apply``), fence included.
 - ``outcomes``: how a run ends (completed, retrying, failed), fenced by its claim or, for a
   run that died outside its call path, like a takeover.
 - ``cancels``: a cancel request on a running job, and the end of a run asked to stop.
 - ``rerun``: the moves that give a job a new message (debounce, ``Tracker.retry``).
+- ``giveback``: a claim given back before its body started (no attempt used).
 - ``reporting``: a running body's progress (a fenced, non-durable move) and log lines.
 - ``reaping``: the stalled-job reaper's reads and moves (rescue, abandon).
 - ``reads``: one job, a job by key, a job's history, statistics.
@@ -27,6 +29,7 @@ from __future__ import annotations
 from .cancels import Cancels
 from .engines import Engines
 from .gauges import Gauges
+from .giveback import GiveBack
 from .moves import Moves
 from .outcomes import Outcomes
 from .purge import Purge
@@ -42,7 +45,18 @@ __all__ = ["Disconnected", "DuplicateJob", "JobStore", "Refused"]
 
 
 class JobStore(
-    Moves, Outcomes, Cancels, Reads, Queries, Rerun, Reporting, Slots, Gauges, Reaping, Purge
+    Moves,
+    Outcomes,
+    Cancels,
+    Reads,
+    Queries,
+    Rerun,
+    Reporting,
+    Slots,
+    Gauges,
+    Reaping,
+    Purge,
+    GiveBack,
 ):
     """The tracking database of one app; engines are created per process."""
 

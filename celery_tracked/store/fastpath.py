@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import StoreError, first_line
-from .statements import SELECT_BACKEND_PID
+from .selects import SELECT_BACKEND_PID
 from .translate import Disconnected, DuplicateJob, explained
 
 _INHERITED: list[Any] = []

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, insert
 
 from ..jobs import Claim, JobStatus, NewRow
 from ..models import jobs, metadata
-from . import inserts
+from . import inserts, selects
 from . import statements as sql
 from .engines import Engines
 from .slots import key_locked
@@ -67,8 +67,8 @@ class Moves:
         else:
             if conn.execute(sql.move_update(move), values).rowcount != 1:
                 return None
-            row = conn.execute(sql.SELECT_ATTEMPTS, values).first()
-            if move.event is not None and move.target is not None:
+            row = conn.execute(selects.SELECT_ATTEMPTS, values).first()
+            if move.event is not None:
                 conn.execute(sql.event_insert(jobs, move.event, move.target), values)
         return None if row is None else (int(row[0]), int(row[1]))
 
@@ -92,7 +92,7 @@ class Moves:
                 self._insert(params)
             except DuplicateJob:
                 with translated("reading the job"):
-                    mine = self.engines.execute(sql.SELECT_JOB, {"job_id": row["id"]})
+                    mine = self.engines.execute(selects.SELECT_JOB, {"job_id": row["id"]})
                 if mine is None or mine.created_at != row["created_at"]:
                     raise
                 # the first send committed, its reply was lost: the row is ours
@@ -122,9 +122,9 @@ class Moves:
         with translated("deleting the job row"), self.engines.transaction() as conn:
             if self.engines.is_postgres:
                 conn.execute(sql.commit_mode(True))
-            if conn.execute(sql.DELETE_UNPUBLISHED, {"job_id": job_id}).rowcount != 1:
+            if conn.execute(selects.DELETE_UNPUBLISHED, {"job_id": job_id}).rowcount != 1:
                 return False
-            conn.execute(sql.DELETE_EVENTS, {"job_id": job_id})
+            conn.execute(selects.DELETE_EVENTS, {"job_id": job_id})
             return True
 
     @reconnecting

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..jobs import Claim, JobStatus, NewRow
+from . import selects
 from . import statements as sql
 from .engines import Engines
 from .translate import reconnecting, translated
@@ -97,7 +98,7 @@ class Outcomes:
         if not resent:
             return False
         with translated("reading the job"):
-            row = self.engines.execute(sql.SELECT_ATTEMPTS_STATUS, {"job_id": claim.job_id})
+            row = self.engines.execute(selects.SELECT_ATTEMPTS_STATUS, {"job_id": claim.job_id})
         return row is not None and tuple(row) == (claim.attempt, JobStatus.COMPLETED.value)
 
     @reconnecting

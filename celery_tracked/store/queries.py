@@ -22,12 +22,12 @@ from ..jobs import Job, JobStatus
 from ..models import UTCDateTime, jobs
 from .clock import db_time
 from .engines import Engines
-from .statements import _param
+from .statements import param
 from .translate import reconnecting, translated
 
-AFTER_AT = _param("after_created_at", UTCDateTime)
-AFTER_ID = _param("after_id", jobs.c.id.type)
-SINCE_S = _param("since_s", Float)
+AFTER_AT = param("after_created_at", UTCDateTime)
+AFTER_ID = param("after_id", jobs.c.id.type)
+SINCE_S = param("since_s", Float)
 
 _TEXT_COLUMNS = {
     "queue": jobs.c.queue_name,

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..jobs import Job, JobEvent, JobStatus, utcnow
-from . import statements as sql
+from . import selects
 from .engines import Engines
 from .translate import reconnecting, translated
 
@@ -19,14 +19,14 @@ class Reads:
     @reconnecting
     def get(self, job_id: str) -> Job | None:
         with translated("reading the job"), self.engines.transaction() as conn:
-            row = conn.execute(sql.SELECT_JOB, {"job_id": job_id}).mappings().first()
+            row = conn.execute(selects.SELECT_JOB, {"job_id": job_id}).mappings().first()
         return None if row is None else Job.from_row(row)
 
     @reconnecting
     def clock(self) -> datetime:
         """The database's current time: the clock leases are judged on."""
         with translated("reading the database clock"):
-            row = self.engines.execute(sql.SELECT_CLOCK, {})
+            row = self.engines.execute(selects.SELECT_CLOCK, {})
         assert row is not None
         return row[0]  # type: ignore[no-any-return]
 
@@ -34,7 +34,7 @@ class Reads:
     def find_by_key(self, job_type: str, key: str) -> Job | None:
         params = {"job_type": job_type, "idempotency_key": key}
         with translated("reading the job"), self.engines.transaction() as conn:
-            row = conn.execute(sql.SELECT_BY_KEY, params).mappings().first()
+            row = conn.execute(selects.SELECT_BY_KEY, params).mappings().first()
         return None if row is None else Job.from_row(row)
 
     @reconnecting
@@ -42,7 +42,7 @@ class Reads:
         """The jobs sharing ``correlation_id``, oldest first."""
         params = {"correlation_id": correlation_id}
         with translated("reading the pipeline"), self.engines.transaction() as conn:
-            rows = conn.execute(sql.SELECT_PIPELINE, params).mappings().all()
+            rows = conn.execute(selects.SELECT_PIPELINE, params).mappings().all()
         return [Job.from_row(r) for r in rows]
 
     @reconnecting
@@ -51,12 +51,12 @@ class Reads:
         the broker and that no relay holds (oldest first, at most 100)."""
         params = {"cutoff": cutoff, "now": now}
         with translated("reading unpublished jobs"), self.engines.transaction() as conn:
-            return [str(r[0]) for r in conn.execute(sql.SELECT_UNPUBLISHED, params).all()]
+            return [str(r[0]) for r in conn.execute(selects.SELECT_UNPUBLISHED, params).all()]
 
     @reconnecting
     def events(self, job_id: str) -> list[JobEvent]:
         with translated("reading the job history"), self.engines.transaction() as conn:
-            rows = conn.execute(sql.SELECT_EVENTS, {"job_id": job_id}).mappings().all()
+            rows = conn.execute(selects.SELECT_EVENTS, {"job_id": job_id}).mappings().all()
         return [JobEvent.from_row(r) for r in rows]
 
     @reconnecting
@@ -64,8 +64,8 @@ class Reads:
         """Counts per queue and status, and the age of the oldest pending job per queue."""
         now = now or utcnow()
         with translated("reading queue statistics"), self.engines.transaction() as conn:
-            count_rows = conn.execute(sql.COUNT_BY_STATUS).all()
-            oldest_rows = conn.execute(sql.OLDEST_PENDING).all()
+            count_rows = conn.execute(selects.COUNT_BY_STATUS).all()
+            oldest_rows = conn.execute(selects.OLDEST_PENDING).all()
         out: dict[str, dict[str, Any]] = {}
         for queue, status, n in count_rows:
             entry = out.setdefault(queue, _empty_stats())

@@ -22,13 +22,13 @@ from sqlalchemy import Insert, Integer, String, func, insert, literal, select
 from ..jobs import Claim, JobStatus
 from ..models import events, jobs
 from .engines import Engines
-from .statements import HELD, JOB_ID, MESSAGE, NOW, Move, _param
+from .statements import HELD, JOB_ID, MESSAGE, NOW, Move, param
 from .translate import reconnecting, translated
 
 #: The ``event`` of a body's log line in ``background_job_events``.
 LOG_EVENT = "log"
-PERCENT = _param("percent", Integer)
-STAGE = _param("stage_label", String, optional=True)
+PERCENT = param("percent", Integer)
+STAGE = param("stage_label", String, optional=True)
 
 PROGRESS = Move(
     "progress",

@@ -23,18 +23,18 @@ from sqlalchemy import Boolean, Integer, String, Text, exists, or_, select
 from ..jobs import Job, JobStatus
 from ..models import UTCDateTime, events, jobs
 from .engines import Engines
-from .statements import JOB_ID, NOW, RELAY_CLAIM, RELAYED, REVISION, Move, _param
+from .statements import JOB_ID, NOW, RELAY_CLAIM, RELAYED, REVISION, Move, param
 from .translate import reconnecting, translated
 
 _PENDING = (JobStatus.PENDING,)
 _ENDED = (JobStatus.FAILED, JobStatus.CANCELLED)
-PAYLOAD = _param("payload_json", Text)
+PAYLOAD = param("payload_json", Text)
 #: Attempts the retried job may make from now on.
-BUDGET = _param("budget", Integer)
-OLD_MAX = _param("old_max_attempts", Integer)
-OLD_FINISHED = _param("old_finished_at", UTCDateTime, optional=True)
+BUDGET = param("budget", Integer)
+OLD_MAX = param("old_max_attempts", Integer)
+OLD_FINISHED = param("old_finished_at", UTCDateTime, optional=True)
 #: The revision the undone move made.
-MADE = _param("made", Integer)
+MADE = param("made", Integer)
 
 _NEW_MESSAGE = {
     "revision": jobs.c.revision + 1,
@@ -94,7 +94,7 @@ RETRY = Move(
 _UNDONE_RETRY = {
     "max_attempts": OLD_MAX,
     "finished_at": OLD_FINISHED,
-    "retries_exhausted": _param("old_retries_exhausted", Boolean),
+    "retries_exhausted": param("old_retries_exhausted", Boolean),
     "updated_at": NOW,
 }
 #: The event of an undone retry (its status is the one the job went back to).
@@ -118,10 +118,10 @@ SELECT_FAIL_SOFT = (
     select(jobs)
     .join(events, events.c.job_id == jobs.c.id)
     .where(
-        jobs.c.correlation_id == _param("correlation_id", String),
+        jobs.c.correlation_id == param("correlation_id", String),
         jobs.c.parent_job_id == JOB_ID,
         events.c.event == "enqueued",
-        events.c.message == _param("note", Text),
+        events.c.message == param("note", Text),
     )
     .order_by(jobs.c.created_at)
     .limit(1)

@@ -19,7 +19,6 @@ from sqlalchemy import (
     CTE,
     Boolean,
     ColumnElement,
-    Delete,
     Float,
     FromClause,
     Insert,
@@ -29,7 +28,6 @@ from sqlalchemy import (
     Text,
     Update,
     bindparam,
-    delete,
     func,
     insert,
     literal,
@@ -45,29 +43,29 @@ from ..models import UTCDateTime, events, jobs
 from .clock import db_time
 
 
-def _param(name: str, type_: Any, optional: bool = False) -> BindParameter[Any]:
+def param(name: str, type_: Any, optional: bool = False) -> BindParameter[Any]:
     """A named parameter; ``optional`` ones default to NULL."""
     if optional:
         return bindparam(name, value=None, type_=type_)
     return bindparam(name, type_=type_)
 
 
-JOB_ID = _param("job_id", String)
+JOB_ID = param("job_id", String)
 #: the worker's clock: for the record (``started_at``, ``updated_at``, events), never leases
-NOW = _param("now", UTCDateTime)
+NOW = param("now", UTCDateTime)
 #: lease expiry and backoff are judged on the database's clock (``clock.db_time``)
-LEASE_S = _param("lease_s", Float)
-GRACE_S = _param("grace_s", Float)
-DELAY_S = _param("delay_s", Float)
-ATTEMPT = _param("attempt", Integer)
+LEASE_S = param("lease_s", Float)
+GRACE_S = param("grace_s", Float)
+DELAY_S = param("delay_s", Float)
+ATTEMPT = param("attempt", Integer)
 #: The revision of the job's message a delivery or a producer acts for (see ``rerun.py``).
-REVISION = _param("at_revision", Integer)
-MESSAGE = _param("message", Text, optional=True)
-DURATION_MS = _param("duration_ms", Integer, optional=True)
-STALE_OWNER = _param("stale_owner", String, optional=True)
-OWNER = _param("owner", String)
+REVISION = param("at_revision", Integer)
+MESSAGE = param("message", Text, optional=True)
+DURATION_MS = param("duration_ms", Integer, optional=True)
+STALE_OWNER = param("stale_owner", String, optional=True)
+OWNER = param("owner", String)
 #: Rows created before it whose message was never handed over are the relay's.
-CUTOFF = _param("cutoff", UTCDateTime)
+CUTOFF = param("cutoff", UTCDateTime)
 
 #: The run's fence: the attempt it claimed (or, for a takeover, the attempt last seen).
 HELD = (jobs.c.attempts_made == ATTEMPT,)
@@ -92,7 +90,7 @@ UNCANCELLED = (jobs.c.cancel_requested_at.is_(None),)
 #: The jobs of a concurrency key holding a slot: ``processing`` under a live lease (on the
 #: database's clock), other than the claiming job itself (a takeover holds its own).
 #: (not named like the column: an UPDATE would take a column-named parameter as a SET value)
-CONCURRENCY_KEY = _param("limited_key", String)
+CONCURRENCY_KEY = param("limited_key", String)
 _holders = jobs.alias("holders")
 HOLDERS = (
     select(func.count())
@@ -106,20 +104,20 @@ HOLDERS = (
     .scalar_subquery()
 )
 #: The claim of a keyed job: only while its key has a free slot.
-KEY_FREE = (_param("concurrency_limit", Integer) > HOLDERS,)
+KEY_FREE = (param("concurrency_limit", Integer) > HOLDERS,)
 
 _TAKE_LEASE: dict[str, Any] = {
     "attempts_made": jobs.c.attempts_made + 1,
     "started_at": func.coalesce(jobs.c.started_at, NOW),
-    "worker": _param("worker_name", String),
+    "worker": param("worker_name", String),
     "locked_by": OWNER,
     "locked_until": db_time(LEASE_S),
     "updated_at": NOW,
 }
 _END_RUN: dict[str, Any] = {"updated_at": NOW, "locked_by": None, "locked_until": None}
 _ERROR = {
-    "error_type": _param("error_type", String),
-    "error_message": _param("error_message", Text),
+    "error_type": param("error_type", String),
+    "error_message": param("error_message", Text),
 }
 
 
@@ -127,8 +125,10 @@ _ERROR = {
 class Move:
     """One allowed change of a row: from ``sources``, under ``fence``, to ``target``.
 
-    ``event`` names the history row it appends (none for lease bookkeeping); ``durable``
-    is False only for writes whose loss merely lets a job run again (claim, renewal).
+    ``event`` names the history row it appends (none for lease bookkeeping), with the
+    row's new status (a move whose ``values`` compute the status has no ``target``);
+    ``durable`` is False only for writes whose loss merely lets a job run again (claim,
+    renewal).
     """
 
     name: str
@@ -198,7 +198,7 @@ COMPLETE = Move(
     JobStatus.COMPLETED,
     {
         **_END_RUN,
-        "result_json": _param("result_json", Text, optional=True),
+        "result_json": param("result_json", Text, optional=True),
         "finished_at": NOW,
         "error_type": None,
         "error_message": None,
@@ -211,7 +211,7 @@ COMPLETE = Move(
 _RETRY_RUN = {**_END_RUN, **_ERROR, "locked_until": db_time(DELAY_S)}  # not before the backoff
 _FAILED_RUN = {**_END_RUN, **_ERROR, "finished_at": NOW}
 #: A failure written by the run itself says whether it used up the retries.
-_EXHAUSTED = _param("retries_exhausted", Boolean)
+_EXHAUSTED = param("retries_exhausted", Boolean)
 RETRYING = Move(
     "retrying", _PROCESSING, JobStatus.RETRYING, _RETRY_RUN, HELD, "retrying", True, UNCANCELLED
 )
@@ -254,7 +254,7 @@ RELEASE = Move("release", _PROCESSING, None, _END_RUN, HELD)
 
 #: A pending row whose message was never handed to the broker, old enough to be relayed
 #: (created, or its message last replaced, before the cutoff), not held by a relay now.
-_UNPUBLISHED = (
+UNPUBLISHED = (
     jobs.c.published_at.is_(None),
     jobs.c.updated_at < CUTOFF,
     or_(jobs.c.locked_until.is_(None), jobs.c.locked_until < db_time()),
@@ -276,7 +276,7 @@ RELAY_CLAIM = Move(
     _PENDING,
     None,
     {"locked_by": OWNER, "locked_until": db_time(LEASE_S)},
-    _UNPUBLISHED,
+    UNPUBLISHED,
 )
 #: The relay published the row it claimed.
 RELAYED = Move(
@@ -308,14 +308,15 @@ def move_update(move: Move) -> Update:
 
 
 @functools.cache
-def event_insert(source: FromClause, event: str, status: JobStatus) -> Insert:
+def event_insert(source: FromClause, event: str, status: JobStatus | None) -> Insert:
     """The history row of a change: copied from ``source`` (the changed row), so its
-    attempt is the row's ``attempts_made`` after the change."""
+    attempt is the row's ``attempts_made`` after the change (and its status, when no
+    ``status`` is given)."""
     columns = ["job_id", "event", "status", "attempt", "message", "duration_ms", "created_at"]
     rows = select(
         source.c.id,
         literal(event, String),
-        literal(status.value, String),
+        source.c.status if status is None else literal(status.value, String),
         source.c.attempts_made,
         MESSAGE,
         DURATION_MS,
@@ -336,11 +337,14 @@ def commit_mode(durable: bool) -> Select[Any]:
     return select(func.set_config(literal("synchronous_commit", String), mode, true()))
 
 
-def committed(changed: CTE, durable: bool, history: tuple[str, JobStatus] | None) -> Select[Any]:
+def committed(
+    changed: CTE, durable: bool, history: tuple[str, JobStatus | None] | None
+) -> Select[Any]:
     """PostgreSQL: one statement around the data-modifying CTE ``changed`` (it returns the
-    changed row's ``id, attempts_made, max_attempts``): the history row ``(event, status)``
-    copied from it, and the commit mode (``commit_mode(durable)``) joined to it; selects
-    the changed row's ``attempts_made, max_attempts`` (no row: nothing changed)."""
+    changed row's ``id, attempts_made, max_attempts``, and its ``status`` when the history's
+    status is None): the history row ``(event, status)`` copied from it, and the commit
+    mode (``commit_mode(durable)``) joined to it; selects the changed row's
+    ``attempts_made, max_attempts`` (no row: nothing changed)."""
     mode = commit_mode(durable).cte("commit_mode")
     query = select(changed.c.attempts_made, changed.c.max_attempts).select_from(
         changed.join(mode, true())
@@ -355,58 +359,11 @@ def move_cte(move: Move) -> Select[Any]:
     """PostgreSQL: the move's ``UPDATE`` and its event in one statement, committed as
     durably as the move needs; selects the moved row's ``attempts_made, max_attempts``
     (no row: the move did not apply)."""
+    status = (jobs.c.status,) if move.target is None else ()
     moved = (
         move_update(move)
-        .returning(jobs.c.id, jobs.c.attempts_made, jobs.c.max_attempts)
+        .returning(jobs.c.id, jobs.c.attempts_made, jobs.c.max_attempts, *status)
         .cte("moved")
     )
-    history = None
-    if move.event is not None and move.target is not None:
-        history = (move.event, move.target)
+    history = None if move.event is None else (move.event, move.target)
     return committed(moved, move.durable, history)
-
-
-SELECT_JOB = select(jobs).where(jobs.c.id == JOB_ID)
-#: The key's newest job (its latest round).
-SELECT_BY_KEY = (
-    select(jobs)
-    .where(
-        jobs.c.job_type == _param("job_type", String),
-        jobs.c.idempotency_key == _param("idempotency_key", String),
-    )
-    .order_by(jobs.c.key_round.desc())
-    .limit(1)
-)
-SELECT_PIPELINE = (
-    select(jobs)
-    .where(jobs.c.correlation_id == _param("correlation_id", String))
-    .order_by(jobs.c.created_at, jobs.c.id)
-)
-SELECT_ATTEMPTS = select(jobs.c.attempts_made, jobs.c.max_attempts).where(jobs.c.id == JOB_ID)
-SELECT_CLOCK = select(db_time())
-#: PostgreSQL: the process id of the server process answering this session.
-SELECT_BACKEND_PID = select(func.pg_backend_pid())
-SELECT_ATTEMPTS_STATUS = select(jobs.c.attempts_made, jobs.c.status).where(jobs.c.id == JOB_ID)
-SELECT_EVENTS = select(events).where(events.c.job_id == JOB_ID).order_by(events.c.id)
-COUNT_BY_STATUS = select(jobs.c.queue_name, jobs.c.status, func.count()).group_by(
-    jobs.c.queue_name, jobs.c.status
-)
-OLDEST_PENDING = (
-    select(jobs.c.queue_name, func.min(jobs.c.created_at))
-    .where(jobs.c.status == JobStatus.PENDING.value)
-    .group_by(jobs.c.queue_name)
-)
-SELECT_UNPUBLISHED = (
-    select(jobs.c.id)
-    .where(jobs.c.status == JobStatus.PENDING.value, *_UNPUBLISHED)
-    .order_by(jobs.c.created_at)
-    .limit(100)
-)
-DELETE_EVENTS: Delete = delete(events).where(events.c.job_id == JOB_ID)
-#: Undo of an enqueue whose publish failed: only while nobody else handed the row over.
-DELETE_UNPUBLISHED: Delete = delete(jobs).where(
-    jobs.c.id == JOB_ID,
-    jobs.c.status == JobStatus.PENDING.value,
-    jobs.c.published_at.is_(None),
-    jobs.c.locked_by.is_(None),
-)

@@ -1,8 +1,11 @@
 """Acceptance tasks of the rate and concurrency limits (issue 8, item 3), added to
 ``tracked_app.create_app``'s app.
 
-``acc.limited`` shares the global limiter ``acc-limiter`` (``LIMIT_MS`` apart) and records
-its start, first thing in the body: ``RPUSH limited:starts "<time> <pid> <job_id>"``.
+``acc.limited`` shares the global limiter ``acc-limiter`` (``LIMIT_MS`` apart), and
+``acc.limited_slow`` the limiter ``acc-limiter-slow`` (``SLOW_LIMIT_MS`` apart). Each records
+its start, first thing in the body: ``RPUSH limited:starts "<time> <pid> <job_id> <grant>"``,
+``<grant>`` being the limiter's latest granted start read from its Redis hash right after
+(the body's own grant: no other start comes within the interval), or -1 if unreadable.
 ``acc.one_per_group`` runs at most one job per ``group`` at a time (``spans:<job_id>``);
 run 1 of a job whose ``hang`` is set publishes its pid and hangs (the test SIGKILLs it).
 """
@@ -14,12 +17,31 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import redis
 from celery import Celery
 
-from celery_tracked import tracked_task
+from celery_tracked import Tracker, tracked_task
 
 #: The minimum interval between the starts of ``acc.limited`` bodies.
 LIMIT_MS = 200
+#: The same for ``acc.limited_slow``.
+SLOW_LIMIT_MS = 1000
+
+
+def _record_start(task: Any, limiter: str, at: float, begin: Callable[[Any], Any]) -> Any:
+    """``begin`` the run, then record its start (``at``) and the limiter's latest grant."""
+    r, job_id, run, started = begin(task)
+    tracker = Tracker.for_app(task.app)
+    grant = -1.0
+    client = getattr(tracker.backend, "client", None)
+    if client is not None:
+        try:
+            raw = client.hget(f"{tracker.settings.key_prefix}:limiter:{{{limiter}}}", "last")
+            grant = float(raw) / 1000 if raw is not None else -1.0
+        except redis.RedisError:  # the limiter's Redis is being restarted by the test
+            pass
+    r.rpush("limited:starts", f"{at:.6f} {os.getpid()} {job_id} {grant:.6f}")
+    return r, job_id, run, started
 
 
 def add_limit_tasks(
@@ -35,9 +57,22 @@ def add_limit_tasks(
     )
     def limited(self: Any, n: int, sleep: float = 0.0) -> dict[str, Any]:
         at = time.time()
-        r, job_id, run, started = begin(self)
-        r.rpush("limited:starts", f"{at:.6f} {os.getpid()} {job_id}")
+        r, job_id, run, started = _record_start(self, "acc-limiter", at, begin)
         time.sleep(sleep)
+        end(r, job_id, started)
+        return {"n": n, "run": run}
+
+    @tracked_task(
+        app=app,
+        bind=True,
+        shared=False,
+        name="acc.limited_slow",
+        queue=queue,
+        rate_limit_global=("acc-limiter-slow", SLOW_LIMIT_MS),
+    )
+    def limited_slow(self: Any, n: int) -> dict[str, Any]:
+        at = time.time()
+        r, job_id, run, started = _record_start(self, "acc-limiter-slow", at, begin)
         end(r, job_id, started)
         return {"n": n, "run": run}
 

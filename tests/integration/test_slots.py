@@ -98,6 +98,7 @@ def test_the_lua_limiter_reserves_slots_on_redis_time(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     limiter = RedisLimiter(client, "ct")
     assert limiter.key("ai") == "ct:limiter:{ai}"  # hash-tagged: one Cluster slot
+    client.hset("ct:limiter:{ai}", "next", 0)  # a used limiter (an empty one waits first)
     wait, first = limiter.take("ai", 500, None)
     assert wait == 0
     wait_b, slot_b = limiter.take("ai", 500, None)
@@ -107,11 +108,12 @@ def test_the_lua_limiter_reserves_slots_on_redis_time(redis_url: str) -> None:
     assert limiter.take("ai", 500, slot_b)[1] == slot_b  # its own slot: no new reservation
     nxt = float(client.hget("ct:limiter:{ai}", "next"))  # type: ignore[arg-type]
     assert first + 1499 < nxt <= first + 1500  # Redis TIME to the microsecond
-    time.sleep(wait_b / 1000)
+    assert limiter.grant("ai", 500, first) == 0  # the first delivery's start
+    time.sleep(wait_b / 1000 + 0.05)  # and the first start's interval (granted after its take)
     assert limiter.take("ai", 500, slot_b)[0] == 0
-    limiter.confirm("ai", 500)
+    assert limiter.grant("ai", 500, slot_b) == 0
     last = float(client.hget("ct:limiter:{ai}", "last"))  # type: ignore[arg-type]
     assert last >= slot_b - 1
-    assert 0 < client.pttl("ct:limiter:{ai}") <= 500 + 500 + 60_000 + 1000
-    assert limiter.take("other", 500, None)[0] == 0  # limiters are independent
+    assert 0 < client.pttl("ct:limiter:{ai}") <= 500 + 500 + 86_400_000 + 1000
+    assert limiter.take("other", 500, None)[0] == 500  # independent (and new: it waits)
     client.close()

@@ -14,7 +14,7 @@ from celery import Celery
 from celery_tracked import InvalidTaskOption, TrackedTask, tracked_task
 from celery_tracked.calls import CallShape
 from celery_tracked.errors import InvalidPayload
-from celery_tracked.hooks import Delivery, HookChain, Wait
+from celery_tracked.hooks import Delivery, HookChain, Hooks, Wait
 from celery_tracked.jobs import Claim, JobStatus, utcnow
 from celery_tracked.lease import LeaseKeeper
 from celery_tracked.limiter import GlobalRateLimit, MemoryLimiter
@@ -24,7 +24,9 @@ from celery_tracked.limits import (
     LimiterState,
     Limits,
     busy_key_countdown,
+    grant_start,
     limits_of,
+    recovered,
     reserved_slot,
     slot_header,
     started,
@@ -150,22 +152,93 @@ def test_a_reserved_slot_is_read_only_for_its_own_limiter() -> None:
 # -- the slot decisions ----------------------------------------------------------------
 
 
-def test_the_first_delivery_starts_at_once() -> None:
+def test_the_first_delivery_claims_at_once_and_is_granted_its_start_after_the_claim() -> None:
     wait, slot, state = take_slot(LimiterState(), 1000, 200, None)
-    assert (wait, slot, state) == (0, 1000, LimiterState(1200, 1000))
+    # no start recorded: the delivery holds the turn while it claims
+    assert (wait, slot, state) == (
+        0,
+        1000,
+        LimiterState(1200, None, hold_ms=1000, hold_until_ms=1200),
+    )
+    assert grant_start(state, 1004, 200, slot) == (0, LimiterState(1204, 1004))  # claim: 4 ms
+
+
+def test_an_empty_state_is_taken_as_a_start_granted_now() -> None:
+    """A Redis that lost the limiter's state (or its first use: they look alike) waits one
+    interval from the moment it is noticed, never less after a start granted before."""
+    assert recovered(LimiterState(), 1000, 200) == LimiterState(1200, 1000)
+    assert take_slot(recovered(LimiterState(), 1000, 200), 1000, 200, None)[:2] == (200, 1200)
+    assert grant_start(recovered(LimiterState(), 1000, 200), 1000, 200, 1000)[0] == 200
+    assert recovered(LimiterState(900, None), 1000, 200) == LimiterState(900, None)
 
 
 def test_deliveries_reserve_slots_an_interval_apart_and_start_at_them() -> None:
-    state = LimiterState(1200, 1000)
+    state = LimiterState(1200, 1000)  # a start at 1000
     wait_b, slot_b, state = take_slot(state, 1010, 200, None)
     wait_c, slot_c, state = take_slot(state, 1020, 200, None)
     assert (wait_b, slot_b, wait_c, slot_c) == (190, 1200, 380, 1400)
     assert state == LimiterState(1600, 1000)
-    # b comes back at its slot: it starts, reserving nothing more
+    # b comes back at its slot: it may claim, reserving nothing more; its grant records it
     wait, slot, state = take_slot(state, 1200, 200, slot_b)
-    assert (wait, slot, state) == (0, 1200, LimiterState(1600, 1200))
+    assert (wait, slot, state) == (0, 1200, LimiterState(1600, 1000, None, None, 1200, 1400))
+    wait, state = grant_start(state, 1201, 200, slot_b)
+    assert (wait, state) == (0, LimiterState(1600, 1201))
     # c comes back early (a skewed ETA): it waits again for the rest, keeping its slot
-    assert take_slot(state, 1390, 200, slot_c)[:2] == (10, 1400)
+    assert take_slot(state, 1390, 200, slot_c)[:2] == (11, 1400)
+
+
+def test_a_claim_slower_than_the_interval_is_refused_its_start_and_then_owed_it() -> None:
+    """A passed the check at its slot (1000), then its claim waited 1.2 intervals on a row
+    lock; meanwhile B, at its slot (2000), claimed and was granted its start (2001). A's
+    start is refused (it gives its claim back) until B's interval has passed; then the next
+    start is A's: C (slot 3000) does not overtake it."""
+    state = LimiterState(4000, None)  # slots 1000 (A), 2000 (B) and 3000 (C) reserved
+    assert take_slot(state, 1000, 1000, 1000)[0] == 0  # A claims...
+    assert take_slot(state, 2000, 1000, 2000)[0] == 0  # ...B too, while A's claim waits
+    wait, state = grant_start(state, 2001, 1000, 2000)
+    assert (wait, state) == (0, LimiterState(4000, 2001))
+    wait, state = grant_start(state, 2200, 1000, 1000)  # A: refused, and owed the next start
+    assert (wait, state) == (801, LimiterState(4000, 2001, 1000, 4001))
+    # C, at its slot, waits for A's start and its interval (or for A's turn to lapse)
+    assert take_slot(state, 3001, 1000, 3000)[:2] == (1000, 3000)
+    assert grant_start(state, 3001, 1000, 3000) == (1000, state)  # even if it claimed
+    # A comes back with its slot: it claims and starts; the debt is paid
+    assert take_slot(state, 3001, 1000, 1000)[0] == 0
+    assert grant_start(state, 3001, 1000, 1000) == (0, LimiterState(4001, 3001))
+    # had A not come back, C would start once A's turn lapsed
+    assert take_slot(state, 4001, 1000, 3000)[0] == 0
+
+
+def test_only_the_oldest_refused_slot_is_owed() -> None:
+    state = LimiterState(5000, 2001)  # a start at 2001
+    _, state = grant_start(state, 2100, 1000, 1500)
+    _, state = grant_start(state, 2200, 1000, 1000)  # older: it takes the debt over
+    assert (state.owed_ms, state.owed_until_ms) == (1000, 4001)
+    assert grant_start(state, 2300, 1000, 1500)[1].owed_ms == 1000  # younger: it waits
+    # the owed slot refused again (an older stale one started): its turn moves on
+    assert grant_start(LimiterState(5000, 2500, 1000, 4001), 2600, 1000, 1000)[1] == (
+        LimiterState(5000, 2500, 1000, 4500)
+    )
+    assert grant_start(state, 2300, 1000, None)[1].owed_ms == 1000  # no slot: never owed
+
+
+def test_a_delivery_claiming_its_job_holds_the_turn_for_one_interval() -> None:
+    """While A claims (between its check and its grant), B does not pass the check: claims
+    follow the limiter too. A claim slower than its turn lets B claim; whichever is granted
+    first starts, the other is refused (and owed the next start)."""
+    _, _, state = take_slot(LimiterState(1200, None), 1000, 200, 1000)  # A claims
+    assert take_slot(state, 1150, 200, 1100)[:2] == (50, 1100)  # B waits for A's turn
+    _, granted = grant_start(state, 1010, 200, 1000)  # A starts
+    assert granted == LimiterState(1210, 1010)
+    assert take_slot(granted, 1150, 200, 1100)[0] == 60  # B: A's interval now
+    # A's claim is slower than its turn: B claims at 1250, and is granted first
+    wait, _, both = take_slot(state, 1250, 200, 1100)
+    assert wait == 0 and (both.hold_ms, both.hold_until_ms) == (1100, 1450)
+    _, b_started = grant_start(both, 1260, 200, 1100)
+    assert grant_start(b_started, 1300, 200, 1000) == (
+        160,
+        LimiterState(1460, 1260, owed_ms=1000, owed_until_ms=1660),
+    )
 
 
 def test_a_late_or_stale_delivery_never_starts_closer_than_the_interval() -> None:
@@ -174,13 +247,13 @@ def test_a_late_or_stale_delivery_never_starts_closer_than_the_interval() -> Non
     wait, slot, after = take_slot(state, 1550, 200, 1000)
     assert (wait, slot, after) == (150, 1000, state)
     wait, _, after = take_slot(state, 1700, 200, 1000)
-    assert wait == 0 and after == LimiterState(1900, 1700)
+    assert wait == 0 and after == LimiterState(1600, 1500, hold_ms=1000, hold_until_ms=1900)
+    assert grant_start(state, 1699, 200, 1000)[0] == 1
+    assert grant_start(state, 1700, 200, 1000) == (0, LimiterState(1900, 1700))
 
 
-def test_a_confirmed_start_pushes_the_next_start_and_the_next_slot() -> None:
-    state = started(LimiterState(1200, 1000), 1004, 200)  # the claim took 4 ms
-    assert state == LimiterState(1204, 1004)
-    assert take_slot(state, 1200, 200, 1200)[0] == 4
+def test_a_recorded_start_pushes_the_next_start_and_the_next_slot() -> None:
+    assert started(LimiterState(1200, 1000), 1004, 200) == LimiterState(1204, 1004)
     assert started(LimiterState(), 50, 200) == LimiterState(250, 50)
     assert started(LimiterState(900, 800), 700, 200) == LimiterState(1000, 800)  # never back
 
@@ -193,15 +266,18 @@ def test_a_busy_key_looks_again_within_a_second() -> None:
 # -- the in-process limiter and its hook -----------------------------------------------
 
 
-def delivery(limits: DeliveryLimits | None) -> Delivery:
-    return Delivery("j-1", "send", "q", "app.send", limits)
+def delivery(limits: DeliveryLimits | None, inline: bool = False) -> Delivery:
+    return Delivery("j-1", "send", "q", "app.send", limits, inline)
+
+
+CLAIM = Claim("j-1", 1, 3)
 
 
 def test_the_hook_postpones_to_the_reserved_slot_and_carries_it() -> None:
     hook = GlobalRateLimit(MemoryLimiter())
     first = DeliveryLimits("ai", 60_000)
     assert hook.before_claim(delivery(first)) is None
-    hook.after_claim(delivery(first), Claim("j-1", 1, 3))
+    assert hook.before_body(delivery(first), CLAIM) is None  # granted: the body starts
     wait = hook.before_claim(delivery(first))
     assert isinstance(wait, Wait) and 59 < wait.seconds <= 60
     assert "rate limit 'ai'" in wait.reason
@@ -215,12 +291,68 @@ def test_the_hook_postpones_to_the_reserved_slot_and_carries_it() -> None:
     assert isinstance(third, Wait) and third.seconds > 119
 
 
+def test_a_delivery_that_passed_the_check_holds_the_turn_for_its_claim() -> None:
+    hook = GlobalRateLimit(MemoryLimiter())
+    fresh, stale = DeliveryLimits("ai", 60_000), DeliveryLimits("ai", 60_000, 5)
+    assert hook.before_claim(delivery(fresh)) is None
+    held = hook.before_claim(delivery(stale))  # the fresh one is claiming its job
+    assert isinstance(held, Wait) and 59 < held.seconds <= 60
+    assert held.headers == slot_header("ai", 5)
+    assert hook.before_body(delivery(fresh), CLAIM) is None
+    after = hook.before_claim(delivery(stale))  # now the fresh start's interval
+    assert isinstance(after, Wait) and 59 < after.seconds <= 60
+
+
+class Scripted:
+    """A limiter answering the waits it is given, in order."""
+
+    def __init__(self, takes: list[int], grants: list[int]) -> None:
+        self.takes, self.grants = takes, grants
+
+    def take(self, name: str, interval_ms: int, reserved_ms: int | None) -> tuple[int, int]:
+        return self.takes.pop(0), 777 if reserved_ms is None else reserved_ms
+
+    def grant(self, name: str, interval_ms: int, slot_ms: int | None) -> int:
+        return self.grants.pop(0)
+
+
+def test_short_waits_before_the_claim_are_slept_in_process_never_after_it() -> None:
+    slept: list[float] = []
+    limits = DeliveryLimits("ai", 1000)
+    hook = GlobalRateLimit(Scripted([30, 0, 40, 40, 40, 40], [20, 2000]), slept.append)
+    assert hook.before_claim(delivery(limits)) is None
+    assert slept == [0.03]
+    # holding the claim, even a short wait gives it back (it would hold the job's key slot
+    # and count in its started_at while no body runs); the delivery keeps its slot
+    refused = hook.before_body(delivery(limits), CLAIM)
+    assert isinstance(refused, Wait) and refused.seconds == 0.02
+    assert refused.headers == slot_header("ai", 777)
+    # at most three short waits in a row, then the delivery is postponed, keeping its slot
+    wait = hook.before_claim(delivery(limits))
+    assert isinstance(wait, Wait) and wait.seconds == 0.04 and len(slept) == 4
+    assert wait.headers == slot_header("ai", 777)
+    refused = hook.before_body(delivery(limits), CLAIM)  # not this thread's taken slot
+    assert isinstance(refused, Wait) and refused.seconds == 2.0 and refused.headers is None
+
+
+def test_an_inline_run_waits_in_process() -> None:
+    """Eager mode: a re-published delivery would run again at once (recursion), so every
+    wait is slept; the start stays one decision after the sleep."""
+    slept: list[float] = []
+    hook = GlobalRateLimit(Scripted([2500, 0], [700, 0]), slept.append)
+    limits = DeliveryLimits("ai", 3000)
+    assert hook.before_claim(delivery(limits, inline=True)) is None
+    assert hook.before_body(delivery(limits, inline=True), CLAIM) is None
+    assert slept == [2.5, 0.7]
+
+
 def test_limiters_are_independent_and_unlimited_tasks_pass() -> None:
     hook = GlobalRateLimit(MemoryLimiter())
     assert hook.before_claim(delivery(DeliveryLimits("a", 60_000))) is None
     assert hook.before_claim(delivery(DeliveryLimits("b", 60_000))) is None
     assert hook.before_claim(delivery(None)) is None
     assert hook.before_claim(delivery(DeliveryLimits(None, 0, None, "k", 1))) is None
+    assert hook.before_body(delivery(None), CLAIM) is None
 
 
 def test_an_unreachable_limiter_postpones() -> None:
@@ -230,8 +362,15 @@ def test_an_unreachable_limiter_postpones() -> None:
         def take(self, name: str, interval_ms: int, reserved_ms: int | None) -> tuple[int, int]:
             raise GuardError("Redis rate limiter failed: connection refused")
 
-    wait = GlobalRateLimit(Down()).before_claim(delivery(DeliveryLimits("ai", 100)))
-    assert isinstance(wait, Wait) and wait.seconds == 1.0 and "unavailable" in wait.reason
+        def grant(self, name: str, interval_ms: int, slot_ms: int | None) -> int:
+            raise GuardError("Redis rate limiter failed: connection refused")
+
+    hook = GlobalRateLimit(Down())
+    for asked in (
+        hook.before_claim(delivery(DeliveryLimits("ai", 100))),
+        hook.before_body(delivery(DeliveryLimits("ai", 100)), CLAIM),
+    ):
+        assert isinstance(asked, Wait) and asked.seconds == 1.0 and "unavailable" in asked.reason
 
 
 def test_a_hook_chain_passes_a_wait_through_and_tells_every_hook_of_a_claim() -> None:
@@ -244,9 +383,11 @@ def test_a_hook_chain_passes_a_wait_through_and_tells_every_hook_of_a_claim() ->
     chain = HookChain([Seen(MemoryLimiter()), GlobalRateLimit(MemoryLimiter())])
     limited = delivery(DeliveryLimits("ai", 60_000))
     assert chain.before_claim(limited) is None
-    chain.after_claim(limited, Claim("j-1", 1, 3))
+    chain.after_claim(limited, CLAIM)
+    assert chain.before_body(limited, CLAIM) is None
     assert Seen.claims == ["j-1"]
     assert isinstance(chain.before_claim(limited), Wait)
+    assert isinstance(chain.before_body(limited, CLAIM), Wait)
 
 
 # -- the runner ------------------------------------------------------------------------
@@ -265,6 +406,69 @@ def test_the_runner_postpones_a_limited_delivery_with_its_slot_and_no_attempt(
     assert verdict.headers is not None and HEADER_RATE_SLOT in verdict.headers
     job = world.job("j-2")
     assert (job.status, job.attempts_made, world.bodies) == (JobStatus.PENDING, 0, 1)
+
+
+class RefuseStart(Hooks):
+    """Refuses every start after the claim (as the limiter does when another was granted)."""
+
+    def before_body(self, delivery: Delivery, claim: Claim) -> Wait:
+        return Wait(2.5, "another body started", {"h": "1"})
+
+
+def refusing(world: World) -> World:
+    world.runner.hooks.add(RefuseStart())  # type: ignore[attr-defined]
+    return world
+
+
+def test_a_start_refused_after_the_claim_gives_the_claim_back_with_no_attempt(
+    world: World,
+) -> None:
+    refusing(world).store.add("j-1", max_attempts=3)
+    verdict = world.run()
+    assert isinstance(verdict, Postponed) and verdict.countdown == 2.5
+    assert verdict.headers == {"h": "1"} and "claim given back" in verdict.reason
+    job = world.job()
+    assert (job.status, job.attempts_made, job.started_at, job.worker) == (
+        JobStatus.PENDING,
+        0,
+        None,
+        None,
+    )
+    assert (job.locked_by, job.locked_until, world.bodies) == (None, None, 0)
+    assert world.recorder.events == ["processing", "busy"]
+    assert not world.runner.leases.is_active("j-1")
+
+
+def test_a_retrying_job_given_back_stays_retrying_with_its_attempts(world: World) -> None:
+    first_start = utcnow() - timedelta(minutes=1)
+    refusing(world).store.add(
+        "j-1", status=JobStatus.RETRYING, attempts_made=1, started_at=first_start, worker="w0"
+    )
+    assert isinstance(world.run(), Postponed)
+    job = world.job()
+    assert (job.status, job.attempts_made, job.started_at) == (
+        JobStatus.RETRYING,
+        1,
+        first_start,
+    )
+    assert job.locked_until is None and world.bodies == 0  # due at once
+
+
+def test_a_takeover_given_back_leaves_the_lapsed_lease_lapsed(world: World) -> None:
+    hold(world, "j-1", "k", -60)  # attempt 1 lost: its lease lapsed a minute ago
+    refusing(world)
+    assert isinstance(world.run(), Postponed)
+    job = world.job()
+    assert (job.status, job.attempts_made, job.locked_until) == (JobStatus.PROCESSING, 1, None)
+    assert "take_over" in world.store.calls and world.bodies == 0
+
+
+def test_a_give_back_that_fails_still_runs_no_body(world: World) -> None:
+    refusing(world).store.add("j-1")
+    world.store.broken.add("give_back")
+    verdict = world.run()
+    assert isinstance(verdict, Postponed) and "claim not given back" in verdict.reason
+    assert world.job().status is JobStatus.PROCESSING and world.bodies == 0
 
 
 def hold(world: World, job_id: str, key: str, seconds: float) -> None:

@@ -123,6 +123,23 @@ class MemoryStore:
         self._take(job, owner, worker, now, lease_s)
         return Claim(job_id, job.attempts_made + 1, job.max_attempts)
 
+    def give_back(
+        self, claim: Claim, *, owner: str, claimed_at: datetime, now: datetime, message: str
+    ) -> bool:
+        """``store/giveback.py``: the row as it was before ``claim``, fenced by it."""
+        self._call("give_back")
+        job = self.jobs.get(claim.job_id)
+        if job is None or not self._held(claim) or job.locked_by != owner:
+            return False
+        first = not claim.takeover and job.started_at == claimed_at
+        back = {"attempts_made": job.attempts_made - 1, "locked_by": None, "locked_until": None}
+        if not claim.takeover:
+            back["status"] = JobStatus.PENDING if first else JobStatus.RETRYING
+        if first:
+            back.update(started_at=None, worker=None)
+        self._set(job.id, **back)
+        return True
+
     def key_busy(self, job_id: str, key: str, limit: int) -> bool:
         """``limit`` other jobs of ``key`` are processing under a live lease."""
         self.calls.append("key_busy")

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.postgresql import psycopg
 
-from celery_tracked.store import inserts
+from celery_tracked.store import inserts, selects
 from celery_tracked.store import statements as sql
 
 PG = psycopg.dialect()
@@ -105,15 +105,15 @@ def test_statements_are_built_once() -> None:
 def test_every_other_statement_compiles(dialect: Any) -> None:
     for statement in (
         inserts.JOB_INSERT,
-        sql.SELECT_JOB,
-        sql.SELECT_BY_KEY,
-        sql.SELECT_ATTEMPTS,
-        sql.SELECT_EVENTS,
-        sql.COUNT_BY_STATUS,
-        sql.OLDEST_PENDING,
-        sql.DELETE_EVENTS,
-        sql.DELETE_UNPUBLISHED,
-        sql.SELECT_UNPUBLISHED,
+        selects.SELECT_JOB,
+        selects.SELECT_BY_KEY,
+        selects.SELECT_ATTEMPTS,
+        selects.SELECT_EVENTS,
+        selects.COUNT_BY_STATUS,
+        selects.OLDEST_PENDING,
+        selects.DELETE_EVENTS,
+        selects.DELETE_UNPUBLISHED,
+        selects.SELECT_UNPUBLISHED,
         sql.event_insert(sql.jobs, "enqueued", sql.JobStatus.PENDING),
     ):
         assert str(statement.compile(dialect=dialect))
@@ -150,7 +150,7 @@ def test_the_relay_moves_and_the_undo_only_touch_rows_nobody_handed_over() -> No
     assert "background_jobs.locked_by = ?" in relayed
     assert "background_jobs.published_at IS NULL" in relayed
     assert sql.RELAYED.event == "relayed"
-    undo = where_of(str(sql.DELETE_UNPUBLISHED.compile(dialect=SQLITE)))
+    undo = where_of(str(selects.DELETE_UNPUBLISHED.compile(dialect=SQLITE)))
     assert "published_at IS NULL" in undo and "locked_by IS NULL" in undo
     for move in (sql.HANDED_OVER, sql.RELAY_CLAIM, sql.RELAYED):
         assert str(sql.move_cte(move).compile(dialect=PG)).startswith("WITH moved AS")

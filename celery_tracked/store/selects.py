@@ -1,0 +1,57 @@
+"""The store's reads (one job, by key, a pipeline, a job's history, statistics, the
+relay's candidates, the clock) and the two deletes of an undone enqueue: each written once,
+as a Core statement, beside the moves of ``statements``."""
+
+from __future__ import annotations
+
+from sqlalchemy import Delete, String, delete, func, select
+
+from ..jobs import JobStatus
+from ..models import events, jobs
+from .clock import db_time
+from .statements import JOB_ID, UNPUBLISHED, param
+
+SELECT_JOB = select(jobs).where(jobs.c.id == JOB_ID)
+#: The key's newest job (its latest round).
+SELECT_BY_KEY = (
+    select(jobs)
+    .where(
+        jobs.c.job_type == param("job_type", String),
+        jobs.c.idempotency_key == param("idempotency_key", String),
+    )
+    .order_by(jobs.c.key_round.desc())
+    .limit(1)
+)
+SELECT_PIPELINE = (
+    select(jobs)
+    .where(jobs.c.correlation_id == param("correlation_id", String))
+    .order_by(jobs.c.created_at, jobs.c.id)
+)
+SELECT_ATTEMPTS = select(jobs.c.attempts_made, jobs.c.max_attempts).where(jobs.c.id == JOB_ID)
+SELECT_CLOCK = select(db_time())
+#: PostgreSQL: the process id of the server process answering this session.
+SELECT_BACKEND_PID = select(func.pg_backend_pid())
+SELECT_ATTEMPTS_STATUS = select(jobs.c.attempts_made, jobs.c.status).where(jobs.c.id == JOB_ID)
+SELECT_EVENTS = select(events).where(events.c.job_id == JOB_ID).order_by(events.c.id)
+COUNT_BY_STATUS = select(jobs.c.queue_name, jobs.c.status, func.count()).group_by(
+    jobs.c.queue_name, jobs.c.status
+)
+OLDEST_PENDING = (
+    select(jobs.c.queue_name, func.min(jobs.c.created_at))
+    .where(jobs.c.status == JobStatus.PENDING.value)
+    .group_by(jobs.c.queue_name)
+)
+SELECT_UNPUBLISHED = (
+    select(jobs.c.id)
+    .where(jobs.c.status == JobStatus.PENDING.value, *UNPUBLISHED)
+    .order_by(jobs.c.created_at)
+    .limit(100)
+)
+DELETE_EVENTS: Delete = delete(events).where(events.c.job_id == JOB_ID)
+#: Undo of an enqueue whose publish failed: only while nobody else handed the row over.
+DELETE_UNPUBLISHED: Delete = delete(jobs).where(
+    jobs.c.id == JOB_ID,
+    jobs.c.status == JobStatus.PENDING.value,
+    jobs.c.published_at.is_(None),
+    jobs.c.locked_by.is_(None),
+)
