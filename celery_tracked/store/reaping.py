@@ -114,7 +114,10 @@ _WAITING_MOVES = {
 }
 
 _rescued, _retried = events.alias("rescued_events"), events.alias("retried_events")
-#: The job's rescues since it was last retried (``Tracker.retry`` starts it afresh).
+#: The job's rescues since it was last retried (``Tracker.retry`` starts it afresh). The
+#: inner subquery is correlated to the outer ``jobs`` explicitly: SQLAlchemy correlates
+#: only to the immediately enclosing SELECT by itself, and would otherwise add
+#: ``background_jobs`` to its FROM and take the newest retry of *any* job.
 RESCUES = (
     select(func.count())
     .select_from(_rescued)
@@ -125,6 +128,7 @@ RESCUES = (
         > func.coalesce(
             select(func.max(_retried.c.id))
             .where(_retried.c.job_id == jobs.c.id, _retried.c.event == RETRIED)
+            .correlate(jobs)
             .scalar_subquery(),
             0,
         ),

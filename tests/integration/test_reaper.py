@@ -234,6 +234,25 @@ def test_the_rescue_cap_abandons_and_a_retry_starts_it_afresh(tracker: Tracker) 
     assert reap(tracker, now=when)[0].rescued == [job_id]
 
 
+def test_a_retry_of_another_job_does_not_reset_a_jobs_rescue_count(tracker: Tracker) -> None:
+    """Rescues are counted per job since *its own* last retry: a ``Tracker.retry`` of some
+    other job (a newer ``retried`` event in the table) must not start the count afresh."""
+    lost, other = handed_over(tracker.store), handed_over(tracker.store)
+    when = utcnow()
+    for _ in range(2):  # tracked_reaper_max_rescues = 2
+        when += LATER
+        assert sorted(reap(tracker, now=when)[0].rescued) == sorted([lost, other])
+    assert tracker.cancel(other)
+    cancelled = get(tracker, other)
+    assert tracker.store.retry(
+        other, seen_revision=cancelled.revision, budget=3, now=utcnow(), message="again"
+    )
+    when += LATER
+    report, _ = reap(tracker, now=when)
+    assert report.abandoned == [lost] and lost not in report.rescued
+    assert events(tracker, lost).count("rescued") == 2
+
+
 def test_a_failed_publish_leaves_a_pending_job_to_the_relay(tracker: Tracker) -> None:
     job_id = handed_over(tracker.store)
     report, _ = reap(tracker, now=utcnow() + LATER, fail=True)
