@@ -206,7 +206,7 @@ class TableCollector:
     A read that fails or takes longer than ``timeout_s`` fails no scrape: the scrape gets
     ``celery_tracked_table_up 0`` without the table's gauges (the registry's counters are
     served as always), and the reason is logged. A read that hangs is never started twice:
-    later scrapes wait for that one, at most ``timeout_s`` each."""
+    later scrapes wait for that one until ``timeout_s`` after it started."""
 
     def __init__(
         self,
@@ -221,6 +221,7 @@ class TableCollector:
         self._snapshot: TableSnapshot | None = None
         self._read_at: float | None = None
         self._reading: threading.Thread | None = None
+        self._reading_since = 0.0
         self._answer: dict[str, TableSnapshot] = {}
 
     def snapshot(self) -> TableSnapshot | None:
@@ -240,8 +241,10 @@ class TableCollector:
             )
             self._reading.daemon = True
             self._answer = answer
+            self._reading_since = time.monotonic()
             self._reading.start()
-        self._reading.join(self.timeout_s)
+        # measured from the read's start: scrapes behind a hung read do not queue up
+        self._reading.join(max(0.0, self._reading_since + self.timeout_s - time.monotonic()))
         if self._reading.is_alive():
             logger.warning(
                 "metrics: the jobs table did not answer within %.1f s; served without it",
