@@ -50,7 +50,8 @@ from .store import JobStore
 
 logger = logging.getLogger("celery_tracked")
 
-#: Stalled-looking rows judged per pass (the oldest first); the next pass takes the rest.
+#: Stalled-looking rows judged per pass, the oldest first: up to this many runs and as many
+#: waiting jobs; the next pass takes the rest.
 BATCH = 1000
 ABANDONED = "abandoned"
 _WAITING = (JobStatus.PENDING, JobStatus.RETRYING)
@@ -218,7 +219,7 @@ class Reaper:
     def run(
         self, publish: Callable[[Job], None], broker: BrokerView, now: datetime | None = None
     ) -> ReapReport:
-        """One pass over at most :data:`BATCH` stalled-looking jobs.
+        """One pass over at most :data:`BATCH` stalled-looking runs and as many waiting jobs.
 
         ``now`` judges how long ago a job's last sign of life was (default: the database's
         clock); whether a lease lapsed (no live holder) is always judged on the database's.

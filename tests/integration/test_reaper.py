@@ -316,3 +316,23 @@ def test_the_users_own_reaper_entry_and_turning_it_off_are_respected(
     off.finalize()
     assert REAP_TASK not in off.conf.beat_schedule
     assert "celery_tracked.relay" in off.conf.beat_schedule  # the other entry stays
+
+
+def test_waiting_jobs_left_alone_never_hide_a_lapsed_run(
+    tracker: Tracker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backlog older than the pending threshold fills a pass's batch with jobs the reaper
+    leaves alone (their queue's ready messages account for them); a run that lapsed later
+    must still be rescued (was: read only after the backlog drained)."""
+    import celery_tracked.reaper
+
+    monkeypatch.setattr(celery_tracked.reaper, "BATCH", 3)
+    backlog = [handed_over(tracker.store) for _ in range(3)]
+    job = running(tracker.store, lease_s=0.0)
+    report, sent = wait_for(
+        lambda: (r := reap(tracker, Broker(ready_count=3), now=utcnow() + LATER))[0].rescued and r,
+        timeout=5,  # the lease lapses a grace (0.25 s) after it expired, on the db's clock
+        what="the lapsed run's rescue",
+    )
+    assert report.rescued == [job.id] and sorted(report.left) == sorted(backlog)
+    assert [j.id for j in sent.jobs] == [job.id]
