@@ -336,3 +336,23 @@ def test_waiting_jobs_left_alone_never_hide_a_lapsed_run(
     )
     assert report.rescued == [job.id] and sorted(report.left) == sorted(backlog)
     assert [j.id for j in sent.jobs] == [job.id]
+
+
+def test_a_run_with_redacted_arguments_is_left_while_its_message_may_be_queued(
+    tracker: Tracker,
+) -> None:
+    """A dead worker's run whose arguments were stored redacted: while its queue's ready
+    messages may hold its original message (RabbitMQ gives it back at once), it is left
+    for that delivery to take over; once the broker cannot account for it, abandoned."""
+    payload = json.dumps({"args": [], "kwargs": {"password": REDACTED}})
+    job = running(tracker.store, lease_s=0.0, payload_json=payload)
+    report, sent = wait_for(
+        lambda: (r := reap(tracker, Broker(ready_count=1), now=utcnow() + LATER))[0].left and r,
+        timeout=5,  # the lease lapses a grace (0.25 s) after it expired, on the db's clock
+        what="the lapsed run judged",
+    )
+    assert report.left == [job.id] and report.abandoned == [] and sent.jobs == []
+    assert get(tracker, job.id).status is JobStatus.PROCESSING
+    report, _ = reap(tracker, Broker(ready_count=0), now=utcnow() + LATER)
+    assert report.abandoned == [job.id]
+    assert get(tracker, job.id).error_type == "abandoned"
