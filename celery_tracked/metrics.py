@@ -12,7 +12,9 @@ Two kinds, served together by ``celery -A proj tracked metrics --port 9808``:
 - **Read from the table when scraped** (:class:`TableCollector`): jobs by queue and status,
   the oldest pending job's age per queue, the relay's backlog and expired leases; one set
   of indexed queries, cached for ``cache_s`` seconds so a fast scraper does not load the
-  database.
+  database. A table that cannot be read (the database down, or not answering within
+  ``timeout_s``) fails no scrape: ``celery_tracked_table_up`` is 0, the table's gauges are
+  left out and the counters are served as always.
 
 Counting costs one labelled counter increment per transition (well under a microsecond);
 nothing is counted unless ``tracked_metrics`` is on.
@@ -21,6 +23,7 @@ nothing is counted unless ``tracked_metrics`` is on.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 import time
@@ -28,7 +31,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, first_line
 from .hooks import Hooks, Transition
 
 try:  # the optional extra
@@ -48,6 +51,10 @@ _RUN_ENDS = frozenset({"completed", "retrying", "failed"})
 #: Postponed deliveries (no attempt used): a limiter's wait, a full concurrency key.
 _WAITS = frozenset({"busy"})
 ABANDONED = "abandoned"
+#: How long a scrape waits for the table before it is served without the table's gauges.
+READ_TIMEOUT_S = 5.0
+
+logger = logging.getLogger("celery_tracked")
 
 
 def require() -> None:
@@ -56,6 +63,18 @@ def require() -> None:
         raise ConfigurationError(
             "tracked_metrics",
             'needs prometheus_client: pip install "celery-tracked[prometheus]"',
+        )
+
+
+def check_multiprocess_dir() -> None:
+    """Raise ``ConfigurationError`` when ``PROMETHEUS_MULTIPROC_DIR`` is set but names no
+    directory: every count would fail (prometheus_client writes a file per process there)."""
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if path and not os.path.isdir(path):
+        raise ConfigurationError(
+            "tracked_metrics",
+            f"PROMETHEUS_MULTIPROC_DIR={path} is not a directory: create it (empty) before "
+            "the workers and the metrics server start",
         )
 
 
@@ -105,6 +124,7 @@ class MetricsHooks(Hooks):
     """Counts every transition of this process (see the module's docstring)."""
 
     def __init__(self) -> None:
+        check_multiprocess_dir()
         self.counters = _counters()
 
     def after_transition(self, transition: Transition) -> None:
@@ -181,25 +201,75 @@ def families(snapshot: TableSnapshot) -> list[Any]:
 
 class TableCollector:
     """A Prometheus collector reading the table through ``read``, at most once per
-    ``cache_s`` seconds (the last snapshot is served in between)."""
+    ``cache_s`` seconds (the last answer is served in between, a failure included).
 
-    def __init__(self, read: Callable[[], TableSnapshot], cache_s: float = 10.0) -> None:
+    A read that fails or takes longer than ``timeout_s`` fails no scrape: the scrape gets
+    ``celery_tracked_table_up 0`` without the table's gauges (the registry's counters are
+    served as always), and the reason is logged. A read that hangs is never started twice:
+    later scrapes wait for that one until ``timeout_s`` after it started."""
+
+    def __init__(
+        self,
+        read: Callable[[], TableSnapshot],
+        cache_s: float = 10.0,
+        timeout_s: float = READ_TIMEOUT_S,
+    ) -> None:
         self.read = read
         self.cache_s = cache_s
+        self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self._snapshot: TableSnapshot | None = None
-        self._read_at = 0.0
+        self._read_at: float | None = None
+        self._reading: threading.Thread | None = None
+        self._reading_since = 0.0
+        self._answer: dict[str, TableSnapshot] = {}
 
-    def snapshot(self) -> TableSnapshot:
+    def snapshot(self) -> TableSnapshot | None:
+        """The table as last read; None while it cannot be read."""
         with self._lock:
             now = time.monotonic()
-            if self._snapshot is None or now - self._read_at >= self.cache_s:
-                self._snapshot = self.read()
-                self._read_at = now
+            if self._read_at is None or now - self._read_at >= self.cache_s:
+                self._snapshot = self._read_bounded()
+                self._read_at = time.monotonic()
             return self._snapshot
 
+    def _read_bounded(self) -> TableSnapshot | None:
+        if self._reading is None or not self._reading.is_alive():
+            answer: dict[str, TableSnapshot] = {}
+            self._reading = threading.Thread(
+                target=self._read_into, args=(answer,), name="celery-tracked-metrics-read"
+            )
+            self._reading.daemon = True
+            self._answer = answer
+            self._reading_since = time.monotonic()
+            self._reading.start()
+        # measured from the read's start: scrapes behind a hung read do not queue up
+        self._reading.join(max(0.0, self._reading_since + self.timeout_s - time.monotonic()))
+        if self._reading.is_alive():
+            logger.warning(
+                "metrics: the jobs table did not answer within %.1f s; served without it",
+                self.timeout_s,
+            )
+            return None
+        return self._answer.get("snapshot")
+
+    def _read_into(self, answer: dict[str, TableSnapshot]) -> None:
+        try:
+            answer["snapshot"] = self.read()
+        except Exception as exc:
+            reason = first_line(exc, type(exc).__name__)
+            logger.warning("metrics: could not read the jobs table (served without it): %s", reason)
+
     def collect(self) -> Iterator[Metric]:
-        yield from families(self.snapshot())
+        snapshot = self.snapshot()
+        up = GaugeMetricFamily(
+            f"{PREFIX}_table_up",
+            "1 if the jobs table was read for this scrape, 0 if not (its gauges left out).",
+        )
+        up.add_metric([], 0 if snapshot is None else 1)
+        yield up
+        if snapshot is not None:
+            yield from families(snapshot)
 
     def describe(self) -> list[Metric]:
         return []  # collected on demand only (no read at registration)

@@ -16,11 +16,12 @@ The judgement, in pure functions:
    (``lease.diagnose``, on the database's clock) ``tracked_reaper_processing_seconds``
    after it could be taken over; ``retrying``: due ``tracked_reaper_retrying_seconds``
    ago; ``pending``: handed to the broker ``tracked_reaper_pending_seconds`` ago.
-2. :func:`presumed_lost`: for a waiting job (``pending``/``retrying``) the broker is asked
-   too: a message a live worker holds (reserved, scheduled for a countdown/eta, running) is
-   not lost; and of the others in one queue only as many as the queue's ready messages
+2. :func:`presumed_lost`: for a waiting job (``pending``/``retrying``), and a run whose
+   arguments were stored redacted (:func:`asks_broker`), the broker is asked too: a
+   message a live worker holds (reserved, scheduled for a countdown/eta, running) is not
+   lost; and of the others in one queue only as many as the queue's ready messages
    cannot account for are presumed lost (the oldest). A backlog is never reshuffled; if
-   the broker cannot answer, no waiting job is touched.
+   the broker cannot answer, none of these jobs is touched.
 3. :func:`decide`: **rescue** (a new message revision, published, a ``rescued`` event; a
    late delivery of the old message runs nothing) while attempts remain and the job was
    rescued fewer than ``tracked_reaper_max_rescues`` times, else **abandon** (``failed``,
@@ -50,7 +51,8 @@ from .store import JobStore
 
 logger = logging.getLogger("celery_tracked")
 
-#: Stalled-looking rows judged per pass (the oldest first); the next pass takes the rest.
+#: Stalled-looking rows judged per pass, the oldest first: up to this many runs and as many
+#: waiting jobs; the next pass takes the rest.
 BATCH = 1000
 ABANDONED = "abandoned"
 _WAITING = (JobStatus.PENDING, JobStatus.RETRYING)
@@ -172,6 +174,22 @@ def stalled_why(job: Job, *, db_now: datetime, now: datetime, limits: Thresholds
     return None
 
 
+def asks_broker(job: Job) -> bool:
+    """Whether the broker is asked before ``job`` is settled: a waiting job (its message may
+    be queued, or held by a live worker), and a run with attempts left whose arguments were
+    stored redacted. Such a run cannot be re-sent from its row, only abandoned, while its
+    original message, the one that carries the arguments, may be back in its queue
+    (RabbitMQ gives a dead consumer's messages back at once; Redis after
+    ``visibility_timeout``) or held by a live worker, whose delivery then takes it over."""
+    if job.status in _WAITING:
+        return True
+    return (
+        job.status is JobStatus.PROCESSING
+        and job.attempts_made < job.max_attempts
+        and holds_redacted(job.payload)
+    )
+
+
 def _waiting_since(job: Job) -> datetime:
     when = job.published_at if job.status is JobStatus.PENDING else job.locked_until
     return when or job.updated_at
@@ -222,7 +240,7 @@ class Reaper:
     def run(
         self, publish: Callable[[Job], None], broker: BrokerView, now: datetime | None = None
     ) -> ReapReport:
-        """One pass over at most :data:`BATCH` stalled-looking jobs.
+        """One pass over at most :data:`BATCH` stalled-looking runs and as many waiting jobs.
 
         ``now`` judges how long ago a job's last sign of life was (default: the database's
         clock); whether a lease lapsed (no live holder) is always judged on the database's.
@@ -245,10 +263,10 @@ class Reaper:
             why = stalled_why(job, db_now=db_now, now=now, limits=limits)
             if why is not None:
                 stalled.append((job, rescues, why))
-        waiting = [job for job, _, _ in stalled if job.status in _WAITING]
-        lost = {job.id for job in self._lost(waiting, broker)}
+        asked = [job for job, _, _ in stalled if asks_broker(job)]
+        lost = {job.id for job in self._lost(asked, broker)}
         for job, rescues, why in stalled:
-            if job.status in _WAITING and job.id not in lost:
+            if asks_broker(job) and job.id not in lost:
                 report.left.append(job.id)
                 continue
             self._settle(job, rescues, why, now, publish, report)
@@ -263,7 +281,7 @@ class Reaper:
         return report
 
     def _lost(self, waiting: Sequence[Job], broker: BrokerView) -> list[Job]:
-        """The waiting jobs whose message is presumed lost. The ready counts are read
+        """The jobs (``asks_broker``) whose message is presumed lost. The ready counts are read
         before the held messages: a message moving from a queue to a worker in between is
         counted twice (never missed)."""
         if not waiting:

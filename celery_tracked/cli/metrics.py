@@ -18,7 +18,11 @@ from .group import tracked
 @click.option("--port", default=9808, show_default=True, type=int, help="HTTP port.")
 @click.option("--addr", default="0.0.0.0", show_default=True, help="Address to listen on.")
 @click.option(
-    "--cache", default=10.0, show_default=True, type=float, help="Seconds a table read is kept."
+    "--cache",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds a table read is kept.",
 )
 @click.pass_context
 def metrics(ctx: click.Context, port: int, addr: str, cache: float) -> None:

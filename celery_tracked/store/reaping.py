@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Boolean, Integer, and_, bindparam, func, or_, select
+from sqlalchemy import Boolean, ColumnElement, Integer, Select, and_, bindparam, func, or_, select
 
 from ..jobs import Job, JobStatus
 from ..models import UTCDateTime, events, jobs
@@ -139,7 +139,10 @@ _WAITING_MOVES = {
 }
 
 _rescued, _retried = events.alias("rescued_events"), events.alias("retried_events")
-#: The job's rescues since it was last retried (``Tracker.retry`` starts it afresh).
+#: The job's rescues since it was last retried (``Tracker.retry`` starts it afresh). The
+#: inner subquery is correlated to the outer ``jobs`` explicitly: SQLAlchemy correlates
+#: only to the immediately enclosing SELECT by itself, and would otherwise add
+#: ``background_jobs`` to its FROM and take the newest retry of *any* job.
 RESCUES = (
     select(func.count())
     .select_from(_rescued)
@@ -150,6 +153,7 @@ RESCUES = (
         > func.coalesce(
             select(func.max(_retried.c.id))
             .where(_retried.c.job_id == jobs.c.id, _retried.c.event == RETRIED)
+            .correlate(jobs)
             .scalar_subquery(),
             0,
         ),
@@ -157,19 +161,27 @@ RESCUES = (
     .scalar_subquery()
 )
 #: The rows that look stalled by themselves (the reaper then asks the broker about the
-#: waiting ones), oldest first, with their rescue count.
-SELECT_STALLED = (
-    select(jobs, RESCUES.label("rescues"))
-    .where(
-        or_(
-            and_(jobs.c.status == JobStatus.PROCESSING.value, _RUN_STALLED),
-            and_(jobs.c.status == JobStatus.PENDING.value, jobs.c.published_at < PENDING_CUTOFF),
-            and_(jobs.c.status == JobStatus.RETRYING.value, jobs.c.locked_until < RETRYING_CUTOFF),
-        )
-    )
-    .order_by(jobs.c.created_at, jobs.c.id)
-    .limit(LIMIT)
+#: waiting ones), oldest first, with their rescue count: the runs and the waiting jobs are
+#: read each up to their own limit, so waiting jobs the reaper leaves alone (a backlog
+#: older than ``tracked_reaper_pending_seconds``) never hide a lapsed run from it.
+_STALLED_RUNS = and_(jobs.c.status == JobStatus.PROCESSING.value, _RUN_STALLED)
+_STALLED_WAITING = or_(
+    and_(jobs.c.status == JobStatus.PENDING.value, jobs.c.published_at < PENDING_CUTOFF),
+    and_(jobs.c.status == JobStatus.RETRYING.value, jobs.c.locked_until < RETRYING_CUTOFF),
 )
+
+
+def _oldest(where: ColumnElement[bool]) -> Select[Any]:
+    return (
+        select(jobs, RESCUES.label("rescues"))
+        .where(where)
+        .order_by(jobs.c.created_at, jobs.c.id)
+        .limit(LIMIT)
+    )
+
+
+SELECT_STALLED_RUNS = _oldest(_STALLED_RUNS)
+SELECT_STALLED_WAITING = _oldest(_STALLED_WAITING)
 
 
 class Reaping:
@@ -192,15 +204,18 @@ class Reaping:
         retrying_cutoff: datetime,
         limit: int,
     ) -> list[tuple[Job, int]]:
-        """The jobs that look stalled by their row, each with its rescue count (at most
-        ``limit``, oldest first): ``processing`` whose lease lapsed ``grace_s`` ago on the
-        database's clock (or was released) and expired (or was released) before
-        ``run_cutoff``, ``pending`` handed over before ``pending_cutoff``, ``retrying`` due
-        before ``retrying_cutoff``."""
+        """The jobs that look stalled by their row, each with its rescue count, oldest
+        first: ``processing`` whose lease lapsed ``grace_s`` ago on the database's clock (or
+        was released) and expired (or was released) before ``run_cutoff`` (at most
+        ``limit``), then ``pending`` handed over before ``pending_cutoff`` and ``retrying``
+        due before ``retrying_cutoff`` (at most ``limit`` more)."""
         params = {"grace_s": grace_s, "run_cutoff": run_cutoff, "limit": limit}
         params.update(pending_cutoff=pending_cutoff, retrying_cutoff=retrying_cutoff)
         with translated("reading stalled jobs"), self.engines.transaction() as conn:
-            rows = conn.execute(SELECT_STALLED, params).mappings().all()
+            rows = [
+                *conn.execute(SELECT_STALLED_RUNS, params).mappings().all(),
+                *conn.execute(SELECT_STALLED_WAITING, params).mappings().all(),
+            ]
         return [(Job.from_row(row), int(row["rescues"])) for row in rows]
 
     @reconnecting

@@ -169,3 +169,48 @@ def test_deduplicated_enqueues_are_counted_in_the_producer(env: Env) -> None:
     assert first.created and not again.created
     after = REGISTRY.get_sample_value("celery_tracked_deduplicated_enqueues_total", labels)
     assert after == before + 1
+
+
+def test_the_endpoint_answers_with_the_counters_while_the_database_is_down(
+    env: Env, multiproc_dir: Path, tmp_path: Path
+) -> None:
+    """The database unreachable: every scrape still answers 200 with the workers' counters
+    and ``celery_tracked_table_up 0`` (was: HTTP 500 and a traceback per scrape)."""
+    environ = {"PROMETHEUS_MULTIPROC_DIR": str(multiproc_dir)}
+    count_one = (
+        "from celery_tracked.metrics import MetricsHooks; from celery_tracked.hooks import "
+        "Transition; MetricsHooks().after_transition(Transition('j', 'completed', "
+        "'completed', 'm', 'down-q', 'down-t', 1, 5))"
+    )
+    subprocess.run(
+        [sys.executable, "-c", count_one],
+        env=worker_environ(env.config, None, environ),
+        check=True,
+        timeout=60,
+    )
+    dead = f"postgresql+psycopg://postgres:hunter2@127.0.0.1:{_free_port()}/gone"
+    port = _free_port()
+    log_path = tmp_path / "metrics-down.log"
+    options = ["--port", str(port), "--addr", "127.0.0.1", "--cache", "0"]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "tracked_app", "tracked", "metrics", *options],
+            cwd=str(HERE),
+            env=worker_environ({**env.config, "database_url": dead}, None, environ),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_for(lambda: _answers(port) or proc.poll() is not None, timeout=30, what="up")
+            for _ in range(2):
+                scraped = _scrape(port)
+                assert _value(scraped, "celery_tracked_table_up") == 0
+                done = {"event": "completed", "queue": "down-q", "job_type": "down-t"}
+                assert _value(scraped, "celery_tracked_transitions_total", **done) == 1
+                assert not any(name == "celery_tracked_jobs" for name, _ in scraped)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    text_logged = log_path.read_text()
+    assert "Traceback" not in text_logged and "hunter2" not in text_logged
+    assert "could not read the jobs table" in text_logged

@@ -160,6 +160,31 @@ def test_a_whole_worker_killed_mid_job_is_rescued_and_its_late_messages_run_noth
     assert all(env.status(job_id) == "completed" for job_id in (running, *prefetched))
 
 
+def test_a_killed_run_with_redacted_arguments_waits_for_its_message_in_the_queue(
+    env: Env, start_worker: Callable[..., Worker], reapers: Callable[..., Tracker]
+) -> None:
+    """A run whose arguments were stored redacted cannot be re-sent from its row. Its
+    original message, back in the queue (RabbitMQ gives a dead consumer's messages back at
+    once; Redis after ``visibility_timeout``, done here by hand), is the only one carrying
+    the arguments: the reaper leaves the run to it (was: abandoned, and the message then
+    skipped), and the next worker takes it over and completes it."""
+    reaper = reapers()
+    first = start_worker("w1", concurrency=1)
+    job_id = env.task("acc.hold").enqueue(x={"password": "s3cret"}).job_id
+    wait_for(lambda: env.redis.get(f"holding:{job_id}"), what="holding")
+    kill_whole_worker(first)
+    assert restore_unacked(env) == 1 and len(env.broker_messages()) == 1
+    let_pass(env, 8.0)  # the 5 s lease, its grace and the 0.5 s patience have passed
+
+    report = reaper.reap()
+    assert report.left == [job_id] and report.abandoned == [] and report.rescued == []
+    assert env.status(job_id) == "processing"
+    start_worker("w2", concurrency=1)
+    env.wait_status(job_id, "completed")
+    assert env.ran(job_id) == 2  # the killed attempt, then the takeover: once each
+    assert [e.event for e in env.tracker.history(job_id)].count("rescued") == 0
+
+
 # -- what the reaper never touches --------------------------------------------------------
 
 

@@ -251,6 +251,25 @@ def test_the_rescue_cap_abandons_and_a_retry_starts_it_afresh(tracker: Tracker) 
     assert reap(tracker, now=when)[0].rescued == [job_id]
 
 
+def test_a_retry_of_another_job_does_not_reset_a_jobs_rescue_count(tracker: Tracker) -> None:
+    """Rescues are counted per job since *its own* last retry: a ``Tracker.retry`` of some
+    other job (a newer ``retried`` event in the table) must not start the count afresh."""
+    lost, other = handed_over(tracker.store), handed_over(tracker.store)
+    when = utcnow()
+    for _ in range(2):  # tracked_reaper_max_rescues = 2
+        when += LATER
+        assert sorted(reap(tracker, now=when)[0].rescued) == sorted([lost, other])
+    assert tracker.cancel(other)
+    cancelled = get(tracker, other)
+    assert tracker.store.retry(
+        other, seen_revision=cancelled.revision, budget=3, now=utcnow(), message="again"
+    )
+    when += LATER
+    report, _ = reap(tracker, now=when)
+    assert report.abandoned == [lost] and lost not in report.rescued
+    assert events(tracker, lost).count("rescued") == 2
+
+
 def test_a_failed_publish_leaves_a_pending_job_to_the_relay(tracker: Tracker) -> None:
     job_id = handed_over(tracker.store)
     report, _ = reap(tracker, now=utcnow() + LATER, fail=True)
@@ -314,3 +333,43 @@ def test_the_users_own_reaper_entry_and_turning_it_off_are_respected(
     off.finalize()
     assert REAP_TASK not in off.conf.beat_schedule
     assert "celery_tracked.relay" in off.conf.beat_schedule  # the other entry stays
+
+
+def test_waiting_jobs_left_alone_never_hide_a_lapsed_run(
+    tracker: Tracker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backlog older than the pending threshold fills a pass's batch with jobs the reaper
+    leaves alone (their queue's ready messages account for them); a run that lapsed later
+    must still be rescued (was: read only after the backlog drained)."""
+    import celery_tracked.reaper
+
+    monkeypatch.setattr(celery_tracked.reaper, "BATCH", 3)
+    backlog = [handed_over(tracker.store) for _ in range(3)]
+    job = running(tracker.store, lease_s=0.0)
+    report, sent = wait_for(
+        lambda: (r := reap(tracker, Broker(ready_count=3), now=utcnow() + LATER))[0].rescued and r,
+        timeout=5,  # the lease lapses a grace (0.25 s) after it expired, on the db's clock
+        what="the lapsed run's rescue",
+    )
+    assert report.rescued == [job.id] and sorted(report.left) == sorted(backlog)
+    assert [j.id for j in sent.jobs] == [job.id]
+
+
+def test_a_run_with_redacted_arguments_is_left_while_its_message_may_be_queued(
+    tracker: Tracker,
+) -> None:
+    """A dead worker's run whose arguments were stored redacted: while its queue's ready
+    messages may hold its original message (RabbitMQ gives it back at once), it is left
+    for that delivery to take over; once the broker cannot account for it, abandoned."""
+    payload = json.dumps({"args": [], "kwargs": {"password": REDACTED}})
+    job = running(tracker.store, lease_s=0.0, payload_json=payload)
+    report, sent = wait_for(
+        lambda: (r := reap(tracker, Broker(ready_count=1), now=utcnow() + LATER))[0].left and r,
+        timeout=5,  # the lease lapses a grace (0.25 s) after it expired, on the db's clock
+        what="the lapsed run judged",
+    )
+    assert report.left == [job.id] and report.abandoned == [] and sent.jobs == []
+    assert get(tracker, job.id).status is JobStatus.PROCESSING
+    report, _ = reap(tracker, Broker(ready_count=0), now=utcnow() + LATER)
+    assert report.abandoned == [job.id]
+    assert get(tracker, job.id).error_type == "abandoned"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from celery_tracked.hooks import Transition
@@ -97,3 +99,75 @@ def test_the_grafana_dashboard_names_only_metrics_we_export() -> None:
     ]
     named = {name for expr in exprs for name in re.findall(r"celery_tracked_\w+", expr)}
     assert named and named <= exported, named - exported
+
+
+def _names(collector: TableCollector) -> dict[str, float]:
+    return {s.name: s.value for family in collector.collect() for s in family.samples}
+
+
+def test_a_table_that_cannot_be_read_fails_no_scrape() -> None:
+    """The database down: the scrape still answers (the workers' counters are served by
+    the same registry); ``celery_tracked_table_up`` says 0, the table's gauges are left
+    out, and the next read is tried after the cache period, not on every scrape."""
+    from celery_tracked.errors import StoreError
+
+    reads: list[int] = []
+
+    def read() -> TableSnapshot:
+        reads.append(1)
+        if len(reads) == 1:
+            raise StoreError("connection to postgresql://app:hunter2@db/x failed")
+        return TableSnapshot(relay_backlog=5)
+
+    collector = TableCollector(read, cache_s=60)
+    down = _names(collector)
+    assert down == {"celery_tracked_table_up": 0.0}
+    assert _names(collector) == down and len(reads) == 1  # the failure is cached too
+    collector.cache_s = 0
+    up = _names(collector)
+    assert up["celery_tracked_table_up"] == 1.0 and up["celery_tracked_relay_backlog"] == 5
+
+
+def test_a_table_read_that_hangs_fails_no_scrape() -> None:
+    """A database that does not answer (a frozen server, a network partition): the scrape
+    answers within the collector's timeout, and a hung read is never started twice."""
+    import threading
+    import time
+
+    release = threading.Event()
+    started: list[int] = []
+
+    def read() -> TableSnapshot:
+        started.append(1)
+        release.wait(10)
+        return TableSnapshot(relay_backlog=1)
+
+    collector = TableCollector(read, cache_s=0, timeout_s=1.0)
+    begun = time.monotonic()
+    assert _names(collector) == {"celery_tracked_table_up": 0.0}
+    first = time.monotonic() - begun
+    assert _names(collector) == {"celery_tracked_table_up": 0.0}  # no second wait
+    assert first < 3 and time.monotonic() - begun < first + 0.5 and started == [1]
+    release.set()
+    for _ in range(50):  # the hung read ends; the next scrape reads afresh
+        if _names(collector).get("celery_tracked_table_up") == 1.0:
+            break
+        time.sleep(0.05)
+    assert _names(collector)["celery_tracked_relay_backlog"] == 1
+
+
+def test_a_missing_multiprocess_directory_is_a_configuration_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``PROMETHEUS_MULTIPROC_DIR`` naming no directory: refused when counting is turned
+    on (as the metrics server refuses it), not a traceback on every transition."""
+    from celery_tracked.errors import ConfigurationError
+    from celery_tracked.metrics import check_multiprocess_dir
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "missing"))
+    with pytest.raises(ConfigurationError, match="PROMETHEUS_MULTIPROC_DIR"):
+        check_multiprocess_dir()
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    check_multiprocess_dir()
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR")
+    check_multiprocess_dir()

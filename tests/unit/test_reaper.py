@@ -11,6 +11,7 @@ from celery_tracked.reaper import (
     Action,
     ReapReport,
     Thresholds,
+    asks_broker,
     decide,
     presumed_lost,
     stalled_why,
@@ -176,6 +177,17 @@ def test_redacted_arguments_cannot_be_sent_again() -> None:
     secret = a_job(payload_json=payload)
     decision = decide(secret, 0, LIMITS)
     assert decision.action is Action.ABANDON and "tracker.retry" in decision.why
+
+
+def test_the_broker_is_asked_before_a_run_with_redacted_arguments_is_abandoned() -> None:
+    """Its original message is the only one carrying its arguments: if it is back in its
+    queue (RabbitMQ at once) or held by a live worker, that delivery takes the run over."""
+    payload = json.dumps({"args": [], "kwargs": {"password": REDACTED}})
+    run = {"status": JobStatus.PROCESSING, "locked_until": ago(1000)}
+    assert asks_broker(a_job(payload_json=payload, attempts_made=1, **run))
+    assert not asks_broker(a_job(payload_json=payload, attempts_made=3, max_attempts=3, **run))
+    assert not asks_broker(a_job(attempts_made=1, **run))  # re-sent from its row instead
+    assert asks_broker(a_job(published_at=ago(1000)))  # every waiting job
 
 
 def test_the_report_as_a_dict() -> None:
