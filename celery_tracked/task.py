@@ -41,6 +41,7 @@ from .messages import (
 from .options import check_task_class, check_task_limits
 from .outcome import Completed, Failed, PassedOn, Postponed, Retrying, Verdict
 from .retry_policy import RetryPolicy
+from .routing import declared_queue
 from .runner import Run
 from .tracker import Tracker
 
@@ -118,11 +119,12 @@ class TrackedTask(Task[P, R_co]):
 
     def _queue_name(self, options: Mapping[str, Any], args: Any, kwargs: Any) -> str:
         queue = options.get("queue") or self._static("tracked_queue") or self._static("queue")
-        if queue is None and self.app.conf.task_routes:
-            queue = self.app.amqp.router.route({}, self.name, args, kwargs).get("queue")
         if queue is None:
-            return str(self.app.conf.task_default_queue)
-        return str(getattr(queue, "name", queue))
+            route = options if options.get("exchange") else {}
+            if not route and self.app.conf.task_routes:
+                route = self.app.amqp.router.route({}, self.name, args, kwargs)
+            queue = declared_queue(route, self.app.amqp.queues.values())
+        return str(getattr(queue, "name", queue or self.app.conf.task_default_queue))
 
     def _shape(self) -> CallShape:
         """The body's call shape, computed once per task class."""
@@ -220,7 +222,6 @@ class TrackedTask(Task[P, R_co]):
         return eager.enqueue(tracker.enqueuer, job, publish, tracker.settings.redact_keys, inline)
 
     # -- pipelines (successors.py) -----------------------------------------------------
-
     def then(self, task: TrackedTask[Q, Any], *args: Q.args, **kwargs: Q.kwargs) -> str:
         """Declare a successor of this running step: created with its completion, published
         after it; returns the successor's job id. Raises ``NotInAStep`` outside a run."""
