@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 from conftest import CELERY, HERE, worker_environ
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 from tracked_app import QUEUE
 
 JOB_KEYS = {
@@ -234,3 +236,35 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(
     assert "\x1b[32mcompleted" in coloured and "\x1b[31mfailed" in coloured
     plain = run_in_a_terminal(env, "jobs", environ={"NO_COLOR": "1"})
     assert ANSI not in plain and "completed" in plain
+
+
+def test_cleanup_and_reap(populated: dict[str, Any], run_cli: Any, env: Any) -> None:
+    """``cleanup --dry-run`` counts, ``cleanup`` removes (table and ``--json``), ``reap``
+    reports what it did; nothing here is old enough or stalled, then two jobs are."""
+    dry = ok_json(run_cli("cleanup", "--dry-run", "--json"))
+    assert dry["dry_run"] is True and dry["total"] == 0
+    table = run_cli("cleanup", "--dry-run")
+    assert table.returncode == 0 and "WOULD REMOVE" in table.stdout, table.stderr
+    # two ended jobs made old: the cleanup removes exactly them
+    old = [populated["done"][0], populated["failed"]]
+    ids = ", ".join(f"'{job_id}'" for job_id in old)
+    engine = create_engine(env.database_url, poolclass=NullPool)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE background_jobs SET finished_at = now() - interval '400 days' "
+                f"WHERE id IN ({ids})"
+            )
+        )
+    engine.dispose()
+    assert ok_json(run_cli("cleanup", "--dry-run", "--json"))["total"] == 2
+    removed = ok_json(run_cli("cleanup", "--json"))
+    assert removed["dry_run"] is False and removed["total"] == 2
+    assert removed["removed"]["completed"] == 1 and removed["removed"]["failed"] == 1
+    assert all(env.tracker.get_job(job_id) is None for job_id in old)
+    assert ok_json(run_cli("cleanup", "--json"))["total"] == 0
+    reaped = ok_json(run_cli("reap", "--json"))
+    assert set(reaped) >= {"rescued", "abandoned", "left", "unpublished", "cancelled"}
+    assert reaped["rescued"] == [] and reaped["abandoned"] == []
+    nothing = run_cli("reap")
+    assert nothing.returncode == 0 and "nothing stalled" in nothing.stdout, nothing.stderr
