@@ -169,6 +169,10 @@ class Tracker:
         cancelled = self.store.cancel(job_id, now=utcnow(), reason=reason, revision=revision)
         if cancelled:
             message = log_message or f"job {job_id} cancelled: {reason}"
+            if queue is None or job_type is None:  # the log's and the metrics' labels
+                job = self.store.get(job_id)
+                queue = queue if job is None else queue or job.queue_name
+                job_type = job_type if job is None else job_type or job.job_type
             self.hooks.after_transition(
                 Transition(job_id, "cancelled", "cancelled", message, queue, job_type, level=level)
             )
