@@ -52,7 +52,10 @@ def _finish(report: BulkReport, as_json: bool, done: str) -> None:
             click.echo(f"refused {len(report.refused)}:")
             click.echo(table(("ID", "REASON"), rows, style))
         if report.more:
-            click.echo("more jobs match: run it again (or raise --limit)")
+            click.echo(
+                "more jobs match beyond --limit: raise it, or narrow the filters "
+                "(refused jobs match again)"
+            )
     if report.refused:
         raise click.exceptions.Exit(Refused.exit_code)
 
