@@ -309,6 +309,7 @@ def test_a_broker_restarted_without_persistence_loses_nothing_for_good(
         "abandoned": [],
         "left": [],
         "unpublished": [],
+        "cancelled": [],
     }
     assert "celery_tracked.reap" in worker.log()
 
