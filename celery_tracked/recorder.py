@@ -263,66 +263,6 @@ class Recorder:
         )
         return None
 
-    def record_pending_retry(self, run: Run, failure: PendingFailure) -> Postponed | None:
-        """Write the ``retrying`` an earlier attempt could not save (its completion met a
-        database outage); None once written (or another attempt moved on): the delivery
-        then claims the next attempt, due after the backoff."""
-        attempt, delay_ms = failure.attempt, failure.retry_ms or 0
-        try:
-            written = self.store.retrying(
-                Claim(run.job_id, attempt, attempt),
-                error_type=failure.error_type,
-                error_message=failure.error_message,
-                delay_ms=delay_ms,
-                duration_ms=None,
-                now=utcnow(),
-            )
-        except StoreError as exc:
-            logging.getLogger("celery_tracked").warning(
-                "job %s: retry still not recorded: %s", run.job_id, exc
-            )
-            wait = self.backoff(1, self.settings.default_backoff_ms) / 1000
-            return Postponed(max(0.5, wait), "retry still not recorded")
-        if written:
-            self.tell(
-                run,
-                "retrying",
-                f"job {run.job_id} retrying after attempt {attempt}: {failure.error_type}: "
-                f"{failure.error_message}; retry in {delay_ms} ms (recorded late)",
-                logging.WARNING,
-                attempt,
-            )
-        return None
-
-    def record_pending_failure(self, run: Run, failure: PendingFailure) -> Verdict:
-        """Write the failure an earlier attempt decided but could not save; no body runs."""
-        attempt = failure.attempt
-        try:
-            written = self.store.fail(
-                Claim(run.job_id, attempt, attempt),
-                error_type=failure.error_type,
-                error_message=failure.error_message,
-                duration_ms=None,
-                now=utcnow(),
-                retries_exhausted=failure.retries_exhausted,
-            )
-        except StoreError as exc:
-            logging.getLogger("celery_tracked").warning(
-                "job %s: failure still not recorded: %s", run.job_id, exc
-            )
-            wait = self.backoff(1, self.settings.default_backoff_ms) / 1000
-            return Postponed(max(0.5, wait), "failure still not recorded")
-        if written:
-            self.tell(
-                run,
-                "failed",
-                f"job {run.job_id} failed after attempt {attempt}: {failure.error_type}: "
-                f"{failure.error_message} (recorded late)",
-                logging.ERROR,
-                attempt,
-            )
-        return Skipped("failure recorded late")
-
     def lost(self, run: Run, claim: Claim, outcome: str, duration_ms: int) -> Verdict:
         """The fenced write matched nothing: another attempt took over, or (after a database
         crash lost the claim) the row is claimable again and this delivery must retry."""

@@ -20,6 +20,7 @@ from .codec import encode
 from .errors import StoreError, Unrecoverable, mask_exception
 from .hooks import Delivery, Hooks, Wait
 from .jobs import Claim, Job, JobStatus, utcnow
+from .late import LateOutcomes
 from .lease import LeaseKeeper, diagnose, owner_id
 from .limits import busy_key_countdown
 from .outcome import (
@@ -51,14 +52,15 @@ class Runner:
         self.hooks = hooks
         self.settings = settings
         self.recorder = Recorder(store, hooks, settings)
+        self.late = LateOutcomes(self.recorder)
         self.reports = Reports(store, settings)
 
     def run(self, run: Run, body: Callable[[], Any]) -> Verdict:
         """Claim ``run``'s job, call ``body`` under the lease and record its outcome."""
         if run.headers.pending_failure is not None:
-            return self.recorder.record_pending_failure(run, run.headers.pending_failure)
+            return self.late.record_pending_failure(run, run.headers.pending_failure)
         if run.headers.pending_retry is not None:  # record it first, then claim as usual
-            waiting = self.recorder.record_pending_retry(run, run.headers.pending_retry)
+            waiting = self.late.record_pending_retry(run, run.headers.pending_retry)
             if waiting is not None:
                 return waiting
         delivery = Delivery(

@@ -1,0 +1,85 @@
+"""Outcomes recorded late: a delivery carrying the ``retrying`` or ``failed`` that an
+earlier attempt decided but could not save (its write met a database outage, headers
+``tracked_pending_retry`` / ``tracked_pending_failure``) writes it before anything else,
+fenced by that attempt. Knows nothing of Celery.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from .errors import StoreError
+from .jobs import Claim, utcnow
+from .messages import PendingFailure
+from .outcome import Postponed, Skipped, Verdict
+
+if TYPE_CHECKING:
+    from .recorder import Recorder, Run
+
+logger = logging.getLogger("celery_tracked")
+
+
+class LateOutcomes:
+    """Writes the outcomes an earlier attempt carried over, through ``recorder``."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def record_pending_retry(self, run: Run, failure: PendingFailure) -> Postponed | None:
+        """Write the ``retrying`` an earlier attempt could not save (its completion met a
+        database outage); None once written (or another attempt moved on): the delivery
+        then claims the next attempt, due after the backoff."""
+        attempt, delay_ms = failure.attempt, failure.retry_ms or 0
+        try:
+            written = self.recorder.store.retrying(
+                Claim(run.job_id, attempt, attempt),
+                error_type=failure.error_type,
+                error_message=failure.error_message,
+                delay_ms=delay_ms,
+                duration_ms=None,
+                now=utcnow(),
+            )
+        except StoreError as exc:
+            return self._still_unrecorded(run, "retry", exc)
+        if written:
+            self.recorder.tell(
+                run,
+                "retrying",
+                f"job {run.job_id} retrying after attempt {attempt}: {failure.error_type}: "
+                f"{failure.error_message}; retry in {delay_ms} ms (recorded late)",
+                logging.WARNING,
+                attempt,
+            )
+        return None
+
+    def _still_unrecorded(self, run: Run, what: str, exc: StoreError) -> Postponed:
+        """The delivery waits: the database still refuses the outcome it carries."""
+        logger.warning("job %s: %s still not recorded: %s", run.job_id, what, exc)
+        wait = self.recorder.backoff(1, self.recorder.settings.default_backoff_ms) / 1000
+        return Postponed(max(0.5, wait), f"{what} still not recorded")
+
+    def record_pending_failure(self, run: Run, failure: PendingFailure) -> Verdict:
+        """Write the failure an earlier attempt decided but could not save; no body runs."""
+        attempt = failure.attempt
+        try:
+            written = self.recorder.store.fail(
+                Claim(run.job_id, attempt, attempt),
+                error_type=failure.error_type,
+                error_message=failure.error_message,
+                duration_ms=None,
+                now=utcnow(),
+                retries_exhausted=failure.retries_exhausted,
+            )
+        except StoreError as exc:
+            return self._still_unrecorded(run, "failure", exc)
+        if written:
+            self.recorder.tell(
+                run,
+                "failed",
+                f"job {run.job_id} failed after attempt {attempt}: {failure.error_type}: "
+                f"{failure.error_message} (recorded late)",
+                logging.ERROR,
+                attempt,
+            )
+        return Skipped("failure recorded late")
