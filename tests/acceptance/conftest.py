@@ -346,6 +346,38 @@ def start_worker(env: Env, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
 
 
 @pytest.fixture
+def start_beat(env: Env, tmp_path: Path) -> Iterator[Callable[[Mapping[str, str]], Path]]:
+    """Start a real ``celery beat`` on the test's services, its environment overridden by
+    ``environ`` (short schedules); killed at teardown. Returns its log's path."""
+    procs: list[subprocess.Popen[bytes]] = []
+    log_path = tmp_path / "beat.log"
+
+    def start(environ: Mapping[str, str]) -> Path:
+        cmd = [sys.executable, "-m", "celery", "-A", "tracked_app", "beat", "-l", "info"]
+        cmd += ["-s", str(tmp_path / "beat-schedule"), "--pidfile="]
+        with log_path.open("wb") as log:
+            procs.append(
+                subprocess.Popen(
+                    cmd,
+                    cwd=str(HERE),
+                    env=worker_environ(env.config, None, environ),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+        return log_path
+
+    yield start
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    if log_path.exists():
+        print("===== beat log =====\n" + log_path.read_text(errors="replace")[-5000:])
+
+
+@pytest.fixture
 def run_cli(env: Env) -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run the real ``celery`` executable, ``celery -A tracked_app tracked <args>``, as a
     subprocess on the test's services."""

@@ -5,20 +5,11 @@ the cleanup removes old ended rows with their events and guard entries, nothing 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
-import sys
 import uuid
-from collections.abc import Callable, Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-import pytest
-from conftest import HERE, worker_environ
 from sqlalchemy import create_engine, insert
 from sqlalchemy.pool import NullPool
 from tracked_app import QUEUE
@@ -36,37 +27,6 @@ FAST = {
     "CELERY_TRACKED_REAPER_PENDING_SECONDS": "1",
     "TRACKED_TEST_BEAT": json.dumps(USER_ENTRY),
 }
-
-
-@pytest.fixture
-def start_beat(env: Any, tmp_path: Path) -> Iterator[Callable[[], Path]]:
-    """Start a real ``celery beat`` on the test's services (stopped at teardown)."""
-    procs: list[subprocess.Popen[bytes]] = []
-    log_path = tmp_path / "beat.log"
-
-    def start() -> Path:
-        cmd = [sys.executable, "-m", "celery", "-A", "tracked_app", "beat", "-l", "info"]
-        cmd += ["-s", str(tmp_path / "beat-schedule"), "--pidfile="]
-        with log_path.open("wb") as log:
-            procs.append(
-                subprocess.Popen(
-                    cmd,
-                    cwd=str(HERE),
-                    env=worker_environ(env.config, None, FAST),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
-        return log_path
-
-    yield start
-    for proc in procs:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    if log_path.exists():
-        print("===== beat log =====\n" + log_path.read_text(errors="replace")[-5000:])
 
 
 def seed(database_url: str, rows: list[dict[str, Any]], per_job: int = 3) -> list[str]:
@@ -158,7 +118,7 @@ def test_beat_runs_the_cleanup_the_relay_the_reaper_and_the_users_own_entry(
     env.redis.set("celery_tracked:guard:acc.succeed:live", kept[0])
 
     worker = start_worker(environ=FAST)
-    beat_log = start_beat()
+    beat_log = start_beat(FAST)
 
     def count(where: str) -> int:
         return int(env.sql(f"SELECT count(*) FROM background_jobs WHERE {where}")[0][0])

@@ -77,36 +77,6 @@ def producer(env: Any, tmp_path: Path) -> Iterator[Callable[[str, str], tuple[An
         proc.wait(timeout=10)
 
 
-@pytest.fixture
-def start_beat(env: Any, tmp_path: Path) -> Iterator[Callable[[], Path]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    log_path = tmp_path / "beat.log"
-
-    def start() -> Path:
-        cmd = [sys.executable, "-m", "celery", "-A", "tracked_app", "beat", "-l", "info"]
-        cmd += ["-s", str(tmp_path / "beat-schedule"), "--pidfile="]
-        with log_path.open("wb") as log:
-            procs.append(
-                subprocess.Popen(
-                    cmd,
-                    cwd=str(HERE),
-                    env=worker_environ(env.config, None, FAST_RELAY),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
-        return log_path
-
-    yield start
-    for proc in procs:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    if log_path.exists():
-        print("===== beat log =====\n" + log_path.read_text(errors="replace")[-5000:])
-
-
 def relay_runs(worker: Any) -> int:
     return worker.log().count("celery_tracked.relay[")
 
@@ -126,7 +96,7 @@ def test_a_producer_killed_between_insert_and_publish_is_relayed_and_runs_once(
         env.task("acc.keyed").enqueue(x="killed")  # never a job that would never run
 
     worker = start_worker(environ=FAST_RELAY)
-    beat_log = start_beat()
+    beat_log = start_beat(FAST_RELAY)
     job = env.wait_status(job_id, "completed", timeout=60)
     assert job.attempts_made == 1 and job.published_at is not None
     assert "relayed" in [e.event for e in env.tracker.history(job_id)]
