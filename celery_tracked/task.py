@@ -33,11 +33,7 @@ from .jobs import EnqueueResult, Job
 from .keys import KeyRule
 from .limits import Limits
 from .maintenance import install_beat_entries
-from .messages import (
-    CONTROL_OPTIONS,
-    Control,
-    TrackedHeaders,
-)
+from .messages import CONTROL_OPTIONS, Control, TrackedHeaders
 from .options import check_task_class, check_task_limits
 from .outcome import Completed, Failed, PassedOn, Postponed, Retrying, Verdict
 from .retry_policy import RetryPolicy
@@ -293,14 +289,15 @@ class TrackedTask(Task[P, R_co]):
         return progress.log(self.name, message, level)
 
     def cancelled(self) -> bool:
-        """True once this running job was asked to stop (``Tracker.cancel(job_id,
-        running=True)``): poll it and return early; ``progress.cancel_requested``."""
+        """True once this job was asked to stop: ``progress.cancel_requested``."""
         return progress.cancel_requested(self.name)
 
     def update_state(self, *args: Any, **kwargs: Any) -> None:
-        """Celery's; ``state="PROGRESS"`` also feeds :meth:`set_progress` (``progress.py``)."""
-        progress.from_update_state(self.name, self.request.id, *args, **kwargs)
-        super().update_state(*args, **kwargs)
+        """Celery's, then ``state="PROGRESS"`` feeds :meth:`set_progress` (backend first)."""
+        try:
+            super().update_state(*args, **kwargs)
+        finally:
+            progress.from_update_state(self.name, self.request.id, *args, **kwargs)
 
     def _settle(self, verdict: Verdict) -> Any:
         """Turn the runner's verdict into Celery's terms."""

@@ -58,7 +58,7 @@ def test_update_state_progress_feeds_the_row_and_celerys_result_backend(
     try:
         for current, percent in ((1, 33), (2, 66), (3, 100)):
             observe(env, job_id, (percent, f"page {current}"))
-            result = reader.AsyncResult(job_id)  # Celery's own state still stored (Flower)
+            result = reader.AsyncResult(job_id)  # Celery's own state, stored first (Flower)
             assert (result.state, result.info) == (
                 "PROGRESS",
                 {"current": current, "total": 3, "stage": f"page {current}"},
