@@ -47,7 +47,7 @@ _RUN_STALLED = and_(
 )
 _RUN_FENCE = (*LAPSED, *CURRENT, _RUN_STALLED)
 _PENDING_FENCE = (*CURRENT, jobs.c.published_at < CUTOFF)
-_RETRYING_FENCE = (*CURRENT, jobs.c.locked_until < CUTOFF)
+_RETRYING_FENCE = (*CURRENT, jobs.c.not_before < CUTOFF)
 
 #: A new message revision: a delivery of an older one runs nothing (``CLAIM`` is fenced).
 _NEW_MESSAGE: dict[str, Any] = {
@@ -58,6 +58,7 @@ _NEW_MESSAGE: dict[str, Any] = {
 _ABANDON: dict[str, Any] = {
     "locked_by": None,
     "locked_until": None,
+    "not_before": None,
     "updated_at": NOW,
     "finished_at": NOW,
     "error_type": ABANDONED,
@@ -75,7 +76,8 @@ RESCUE_RUN = Move(
     JobStatus.RETRYING,
     {
         **_NEW_MESSAGE,
-        "locked_until": db_time(),
+        "locked_until": None,
+        "not_before": db_time(),
         "error_type": "WorkerLost",
         "error_message": MESSAGE,
     },
@@ -97,7 +99,7 @@ RESCUE_RETRYING = Move(
     "rescue_retrying",
     _RETRYING,
     JobStatus.RETRYING,
-    {**_NEW_MESSAGE, "locked_until": db_time()},
+    {**_NEW_MESSAGE, "not_before": db_time()},
     _RETRYING_FENCE,
     RESCUED,
 )
@@ -167,7 +169,7 @@ RESCUES = (
 _STALLED_RUNS = and_(jobs.c.status == JobStatus.PROCESSING.value, _RUN_STALLED)
 _STALLED_WAITING = or_(
     and_(jobs.c.status == JobStatus.PENDING.value, jobs.c.published_at < PENDING_CUTOFF),
-    and_(jobs.c.status == JobStatus.RETRYING.value, jobs.c.locked_until < RETRYING_CUTOFF),
+    and_(jobs.c.status == JobStatus.RETRYING.value, jobs.c.not_before < RETRYING_CUTOFF),
 )
 
 
