@@ -21,7 +21,8 @@ from celery_tracked import JobStatus, Tracker
 from celery_tracked.jobs import utcnow
 from celery_tracked.messages import TrackedHeaders
 from celery_tracked.outcome import Completed, Postponed, Retrying, Verdict
-from celery_tracked.runner import Run
+from celery_tracked.attempt import Attempt
+from celery_tracked.run import Run
 
 from .conftest import AppFactory
 from .test_store import new_job
@@ -36,6 +37,13 @@ def tracker(make_app: AppFactory) -> Iterator[Tracker]:
 def deliver(
     tracker: Tracker, job_id: str, body: Callable[[], Any], backoff_ms: int = 100
 ) -> Verdict:
+    return deliver_to(tracker, job_id, lambda running: body(), backoff_ms)
+
+
+def deliver_to(
+    tracker: Tracker, job_id: str, body: Callable[[Attempt], Any], backoff_ms: int = 100
+) -> Verdict:
+    """``deliver``, the body given its running attempt."""
     run = Run(
         headers=TrackedHeaders(job_id, job_id, None, "q"),
         task_name="t",
