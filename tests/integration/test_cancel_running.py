@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from celery_tracked import JobStatus, Tracker, Unrecoverable, progress
+from celery_tracked.attempt import Attempt
 from celery_tracked.jobs import utcnow
 from celery_tracked.lease import owner_id
 from celery_tracked.messages import TrackedHeaders
 from celery_tracked.outcome import Completed, Skipped
-from celery_tracked.attempt import Attempt
 from celery_tracked.reporter import ProgressReporter
 from celery_tracked.run import Run
 from tests.conftest import wait_for

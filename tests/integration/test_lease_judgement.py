@@ -18,10 +18,10 @@ import pytest
 import celery_tracked.lease
 import celery_tracked.runner
 from celery_tracked import JobStatus, Tracker
+from celery_tracked.attempt import Attempt
 from celery_tracked.jobs import utcnow
 from celery_tracked.messages import TrackedHeaders
 from celery_tracked.outcome import Completed, Postponed, Retrying, Verdict
-from celery_tracked.attempt import Attempt
 from celery_tracked.run import Run
 
 from .conftest import AppFactory

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from celery_tracked.attempt import Attempt
 from celery_tracked.errors import StoreError, TrackedError
 from celery_tracked.hooks import (
     Delivery,
@@ -17,7 +18,6 @@ from celery_tracked.hooks import (
     NotifyTerminal,
     Transition,
 )
-from celery_tracked.attempt import Attempt
 from celery_tracked.jobs import Claim, NewRow
 from celery_tracked.messages import TrackedHeaders
 from celery_tracked.run import Run
