@@ -33,6 +33,7 @@ from .outcome import (
     Plan,
     Postponed,
     Retrying,
+    Signals,
     Skipped,
     Verdict,
     Write,
@@ -87,6 +88,7 @@ class Recorder:
             run.policy.retries,
             gave_up=ran is not None and ran.gave_up_with(error),
             retry_sent=None if ran is None else ran.retry_sent,
+            signals=run.signals,
         )
         if run.inline and plan.delay_ms:  # an inline retry runs now (``eager.py``)
             return replace(plan, delay_ms=0)
@@ -128,7 +130,7 @@ class Recorder:
             attempt=claim.attempt,
             duration_ms=duration,
         )
-        return after_write(plan, error, result)
+        return after_write(plan, error, run.signals, result)
 
     def _save_completion(
         self,
@@ -171,7 +173,7 @@ class Recorder:
         run, claim = attempt.run, attempt.claim
         rows: Sequence[NewRow] = ()
         used_up = plan.used_up or exhausted(
-            error, claim.attempt, claim.max_attempts, run.policy.retries
+            error, claim.attempt, claim.max_attempts, run.policy.retries, run.signals
         )
         if plan.delay_ms is None and used_up:
             try:
@@ -180,11 +182,11 @@ class Recorder:
                 logging.getLogger("celery_tracked").exception(
                     "job %s: failure_rows hook failed", claim.job_id
                 )
-        cause = retry_cause(error)
+        cause = retry_cause(error, run.signals)
         written = self.record_failure(
             attempt, cause, started, plan.delay_ms, rows=rows, used_up=used_up
         )
-        return written if written is not None else after_write(plan, error)
+        return written if written is not None else after_write(plan, error, run.signals)
 
     def job_error(self, attempt: Attempt, error: Exception, started: float) -> Verdict:
         """The completion could not be written for a reason of the job's own (a hook
@@ -339,12 +341,15 @@ class Recorder:
         )
 
 
-def after_write(plan: Plan, error: Exception | None, result: Any = None) -> Verdict:
-    """The verdict once the plan's write is done."""
+def after_write(
+    plan: Plan, error: Exception | None, signals: Signals, result: Any = None
+) -> Verdict:
+    """The verdict once the plan's write is done (``signals``: which errors are control
+    signals, for the error a final failure raises)."""
     if error is None:
         return Completed(result)
     if not plan.reraise:
         return Retrying((plan.delay_ms or 0) / 1000, error)
     if plan.write is Write.FAIL:
-        return Failed(final_error(error))
+        return Failed(final_error(error, signals))
     return PassedOn(error)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from .limits import DeliveryLimits
 from .messages import TrackedHeaders
+from .outcome import NO_SIGNALS, Signals
 from .retry_policy import RetryPolicy
 
 __all__ = ["Run"]
@@ -34,6 +35,8 @@ class Run:
     policy: RetryPolicy = field(default_factory=RetryPolicy)
     #: the task's rate and concurrency limits for this delivery (``limits.py``)
     limits: DeliveryLimits | None = None
+    #: which exceptions are the framework's control signals (the adapter's: Celery's)
+    signals: Signals = NO_SIGNALS
 
     @property
     def job_id(self) -> str:

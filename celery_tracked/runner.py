@@ -267,7 +267,7 @@ class Runner:
             return recorder.complete(attempt, plan, error, result, result_json, started)
         if plan.write is Write.RELEASE:
             recorder.release(claim)
-            return after_write(plan, error)
+            return after_write(plan, error, attempt.run.signals)
         assert error is not None
         return recorder.fail_attempt(attempt, plan, error, started)
 

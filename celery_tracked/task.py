@@ -28,6 +28,7 @@ from celery.result import AsyncResult
 
 from . import eager, producer, progress, retries, successors
 from .calls import CallShape
+from .celery_signals import CELERY_SIGNALS
 from .decorator import tracked_task
 from .jobs import EnqueueResult, Job
 from .keys import KeyRule
@@ -272,6 +273,7 @@ class TrackedTask(Task[P, R_co]):
             inline=bool(request.is_eager),
             policy=self._tracked_retry,
             limits=self._tracked_limits.for_delivery(shape, args, kwargs, request, settings),
+            signals=CELERY_SIGNALS,  # Celery's Ignore/Reject/Retry, read for the core
         )
         body = getattr(self, "_orig_run", self.run)  # Celery's autoretry wrapper bypassed
         call = body_call(request, body, args, kwargs)  # given its attempt by the runner

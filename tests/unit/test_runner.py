@@ -16,6 +16,7 @@ from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry
 
 from celery_tracked import StoreError, Unrecoverable
 from celery_tracked.attempt import Attempt
+from celery_tracked.celery_signals import CELERY_SIGNALS
 from celery_tracked.hooks import Delivery, HookChain, Hooks, Transition
 from celery_tracked.jobs import CLAIMABLE, Claim, Job, JobStatus, NewRow, utcnow
 from celery_tracked.lease import LeaseKeeper, owner_id
@@ -353,6 +354,7 @@ class World:
             backoff_base_ms=BASE_MS,
             secrets=lambda: [SECRET],
             limits=limits,
+            signals=CELERY_SIGNALS,
         )
         return self.runner.run(run, counted)
 
@@ -955,6 +957,7 @@ def test_secrets_are_only_computed_when_an_error_must_be_masked(world: World) ->
         worker="w",
         backoff_base_ms=BASE_MS,
         secrets=lambda: asked.append(1) or [SECRET],
+        signals=CELERY_SIGNALS,
     )
     assert world.runner.run(run, lambda running: "fine") == Completed("fine")
     assert asked == []
