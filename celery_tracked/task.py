@@ -25,6 +25,7 @@ from typing import Any, ClassVar, NoReturn, ParamSpec, TypeVar, cast
 from celery import Celery, Task
 from celery.exceptions import Ignore, Retry, TimeLimitExceeded
 from celery.result import AsyncResult
+from celery.utils.saferepr import saferepr
 
 from . import eager, producer, progress, retries, successors
 from .calls import CallShape
@@ -131,7 +132,7 @@ class TrackedTask(Task[P, R_co]):
         cls = type(self)
         shape = cls.__dict__.get("_tracked_shape")
         if shape is None:
-            shape = CallShape(self.run)
+            shape = CallShape(self.run, saferepr)  # the reprs Celery itself makes
             setattr(cls, "_tracked_shape", shape)  # noqa: B010 (one cache per task class)
         return cast(CallShape, shape)
 
