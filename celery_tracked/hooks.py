@@ -36,7 +36,7 @@ raised: it is retried up to ``max_attempts``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -198,11 +198,7 @@ class HookChain(Hooks):
         return None
 
     def after_claim(self, delivery: Delivery, claim: Claim) -> None:
-        for hook in self.hooks:
-            try:
-                hook.after_claim(delivery, claim)
-            except Exception:
-                logger.exception("celery-tracked hook %r failed in after_claim", hook)
+        self._each("after_claim", lambda hook: hook.after_claim(delivery, claim))
 
     def before_body(self, delivery: Delivery, claim: Claim) -> float | Wait | None:
         for hook in self.hooks:
@@ -233,18 +229,18 @@ class HookChain(Hooks):
         return [row for hook in self.hooks for row in hook.failure_rows(attempt, error)]
 
     def after_attempt(self, attempt: Attempt) -> None:
-        for hook in self.hooks:
-            try:
-                hook.after_attempt(attempt)
-            except Exception:
-                logger.exception("celery-tracked hook %r failed in after_attempt", hook)
+        self._each("after_attempt", lambda hook: hook.after_attempt(attempt))
 
     def after_transition(self, transition: Transition) -> None:
+        self._each("after_transition", lambda hook: hook.after_transition(transition))
+
+    def _each(self, method: str, call: Callable[[Hooks], None]) -> None:
+        """``call`` every hook in order; one that raises is logged and the next still hears."""
         for hook in self.hooks:
             try:
-                hook.after_transition(transition)
+                call(hook)
             except Exception:
-                logger.exception("celery-tracked hook %r failed", hook)
+                logger.exception("celery-tracked hook %r failed in %s", hook, method)
 
 
 class _Guarded:

@@ -81,13 +81,13 @@ Verdict = Completed | Retrying | Failed | PassedOn | Skipped | Postponed
 
 
 class SignalKind(enum.Enum):
-    """The control exceptions a body may raise (Celery's names)."""
+    """The control exceptions a body may raise (Celery's names): ``IGNORE`` (it handed
+    its work over, ``replace``, or dropped it), ``REJECT`` (it refused the message; with
+    ``requeue`` it comes back at once), ``RETRY`` (its own ``self.retry``: the message is
+    re-published)."""
 
-    #: the body handed its work over (``replace``) or dropped it
     IGNORE = "ignore"
-    #: the body refused the message (``requeue``: it comes back at once)
     REJECT = "reject"
-    #: the body asked for a retry itself (``self.retry``): its message is re-published
     RETRY = "retry"
 
 
