@@ -282,22 +282,24 @@ class TrackedTask(Task[P, R_co]):
 
     def set_progress(self, percent: float, stage: str | None = None) -> bool:
         """The running job's ``progress`` (0-100) and ``stage``: ``progress.set_progress``."""
-        return progress.set_progress(part(self.request, ProgressReporter), percent, stage)
+        return progress.set_progress(
+            part(self.request, ProgressReporter, self.name), percent, stage
+        )
 
     def log(self, message: object, level: str = "info") -> bool:
         """A masked line in the running job's history: ``progress.log``."""
-        return progress.log(part(self.request, ProgressReporter), message, level)
+        return progress.log(part(self.request, ProgressReporter, self.name), message, level)
 
     def cancelled(self) -> bool:
         """True once this job was asked to stop: ``progress.cancel_requested``."""
-        return progress.cancel_requested(part(self.request, ProgressReporter))
+        return progress.cancel_requested(part(self.request, ProgressReporter, self.name))
 
     def update_state(self, *args: Any, **kwargs: Any) -> None:
         """Celery's, then ``state="PROGRESS"`` feeds :meth:`set_progress` (backend first)."""
         try:
             super().update_state(*args, **kwargs)
         finally:
-            reporter = part(self.request, ProgressReporter)
+            reporter = part(self.request, ProgressReporter, self.name)
             progress.from_update_state(reporter, self.request.id, *args, **kwargs)
 
     def _settle(self, verdict: Verdict) -> Any:

@@ -7,10 +7,13 @@ and to the body; the adapter keeps it on Celery's own request (``request_state.p
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import pytest
@@ -181,7 +184,8 @@ def test_the_body_s_calls_reach_its_attempt_through_its_request_only_while_it_ru
     seen: list[Any] = []
 
     def body(x: int) -> int:
-        seen.append((attempt_of(request), part(request, Note), part(elsewhere, Note)))
+        other = part(elsewhere, Note, "app.other")  # another task called from this body
+        seen.append((attempt_of(request), part(request, Note), other))
         seen.append(request.retries)
         return x + 1
 
@@ -193,30 +197,39 @@ def test_the_body_s_calls_reach_its_attempt_through_its_request_only_while_it_ru
     assert attempt_of(request) is None and part(request, Note) is None  # cleared after
 
 
-def test_a_thread_the_body_starts_sees_no_attempt_as_before() -> None:
-    """Celery's request is per thread: a thread started by the body finds none (and the
-    progress flusher, a thread of the library, holds its reporter itself)."""
+def test_a_thread_the_body_starts_sees_its_attempt_only_in_the_body_s_context() -> None:
+    """Celery's request is per thread: a thread started plainly finds nothing, as before;
+    one started in the body's context (``copy_context().run``) reaches the body's attempt,
+    as before, and only for the body's own task. The progress flusher, a thread of the
+    library, holds its reporter itself."""
     from celery import Celery, Task
 
     app = Celery("t", set_as_current=False)
 
     @app.task(bind=True, shared=False)
-    def noted(self: Task[Any, Any]) -> tuple[bool, bool]:
-        attempt = an_attempt()
+    def noted(self: Task[Any, Any]) -> list[Any]:
+        attempt = Attempt(replace(an_attempt().run, task_name=self.name), Claim("j-1", 1, 3))
         attempt.attach(Note("here"))
-        found: list[Note | None] = []
-        with_attempt = body_call(self.request, lambda: part(self.request, Note), (), {})
-        here = with_attempt(attempt)
+        found: list[Any] = []
 
-        def elsewhere() -> None:
-            found.append(part(self.request, Note))
+        def look() -> None:
+            mine, other = part(self.request, Note, self.name), part(self.request, Note, "other")
+            found.append((mine and mine.name, other and other.name))
 
-        def in_thread() -> None:
-            thread = threading.Thread(target=elsewhere)
-            thread.start()
-            thread.join()
+        def in_threads() -> None:
+            look()  # the body's thread: its request
+            for target in (look, partial(contextvars.copy_context().run, look)):
+                thread = threading.Thread(target=target)
+                thread.start()
+                thread.join()
 
-        body_call(self.request, in_thread, (), {})(attempt)
-        return here is not None, found == [None]
+        body_call(self.request, in_threads, (), {})(attempt)
+        look()  # after the body: nothing
+        return found
 
-    assert noted.apply().get() == (True, True)
+    assert noted.apply().get() == [
+        ("here", "here"),  # the request itself holds it (whichever task name)
+        (None, None),  # a plain thread: no request, no context
+        ("here", None),  # the body's context: its own task only
+        (None, None),
+    ]
