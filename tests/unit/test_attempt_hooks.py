@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,7 +25,7 @@ from celery_tracked.jobs import Claim, NewRow
 from celery_tracked.messages import TrackedHeaders
 from celery_tracked.request_state import attempt_of, body_call, part
 from celery_tracked.run import Run
-from celery_tracked.successors import Step, Successors
+from celery_tracked.successors import Declared, Step, Successors
 
 
 def an_attempt(job_id: str = "j-1", number: int = 1, inline: bool = False) -> Attempt:
@@ -151,21 +152,72 @@ def test_the_successors_hook_attaches_a_step_per_attempt() -> None:
     assert list(hook.completion_rows(an_attempt("j-3"), None)) == []  # no step: not its run
 
 
+class Rows:
+    """The two store calls of a successor's publish: its row exists; its hand-over."""
+
+    def __init__(self) -> None:
+        self.handed: list[str] = []
+
+    def get(self, job_id: str) -> object:
+        return object()
+
+    def handed_over(self, job_id: str, now: Any, attempts: int) -> None:
+        self.handed.append(job_id)
+
+
+def declared(job_id: str, sent: list[str], then: Any = None) -> Declared:
+    def publish() -> None:  # an inline run (eager mode): the successor runs right here
+        sent.append(job_id)
+        if then is not None:
+            then()
+
+    return Declared(SimpleNamespace(job_id=job_id), False, publish)  # type: ignore[arg-type]
+
+
 def test_nothing_is_published_unless_the_attempt_s_write_committed() -> None:
-    published: list[str] = []
-    hook = Successors(store=None)  # type: ignore[arg-type]
-    hook._publish = lambda declared: published.append(declared)  # type: ignore[method-assign,assignment]
+    sent: list[str] = []
+    store = Rows()
+    hook = Successors(store)  # type: ignore[arg-type]
     attempt = an_attempt()
     with hook.running(attempt) as step:
-        step.written = ["successor"]  # type: ignore[list-item]
+        step.written = [declared("s-1", sent)]
     hook.after_attempt(attempt)  # no write committed (the lease was lost)
     attempt.recorded = "retrying"
     hook.after_attempt(attempt)
-    assert published == []
+    assert sent == []
     attempt.recorded = "completed"
     hook.after_attempt(attempt)
     hook.after_attempt(attempt)  # once
-    assert published == ["successor"]
+    assert sent == ["s-1"] and store.handed == ["s-1"]
+
+
+def test_an_inline_pipeline_is_published_by_one_loop_not_a_recursion() -> None:
+    """Eager mode: each successor runs inside its step's publish; its own successors join
+    the outer loop (found by the job id of the attempt the hook is given)."""
+    sent: list[str] = []
+    hook = Successors(Rows())  # type: ignore[arg-type]
+    depth: list[int] = []
+    deepest: list[int] = []
+
+    def run_step(job_id: str, successor: str | None) -> None:
+        depth.append(len(depth))
+        deepest.append(len(depth))
+        attempt = an_attempt(job_id, inline=True)
+        with hook.running(attempt) as step:
+            if successor is not None:
+                nxt = successor_of(successor)
+                step.written = [declared(successor, sent, lambda: run_step(successor, nxt))]
+        attempt.recorded = "completed"
+        hook.after_attempt(attempt)
+        depth.pop()
+
+    def successor_of(job_id: str) -> str | None:
+        number = int(job_id.split("-")[1]) + 1
+        return f"s-{number}" if number <= 50 else None
+
+    run_step("s-0", "s-1")
+    assert sent == [f"s-{n}" for n in range(1, 51)]
+    assert max(deepest) == 2  # each successor runs inside the first step's loop only
 
 
 # -- the adapter: the attempt on Celery's own request ----------------------------------
