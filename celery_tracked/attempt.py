@@ -2,10 +2,11 @@
 
 The :class:`~celery_tracked.runner.Runner` makes one :class:`Attempt` when a delivery
 claimed its job and hands it, as an argument, to the hooks (``Hooks.running``,
-``completion_rows``, ``failure_rows``, ``after_attempt``) and to the body callable. No
-context variable carries it: the Celery adapter keeps it on Celery's own request while the
-body runs (``running.py``), so that ``self.set_progress``, ``self.then``, ``self.retry``...
-reach the attempt of the delivery they are called from.
+``completion_rows``, ``failure_rows``, ``after_attempt``) and to the body callable: no
+context variable carries it between the runner and the features. The Celery adapter keeps
+it on Celery's own request while the body runs (``request_state.py``), so that
+``self.set_progress``, ``self.then``, ``self.retry``... reach the attempt of the delivery
+they are called from.
 
 A hook may :meth:`~Attempt.attach` what the body's calls need (the progress reporter, the
 pipeline step); the adapter finds it with :meth:`~Attempt.part`.

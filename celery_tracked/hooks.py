@@ -23,7 +23,7 @@ Celery's own ``before_start``...``after_return``).
   be): the structured log lines and the terminal notification are the first two built-ins.
 
 Every hook receives what it acts on (the delivery, the claim, the attempt, the
-transition) as arguments: no context variable carries the running attempt.
+transition) as arguments: no context variable carries the running attempt to them.
 
 Register your own with ``Tracker.for_app(app).add_hook(MyHooks())``. A hook that raises in
 ``before_claim``, ``after_claim``, ``before_body``, ``running`` (entering or leaving it;
