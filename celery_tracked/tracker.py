@@ -42,6 +42,7 @@ from .messages import as_job_id
 from .pipelines import Pipeline
 from .reaper import Reaper, ReapReport
 from .relay import Relay
+from .reporter import Reports
 from .retention import policy_of
 from .runner import Runner
 from .settings import Settings
@@ -93,6 +94,7 @@ class Tracker:
                 LogTransitions(),
                 Successors(self.store),
                 GlobalRateLimit(limiter),
+                Reports(self.store, settings),
             ]
         )
         if settings.metrics:
