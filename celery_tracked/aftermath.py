@@ -24,10 +24,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from .errors import StoreError, safe_text
+from .errors import StoreError
 from .hooks import Hooks, Transition
 from .jobs import Job, JobStatus, utcnow
 from .lease import HOST_ID, dead_holder, process_alive
+from .redact import safe_text
 from .settings import Settings
 from .store import JobStore
 

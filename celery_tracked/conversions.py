@@ -9,8 +9,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, NamedTuple, TypeVar
 
-from .errors import ConfigurationError, mask_url, short_repr
-from .redact import normalise_key
+from .errors import ConfigurationError
+from .redact import mask_url, normalise_key, short_repr
 from .retention import MAX_DAYS as MAX_RETENTION_DAYS
 
 MEMORY_URL = "memory://"

@@ -27,12 +27,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .calls import PreparedCall
-from .errors import DuplicateInCanvas, EnqueueError, StoreError, mask_secrets
+from .errors import DuplicateInCanvas, EnqueueError, StoreError
 from .guard import Guard, GuardError
 from .hooks import Hooks, Transition
 from .jobs import EnqueueResult, Job, JobStatus, utcnow
 from .keys import KeyRule, Then, then, undo_replace
 from .messages import TrackedHeaders
+from .redact import mask_secrets
 from .store import DuplicateJob, JobStore
 
 logger = logging.getLogger("celery_tracked")

@@ -43,9 +43,10 @@ from typing import Any
 
 from .calls import check_template
 from .conversions import BOUNDS, Bound
-from .errors import InvalidTaskOption, short_repr
+from .errors import InvalidTaskOption
 from .keys import KEY_OPTIONS, KeyRule, key_rule
 from .limits import LIMIT_OPTIONS, Limits, limits_of
+from .redact import short_repr
 from .retention import task_retention
 from .retry_policy import RETRY_OPTIONS, RetryPolicy, declared, retry_policy
 

@@ -22,7 +22,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .errors import InvalidProgress, mask_secrets, safe_text
+from .errors import InvalidProgress
+from .redact import mask_secrets, safe_text
 
 #: Width of ``background_jobs.stage``.
 MAX_STAGE_CHARS = 200

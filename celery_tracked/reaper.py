@@ -41,11 +41,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from .errors import mask_url
 from .hooks import Hooks, Transition
 from .jobs import Job, JobStatus, utcnow
 from .lease import GRACE_SHARE, diagnose
-from .redact import holds_redacted
+from .redact import holds_redacted, mask_url
 from .settings import Settings
 from .store import JobStore
 

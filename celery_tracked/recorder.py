@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 from .attempt import Attempt
-from .errors import StoreError, error_type, mask_exception, summarize
+from .errors import StoreError
 from .hooks import Hooks, Transition
 from .jobs import CLAIMABLE, Claim, JobStatus, NewRow, utcnow
 from .limits import DeliveryLimits
@@ -42,6 +42,7 @@ from .outcome import (
     plan_outcome,
     retry_cause,
 )
+from .redact import error_type, mask_exception, summarize
 from .retry_policy import RetryPolicy
 from .settings import Settings
 from .store import JobStore, Refused

@@ -18,10 +18,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from . import progress
-from .errors import StoreError, mask_secrets
+from .errors import StoreError
 from .jobs import Claim, utcnow
 from .progress import Coalescer, Value
 from .recorder import Run
+from .redact import mask_secrets
 from .settings import Settings
 from .store import JobStore
 

@@ -28,11 +28,11 @@ from celery.utils.saferepr import saferepr
 
 from .calls import REPR_CHARS
 from .codec import PAYLOAD_DEPTH, check_depth, decode, encode
-from .errors import EnqueueError, JobNotFound, RetryRefused, StoreError, mask_secrets
+from .errors import EnqueueError, JobNotFound, RetryRefused, StoreError
 from .hooks import Transition
 from .jobs import Job, JobStatus, utcnow
 from .messages import TrackedHeaders, positive
-from .redact import holds_redacted, redact, secret_values
+from .redact import holds_redacted, mask_secrets, redact, secret_values
 from .store.rerun import RETRY_UNDONE
 from .successors import fail_soft_note
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import attempt, successors
 from .codec import encode
-from .errors import StoreError, Unrecoverable, mask_exception
+from .errors import StoreError, Unrecoverable
 from .hooks import Delivery, Hooks, Wait
 from .jobs import Claim, Job, JobStatus, utcnow
 from .late import LateOutcomes
@@ -31,6 +31,7 @@ from .outcome import (
     postpone_for,
 )
 from .recorder import Recorder, Run, after_write
+from .redact import mask_exception
 from .reporter import Reports
 from .settings import Settings
 from .store import JobStore

@@ -31,7 +31,8 @@ from .conversions import (
     redis_url,
     url,
 )
-from .errors import ConfigurationError, mask_url
+from .errors import ConfigurationError
+from .redact import mask_url
 
 logger = logging.getLogger("celery_tracked")
 

@@ -22,7 +22,7 @@ from . import bulk
 from .aftermath import Aftermath
 from .cleanup import Cleanup, CleanupReport, task_retentions
 from .enqueuer import Enqueuer
-from .errors import ConfigurationError, JobFailed, JobNotFound, WaitTimeout, mask_url
+from .errors import ConfigurationError, JobFailed, JobNotFound, WaitTimeout
 from .finder import (
     DEFAULT_PAGE,
     BulkReport,
@@ -41,6 +41,7 @@ from .limiter import GlobalRateLimit, MemoryLimiter, RedisLimiter
 from .messages import as_job_id
 from .pipelines import Pipeline
 from .reaper import Reaper, ReapReport
+from .redact import mask_url
 from .relay import Relay
 from .retention import policy_of
 from .runner import Runner
