@@ -37,6 +37,42 @@ class JobStatus(str, enum.Enum):
         return self in TERMINAL
 
 
+class Event(str, enum.Enum):
+    """What happened to a job: the ``event`` of a ``Transition`` given to the hooks and,
+    under the same strings, of a row of ``background_job_events``.
+
+    Transitions only: ``deduplicated``, ``debounced``, ``processing``, ``retrying``,
+    ``cancel_requested``, ``skipped``, ``busy``, ``lease_lost``, ``error`` (their status is
+    the delivery's fate for the last four). Stored only: ``started``, ``redelivered``,
+    ``relayed``, ``given_back``, ``retry_undone``, ``log``.
+    """
+
+    ENQUEUED = "enqueued"
+    DEDUPLICATED = "deduplicated"
+    DEBOUNCED = "debounced"
+    RELAYED = "relayed"
+    STARTED = "started"
+    REDELIVERED = "redelivered"
+    PROCESSING = "processing"
+    COMPLETED = "completed"
+    RETRYING = "retrying"
+    FAILED = "failed"
+    CANCEL_REQUESTED = "cancel_requested"
+    CANCELLED = "cancelled"
+    RESCUED = "rescued"
+    RETRIED = "retried"
+    RETRY_UNDONE = "retry_undone"
+    GIVEN_BACK = "given_back"
+    SKIPPED = "skipped"
+    BUSY = "busy"
+    LEASE_LOST = "lease_lost"
+    ERROR = "error"
+    LOG = "log"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 #: The return type of a task's body, carried by ``EnqueueResult`` (type checkers only).
 Result_co = TypeVar("Result_co", covariant=True)
 

@@ -10,7 +10,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from .errors import StoreError
-from .jobs import Claim, utcnow
+from .jobs import Claim, Event, utcnow
 from .messages import PendingFailure
 from .outcome import Postponed, Skipped, Verdict
 
@@ -45,7 +45,7 @@ class LateOutcomes:
         if written:
             self.recorder.tell(
                 run,
-                "retrying",
+                Event.RETRYING,
                 f"job {run.job_id} retrying after attempt {attempt}: {failure.error_type}: "
                 f"{failure.error_message}; retry in {delay_ms} ms (recorded late)",
                 logging.WARNING,
@@ -76,7 +76,7 @@ class LateOutcomes:
         if written:
             self.recorder.tell(
                 run,
-                "failed",
+                Event.FAILED,
                 f"job {run.job_id} failed after attempt {attempt}: {failure.error_type}: "
                 f"{failure.error_message} (recorded late)",
                 logging.ERROR,

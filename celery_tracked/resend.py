@@ -30,7 +30,7 @@ from .calls import REPR_CHARS
 from .codec import PAYLOAD_DEPTH, check_depth, decode, encode
 from .errors import EnqueueError, JobNotFound, RetryRefused, StoreError
 from .hooks import Transition
-from .jobs import Job, JobStatus, utcnow
+from .jobs import Event, Job, JobStatus, utcnow
 from .messages import TrackedHeaders, positive
 from .redact import holds_redacted, mask_secrets, redact, secret_values
 from .store.rerun import RETRY_UNDONE
@@ -220,7 +220,14 @@ def retry(
     except StoreError as exc:  # harmless: the relay may send a duplicate, which runs nothing
         logger.warning("could not record that job %s was published: %s", job.id, exc)
     tracker.hooks.after_transition(
-        Transition(job.id, "retried", "pending", message, job.queue_name, job.job_type)
+        Transition.of(
+            Event.RETRIED,
+            job.id,
+            message,
+            status=JobStatus.PENDING,
+            queue=job.queue_name,
+            job_type=job.job_type,
+        )
     )
     return True
 

@@ -19,7 +19,7 @@ from . import attempt, successors
 from .codec import encode
 from .errors import StoreError, Unrecoverable
 from .hooks import Delivery, Hooks, Wait
-from .jobs import Claim, Job, JobStatus, utcnow
+from .jobs import Claim, Event, Job, JobStatus, utcnow
 from .late import LateOutcomes
 from .lease import LeaseKeeper, diagnose, owner_id
 from .limits import busy_key_countdown
@@ -85,7 +85,7 @@ class Runner:
             )
             self.recorder.tell(
                 run,
-                "error",
+                Event.ERROR,
                 f"job {run.job_id} not started, database unavailable: {exc}; retry in {wait:.1f} s",
                 level=logging.WARNING,
             )
@@ -94,7 +94,7 @@ class Runner:
             return self._turned_away(run, claim)
         self.recorder.tell(
             run,
-            "processing",
+            Event.PROCESSING,
             f"job {run.job_id} processing (attempt {claim.attempt}/{claim.max_attempts})",
             attempt=claim.attempt,
         )
@@ -155,7 +155,7 @@ class Runner:
                 message=message,
                 now=who["now"],
             ):
-                self.recorder.tell(run, "cancelled", f"job {job_id} {message}", attempt=seen)
+                self.recorder.tell(run, Event.CANCELLED, f"job {job_id} {message}", attempt=seen)
             return Skipped(message)
         if seen >= job.max_attempts:
             message = f"attempt {seen} was lost ({lease.why}) and no attempts remain"
@@ -168,7 +168,7 @@ class Runner:
                 message=message,
             ):
                 self.recorder.tell(
-                    run, "failed", f"job {job_id} failed: {message}", logging.ERROR, seen
+                    run, Event.FAILED, f"job {job_id} failed: {message}", logging.ERROR, seen
                 )
             return Skipped(message)
         taken = store.take_over(
@@ -203,12 +203,12 @@ class Runner:
     def _turned_away(self, run: Run, verdict: Skipped | Postponed) -> Verdict:
         if isinstance(verdict, Skipped):
             self.recorder.tell(
-                run, "skipped", f"job {run.job_id} delivery skipped: {verdict.reason}"
+                run, Event.SKIPPED, f"job {run.job_id} delivery skipped: {verdict.reason}"
             )
         else:
             self.recorder.tell(
                 run,
-                "busy",
+                Event.BUSY,
                 f"job {run.job_id} delivery postponed {verdict.countdown:.1f} s: {verdict.reason}",
             )
         return verdict

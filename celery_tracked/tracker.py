@@ -35,7 +35,7 @@ from .finder import (
 )
 from .guard import Guard, GuardError, MemoryGuard, Notifier, RedisGuard, Subscription
 from .hooks import HookChain, Hooks, LogTransitions, NotifyTerminal, Transition
-from .jobs import EnqueueResult, Job, JobEvent, utcnow
+from .jobs import EnqueueResult, Event, Job, JobEvent, utcnow
 from .lease import LeaseKeeper
 from .limiter import GlobalRateLimit, MemoryLimiter, RedisLimiter
 from .messages import as_job_id
@@ -175,7 +175,9 @@ class Tracker:
                 queue = queue if job is None else queue or job.queue_name
                 job_type = job_type if job is None else job_type or job.job_type
             self.hooks.after_transition(
-                Transition(job_id, "cancelled", "cancelled", message, queue, job_type, level=level)
+                Transition.of(
+                    Event.CANCELLED, job_id, message, queue=queue, job_type=job_type, level=level
+                )
             )
         return cancelled
 
