@@ -1,6 +1,8 @@
 """Celery's retry options mapped onto the tracker's, once, when a task class is made.
 
-Pure: no Celery, Redis or SQL. ``retry_policy(options)`` reads a task's declared options
+Pure: no Celery, Redis or SQL. The one home of the backoff: :meth:`RetryPolicy.delay_ms`
+(over :func:`backoff_ms`) gives every delay between attempts and every wait of the
+library's own (the default policy). ``retry_policy(options)`` reads a task's declared options
 (a class ``__dict__``, the keywords of ``tracked_task``) and returns the
 :class:`RetryPolicy` the runner and recorder follow; a contradictory combination is
 refused with :class:`~celery_tracked.errors.InvalidTaskOption` saying what to write.
@@ -24,12 +26,12 @@ The mapping (docs/configuration.md, "Celery's retry options"):
 from __future__ import annotations
 
 import inspect
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidTaskOption
-from .outcome import backoff_ms
 
 #: Celery's retry options that the policy reads (besides ``max_attempts``/``backoff_ms``).
 CELERY_RETRY_OPTIONS = (
@@ -70,7 +72,11 @@ class RetryPolicy:
         return self.retry_on is None or isinstance(error, self.retry_on)
 
     def delay_ms(
-        self, attempt: int, default_base_ms: int, default_cap_ms: int, rand: Callable[[], float]
+        self,
+        attempt: int,
+        default_base_ms: int,
+        default_cap_ms: int,
+        rand: Callable[[], float] = random.random,
     ) -> int:
         """The delay after failed attempt ``attempt``, ms: the one backoff of every retry
         (a body's error, a failed completion, a run the hard time limit killed).
@@ -80,6 +86,13 @@ class RetryPolicy:
         if not self.exponential:
             return min(cap, base)
         return backoff_ms(attempt, base, cap, rand if self.jitter else _no_jitter)
+
+
+def backoff_ms(attempt: int, base_ms: int, cap_ms: int, rand: Callable[[], float]) -> int:
+    """Delay before the attempt after ``attempt``: ``base * 2**(attempt-1)`` plus up to
+    25 % jitter, capped at ``cap_ms``. Never below ``base_ms`` (unless the cap is)."""
+    exponential = base_ms * (2 ** max(0, attempt - 1))
+    return int(min(cap_ms, exponential * (1 + 0.25 * rand())))
 
 
 def _no_jitter() -> float:

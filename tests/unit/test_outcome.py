@@ -13,12 +13,12 @@ from celery_tracked.outcome import (
     EARLY_MS,
     Plan,
     Write,
-    backoff_ms,
     final_error,
     plan_outcome,
     retry_cause,
     retry_delay_ms,
 )
+from celery_tracked.retry_policy import backoff_ms
 
 
 def backoff(attempt: int) -> int:

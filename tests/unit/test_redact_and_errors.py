@@ -7,7 +7,6 @@ import pytest
 
 from celery_tracked import PayloadNotSerializable, PayloadTooLarge, Unrecoverable
 from celery_tracked.errors import TrackedError
-from celery_tracked.outcome import backoff_ms
 from celery_tracked.redact import (
     MAX_SUMMARY_CHARS,
     REDACTED,
@@ -19,6 +18,7 @@ from celery_tracked.redact import (
     secret_values,
     summarize,
 )
+from celery_tracked.retry_policy import backoff_ms
 from celery_tracked.settings import DEFAULT_REDACT_KEYS, Settings
 
 #: ``tracked_redact_keys`` as documented in docs/configuration.md, pinned literally (not
