@@ -41,7 +41,7 @@ def redis_url(source: str, value: Any) -> str:
     if value in (None, ""):
         raise ConfigurationError(
             "tracked_redis_url",
-            "not set (nor REDIS_URL): give a redis:// URL for the idempotency guard, "
+            "not set (nor CELERY_TRACKED_REDIS_URL): give a redis:// URL for the idempotency guard, "
             "or 'memory://' to choose the in-process guard of the embedded mode",
         )
     text = url("redis_url")(source, value)
