@@ -41,8 +41,8 @@ def redis_url(source: str, value: Any) -> str:
     if value in (None, ""):
         raise ConfigurationError(
             "tracked_redis_url",
-            "not set (nor CELERY_TRACKED_REDIS_URL): give a redis:// URL for the idempotency guard, "
-            "or 'memory://' to choose the in-process guard of the embedded mode",
+            "not set (nor CELERY_TRACKED_REDIS_URL): give a redis:// URL for the idempotency "
+            "guard, or 'memory://' to choose the in-process guard of the embedded mode",
         )
     text = url("redis_url")(source, value)
     if text != MEMORY_URL and not text.startswith(("redis://", "rediss://", "unix://")):
