@@ -196,9 +196,19 @@ def keys(source: str, value: Any) -> tuple[str, ...]:
 _OFF = ("off", "none", "false", "no", "0", "")
 
 
-def cleanup_schedule(source: str, value: Any) -> object:
-    """A crontab string (``"17 3 * * *"``), seconds (> 0) or a ``timedelta``, a Celery
-    schedule object, or off (``False``, ``0``, ``"off"``): None."""
+def cleanup_schedule(check_crontab: Callable[[str], None]) -> Callable[[str, Any], object]:
+    """The converter of ``tracked_cleanup_schedule``: a crontab string (``"17 3 * * *"``,
+    its fields checked by ``check_crontab``, which raises ``ValueError``: Celery's parser,
+    given by the Celery side), seconds (> 0) or a ``timedelta``, a Celery schedule object,
+    or off (``False``, ``0``, ``"off"``): None."""
+
+    def convert(source: str, value: Any) -> object:
+        return _schedule(check_crontab, source, value)
+
+    return convert
+
+
+def _schedule(check_crontab: Callable[[str], None], source: str, value: Any) -> object:
     setting = "tracked_cleanup_schedule"
     if value is True:
         raise ConfigurationError(
@@ -211,11 +221,9 @@ def cleanup_schedule(source: str, value: Any) -> object:
     if isinstance(value, timedelta):
         value = value.total_seconds()
     if isinstance(value, str) and len(value.split()) == 5:
-        from celery.schedules import crontab  # only to check the fields
-
         text = " ".join(value.split())
         try:
-            crontab.from_string(text)
+            check_crontab(text)
         except ValueError as exc:
             raise ConfigurationError(setting, f"invalid crontab {value!r}: {exc}") from None
         return text

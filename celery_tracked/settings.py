@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from .celery_state import describe_app, is_celery_default
+from .celery_state import check_crontab, describe_app, is_celery_default
 from .conversions import (
     MEMORY_URL,
     boolean,
@@ -258,7 +258,7 @@ _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
     "reaper_retrying_seconds": real("reaper_retrying_seconds"),
     "reaper_pending_seconds": real("reaper_pending_seconds"),
     "reaper_max_rescues": integer("reaper_max_rescues"),
-    "cleanup_schedule": cleanup_schedule,
+    "cleanup_schedule": cleanup_schedule(check_crontab),
     "retention_completed_days": real("retention_completed_days"),
     "retention_failed_days": real("retention_failed_days"),
     "retention_keep_newest": integer("retention_keep_newest"),
