@@ -1,17 +1,20 @@
 """Converters of the ``tracked_*`` settings: each turns a value given in ``app.conf`` or
 the environment into its type, or raises ``ConfigurationError`` naming the setting. Every
-numeric setting has a range (``BOUNDS``; docs/configuration.md, "Ranges")."""
+numeric setting has a range (``BOUNDS``; docs/configuration.md, "Ranges"), checked by
+:mod:`celery_tracked.validation` as the task options' are. No Celery here: a crontab is
+checked by the function the Celery side gives (``celery_state.check_crontab``)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from .errors import ConfigurationError
 from .redact import mask_url, normalise_key, short_repr
 from .retention import MAX_DAYS as MAX_RETENTION_DAYS
+from .validation import Bound as Bound  # re-exported: the ranges below are Bounds
+from .validation import within
 
 MEMORY_URL = "memory://"
 
@@ -51,24 +54,6 @@ def redis_url(source: str, value: Any) -> str:
             f"expected redis://, rediss://, unix:// or memory://, got {mask_url(text)!r}",
         )
     return text
-
-
-class Bound(NamedTuple):
-    """The range of a numeric setting: ``low..high``, and 0 too when ``zero`` says what
-    it means."""
-
-    low: float
-    high: float
-    zero: str = ""
-
-    def describe(self, integer: bool) -> str:
-        kind = "an integer" if integer else "a number"
-        text = f"{kind} from {_plain(self.low)} to {_plain(self.high)}"
-        return f"{text}, or 0 ({self.zero})" if self.zero else text
-
-
-def _plain(number: float) -> str:
-    return str(int(number)) if float(number).is_integer() else str(number)
 
 
 _DAY_S = 86_400
@@ -131,9 +116,7 @@ def number(name: str, kind: type[N], bound: Bound | None = None) -> Callable[[st
                 setting, f"must be {allowed}, got {short_repr(value)} (from {source})"
             ) from None
         fraction = kind is int and isinstance(value, float) and number != value
-        zero = bool(bound.zero) and number == 0
-        finite = isinstance(number, int) or math.isfinite(number)  # a huge int: no float
-        if fraction or not (zero or (finite and bound.low <= number <= bound.high)):
+        if fraction or not within(number, bound):
             raise ConfigurationError(
                 setting, f"must be {allowed}, got {short_repr(value)} (from {source})"
             )

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidTaskOption
+from .validation import delay_ms
 
 #: Celery's retry options that the policy reads (besides ``max_attempts``/``backoff_ms``).
 CELERY_RETRY_OPTIONS = (
@@ -99,15 +100,6 @@ def _no_jitter() -> float:
     return 0.0
 
 
-def _seconds(name: str, value: Any, allow_bool: bool = False) -> int:
-    """A whole number of seconds (or ms-exact float) as milliseconds."""
-    if isinstance(value, bool) and not allow_bool:
-        raise InvalidTaskOption(name, f"must be a number of seconds, got {value!r}")
-    if not isinstance(value, int | float) or value < 0:
-        raise InvalidTaskOption(name, f"must be a number of seconds >= 0, got {value!r}")
-    return int(value * 1000)
-
-
 def _errors(name: str, value: Any) -> Errors:
     items = tuple(value) if isinstance(value, list | tuple) else (value,)
     for item in items:
@@ -140,7 +132,7 @@ def retry_policy(options: Mapping[str, Any]) -> RetryPolicy:
     exponential = True
     backoff = given.get("retry_backoff")
     if backoff is not None and backoff is not False and backoff != 0:
-        backoff_base = 1000 if backoff is True else _seconds("retry_backoff", backoff)
+        backoff_base = 1000 if backoff is True else delay_ms("retry_backoff", backoff)
         if base is not None:
             raise InvalidTaskOption(
                 "retry_backoff",
@@ -150,7 +142,7 @@ def retry_policy(options: Mapping[str, Any]) -> RetryPolicy:
         base = backoff_base
     delay = given.get("default_retry_delay")
     if delay is not None:
-        fixed = _seconds("default_retry_delay", delay)
+        fixed = delay_ms("default_retry_delay", delay)
         if base is not None:
             raise InvalidTaskOption(
                 "default_retry_delay",
@@ -166,7 +158,7 @@ def retry_policy(options: Mapping[str, Any]) -> RetryPolicy:
     return RetryPolicy(
         max_attempts=attempts,
         backoff_ms=base,
-        cap_ms=None if cap is None else _seconds("retry_backoff_max", cap),
+        cap_ms=None if cap is None else delay_ms("retry_backoff_max", cap),
         jitter=jitter,
         exponential=exponential,
         retry_on=_errors("autoretry_for", options["autoretry_for"]) if retry_on else None,
