@@ -291,13 +291,7 @@ class Enqueuer:
         message = f"job {found.id} deduplicated (key already used)"
         self.hooks.after_transition(
             Transition.of(
-                Event.DEDUPLICATED,
-                found.id,
-                message,
-                status=found.status,
-                queue=job.queue,
-                job_type=job.job_type,
-                attempt=0,
+                Event.DEDUPLICATED, found.id, message, found.status, job.queue, job.job_type, 0
             )
         )
         return EnqueueResult(found.id, found.status, False)
@@ -332,13 +326,7 @@ class Enqueuer:
         self._handed_over(pending.id, made)
         self.hooks.after_transition(
             Transition.of(
-                Event.DEBOUNCED,
-                pending.id,
-                message,
-                status=JobStatus.PENDING,
-                queue=job.queue,
-                job_type=job.job_type,
-                attempt=0,
+                Event.DEBOUNCED, pending.id, message, JobStatus.PENDING, job.queue, job.job_type, 0
             )
         )
         return EnqueueResult(pending.id, JobStatus.PENDING, False)
@@ -375,14 +363,7 @@ class Enqueuer:
         level = logging.ERROR if event is Event.ERROR else logging.INFO
         self.hooks.after_transition(
             Transition.of(
-                event,
-                job.job_id,
-                message,
-                status=status,
-                queue=job.queue,
-                job_type=job.job_type,
-                attempt=0,
-                level=level,
+                event, job.job_id, message, status, job.queue, job.job_type, 0, level=level
             )
         )
 

@@ -69,7 +69,6 @@ class Transition:
         event: Event,
         job_id: str,
         message: str,
-        *,
         status: str | None = None,
         queue: str | None = None,
         job_type: str | None = None,
@@ -79,7 +78,7 @@ class Transition:
         details: dict[str, Any] | None = None,
     ) -> Transition:
         """The one way the package builds a transition: ``event`` from :class:`Event`,
-        ``status`` the job's status after it (a ``JobStatus``; default: the event's own
+        ``status`` the job's status after it (a ``JobStatus``; None: the event's own
         string, as for ``completed`` or a delivery's fate such as ``busy``)."""
         return cls(
             job_id,

@@ -47,30 +47,34 @@ class Event(str, enum.Enum):
     ``relayed``, ``given_back``, ``retry_undone``, ``log``.
     """
 
+    # an enqueue
     ENQUEUED = "enqueued"
     DEDUPLICATED = "deduplicated"
     DEBOUNCED = "debounced"
+    ERROR = "error"  # also a run's write that failed
+    # a delivery
     RELAYED = "relayed"
     STARTED = "started"
     REDELIVERED = "redelivered"
     PROCESSING = "processing"
+    # a delivery that runs nothing
+    SKIPPED = "skipped"
+    BUSY = "busy"
+    LEASE_LOST = "lease_lost"
+    GIVEN_BACK = "given_back"
+    # an attempt's end
     COMPLETED = "completed"
     RETRYING = "retrying"
     FAILED = "failed"
+    LOG = "log"  # a line logged by the body
+    # operations
     CANCEL_REQUESTED = "cancel_requested"
     CANCELLED = "cancelled"
     RESCUED = "rescued"
     RETRIED = "retried"
     RETRY_UNDONE = "retry_undone"
-    GIVEN_BACK = "given_back"
-    SKIPPED = "skipped"
-    BUSY = "busy"
-    LEASE_LOST = "lease_lost"
-    ERROR = "error"
-    LOG = "log"
 
-    def __str__(self) -> str:
-        return self.value
+    __str__ = JobStatus.__str__  # the value, as a status
 
 
 #: The return type of a task's body, carried by ``EnqueueResult`` (type checkers only).

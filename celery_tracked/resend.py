@@ -221,12 +221,7 @@ def retry(
         logger.warning("could not record that job %s was published: %s", job.id, exc)
     tracker.hooks.after_transition(
         Transition.of(
-            Event.RETRIED,
-            job.id,
-            message,
-            status=JobStatus.PENDING,
-            queue=job.queue_name,
-            job_type=job.job_type,
+            Event.RETRIED, job.id, message, JobStatus.PENDING, job.queue_name, job.job_type
         )
     )
     return True

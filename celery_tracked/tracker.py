@@ -175,9 +175,7 @@ class Tracker:
                 queue = queue if job is None else queue or job.queue_name
                 job_type = job_type if job is None else job_type or job.job_type
             self.hooks.after_transition(
-                Transition.of(
-                    Event.CANCELLED, job_id, message, queue=queue, job_type=job_type, level=level
-                )
+                Transition.of(Event.CANCELLED, job_id, message, None, queue, job_type, level=level)
             )
         return cancelled
 

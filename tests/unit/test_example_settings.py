@@ -18,16 +18,21 @@ def read(environ: Mapping[str, str], conf: Mapping[str, Any] | None = None) -> S
     return Settings.from_conf({**seed_settings(environ), **(conf or {})}, environ=environ)
 
 
-def test_the_seed_names_configure_the_example() -> None:
-    env = {
-        "CELERY_TRACKED_DATABASE_URL": "postgresql+psycopg://u:pw@db/x",
-        "REDIS_URL": "redis://cache:6379/1",
-        "JOB_QUEUE_DEFAULT_ATTEMPTS": "5",
-        "JOB_QUEUE_DEFAULT_BACKOFF_MS": "5000",
-    }
-    s = read(env)
-    assert s.redis_url == "redis://cache:6379/1"
-    assert (s.default_attempts, s.default_backoff_ms) == (5, 5000)
+@pytest.mark.parametrize(
+    ("seed_name", "value", "setting", "read_back"),
+    [
+        ("REDIS_URL", "redis://cache:6379/1", "redis_url", "redis://cache:6379/1"),
+        ("JOB_QUEUE_DEFAULT_ATTEMPTS", "5", "default_attempts", 5),
+        ("JOB_QUEUE_DEFAULT_BACKOFF_MS", "5000", "default_backoff_ms", 5000),
+    ],
+)
+def test_the_seed_names_configure_the_example(
+    seed_name: str, value: str, setting: str, read_back: object
+) -> None:
+    env = {"CELERY_TRACKED_REDIS_URL": "memory://", seed_name: value}
+    if seed_name == "REDIS_URL":
+        del env["CELERY_TRACKED_REDIS_URL"]
+    assert getattr(read(env), setting) == read_back
 
 
 def test_app_conf_wins_over_the_seed_names() -> None:
@@ -38,12 +43,12 @@ def test_app_conf_wins_over_the_seed_names() -> None:
 
 def test_specific_names_win_over_the_seed_names_and_app_conf_over_both() -> None:
     """DESIGN.md: app.conf > ``CELERY_TRACKED_*`` > the seed's names (mapped here)."""
-    env = {
-        "REDIS_URL": "redis://cache/0",
+    seed = {"REDIS_URL": "redis://cache/0", "JOB_QUEUE_DEFAULT_ATTEMPTS": "2"}
+    specific = {
         "CELERY_TRACKED_REDIS_URL": "redis://guard/1",
-        "JOB_QUEUE_DEFAULT_ATTEMPTS": "2",
         "CELERY_TRACKED_DEFAULT_ATTEMPTS": "4",
     }
+    env = {**seed, **specific}
     s = read(env)
     assert (s.redis_url, s.default_attempts) == ("redis://guard/1", 4)
     s = read(env, {"tracked_redis_url": "redis://conf/2", "tracked_default_attempts": 6})
