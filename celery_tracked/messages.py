@@ -9,13 +9,13 @@ is created. Pure values: no Celery, Redis or SQL.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from .errors import InvalidPayload
 from .jobs import Job
+from .validation import as_job_id as as_job_id
+from .validation import check_job_id as check_job_id
 from .validation import check_options as check_options
 from .validation import check_text as check_text
 from .validation import positive as positive
@@ -178,25 +178,3 @@ class Control:
 
 #: ``apply_async`` keywords that are control options, not Celery's.
 CONTROL_OPTIONS = tuple(f.name for f in fields(Control))
-
-
-def check_job_id(task_id: Any) -> str | None:
-    """A caller-chosen job id (``task_id``, a ``str`` or ``uuid.UUID``) must fit the id
-    column."""
-    return None if task_id is None else check_text(task_id, "task_id", 36)
-
-
-def as_job_id(value: Any, name: str = "job_id") -> str:
-    """A job id given to a read or an operation: a ``str`` or a ``uuid.UUID``.
-
-    Raises:
-        TypeError: any other type (naming the argument).
-        InvalidPayload: a string no job id can be (a NUL byte).
-    """
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str or uuid.UUID, not {type(value).__name__}")
-    if "\x00" in value:
-        raise InvalidPayload(f"{name} must not contain a NUL byte")
-    return value

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -143,6 +144,28 @@ def check_text(value: Any, name: str, limit: int) -> str:
     if "\x00" in text:
         raise InvalidPayload(f"{name} must not contain a NUL byte")
     return text
+
+
+def check_job_id(task_id: Any) -> str | None:
+    """A caller-chosen job id (``task_id``, a ``str`` or ``uuid.UUID``) must fit the id
+    column."""
+    return None if task_id is None else check_text(task_id, "task_id", 36)
+
+
+def as_job_id(value: Any, name: str = "job_id") -> str:
+    """A job id given to a read or an operation: a ``str`` or a ``uuid.UUID``.
+
+    Raises:
+        TypeError: any other type (naming the argument).
+        InvalidPayload: a string no job id can be (a NUL byte).
+    """
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str or uuid.UUID, not {type(value).__name__}")
+    if "\x00" in value:
+        raise InvalidPayload(f"{name} must not contain a NUL byte")
+    return value
 
 
 def positive(value: Any, name: str) -> int | None:
