@@ -8,8 +8,9 @@ where the value was given, naming it:
   :func:`check_name`, :func:`delay_ms`, :func:`window_seconds`);
 - settings: ``ConfigurationError`` (:class:`Bound`, shared with the options; the
   converters of ``conversions.py`` use :func:`within`);
-- an enqueue's arguments and options: ``InvalidPayload`` or ``TypeError``
-  (:func:`check_text`, :func:`positive`, :func:`check_options`);
+- an enqueue's arguments and options, a job id: ``InvalidPayload`` or ``TypeError``
+  (:func:`check_text`, :func:`check_job_id`, :func:`as_job_id`, :func:`positive`,
+  :func:`check_options`);
 - ``Tracker.jobs``/bulk actions: ``InvalidFilter`` (:func:`check_filter_text`,
   :func:`check_time`, :func:`check_limit`);
 - ``set_progress``: ``InvalidProgress`` (:func:`check_progress`).
