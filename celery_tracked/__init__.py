@@ -7,12 +7,15 @@ from .errors import (
     ConfigurationError,
     DuplicateInCanvas,
     EnqueueError,
+    GuardError,
     InvalidFilter,
     InvalidPayload,
     InvalidProgress,
+    InvalidSuccessor,
     InvalidTaskOption,
     JobFailed,
     JobNotFound,
+    NotInAStep,
     PayloadNotSerializable,
     PayloadTooLarge,
     RetryRefused,
@@ -22,13 +25,11 @@ from .errors import (
     WaitTimeout,
 )
 from .finder import BulkReport, JobPage
-from .guard import GuardError
 from .jobs import EnqueueResult, Job, JobEvent, JobStatus
 from .keys import KeyLifetime
 from .pipelines import Pipeline
 from .reaper import ReapReport
 from .settings import Settings
-from .successors import InvalidSuccessor, NotInAStep
 from .task import TrackedTask
 from .tracker import Tracker
 

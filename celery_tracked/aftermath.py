@@ -24,10 +24,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from .errors import StoreError, safe_text
+from .errors import StoreError
 from .hooks import Hooks, Transition
-from .jobs import Job, JobStatus, utcnow
+from .jobs import Event, Job, JobStatus, utcnow
 from .lease import HOST_ID, dead_holder, process_alive
+from .redact import safe_text
 from .settings import Settings
 from .store import JobStore
 
@@ -170,15 +171,14 @@ class Aftermath:
         if status is JobStatus.CANCELLED:
             level = logging.WARNING
         self.hooks.after_transition(
-            Transition(
+            Transition.of(
+                Event(status.value),
                 job.id,
-                status.value,
-                status.value,
                 f"job {job.id} {status.value} after attempt {job.attempts_made}/"
                 f"{job.max_attempts}: {message}",
-                job.queue_name,
-                job.job_type,
-                job.attempts_made,
+                queue=job.queue_name,
+                job_type=job.job_type,
+                attempt=job.attempts_made,
                 level=level,
             )
         )

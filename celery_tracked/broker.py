@@ -19,8 +19,8 @@ from typing import Any
 
 from celery import Celery
 
-from .errors import mask_url
 from .jobs import Job
+from .redact import mask_url
 from .resend import send_job, stored_arguments
 
 logger = logging.getLogger("celery_tracked")

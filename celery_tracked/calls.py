@@ -19,14 +19,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from .codec import PAYLOAD_DEPTH, check_depth, encode
-from .errors import (
-    InvalidPayload,
-    InvalidTaskOption,
-    PayloadNotSerializable,
+from .errors import InvalidPayload, InvalidTaskOption, PayloadNotSerializable
+from .redact import (
+    REDACTED,
+    encode_payload,
     error_type,
+    is_secret_key,
+    redact,
+    secret_values,
     summarize,
 )
-from .redact import REDACTED, encode_payload, is_secret_key, redact, secret_values
 
 #: Longest ``argsrepr``/``kwargsrepr``.
 REPR_CHARS = 1024

@@ -5,13 +5,15 @@ app, and a thread that never set one (FastAPI's thread pool...) gets the default
 Celery creates itself: its settings are not the user's. :func:`describe_app` names the
 app a setting was read from, and for that one, the fix. Celery's internal state
 (``celery._state``) is read here only, defensively (an attribute it drops gives "no
-other app", never an error)."""
+other app", never an error). :func:`check_crontab` is Celery's reading of a crontab
+string, for the settings' converters (which import no Celery)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from celery import _state
+from celery.schedules import crontab
 
 
 def default_app() -> Any:
@@ -47,3 +49,13 @@ def describe_app(app: Any) -> str:
 def is_celery_default(app: Any) -> bool:
     """``app`` is the app Celery made itself because none was current or set default."""
     return app is default_app() and getattr(app, "main", None) == "default"
+
+
+def check_crontab(text: str) -> None:
+    """Refuse a crontab string (``"17 3 * * *"``: minute hour day-of-month month
+    day-of-week) that Celery's ``crontab.from_string`` does not accept.
+
+    Raises:
+        ValueError: Celery's reason (a ``ParseException`` is one).
+    """
+    crontab.from_string(text)

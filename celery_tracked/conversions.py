@@ -1,17 +1,20 @@
 """Converters of the ``tracked_*`` settings: each turns a value given in ``app.conf`` or
 the environment into its type, or raises ``ConfigurationError`` naming the setting. Every
-numeric setting has a range (``BOUNDS``; docs/configuration.md, "Ranges")."""
+numeric setting has a range (``BOUNDS``; docs/configuration.md, "Ranges"), checked by
+:mod:`celery_tracked.validation` as the task options' are. No Celery here: a crontab is
+checked by the function the Celery side gives (``celery_state.check_crontab``)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
-from .errors import ConfigurationError, mask_url, short_repr
-from .redact import normalise_key
+from .errors import ConfigurationError
+from .redact import mask_url, normalise_key, short_repr
 from .retention import MAX_DAYS as MAX_RETENTION_DAYS
+from .validation import Bound as Bound  # re-exported: the ranges below are Bounds
+from .validation import within
 
 MEMORY_URL = "memory://"
 
@@ -41,8 +44,8 @@ def redis_url(source: str, value: Any) -> str:
     if value in (None, ""):
         raise ConfigurationError(
             "tracked_redis_url",
-            "not set (nor REDIS_URL): give a redis:// URL for the idempotency guard, "
-            "or 'memory://' to choose the in-process guard of the embedded mode",
+            "not set (nor CELERY_TRACKED_REDIS_URL): give a redis:// URL for the idempotency "
+            "guard, or 'memory://' to choose the in-process guard of the embedded mode",
         )
     text = url("redis_url")(source, value)
     if text != MEMORY_URL and not text.startswith(("redis://", "rediss://", "unix://")):
@@ -51,24 +54,6 @@ def redis_url(source: str, value: Any) -> str:
             f"expected redis://, rediss://, unix:// or memory://, got {mask_url(text)!r}",
         )
     return text
-
-
-class Bound(NamedTuple):
-    """The range of a numeric setting: ``low..high``, and 0 too when ``zero`` says what
-    it means."""
-
-    low: float
-    high: float
-    zero: str = ""
-
-    def describe(self, integer: bool) -> str:
-        kind = "an integer" if integer else "a number"
-        text = f"{kind} from {_plain(self.low)} to {_plain(self.high)}"
-        return f"{text}, or 0 ({self.zero})" if self.zero else text
-
-
-def _plain(number: float) -> str:
-    return str(int(number)) if float(number).is_integer() else str(number)
 
 
 _DAY_S = 86_400
@@ -131,9 +116,7 @@ def number(name: str, kind: type[N], bound: Bound | None = None) -> Callable[[st
                 setting, f"must be {allowed}, got {short_repr(value)} (from {source})"
             ) from None
         fraction = kind is int and isinstance(value, float) and number != value
-        zero = bool(bound.zero) and number == 0
-        finite = isinstance(number, int) or math.isfinite(number)  # a huge int: no float
-        if fraction or not (zero or (finite and bound.low <= number <= bound.high)):
+        if fraction or not within(number, bound):
             raise ConfigurationError(
                 setting, f"must be {allowed}, got {short_repr(value)} (from {source})"
             )
@@ -196,9 +179,19 @@ def keys(source: str, value: Any) -> tuple[str, ...]:
 _OFF = ("off", "none", "false", "no", "0", "")
 
 
-def cleanup_schedule(source: str, value: Any) -> object:
-    """A crontab string (``"17 3 * * *"``), seconds (> 0) or a ``timedelta``, a Celery
-    schedule object, or off (``False``, ``0``, ``"off"``): None."""
+def cleanup_schedule(check_crontab: Callable[[str], None]) -> Callable[[str, Any], object]:
+    """The converter of ``tracked_cleanup_schedule``: a crontab string (``"17 3 * * *"``,
+    its fields checked by ``check_crontab``, which raises ``ValueError``: Celery's parser,
+    given by the Celery side), seconds (> 0) or a ``timedelta``, a Celery schedule object,
+    or off (``False``, ``0``, ``"off"``): None."""
+
+    def convert(source: str, value: Any) -> object:
+        return _schedule(check_crontab, source, value)
+
+    return convert
+
+
+def _schedule(check_crontab: Callable[[str], None], source: str, value: Any) -> object:
     setting = "tracked_cleanup_schedule"
     if value is True:
         raise ConfigurationError(
@@ -211,11 +204,9 @@ def cleanup_schedule(source: str, value: Any) -> object:
     if isinstance(value, timedelta):
         value = value.total_seconds()
     if isinstance(value, str) and len(value.split()) == 5:
-        from celery.schedules import crontab  # only to check the fields
-
         text = " ".join(value.split())
         try:
-            crontab.from_string(text)
+            check_crontab(text)
         except ValueError as exc:
             raise ConfigurationError(setting, f"invalid crontab {value!r}: {exc}") from None
         return text

@@ -27,12 +27,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .calls import PreparedCall
-from .errors import DuplicateInCanvas, EnqueueError, StoreError, mask_secrets
+from .errors import DuplicateInCanvas, EnqueueError, StoreError
 from .guard import Guard, GuardError
 from .hooks import Hooks, Transition
-from .jobs import EnqueueResult, Job, JobStatus, utcnow
+from .jobs import EnqueueResult, Event, Job, JobStatus, utcnow
 from .keys import KeyRule, Then, then, undo_replace
 from .messages import TrackedHeaders
+from .redact import mask_secrets
 from .store import DuplicateJob, JobStore
 
 logger = logging.getLogger("celery_tracked")
@@ -194,7 +195,7 @@ class Enqueuer:
                 return EnqueueResult(kept.id, kept.status, True)
             raise self._failure(job, redact_keys, "broker publish", exc) from None
         self._handed_over(job.job_id, 0)
-        self._tell(job, "enqueued", "pending", f"job {job.job_id} enqueued on {job.queue}")
+        self._tell(job, Event.ENQUEUED, "pending", f"job {job.job_id} enqueued on {job.queue}")
         return EnqueueResult(job.job_id, JobStatus.PENDING, True)
 
     def _failure(
@@ -206,7 +207,8 @@ class Enqueuer:
         note: str = "",
     ) -> EnqueueError:
         detail = mask_secrets(str(exc), job.call.secrets, redact_keys) + note
-        self._tell(job, "error", "error", f"enqueue of {job.task_name} failed at {stage}: {detail}")
+        message = f"enqueue of {job.task_name} failed at {stage}: {detail}"
+        self._tell(job, Event.ERROR, "error", message)
         return EnqueueError(f"enqueue of {job.task_name} failed ({stage}): {detail}")
 
     def _acquire(self, job: NewJob, key: str, ttl_ms: int) -> Job | None:
@@ -288,8 +290,8 @@ class Enqueuer:
             raise DuplicateInCanvas(job.task_name, found.id, job.celery_task_id or job.job_id)
         message = f"job {found.id} deduplicated (key already used)"
         self.hooks.after_transition(
-            Transition(
-                found.id, "deduplicated", found.status.value, message, job.queue, job.job_type, 0
+            Transition.of(
+                Event.DEDUPLICATED, found.id, message, found.status, job.queue, job.job_type, 0
             )
         )
         return EnqueueResult(found.id, found.status, False)
@@ -323,7 +325,9 @@ class Enqueuer:
             raise self._failure(job, redact_keys, "broker publish", exc, note) from None
         self._handed_over(pending.id, made)
         self.hooks.after_transition(
-            Transition(pending.id, "debounced", "pending", message, job.queue, job.job_type, 0)
+            Transition.of(
+                Event.DEBOUNCED, pending.id, message, JobStatus.PENDING, job.queue, job.job_type, 0
+            )
         )
         return EnqueueResult(pending.id, JobStatus.PENDING, False)
 
@@ -355,10 +359,12 @@ class Enqueuer:
             "tracked_relay_grace_seconds"
         )
 
-    def _tell(self, job: NewJob, event: str, status: str, message: str) -> None:
-        level = logging.ERROR if event == "error" else logging.INFO
+    def _tell(self, job: NewJob, event: Event, status: str, message: str) -> None:
+        level = logging.ERROR if event is Event.ERROR else logging.INFO
         self.hooks.after_transition(
-            Transition(job.job_id, event, status, message, job.queue, job.job_type, 0, level=level)
+            Transition.of(
+                event, job.job_id, message, status, job.queue, job.job_type, 0, level=level
+            )
         )
 
     def _release(self, key: str, token: str) -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypedDict
 
+from . import validation
 from .errors import InvalidFilter
 from .jobs import Job, JobStatus, utcnow
 
@@ -87,11 +88,11 @@ class JobFilter:
             if not isinstance(status, JobStatus):
                 raise InvalidFilter(f"status: {status!r} is not a JobStatus")
         for name in _TEXT_FIELDS:
-            _check_text(name, getattr(self, name))
+            validation.check_filter_text(name, getattr(self, name), MAX_TEXT)
         for after, before in _RANGES:
             low, high = getattr(self, after), getattr(self, before)
-            _check_time(after, low)
-            _check_time(before, high)
+            validation.check_time(after, low)
+            validation.check_time(before, high)
             if low is not None and high is not None and low >= high:
                 raise InvalidFilter(f"{after} ({low.isoformat()}) is not before {before}")
 
@@ -209,40 +210,19 @@ def parse_statuses(status: Statuses) -> tuple[JobStatus, ...]:
     return tuple(out)
 
 
-def _check_text(name: str, value: Any) -> None:
-    if value is None:
-        return
-    if not isinstance(value, str) or not value:
-        raise InvalidFilter(f"{name}: expected a non-empty string, got {value!r}")
-    if "\x00" in value or len(value) > MAX_TEXT:
-        raise InvalidFilter(f"{name}: at most {MAX_TEXT} characters, without NUL")
-
-
-def _check_time(name: str, value: Any) -> None:
-    if value is None:
-        return
-    if not isinstance(value, datetime):
-        raise InvalidFilter(f"{name}: expected a datetime or a timedelta, got {value!r}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidFilter(f"{name}: a naive datetime is ambiguous; give an aware one (UTC)")
-
-
 def _bound(name: str, value: Bound, now: datetime) -> datetime | None:
     if isinstance(value, timedelta):
         if value < timedelta(0):
             raise InvalidFilter(f"{name}: a timedelta means 'that long ago': not negative")
         return now - value
-    _check_time(name, value)
+    validation.check_time(name, value)
     return None if value is None else value.astimezone(timezone.utc)
 
 
 def check_limit(limit: Any, maximum: int | None = MAX_PAGE, name: str = "limit") -> int:
-    """A page size or a bulk action's limit: an int from 1 to ``maximum``."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise InvalidFilter(f"{name}: expected a positive int, got {limit!r}")
-    if maximum is not None and limit > maximum:
-        raise InvalidFilter(f"{name}: at most {maximum}, got {limit}")
-    return limit
+    """A page size or a bulk action's limit: an int from 1 to ``maximum``
+    (:func:`celery_tracked.validation.check_limit`)."""
+    return validation.check_limit(limit, maximum, name)
 
 
 # -- the cursor -------------------------------------------------------------------------

@@ -18,12 +18,8 @@ from typing import Any, Protocol
 
 import redis
 
-from .errors import TrackedError, mask_url
-
-
-class GuardError(TrackedError):
-    """Redis failed (credentials masked)."""
-
+from .errors import GuardError as GuardError  # re-exported: its home is errors.py
+from .redact import mask_url
 
 _ACQUIRE = """
 local held = redis.call('GET', KEYS[1])

@@ -45,7 +45,7 @@ from typing import Any, Literal
 from .attempt import Attempt
 from .errors import TrackedError
 from .guard import Notifier
-from .jobs import Claim, NewRow
+from .jobs import Claim, Event, NewRow
 from .limits import DeliveryLimits
 
 logger = logging.getLogger("celery_tracked")
@@ -58,10 +58,11 @@ _TERMINAL = frozenset({"completed", "failed", "cancelled"})
 class Transition:
     """Something that happened to a job (a status change, or a delivery's fate).
 
-    ``event`` names it (``enqueued``, ``deduplicated``, ``processing``, ``completed``,
-    ``retrying``, ``failed``, ``cancelled``, ``skipped``, ``busy``, ``lease_lost``,
-    ``error``); ``status`` is the job's status after it, or the delivery's fate for the
-    last four. ``message`` is a human line, already masked.
+    ``event`` names it, an :class:`~celery_tracked.jobs.Event` (a ``str``: ``enqueued``,
+    ``deduplicated``, ``processing``, ``completed``, ``retrying``, ``failed``,
+    ``cancelled``, ``skipped``, ``busy``, ``lease_lost``, ``error``...); ``status`` is the
+    job's status after it, or the delivery's fate for the last four. ``message`` is a
+    human line, already masked. Built by :meth:`of`.
     """
 
     job_id: str
@@ -74,6 +75,36 @@ class Transition:
     duration_ms: int | None = None
     level: int = logging.INFO
     details: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        event: Event,
+        job_id: str,
+        message: str,
+        status: str | None = None,
+        queue: str | None = None,
+        job_type: str | None = None,
+        attempt: int | None = None,
+        duration_ms: int | None = None,
+        level: int = logging.INFO,
+        details: dict[str, Any] | None = None,
+    ) -> Transition:
+        """The one way the package builds a transition: ``event`` from :class:`Event`,
+        ``status`` the job's status after it (a ``JobStatus``; None: the event's own
+        string, as for ``completed`` or a delivery's fate such as ``busy``)."""
+        return cls(
+            job_id,
+            event,
+            event.value if status is None else str(status),
+            message,
+            queue,
+            job_type,
+            attempt,
+            duration_ms,
+            level,
+            {} if details is None else details,
+        )
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ from datetime import datetime, timezone
 from types import GenericAlias
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
-from .codec import decode
+# kombu's JSON, the one stored form (codec.decode): read here directly so that the values
+# import nothing of the package (errors.py names ``Job``; codec.py raises its errors)
+from kombu.utils.json import loads as decode
 
 
 class JobStatus(str, enum.Enum):
@@ -33,6 +35,46 @@ class JobStatus(str, enum.Enum):
     @property
     def terminal(self) -> bool:
         return self in TERMINAL
+
+
+class Event(str, enum.Enum):
+    """What happened to a job: the ``event`` of a ``Transition`` given to the hooks and,
+    under the same strings, of a row of ``background_job_events``.
+
+    Transitions only: ``deduplicated``, ``debounced``, ``processing``, ``retrying``,
+    ``cancel_requested``, ``skipped``, ``busy``, ``lease_lost``, ``error`` (their status is
+    the delivery's fate for the last four). Stored only: ``started``, ``redelivered``,
+    ``relayed``, ``given_back``, ``retry_undone``, ``log``.
+    """
+
+    # an enqueue
+    ENQUEUED = "enqueued"
+    DEDUPLICATED = "deduplicated"
+    DEBOUNCED = "debounced"
+    ERROR = "error"  # also a run's write that failed
+    # a delivery
+    RELAYED = "relayed"
+    STARTED = "started"
+    REDELIVERED = "redelivered"
+    PROCESSING = "processing"
+    # a delivery that runs nothing
+    SKIPPED = "skipped"
+    BUSY = "busy"
+    LEASE_LOST = "lease_lost"
+    GIVEN_BACK = "given_back"
+    # an attempt's end
+    COMPLETED = "completed"
+    RETRYING = "retrying"
+    FAILED = "failed"
+    LOG = "log"  # a line logged by the body
+    # operations
+    CANCEL_REQUESTED = "cancel_requested"
+    CANCELLED = "cancelled"
+    RESCUED = "rescued"
+    RETRIED = "retried"
+    RETRY_UNDONE = "retry_undone"
+
+    __str__ = JobStatus.__str__  # the value, as a status
 
 
 #: The return type of a task's body, carried by ``EnqueueResult`` (type checkers only).

@@ -24,7 +24,6 @@ create each round. Pure: no Redis, SQL or Celery here.
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -32,9 +31,7 @@ from typing import Any
 
 from .errors import InvalidTaskOption
 from .jobs import Job, JobStatus
-
-#: The longest duration (seconds): as Celery's ``countdown`` (``messages.MAX_SECONDS``).
-MAX_SECONDS = float(2**31 - 1)
+from .validation import window_seconds
 
 
 class KeyLifetime(str, enum.Enum):
@@ -166,12 +163,4 @@ def _seconds(
             name,
             f"only applies to key_lifetime={owner.value!r} (this task's is {lifetime.value!r})",
         )
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidTaskOption(name, f"must be a number of seconds, got {value!r}")
-    if value > MAX_SECONDS:  # a date that far away cannot be computed
-        raise InvalidTaskOption(name, f"must be at most {MAX_SECONDS:.0f} seconds, got {value!r}")
-    if value < 0 or (positive and value == 0):
-        raise InvalidTaskOption(
-            name, f"must be {'> 0' if positive else '>= 0'} seconds, got {value!r}"
-        )
-    return float(value)
+    return window_seconds(name, value, positive)

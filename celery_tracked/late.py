@@ -11,14 +11,14 @@ import logging
 from collections.abc import Callable
 
 from .errors import StoreError
-from .jobs import Claim, utcnow
+from .jobs import Claim, Event, utcnow
 from .messages import PendingFailure
 from .outcome import Postponed, Skipped, Verdict
 from .run import Run
 from .store import JobStore
 
 #: ``tell(run, event, message, level, attempt)``: the ``Recorder``'s, to the hooks.
-Tell = Callable[[Run, str, str, int, int], None]
+Tell = Callable[[Run, Event, str, int, int], None]
 
 logger = logging.getLogger("celery_tracked")
 
@@ -51,7 +51,7 @@ class LateOutcomes:
         if written:
             self.tell(
                 run,
-                "retrying",
+                Event.RETRYING,
                 f"job {run.job_id} retrying after attempt {attempt}: {failure.error_type}: "
                 f"{failure.error_message}; retry in {delay_ms} ms (recorded late)",
                 logging.WARNING,
@@ -82,7 +82,7 @@ class LateOutcomes:
         if written:
             self.tell(
                 run,
-                "failed",
+                Event.FAILED,
                 f"job {run.job_id} failed after attempt {attempt}: {failure.error_type}: "
                 f"{failure.error_message} (recorded late)",
                 logging.ERROR,

@@ -4,14 +4,14 @@ Two tracked options, checked when the task is declared (``InvalidTaskOption``):
 
 ``rate_limit_global=("ai-provider", 2000)`` (a limiter name and a minimum interval in
     milliseconds), or just ``"ai-provider"`` (the interval is then
-    ``tracked_rate_limit_ms``, seed 000's ``JOB_QUEUE_COURSE_GEN_LIMITER_MS``). Every task
+    ``tracked_rate_limit_ms``). Every task
     naming one limiter shares it, across all workers: their bodies start at least the
     interval apart. A delivery that must wait reserves its slot and is re-published for it
     (``limiter.py``), without using an attempt or holding a pool process; the start itself
     is granted after the claim, just before the body (``grant_start``).
 ``concurrency_key="course:{course_id}"`` (a template over the call's arguments like
     ``idempotency_key``, or a callable) with ``concurrency_limit=N`` (default
-    ``tracked_concurrency_limit``, seed 000's ``JOB_QUEUE_COURSE_GEN_CONCURRENCY``): at
+    ``tracked_concurrency_limit``): at
     most N jobs with that key are ``processing`` under a live lease at any time, across
     all workers and task types. The slot is the job's own fenced lease, not a counter: a
     worker that dies frees it when its lease lapses.

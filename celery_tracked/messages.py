@@ -9,15 +9,16 @@ is created. Pure values: no Celery, Redis or SQL.
 from __future__ import annotations
 
 import json
-import numbers
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from datetime import datetime
 from typing import Any
 
-from .errors import InvalidPayload
 from .jobs import Job
+from .validation import as_job_id as as_job_id
+from .validation import check_job_id as check_job_id
+from .validation import check_options as check_options
+from .validation import check_text as check_text
+from .validation import positive as positive
 
 HEADER_JOB_ID = "tracked_job_id"
 HEADER_CORRELATION_ID = "tracked_correlation_id"
@@ -147,20 +148,6 @@ def _revision(value: Any) -> int:
 
 #: Column widths of the values a caller can pass (see ``models.py``).
 _LIMITS = {"correlation_id": 64, "parent_job_id": 36, "owner_id": 255}
-#: The largest value of an ``Integer`` column on every backend.
-MAX_INT = 2**31 - 1
-#: The widest ``countdown``/``expires`` in seconds (beyond it a date would overflow).
-MAX_SECONDS = float(MAX_INT)
-
-
-def check_text(value: Any, name: str, limit: int) -> str:
-    """``value`` as text a column of width ``limit`` can hold, else ``InvalidPayload``."""
-    text = str(value)
-    if not 1 <= len(text) <= limit:
-        raise InvalidPayload(f"{name} must be 1-{limit} characters, got {len(text)}")
-    if "\x00" in text:
-        raise InvalidPayload(f"{name} must not contain a NUL byte")
-    return text
 
 
 @dataclass(frozen=True)
@@ -191,78 +178,3 @@ class Control:
 
 #: ``apply_async`` keywords that are control options, not Celery's.
 CONTROL_OPTIONS = tuple(f.name for f in fields(Control))
-
-
-def check_job_id(task_id: Any) -> str | None:
-    """A caller-chosen job id (``task_id``, a ``str`` or ``uuid.UUID``) must fit the id
-    column."""
-    return None if task_id is None else check_text(task_id, "task_id", 36)
-
-
-def as_job_id(value: Any, name: str = "job_id") -> str:
-    """A job id given to a read or an operation: a ``str`` or a ``uuid.UUID``.
-
-    Raises:
-        TypeError: any other type (naming the argument).
-        InvalidPayload: a string no job id can be (a NUL byte).
-    """
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str or uuid.UUID, not {type(value).__name__}")
-    if "\x00" in value:
-        raise InvalidPayload(f"{name} must not contain a NUL byte")
-    return value
-
-
-def positive(value: Any, name: str) -> int | None:
-    """``value`` if it is a positive integer an ``Integer`` column holds (or None); else
-    ``InvalidPayload``."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_INT:
-        raise InvalidPayload(
-            f"{name} must be a positive integer, got {value!r} (at most {MAX_INT})"
-        )
-    return value
-
-
-def check_options(options: Mapping[str, Any]) -> None:
-    """Celery's scheduling options must be usable before anything is created: Celery
-    would accept some bad ones and fail later, in the worker or the publish.
-
-    Raises:
-        TypeError: ``countdown``, ``eta``, ``expires`` or ``priority`` of the wrong type.
-        InvalidPayload: a value of the right type no message can carry.
-    """
-    _seconds(options.get("countdown"), "countdown")
-    for name in ("eta", "expires"):
-        value = options.get(name)
-        if name == "expires" and _is_number(value):
-            _seconds(value, name)
-        elif isinstance(value, str):
-            try:
-                datetime.fromisoformat(value)
-            except ValueError:
-                raise InvalidPayload(f"{name} must be an ISO 8601 date, got {value!r}") from None
-        elif value is not None and not isinstance(value, datetime):
-            kinds = "a datetime" + (", a number" if name == "expires" else "")
-            raise TypeError(f"{name} must be {kinds} or an ISO 8601 string, not {type(value)}")
-    priority = options.get("priority")
-    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
-        raise TypeError(f"priority must be an int, not {type(priority).__name__}")
-    if priority is not None and not 0 <= priority <= 255:
-        raise InvalidPayload(f"priority must be from 0 to 255, got {priority}")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def _seconds(value: Any, name: str) -> None:
-    if value is None:
-        return
-    if not _is_number(value):
-        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
-    if not -MAX_SECONDS <= float(value) <= MAX_SECONDS:  # also refuses NaN
-        raise InvalidPayload(f"{name} must be a finite number of seconds, got {value!r}")

@@ -31,8 +31,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigurationError, first_line
+from .errors import ConfigurationError
 from .hooks import Hooks, Transition
+from .redact import first_line
 
 try:  # the optional extra
     from prometheus_client import CollectorRegistry, Counter, Histogram, multiprocess

@@ -7,7 +7,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
-from .errors import mask_url
+from .redact import mask_url
 
 VERSION_TABLE = "celery_tracked_alembic_version"
 

@@ -37,17 +37,18 @@ The options (``None``: the default):
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from .calls import check_template
-from .conversions import BOUNDS, Bound
-from .errors import InvalidTaskOption, short_repr
+from .conversions import BOUNDS
+from .errors import InvalidTaskOption
 from .keys import KEY_OPTIONS, KeyRule, key_rule
 from .limits import LIMIT_OPTIONS, Limits, limits_of
+from .redact import short_repr
 from .retention import task_retention
 from .retry_policy import RETRY_OPTIONS, RetryPolicy, declared, retry_policy
+from .validation import Bound, check_name, check_number
 
 #: The class attributes of ``TrackedTask`` that are tracked options.
 TRACKED_OPTIONS = (
@@ -82,24 +83,6 @@ NUMERIC_OPTIONS: dict[str, tuple[Bound, bool, str]] = {
 }
 
 
-def check_number(name: str, value: Any, bound: Bound, integer: bool, unit: str = "") -> None:
-    """Refuse a numeric option outside ``bound`` (NaN, infinities and booleans included).
-
-    Raises:
-        InvalidTaskOption: names the option and its range.
-    """
-    kinds = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        ok = False
-    else:  # a huge int has no float: math.isfinite would raise
-        finite = isinstance(value, int) or math.isfinite(value)
-        ok = finite and bound.low <= value <= bound.high
-    if not ok:
-        raise InvalidTaskOption(
-            name, f"must be {bound.describe(integer)}{unit}, got {short_repr(value)}"
-        )
-
-
 def _numbers(options: Mapping[str, Any]) -> None:
     for name, (bound, integer, unit) in NUMERIC_OPTIONS.items():
         value = _unwrap(options.get(name))
@@ -114,12 +97,6 @@ def _numbers(options: Mapping[str, Any]) -> None:
                 "rate_limit_global",
                 f"(name, interval_ms): the interval {exc.reason}, in {short_repr(rate)}",
             ) from None
-
-
-def _text(name: str, value: Any) -> None:
-    text = getattr(value, "name", value) if name == "tracked_queue" else value
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidTaskOption(name, f"must be a non-empty string, got {value!r}")
 
 
 def _key(name: str, value: Any) -> None:
@@ -169,8 +146,8 @@ def _retention(name: str, value: Any) -> None:
 
 
 _CHECKS: dict[str, Callable[[str, Any], None]] = {
-    "job_type": _text,
-    "tracked_queue": _text,
+    "job_type": check_name,
+    "tracked_queue": check_name,
     "idempotency_key": _key,
     "validator": _validator,
     "retention": _retention,

@@ -2,8 +2,8 @@
 
 ``plan_outcome`` classifies how a body ended (a result, a control :class:`Signal` such as
 Celery's ``Ignore``/``Reject``/``Retry``, ``Unrecoverable``, any other error) into what to
-write and what happens next; ``backoff_ms`` and ``retry_delay_ms`` give the delays. No
-I/O here, and no Celery: which exceptions are control signals is read by a
+write and what happens next; ``retry_delay_ms`` gives a body's own retry's delay (the
+backoff: :func:`celery_tracked.retry_policy.backoff_ms`). No I/O here, and no Celery: which exceptions are control signals is read by a
 :class:`Signals` the adapter passes in (``celery_signals.py``, on the ``Run``).
 
 The verdicts are what a run amounts to for Celery. Only ``TrackedTask`` turns them into
@@ -242,13 +242,6 @@ def final_error(error: BaseException, signals: Signals = NO_SIGNALS) -> BaseExce
     if retry.cause is not None:
         return retry.cause
     return signals.out_of_retries()
-
-
-def backoff_ms(attempt: int, base_ms: int, cap_ms: int, rand: Callable[[], float]) -> int:
-    """Delay before the attempt after ``attempt``: ``base * 2**(attempt-1)`` plus up to
-    25 % jitter, capped at ``cap_ms``. Never below ``base_ms`` (unless the cap is)."""
-    exponential = base_ms * (2 ** max(0, attempt - 1))
-    return int(min(cap_ms, exponential * (1 + 0.25 * rand())))
 
 
 #: A body's own retry publishes its message before the attempt's ``retrying`` is written:

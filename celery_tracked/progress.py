@@ -16,15 +16,15 @@ the first at once, then at most one per interval, the newest always written last
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .errors import InvalidProgress, mask_secrets, safe_text
+from .errors import InvalidProgress
+from .redact import mask_secrets, safe_text
+from .validation import MAX_STAGE_CHARS as MAX_STAGE_CHARS  # the width of background_jobs.stage
+from .validation import check_progress, finite
 
-#: Width of ``background_jobs.stage``.
-MAX_STAGE_CHARS = 200
 #: Longest log line kept (longer ones end with "…").
 MAX_LOG_CHARS = 1000
 LEVELS = ("debug", "info", "warning", "error")
@@ -119,51 +119,21 @@ def from_update_state(
 # -- pure decisions -------------------------------------------------------------------
 
 
-def check_progress(percent: object, stage: object = None) -> Value:
-    """``(percent rounded down, stage)``, or ``InvalidProgress``."""
-    if isinstance(percent, bool) or not isinstance(percent, numbers.Real):
-        raise InvalidProgress(f"progress must be a number from 0 to 100, got {percent!r}")
-    try:
-        number = float(percent)
-    except (OverflowError, ValueError):
-        number = math.nan
-    if not 0 <= number <= 100:  # NaN compares false
-        raise InvalidProgress(f"progress must be from 0 to 100, got {percent!r}")
-    if stage is not None:
-        if not isinstance(stage, str):
-            raise InvalidProgress(f"stage must be a string, got {type(stage).__name__}")
-        if len(stage) > MAX_STAGE_CHARS or "\x00" in stage:
-            raise InvalidProgress(
-                f"stage must be at most {MAX_STAGE_CHARS} characters without NUL (got {len(stage)})"
-            )
-    return math.floor(number), stage
-
-
 def progress_of_meta(meta: Any) -> Value | None:
     """The progress in Celery's ``PROGRESS`` meta: ``percent`` if it is a number, else
     ``current / total * 100`` (``total`` > 0), clamped to 0-100; ``stage`` if it is a
     string (cut to 200 characters, NUL removed). None when it holds no progress."""
     if not isinstance(meta, Mapping):
         return None
-    percent = _number(meta.get("percent"))
+    percent = finite(meta.get("percent"))
     if percent is None:
-        current, total = _number(meta.get("current")), _number(meta.get("total"))
+        current, total = finite(meta.get("current")), finite(meta.get("total"))
         if current is None or total is None or total <= 0:
             return None
         percent = current / total * 100
     stage = meta.get("stage")
     stage = stage.replace("\x00", "")[:MAX_STAGE_CHARS] if isinstance(stage, str) else None
     return math.floor(min(100.0, max(0.0, percent))), stage
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return None
-    try:
-        number = float(value)
-    except (OverflowError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def log_text(

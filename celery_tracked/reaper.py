@@ -41,11 +41,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from .errors import mask_url
 from .hooks import Hooks, Transition
-from .jobs import Job, JobStatus, utcnow
+from .jobs import Event, Job, JobStatus, utcnow
 from .lease import GRACE_SHARE, diagnose
-from .redact import holds_redacted
+from .redact import holds_redacted, mask_url
 from .settings import Settings
 from .store import JobStore
 
@@ -314,14 +313,14 @@ class Reaper:
         if decision.action is Action.ABANDON:
             if self._abandon(job, now, message):
                 report.abandoned.append(job.id)
-                self._tell(job, "failed", JobStatus.FAILED, message, logging.ERROR)
+                self._tell(job, Event.FAILED, JobStatus.FAILED, message, logging.ERROR)
             return
         if not self._rescue(job, now, message):
             return  # it moved meanwhile (a late delivery, another reaper)
         target = JobStatus.RETRYING if job.status is JobStatus.PROCESSING else job.status
         sent = replace(job, status=target, revision=job.revision + 1)
         report.rescued.append(job.id)
-        self._tell(job, "rescued", target, message, logging.WARNING)
+        self._tell(job, Event.RESCUED, target, message, logging.WARNING)
         try:
             publish(sent)
         except Exception as exc:
@@ -338,7 +337,7 @@ class Reaper:
             job, grace_s=grace, run_cutoff=cutoff, message=message, now=utcnow()
         ):
             report.cancelled.append(job.id)
-            self._tell(job, "cancelled", JobStatus.CANCELLED, message, logging.WARNING)
+            self._tell(job, Event.CANCELLED, JobStatus.CANCELLED, message, logging.WARNING)
 
     def _rescue(self, job: Job, now: datetime, message: str) -> bool:
         cutoff = self.limits.cutoff(job.status, now)
@@ -365,16 +364,16 @@ class Reaper:
             job, cutoff=cutoff, message=message, now=utcnow(), retries_exhausted=exhausted
         )
 
-    def _tell(self, job: Job, event: str, status: JobStatus, message: str, level: int) -> None:
+    def _tell(self, job: Job, event: Event, status: JobStatus, message: str, level: int) -> None:
         details = {"error_type": ABANDONED} if status is JobStatus.FAILED else {}
         self.hooks.after_transition(
-            Transition(
-                job.id,
+            Transition.of(
                 event,
-                status.value,
+                job.id,
                 message,
-                job.queue_name,
-                job.job_type,
+                status=status,
+                queue=job.queue_name,
+                job_type=job.job_type,
                 attempt=job.attempts_made,
                 level=level,
                 details=details,

@@ -17,9 +17,9 @@ from functools import partial
 from typing import Any
 
 from .attempt import Attempt
-from .errors import StoreError, error_type, mask_exception, summarize
+from .errors import StoreError
 from .hooks import Hooks, Transition
-from .jobs import CLAIMABLE, Claim, JobStatus, NewRow, utcnow
+from .jobs import CLAIMABLE, Claim, Event, JobStatus, NewRow, utcnow
 from .late import LateOutcomes
 from .messages import (
     HEADER_PENDING_FAILURE,
@@ -42,6 +42,7 @@ from .outcome import (
     plan_outcome,
     retry_cause,
 )
+from .redact import error_type, mask_exception, summarize
 from .retry_policy import RetryPolicy
 from .run import Run
 from .settings import Settings
@@ -125,7 +126,7 @@ class Recorder:
         note = f" ({plan.note})" if plan.note else ""
         self.tell(
             run,
-            "completed",
+            Event.COMPLETED,
             f"job {claim.job_id} completed in {duration} ms{note}",
             attempt=claim.attempt,
             duration_ms=duration,
@@ -160,7 +161,7 @@ class Recorder:
                 if pause is None:
                     raise
                 message = f"job {claim.job_id}: completion not saved ({exc}); re-sent in {pause} s"
-                self.tell(run, "error", message, logging.WARNING, claim.attempt, duration)
+                self.tell(run, Event.ERROR, message, logging.WARNING, claim.attempt, duration)
                 time.sleep(pause)
                 resent = True
         raise AssertionError("unreachable")  # pragma: no cover
@@ -229,7 +230,7 @@ class Recorder:
             )
         except StoreError as store_exc:
             message = f"job {claim.job_id}: could not record {status.value}: {store_exc}"
-            self.tell(run, "error", message, logging.ERROR, claim.attempt, duration)
+            self.tell(run, Event.ERROR, message, logging.ERROR, claim.attempt, duration)
             if delay_ms is not None and not carry:
                 return None  # the re-publish that follows makes the next attempt anyway
             # the decision must not be lost, nor the body run again before it is written:
@@ -247,7 +248,7 @@ class Recorder:
         tail = "" if delay_ms is None else f"; retry in {delay_ms} ms"
         self.tell(
             run,
-            status.value,
+            Event(status.value),
             f"job {claim.job_id} {status.value} after attempt {claim.attempt}/"
             f"{claim.max_attempts}: {kind}: {summary}{tail}",
             logging.ERROR if delay_ms is None else logging.WARNING,
@@ -269,7 +270,7 @@ class Recorder:
         now = job.status.value if job else "missing"
         self.tell(
             run,
-            "lease_lost",
+            Event.LEASE_LOST,
             f"job {claim.job_id} attempt {claim.attempt} no longer holds its lease; "
             f"{outcome} not written (now {now})",
             logging.WARNING,
@@ -291,7 +292,7 @@ class Recorder:
         if ended:
             self.tell(
                 run,
-                "cancelled",
+                Event.CANCELLED,
                 f"job {claim.job_id} {message}",
                 logging.WARNING,
                 claim.attempt,
@@ -320,23 +321,22 @@ class Recorder:
     def tell(
         self,
         run: Run,
-        event: str,
+        event: Event,
         message: str,
         level: int = logging.INFO,
         attempt: int | None = None,
         duration_ms: int | None = None,
     ) -> None:
         self.hooks.after_transition(
-            Transition(
+            Transition.of(
+                event,
                 run.job_id,
-                event,
-                event,
                 message,
-                run.queue,
-                run.job_type,
-                attempt,
-                duration_ms,
-                level,
+                queue=run.queue,
+                job_type=run.job_type,
+                attempt=attempt,
+                duration_ms=duration_ms,
+                level=level,
             )
         )
 

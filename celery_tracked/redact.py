@@ -1,4 +1,5 @@
-"""Payload checks and redaction: JSON, size, secret keys, credentials in URLs.
+"""Payload checks, redaction and masking: JSON, size, secret keys, credentials in URLs,
+safe error summaries. The one home of masking: nothing else hides a secret.
 
 Pure functions, no I/O. Names are compared normalised (:func:`normalise_key`: lower case,
 ``-`` and camelCase humps become ``_``). A name is secret when a configured redact key
@@ -18,6 +19,7 @@ shape with the user-info masked, wherever it sits.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,10 +28,14 @@ from decimal import Decimal
 from typing import Any
 
 from .codec import PAYLOAD_DEPTH, encode
-from .errors import MASK, PayloadNotSerializable, PayloadTooLarge, mask_url, url_userinfo
+from .errors import PayloadNotSerializable, PayloadTooLarge
 
 #: Stored in place of a redacted value.
 REDACTED = "[redacted]"
+#: Stands for masked text (URL credentials, a secret value in a message).
+MASK = "***"
+#: Longest error summary ever stored or logged.
+MAX_SUMMARY_CHARS = 500
 #: Keys shorter than this match whole words only.
 _SUBSTRING_MIN = 5
 #: Names a ``*_...`` pattern never redacts: identifiers, not credentials.
@@ -157,3 +163,142 @@ def holds_redacted(value: Any) -> bool:
     if isinstance(value, str) and "@" in value and MASK in url_userinfo(value):
         return True
     return bool(value == REDACTED)
+
+
+# user-info runs to the last "@" of the URL token: passwords may hold "/" or "@"
+#: A scheme starts where no scheme character precedes it and is read possessively, and the
+#: user-info is at most 512 characters: linear in the text's length (a long run of letters
+#: costs one pass, never a search from each of its characters).
+_URL_CREDENTIALS = re.compile(
+    r"(?<![a-zA-Z0-9+.\-])(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*+://)(?P<creds>\S{1,512})@"
+)
+
+
+def mask_url(text: str) -> str:
+    """Replace the user-info part of every URL in ``text`` by ``***``."""
+    return _URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+
+
+def url_userinfo(text: str) -> list[str]:
+    """The user-info part (``user:password``) of every URL in ``text``."""
+    return [m.group("creds") for m in _URL_CREDENTIALS.finditer(text)]
+
+
+#: ``key=value``, ``key: value``, ``"key": "value"`` (and ``Authorization: Bearer x``). The
+#: key must start a word and every quantifier is possessive: linear in the text's length
+#: (a long run of word characters costs one pass, never a backtracking search).
+_PAIR = re.compile(
+    r"(?<![\w\-])(?P<key>[\w\-]++)(?P<sep>['\"]?+\s*+[:=]\s*+['\"]?+)"
+    r"(?P<value>(?:(?:bearer|basic|token|digest|negotiate)\s++(?=[^\s'\",;&}]))?+"
+    r"[^\s'\",;&}]++)",
+    re.IGNORECASE,
+)
+
+
+def _mask_pairs(text: str, keys: Sequence[str]) -> str:
+    """``text`` with the value of every ``key=value`` pair under a secret key masked."""
+
+    def mask(match: re.Match[str]) -> str:
+        key = match.group("key")
+        if normalise_key(key) in NOT_SECRET_NAMES or not is_secret_key(key, keys):
+            return match.group(0)
+        return f"{key}{match.group('sep')}{MASK}"
+
+    return _PAIR.sub(mask, text)
+
+
+def mask_secrets(text: str, secrets: Iterable[str] = (), keys: Iterable[str] = ()) -> str:
+    """Mask URL credentials, ``key=value`` pairs under secret keys, and known secret values."""
+    text = mask_url(text)
+    for value in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(value, MASK)
+    secret_keys = tuple(k for k in keys if k.strip("*"))
+    return _mask_pairs(text, secret_keys) if secret_keys else text
+
+
+def short_repr(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters (a 400-digit number is not worth echoing
+    whole in an error message)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+def safe_text(value: object) -> str:
+    """``str(value)``, or a placeholder naming its type when its ``__str__`` raises."""
+    if isinstance(value, str):
+        return value
+    try:
+        return str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"
+
+
+def first_line(text: object, fallback: str = "") -> str:
+    """The first non-empty line of ``text`` (an exception: its message, see
+    :func:`safe_text`) with URL credentials masked (``fallback`` if none). Never raises."""
+    lines = mask_url(safe_text(text)).strip().splitlines()
+    return lines[0] if lines else fallback
+
+
+def summarize(exc: BaseException, secrets: Iterable[str] = (), keys: Iterable[str] = ()) -> str:
+    """A safe one-line summary: the first line of the message, secrets masked, no traceback.
+    An exception whose ``__str__`` raises is summarised by its type. Never raises."""
+    summary = mask_secrets(first_line(exc), secrets, keys)
+    if len(summary) > MAX_SUMMARY_CHARS:
+        summary = summary[: MAX_SUMMARY_CHARS - 1] + "…"
+    return summary
+
+
+def error_type(exc: BaseException) -> str:
+    """The exception's class name, as stored in ``background_jobs.error_type`` (the first
+    public class of its hierarchy: internal subclasses, named with a leading underscore or
+    marked ``internal = True``, never leak their names)."""
+    for cls in type(exc).__mro__:
+        if not cls.__name__.startswith("_") and not cls.__dict__.get("internal", False):
+            return cls.__name__
+    return type(exc).__name__
+
+
+def _masked(value: Any, secrets: Sequence[str], keys: Sequence[str]) -> Any:
+    """``value`` (an exception argument or note) with secrets masked: strings by
+    :func:`mask_secrets`, containers copied with values under secret keys redacted."""
+    if isinstance(value, str):
+        return mask_secrets(value, secrets, keys)
+    if isinstance(value, Mapping | list | tuple):
+        cleaned = redact(value, keys)
+        items = cleaned.items() if isinstance(cleaned, Mapping) else enumerate(cleaned)
+        for k, v in list(items):
+            cleaned[k] = _masked(v, secrets, keys)
+        return tuple(cleaned) if isinstance(value, tuple) else cleaned
+    return value
+
+
+def _linked(exc: BaseException) -> list[BaseException]:
+    """The exceptions ``exc`` shows with it: its chain, a ``Retry``'s cause, a group's
+    members."""
+    linked = [getattr(exc, "exc", None), exc.__cause__, exc.__context__]
+    linked.extend(getattr(exc, "exceptions", None) or ())
+    return [e for e in linked if isinstance(e, BaseException)]
+
+
+def mask_exception(exc: BaseException, secrets: Sequence[str], keys: Sequence[str]) -> None:
+    """Mask secrets in the text of ``exc`` and of everything shown with it (``__cause__``,
+    ``__context__``, an ``ExceptionGroup``'s members, ``__notes__``), in place, so Celery's
+    logs, events and result backend never show them: string arguments, containers among
+    the arguments (values under secret keys redacted), and text copies some exceptions
+    keep (Celery's ``Retry.excs``/``message``). Never raises."""
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        with contextlib.suppress(Exception):
+            current.args = tuple(_masked(a, secrets, keys) for a in current.args)
+        for attr in ("excs", "message", "__notes__"):
+            text = getattr(current, attr, None)
+            if isinstance(text, str | list):
+                with contextlib.suppress(Exception):
+                    setattr(current, attr, _masked(text, secrets, keys))
+        pending.extend(_linked(current))

@@ -24,10 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from .errors import mask_url
 from .jobs import Job, utcnow
 from .lease import owner_id
-from .redact import holds_redacted
+from .redact import holds_redacted, mask_url
 from .store import JobStore
 
 logger = logging.getLogger("celery_tracked")

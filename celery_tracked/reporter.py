@@ -20,10 +20,11 @@ from contextlib import contextmanager
 
 from . import progress
 from .attempt import Attempt
-from .errors import StoreError, mask_secrets
+from .errors import StoreError
 from .hooks import Hooks
 from .jobs import Claim, utcnow
 from .progress import Coalescer, Value
+from .redact import mask_secrets
 from .run import Run
 from .settings import Settings
 from .store import JobStore

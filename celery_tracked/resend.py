@@ -28,11 +28,11 @@ from celery.utils.saferepr import saferepr
 
 from .calls import REPR_CHARS
 from .codec import PAYLOAD_DEPTH, check_depth, decode, encode
-from .errors import EnqueueError, JobNotFound, RetryRefused, StoreError, mask_secrets
+from .errors import EnqueueError, JobNotFound, RetryRefused, StoreError
 from .hooks import Transition
-from .jobs import Job, JobStatus, utcnow
+from .jobs import Event, Job, JobStatus, utcnow
 from .messages import TrackedHeaders, positive
-from .redact import holds_redacted, redact, secret_values
+from .redact import holds_redacted, mask_secrets, redact, secret_values
 from .store.rerun import RETRY_UNDONE
 from .successors import fail_soft_note
 
@@ -220,7 +220,9 @@ def retry(
     except StoreError as exc:  # harmless: the relay may send a duplicate, which runs nothing
         logger.warning("could not record that job %s was published: %s", job.id, exc)
     tracker.hooks.after_transition(
-        Transition(job.id, "retried", "pending", message, job.queue_name, job.job_type)
+        Transition.of(
+            Event.RETRIED, job.id, message, JobStatus.PENDING, job.queue_name, job.job_type
+        )
     )
     return True
 

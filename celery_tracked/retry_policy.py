@@ -1,6 +1,8 @@
 """Celery's retry options mapped onto the tracker's, once, when a task class is made.
 
-Pure: no Celery, Redis or SQL. ``retry_policy(options)`` reads a task's declared options
+Pure: no Celery, Redis or SQL. The one home of the backoff: :meth:`RetryPolicy.delay_ms`
+(over :func:`backoff_ms`) gives every delay between attempts and every wait of the
+library's own (the default policy). ``retry_policy(options)`` reads a task's declared options
 (a class ``__dict__``, the keywords of ``tracked_task``) and returns the
 :class:`RetryPolicy` the runner and recorder follow; a contradictory combination is
 refused with :class:`~celery_tracked.errors.InvalidTaskOption` saying what to write.
@@ -24,12 +26,13 @@ The mapping (docs/configuration.md, "Celery's retry options"):
 from __future__ import annotations
 
 import inspect
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidTaskOption
-from .outcome import backoff_ms
+from .validation import delay_ms
 
 #: Celery's retry options that the policy reads (besides ``max_attempts``/``backoff_ms``).
 CELERY_RETRY_OPTIONS = (
@@ -70,7 +73,11 @@ class RetryPolicy:
         return self.retry_on is None or isinstance(error, self.retry_on)
 
     def delay_ms(
-        self, attempt: int, default_base_ms: int, default_cap_ms: int, rand: Callable[[], float]
+        self,
+        attempt: int,
+        default_base_ms: int,
+        default_cap_ms: int,
+        rand: Callable[[], float] = random.random,
     ) -> int:
         """The delay after failed attempt ``attempt``, ms: the one backoff of every retry
         (a body's error, a failed completion, a run the hard time limit killed).
@@ -82,17 +89,15 @@ class RetryPolicy:
         return backoff_ms(attempt, base, cap, rand if self.jitter else _no_jitter)
 
 
+def backoff_ms(attempt: int, base_ms: int, cap_ms: int, rand: Callable[[], float]) -> int:
+    """Delay before the attempt after ``attempt``: ``base * 2**(attempt-1)`` plus up to
+    25 % jitter, capped at ``cap_ms``. Never below ``base_ms`` (unless the cap is)."""
+    exponential = base_ms * (2 ** max(0, attempt - 1))
+    return int(min(cap_ms, exponential * (1 + 0.25 * rand())))
+
+
 def _no_jitter() -> float:
     return 0.0
-
-
-def _seconds(name: str, value: Any, allow_bool: bool = False) -> int:
-    """A whole number of seconds (or ms-exact float) as milliseconds."""
-    if isinstance(value, bool) and not allow_bool:
-        raise InvalidTaskOption(name, f"must be a number of seconds, got {value!r}")
-    if not isinstance(value, int | float) or value < 0:
-        raise InvalidTaskOption(name, f"must be a number of seconds >= 0, got {value!r}")
-    return int(value * 1000)
 
 
 def _errors(name: str, value: Any) -> Errors:
@@ -127,7 +132,7 @@ def retry_policy(options: Mapping[str, Any]) -> RetryPolicy:
     exponential = True
     backoff = given.get("retry_backoff")
     if backoff is not None and backoff is not False and backoff != 0:
-        backoff_base = 1000 if backoff is True else _seconds("retry_backoff", backoff)
+        backoff_base = 1000 if backoff is True else delay_ms("retry_backoff", backoff)
         if base is not None:
             raise InvalidTaskOption(
                 "retry_backoff",
@@ -137,7 +142,7 @@ def retry_policy(options: Mapping[str, Any]) -> RetryPolicy:
         base = backoff_base
     delay = given.get("default_retry_delay")
     if delay is not None:
-        fixed = _seconds("default_retry_delay", delay)
+        fixed = delay_ms("default_retry_delay", delay)
         if base is not None:
             raise InvalidTaskOption(
                 "default_retry_delay",
@@ -153,7 +158,7 @@ def retry_policy(options: Mapping[str, Any]) -> RetryPolicy:
     return RetryPolicy(
         max_attempts=attempts,
         backoff_ms=base,
-        cap_ms=None if cap is None else _seconds("retry_backoff_max", cap),
+        cap_ms=None if cap is None else delay_ms("retry_backoff_max", cap),
         jitter=jitter,
         exponential=exponential,
         retry_on=_errors("autoretry_for", options["autoretry_for"]) if retry_on else None,

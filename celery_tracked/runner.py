@@ -22,9 +22,9 @@ from typing import Any
 
 from .attempt import Attempt
 from .codec import encode
-from .errors import StoreError, Unrecoverable, mask_exception
+from .errors import StoreError, Unrecoverable
 from .hooks import Delivery, Hooks, Wait
-from .jobs import Claim, Job, JobStatus, utcnow
+from .jobs import Claim, Event, Job, JobStatus, utcnow
 from .lease import LeaseKeeper, diagnose, owner_id, waiting_hold
 from .limits import busy_key_countdown
 from .outcome import (
@@ -35,6 +35,7 @@ from .outcome import (
     postpone_for,
 )
 from .recorder import Recorder, after_write
+from .redact import mask_exception
 from .run import Run
 from .settings import Settings
 from .store import JobStore
@@ -84,7 +85,7 @@ class Runner:
             )
             self.recorder.tell(
                 run,
-                "error",
+                Event.ERROR,
                 f"job {run.job_id} not started, database unavailable: {exc}; retry in {wait:.1f} s",
                 level=logging.WARNING,
             )
@@ -93,7 +94,7 @@ class Runner:
             return self._turned_away(run, claim)
         self.recorder.tell(
             run,
-            "processing",
+            Event.PROCESSING,
             f"job {run.job_id} processing (attempt {claim.attempt}/{claim.max_attempts})",
             attempt=claim.attempt,
         )
@@ -150,7 +151,7 @@ class Runner:
                 message=message,
                 now=who["now"],
             ):
-                self.recorder.tell(run, "cancelled", f"job {job_id} {message}", attempt=seen)
+                self.recorder.tell(run, Event.CANCELLED, f"job {job_id} {message}", attempt=seen)
             return Skipped(message)
         if seen >= job.max_attempts:
             message = f"attempt {seen} was lost ({lease.why}) and no attempts remain"
@@ -163,7 +164,7 @@ class Runner:
                 message=message,
             ):
                 self.recorder.tell(
-                    run, "failed", f"job {job_id} failed: {message}", logging.ERROR, seen
+                    run, Event.FAILED, f"job {job_id} failed: {message}", logging.ERROR, seen
                 )
             return Skipped(message)
         taken = store.take_over(
@@ -198,12 +199,12 @@ class Runner:
     def _turned_away(self, run: Run, verdict: Skipped | Postponed) -> Verdict:
         if isinstance(verdict, Skipped):
             self.recorder.tell(
-                run, "skipped", f"job {run.job_id} delivery skipped: {verdict.reason}"
+                run, Event.SKIPPED, f"job {run.job_id} delivery skipped: {verdict.reason}"
             )
         else:
             self.recorder.tell(
                 run,
-                "busy",
+                Event.BUSY,
                 f"job {run.job_id} delivery postponed {verdict.countdown:.1f} s: {verdict.reason}",
             )
         return verdict

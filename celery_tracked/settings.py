@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from .celery_state import describe_app, is_celery_default
+from .celery_state import check_crontab, describe_app, is_celery_default
 from .conversions import (
     MEMORY_URL,
     boolean,
@@ -31,7 +31,8 @@ from .conversions import (
     redis_url,
     url,
 )
-from .errors import ConfigurationError, mask_url
+from .errors import ConfigurationError
+from .redact import mask_url
 
 logger = logging.getLogger("celery_tracked")
 
@@ -143,10 +144,11 @@ class Settings:
         """Read and validate every setting from a Celery ``app.conf`` and the environment.
 
         Precedence: ``app.conf.tracked_<name>``, then ``CELERY_TRACKED_<NAME>``, then the
-        seeds' alias (``REDIS_URL``...), then the default.
+        default. No other name is read (a project maps its own names onto ``tracked_*``,
+        as ``example_project/courses/settings.py`` does).
         """
         env = os.environ if environ is None else environ
-        values = {name: _read(conf, env, name) for name, _, _ in _SOURCES if name != "redact_keys"}
+        values = {name: _read(conf, env, name) for name in _CONVERTERS if name != "redact_keys"}
         values["redact_keys"] = _redact_keys(conf, env, values["redaction"])
         return cls(**values)
 
@@ -177,15 +179,15 @@ class Settings:
 
 
 def _given(conf: Mapping[str, Any], env: Mapping[str, str], name: str) -> tuple[Any, str]:
-    """``(value, where it came from)``: ``app.conf``, then ``CELERY_TRACKED_<NAME>``, then
-    the aliases; ``(None, ...)`` when none gives it."""
+    """``(value, where it came from)``: ``app.conf``, then ``CELERY_TRACKED_<NAME>``;
+    ``(None, ...)`` when neither gives it."""
     setting = f"tracked_{name}"
     value = conf.get(setting)
     if value is not None:
         return value, setting
-    for env_name in (f"CELERY_TRACKED_{name.upper()}", *_ALIASES[name]):
-        if env.get(env_name) not in (None, ""):
-            return env[env_name], env_name
+    env_name = f"CELERY_TRACKED_{name.upper()}"
+    if env.get(env_name) not in (None, ""):
+        return env[env_name], env_name
     return None, setting
 
 
@@ -229,39 +231,37 @@ def _warn_redaction_off() -> None:
 
 #: Settings where an explicit ``None`` in ``app.conf`` is a value (off), not "unset".
 _NONE_IS_A_VALUE = ("cleanup_schedule",)
-#: Each setting: its name, the seeds' environment aliases, its converter.
-_SOURCES: tuple[tuple[str, tuple[str, ...], Callable[[str, Any], Any]], ...] = (
-    ("database_url", (), url("database_url")),
-    ("database_pooler", (), pooler),
-    ("redis_url", ("REDIS_URL",), redis_url),
-    ("default_attempts", ("JOB_QUEUE_DEFAULT_ATTEMPTS",), integer("default_attempts")),
-    ("default_backoff_ms", ("JOB_QUEUE_DEFAULT_BACKOFF_MS",), integer("default_backoff_ms")),
-    ("max_backoff_ms", (), integer("max_backoff_ms")),
-    ("max_payload_bytes", (), integer("max_payload_bytes")),
-    ("redact_keys", (), keys),
-    ("redaction", (), boolean("redaction")),
-    ("lease_seconds", (), real("lease_seconds")),
-    ("guard_ttl_seconds", (), integer("guard_ttl_seconds")),
-    ("key_prefix", (), nonempty("key_prefix")),
-    ("check_redis_eviction", (), boolean("check_redis_eviction")),
-    ("relay_grace_seconds", (), real("relay_grace_seconds")),
-    ("relay_interval_seconds", (), real("relay_interval_seconds")),
-    ("progress_interval_ms", (), integer("progress_interval_ms")),
-    ("log_lines_per_job", (), integer("log_lines_per_job")),
-    ("rate_limit_ms", ("JOB_QUEUE_COURSE_GEN_LIMITER_MS",), integer("rate_limit_ms")),
-    ("concurrency_limit", ("JOB_QUEUE_COURSE_GEN_CONCURRENCY",), integer("concurrency_limit")),
-    ("metrics", (), boolean("metrics")),
-    ("reaper_interval_seconds", (), real("reaper_interval_seconds")),
-    ("reaper_processing_seconds", (), real("reaper_processing_seconds")),
-    ("reaper_retrying_seconds", (), real("reaper_retrying_seconds")),
-    ("reaper_pending_seconds", (), real("reaper_pending_seconds")),
-    ("reaper_max_rescues", (), integer("reaper_max_rescues")),
-    ("cleanup_schedule", (), cleanup_schedule),
-    ("retention_completed_days", (), real("retention_completed_days")),
-    ("retention_failed_days", (), real("retention_failed_days")),
-    ("retention_keep_newest", (), integer("retention_keep_newest")),
-    ("cleanup_batch_size", (), integer("cleanup_batch_size")),
-)
-_ALIASES = {name: alias for name, alias, _ in _SOURCES}
-_CONVERTERS = {name: convert for name, _, convert in _SOURCES}
+#: Each setting: its name (``tracked_<name>``, ``CELERY_TRACKED_<NAME>``), its converter.
+_CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
+    "database_url": url("database_url"),
+    "database_pooler": pooler,
+    "redis_url": redis_url,
+    "default_attempts": integer("default_attempts"),
+    "default_backoff_ms": integer("default_backoff_ms"),
+    "max_backoff_ms": integer("max_backoff_ms"),
+    "max_payload_bytes": integer("max_payload_bytes"),
+    "redact_keys": keys,
+    "redaction": boolean("redaction"),
+    "lease_seconds": real("lease_seconds"),
+    "guard_ttl_seconds": integer("guard_ttl_seconds"),
+    "key_prefix": nonempty("key_prefix"),
+    "check_redis_eviction": boolean("check_redis_eviction"),
+    "relay_grace_seconds": real("relay_grace_seconds"),
+    "relay_interval_seconds": real("relay_interval_seconds"),
+    "progress_interval_ms": integer("progress_interval_ms"),
+    "log_lines_per_job": integer("log_lines_per_job"),
+    "rate_limit_ms": integer("rate_limit_ms"),
+    "concurrency_limit": integer("concurrency_limit"),
+    "metrics": boolean("metrics"),
+    "reaper_interval_seconds": real("reaper_interval_seconds"),
+    "reaper_processing_seconds": real("reaper_processing_seconds"),
+    "reaper_retrying_seconds": real("reaper_retrying_seconds"),
+    "reaper_pending_seconds": real("reaper_pending_seconds"),
+    "reaper_max_rescues": integer("reaper_max_rescues"),
+    "cleanup_schedule": cleanup_schedule(check_crontab),
+    "retention_completed_days": real("retention_completed_days"),
+    "retention_failed_days": real("retention_failed_days"),
+    "retention_keep_newest": integer("retention_keep_newest"),
+    "cleanup_batch_size": integer("cleanup_batch_size"),
+}
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Settings)}

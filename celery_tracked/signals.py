@@ -11,9 +11,10 @@ from typing import Any
 from celery.signals import task_revoked, worker_init
 
 from . import stopping  # noqa: F401 (registers the worker's ``tracked_terminate`` command)
-from .errors import ConfigurationError, TrackedError, mask_url
+from .errors import ConfigurationError, TrackedError
 from .guard import GuardError
 from .messages import TrackedHeaders
+from .redact import mask_url
 from .task import TrackedTask
 from .tracker import Tracker
 

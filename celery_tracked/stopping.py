@@ -35,7 +35,7 @@ from celery.worker import state as worker_state
 from celery.worker.control import control_command
 
 from .hooks import Transition
-from .jobs import Job, JobStatus, utcnow
+from .jobs import Event, Job, JobStatus, utcnow
 from .lease import diagnose
 
 if TYPE_CHECKING:
@@ -61,14 +61,14 @@ def cancel_running(tracker: Tracker, job_id: str, reason: str) -> bool:
             job = store.get(job_id)
             if job is not None:
                 tracker.hooks.after_transition(
-                    Transition(
+                    Transition.of(
+                        Event.CANCEL_REQUESTED,
                         job_id,
-                        "cancel_requested",
-                        "processing",
                         f"job {job_id} {message}",
-                        job.queue_name,
-                        job.job_type,
-                        job.attempts_made,
+                        status=JobStatus.PROCESSING,
+                        queue=job.queue_name,
+                        job_type=job.job_type,
+                        attempt=job.attempts_made,
                     )
                 )
                 stop(tracker, job)
@@ -102,11 +102,15 @@ def stop(tracker: Tracker, job: Job) -> None:
             now=utcnow(),
         ):
             tracker.hooks.after_transition(
-                Transition(
-                    job.id, "cancelled", "cancelled", f"job {job.id} {message}",
-                    job.queue_name, job.job_type, job.attempts_made,
+                Transition.of(
+                    Event.CANCELLED,
+                    job.id,
+                    f"job {job.id} {message}",
+                    queue=job.queue_name,
+                    job_type=job.job_type,
+                    attempt=job.attempts_made,
                 )
-            )  # fmt: skip
+            )
         return
     try:
         tracker.app.control.broadcast(

@@ -37,11 +37,14 @@ from typing import TYPE_CHECKING, Any
 from . import producer
 from .attempt import Attempt
 from .enqueuer import NewJob
-from .errors import InvalidPayload, TrackedError, Unrecoverable, mask_secrets
+from .errors import InvalidPayload
+from .errors import InvalidSuccessor as InvalidSuccessor  # re-exported (home: errors.py)
+from .errors import NotInAStep as NotInAStep  # re-exported (home: errors.py)
 from .hooks import Hooks
 from .jobs import JobStatus, NewRow, utcnow
 from .keys import Then, then
 from .messages import Control
+from .redact import mask_secrets
 from .store import JobStore
 
 if TYPE_CHECKING:
@@ -51,16 +54,6 @@ logger = logging.getLogger("celery_tracked")
 
 #: Successors one step may declare (a runaway loop is refused, not inserted).
 MAX_SUCCESSORS = 1000
-
-
-class NotInAStep(TrackedError, RuntimeError):
-    """``then``/``otherwise`` was called outside the body of a running tracked task."""
-
-
-class InvalidSuccessor(InvalidPayload, Unrecoverable):
-    """A successor the step declared was refused (not a tracked task, arguments its task
-    refuses, too many successors): the step fails now, without retries (the same body
-    would declare the same successor again)."""
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from . import bulk
 from .aftermath import Aftermath
 from .cleanup import Cleanup, CleanupReport, task_retentions
 from .enqueuer import Enqueuer
-from .errors import ConfigurationError, JobFailed, JobNotFound, WaitTimeout, mask_url
+from .errors import ConfigurationError, JobFailed, JobNotFound, WaitTimeout
 from .finder import (
     DEFAULT_PAGE,
     BulkReport,
@@ -35,12 +35,13 @@ from .finder import (
 )
 from .guard import Guard, GuardError, MemoryGuard, Notifier, RedisGuard, Subscription
 from .hooks import HookChain, Hooks, LogTransitions, NotifyTerminal, Transition
-from .jobs import EnqueueResult, Job, JobEvent, utcnow
+from .jobs import EnqueueResult, Event, Job, JobEvent, utcnow
 from .lease import LeaseKeeper
 from .limiter import GlobalRateLimit, MemoryLimiter, RedisLimiter
 from .messages import as_job_id
 from .pipelines import Pipeline
 from .reaper import Reaper, ReapReport
+from .redact import mask_url
 from .relay import Relay
 from .reporter import Reports
 from .retention import policy_of
@@ -176,7 +177,7 @@ class Tracker:
                 queue = queue if job is None else queue or job.queue_name
                 job_type = job_type if job is None else job_type or job.job_type
             self.hooks.after_transition(
-                Transition(job_id, "cancelled", "cancelled", message, queue, job_type, level=level)
+                Transition.of(Event.CANCELLED, job_id, message, None, queue, job_type, level=level)
             )
         return cancelled
 

@@ -23,8 +23,9 @@ from typing import Any, TypeVar, cast
 
 import click
 
-from ..errors import InvalidFilter, JobNotFound, TrackedError, first_line
+from ..errors import InvalidFilter, JobNotFound, TrackedError
 from ..finder import Filters
+from ..redact import first_line
 from ..tracker import Tracker
 from .render import Style
 

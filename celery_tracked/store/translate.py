@@ -17,8 +17,9 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 
-from ..errors import StoreError, first_line
+from ..errors import StoreError
 from ..models import events, jobs
+from ..redact import first_line
 
 #: Said when a statement failed because a tracking table does not exist.
 MIGRATE_HINT = "the celery-tracked tables are missing: run `celery -A proj tracked migrate`"

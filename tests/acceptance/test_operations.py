@@ -118,21 +118,6 @@ def test_worker_configured_by_celery_tracked_redis_url_alone(
     assert "invalid configuration" not in worker.log()
 
 
-def test_celery_tracked_env_names_win_over_the_seed_aliases() -> None:
-    """DESIGN.md: app.conf > ``CELERY_TRACKED_*`` > the seeds' names as aliases."""
-    settings = Settings.from_conf(
-        {},
-        environ={
-            "REDIS_URL": "redis://alias-host:6379/0",
-            "CELERY_TRACKED_REDIS_URL": "redis://primary-host:6379/0",
-            "JOB_QUEUE_DEFAULT_ATTEMPTS": "7",
-            "CELERY_TRACKED_DEFAULT_ATTEMPTS": "4",
-        },
-    )
-    assert settings.redis_url == "redis://primary-host:6379/0"
-    assert settings.default_attempts == 4
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -114,7 +114,7 @@ def test_warns_loudly_when_redis_can_evict(
 ) -> None:
     proc, log = start_worker(
         tmp_path,
-        {"REDIS_URL": evicting_redis, "CELERY_TRACKED_DATABASE_URL": sqlite_url},
+        {"CELERY_TRACKED_REDIS_URL": evicting_redis, "CELERY_TRACKED_DATABASE_URL": sqlite_url},
     )
     try:
         text = wait_for(
@@ -131,9 +131,9 @@ def test_a_bad_setting_stops_the_worker_and_names_it(tmp_path: Path, sqlite_url:
     proc, log = start_worker(
         tmp_path,
         {
-            "REDIS_URL": "memory://",
+            "CELERY_TRACKED_REDIS_URL": "memory://",
             "CELERY_TRACKED_DATABASE_URL": sqlite_url,
-            "JOB_QUEUE_DEFAULT_ATTEMPTS": "zero",
+            "CELERY_TRACKED_DEFAULT_ATTEMPTS": "zero",
         },
     )
     try:

@@ -7,7 +7,8 @@ Importable as ``tracked_app`` (``celery -A tracked_app worker ...`` with this fo
     TRACKED_TEST_BROKER_WRITE      if set: ``broker_write_url`` (the worker's re-publishes)
     TRACKED_TEST_RESULT_BACKEND    if set: ``result_backend``, with ``result_extended=True``
     CELERY_TRACKED_DATABASE_URL    the per-test PostgreSQL database (read by celery-tracked)
-    REDIS_URL                      the guard's Redis (read by celery-tracked); if unset,
+    REDIS_URL                      the guard's Redis (this app's own name for it, given to
+                                   celery-tracked as ``tracked_redis_url``); if unset,
                                    ``tracked_redis_url`` is left unset too, so
                                    celery-tracked reads ``CELERY_TRACKED_REDIS_URL``
     TRACKED_TEST_RECORD_URL        Redis where bodies record their runs (default REDIS_URL)

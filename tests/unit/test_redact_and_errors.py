@@ -6,16 +6,19 @@ import time
 import pytest
 
 from celery_tracked import PayloadNotSerializable, PayloadTooLarge, Unrecoverable
-from celery_tracked.errors import (
+from celery_tracked.errors import TrackedError
+from celery_tracked.redact import (
     MAX_SUMMARY_CHARS,
-    TrackedError,
+    REDACTED,
+    encode_payload,
     mask_exception,
     mask_secrets,
     mask_url,
+    redact,
+    secret_values,
     summarize,
 )
-from celery_tracked.outcome import backoff_ms
-from celery_tracked.redact import REDACTED, encode_payload, redact, secret_values
+from celery_tracked.retry_policy import backoff_ms
 from celery_tracked.settings import DEFAULT_REDACT_KEYS, Settings
 
 #: ``tracked_redact_keys`` as documented in docs/configuration.md, pinned literally (not
@@ -138,7 +141,8 @@ def test_mask_url_handles_awkward_passwords() -> None:
 
 
 def test_error_type_never_names_an_internal_class() -> None:
-    from celery_tracked.errors import StoreError, error_type
+    from celery_tracked.errors import StoreError
+    from celery_tracked.redact import error_type
     from celery_tracked.store import Disconnected
 
     assert error_type(Disconnected("gone")) == "StoreError"
@@ -175,7 +179,7 @@ class _Unprintable(Exception):
 
 
 def test_an_unprintable_exception_is_summarised_by_its_type() -> None:
-    from celery_tracked.errors import first_line, safe_text
+    from celery_tracked.redact import first_line, safe_text
 
     exc = _Unprintable("hunter22")
     assert summarize(exc, ["hunter22"], KEYS) == "<unprintable _Unprintable>"

@@ -44,9 +44,9 @@ def test_no_silent_fallback_to_the_in_process_guard() -> None:
 def test_environment_fallbacks() -> None:
     env = {
         "CELERY_TRACKED_DATABASE_URL": "postgresql+psycopg://u:pw@db/x",
-        "REDIS_URL": "redis://cache:6379/1",
-        "JOB_QUEUE_DEFAULT_ATTEMPTS": "5",
-        "JOB_QUEUE_DEFAULT_BACKOFF_MS": "5000",
+        "CELERY_TRACKED_REDIS_URL": "redis://cache:6379/1",
+        "CELERY_TRACKED_DEFAULT_ATTEMPTS": "5",
+        "CELERY_TRACKED_DEFAULT_BACKOFF_MS": "5000",
     }
     s = Settings.from_conf({}, environ=env)
     assert s.database_url == "postgresql+psycopg://u:pw@db/x"
@@ -57,7 +57,10 @@ def test_environment_fallbacks() -> None:
 def test_app_conf_wins_over_environment() -> None:
     s = Settings.from_conf(
         {"tracked_redis_url": "memory://", "tracked_default_attempts": 7},
-        environ={"REDIS_URL": "redis://other/0", "JOB_QUEUE_DEFAULT_ATTEMPTS": "2"},
+        environ={
+            "CELERY_TRACKED_REDIS_URL": "redis://other/0",
+            "CELERY_TRACKED_DEFAULT_ATTEMPTS": "2",
+        },
     )
     assert s.memory_guard and s.default_attempts == 7
 
@@ -83,9 +86,11 @@ def test_bad_setting_is_named(conf: dict[str, object], setting: str) -> None:
 
 def test_bad_environment_value_names_the_setting_and_the_variable() -> None:
     with pytest.raises(ConfigurationError) as info:
-        Settings.from_conf({"tracked_redis_url": "memory://"}, {"JOB_QUEUE_DEFAULT_ATTEMPTS": "x"})
+        Settings.from_conf(
+            {"tracked_redis_url": "memory://"}, {"CELERY_TRACKED_DEFAULT_ATTEMPTS": "x"}
+        )
     assert info.value.setting == "tracked_default_attempts"
-    assert "JOB_QUEUE_DEFAULT_ATTEMPTS" in str(info.value)
+    assert "CELERY_TRACKED_DEFAULT_ATTEMPTS" in str(info.value)
 
 
 def test_credentials_never_appear_in_errors() -> None:
@@ -110,17 +115,19 @@ def test_the_database_pooler_setting() -> None:
         Settings.from_conf({**base, "tracked_database_pooler": "pgpool"}, environ={})
 
 
-def test_specific_names_win_over_the_seed_aliases_and_app_conf_over_both() -> None:
-    env = {
-        "REDIS_URL": "redis://cache/0",
-        "CELERY_TRACKED_REDIS_URL": "redis://guard/1",
-        "JOB_QUEUE_DEFAULT_ATTEMPTS": "2",
-        "CELERY_TRACKED_DEFAULT_ATTEMPTS": "4",
-    }
-    s = Settings.from_conf({}, environ=env)
+def test_the_library_reads_no_other_projects_names_and_app_conf_wins() -> None:
+    """Issue 14 item 6: the seed's ``REDIS_URL``/``JOB_QUEUE_*`` are the example's to map
+    (``example_project/courses/settings.py``; tests/unit/test_example_settings.py)."""
+    seed = {"REDIS_URL": "redis://cache/0", "JOB_QUEUE_DEFAULT_ATTEMPTS": "2"}
+    with pytest.raises(ConfigurationError) as info:
+        Settings.from_conf({}, environ=seed)
+    assert info.value.setting == "tracked_redis_url"
+    env = {**seed, "CELERY_TRACKED_REDIS_URL": "redis://guard/1"}
+    s = Settings.from_conf({}, environ={**env, "CELERY_TRACKED_DEFAULT_ATTEMPTS": "4"})
     assert (s.redis_url, s.default_attempts) == ("redis://guard/1", 4)
+    assert Settings.from_conf({}, environ=env).default_attempts == 3
     conf = {"tracked_redis_url": "redis://conf/2", "tracked_default_attempts": 6}
-    s = Settings.from_conf(conf, environ=env)
+    s = Settings.from_conf(conf, environ={**env, "CELERY_TRACKED_DEFAULT_ATTEMPTS": "4"})
     assert (s.redis_url, s.default_attempts) == ("redis://conf/2", 6)
 
 
@@ -177,22 +184,20 @@ def test_the_database_url_alone_needs_no_redis_setting() -> None:
     assert info.value.setting == "tracked_database_url"
 
 
-def test_seed_000s_course_generation_settings_are_the_limits_defaults() -> None:
-    """``JOB_QUEUE_COURSE_GEN_LIMITER_MS`` and ``JOB_QUEUE_COURSE_GEN_CONCURRENCY`` (seed
-    000) are the interval of a limiter named without one and the limit of a concurrency
-    key declared without one; the specific names win over them."""
+def test_the_limits_defaults() -> None:
+    """``tracked_rate_limit_ms`` and ``tracked_concurrency_limit`` are the interval of a
+    limiter named without one and the limit of a concurrency key declared without one
+    (seed 000's names for them: tests/unit/test_example_settings.py)."""
     base = {"tracked_redis_url": "memory://"}
     default = Settings.from_conf(base, environ={})
     assert (default.rate_limit_ms, default.concurrency_limit) == (2000, 2)
-    seed = {"JOB_QUEUE_COURSE_GEN_LIMITER_MS": "8000", "JOB_QUEUE_COURSE_GEN_CONCURRENCY": "3"}
-    s = Settings.from_conf(base, environ=seed)
+    given = {"CELERY_TRACKED_RATE_LIMIT_MS": "8000", "CELERY_TRACKED_CONCURRENCY_LIMIT": "3"}
+    s = Settings.from_conf(base, environ=given)
     assert (s.rate_limit_ms, s.concurrency_limit) == (8000, 3)
-    specific = {**seed, "CELERY_TRACKED_RATE_LIMIT_MS": "500"}
-    assert Settings.from_conf(base, environ=specific).rate_limit_ms == 500
     conf = {**base, "tracked_concurrency_limit": 1}
-    assert Settings.from_conf(conf, environ=seed).concurrency_limit == 1
+    assert Settings.from_conf(conf, environ=given).concurrency_limit == 1
     with pytest.raises(ConfigurationError, match="tracked_rate_limit_ms"):
-        Settings.from_conf(base, environ={"JOB_QUEUE_COURSE_GEN_LIMITER_MS": "0"})
+        Settings.from_conf(base, environ={"CELERY_TRACKED_RATE_LIMIT_MS": "0"})
 
 
 # -- issue 12 item 10: every number has a range; redaction is turned off explicitly ------
