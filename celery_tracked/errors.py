@@ -12,12 +12,17 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
     ├── EnqueueError              Redis, database or broker failed at enqueue (retryable)
     │   └── DuplicateInCanvas     a canvas member's idempotency key is taken (not retryable)
     ├── StoreError                the tracking database failed outside enqueue
+    │   ├── Disconnected          (internal) its pooled connection was dead
+    │   └── Refused               (internal) a constraint or a column refused a value
     ├── JobNotFound
     ├── InvalidFilter             ``Tracker.jobs``/bulk actions: a bad filter, limit or cursor
     ├── InvalidProgress           ``set_progress``/``log`` given a value it cannot record
     ├── WaitTimeout               (also a ``TimeoutError``)
     ├── JobFailed                 ``Tracker.wait`` on a failed or cancelled job
     └── Unrecoverable             raised by a task body: fail now, no further attempts
+
+Internal, never raised to users: ``DuplicateJob`` (a store's insert met the job's id or
+idempotency key; the enqueuer turns it into a duplicate result).
 """
 
 from __future__ import annotations
@@ -112,6 +117,23 @@ class RetryRefused(TrackedError, ValueError):
 
 class StoreError(TrackedError):
     """The tracking database failed."""
+
+
+class Disconnected(StoreError):
+    """The statement failed because its pooled connection was dead (now discarded)."""
+
+    internal = True  # recorded as a StoreError
+
+
+class Refused(StoreError):
+    """The database refused a row for what it holds (a constraint), not for being down:
+    sending it again cannot help."""
+
+    internal = True  # recorded as a StoreError
+
+
+class DuplicateJob(Exception):
+    """Internal: the insert hit the unique key or the primary key."""
 
 
 class InvalidProgress(TrackedError, ValueError):

@@ -206,3 +206,29 @@ def _from_row(cls: type[R], row: Mapping[Any, Any]) -> R:
     values = {f.name: row[f.name] for f in fields(cls)}
     values["status"] = JobStatus(values["status"])
     return cls(**values)
+
+
+#: The event of an undone ``Tracker.retry`` (its status is the one the job went back to).
+RETRY_UNDONE = "retry_undone"
+#: The keyset cursor of a cleanup's first batch: before every row.
+PURGE_START = (datetime(1970, 1, 1, tzinfo=timezone.utc), "")
+
+
+@dataclass(frozen=True)
+class Removed:
+    """A row a cleanup batch removed: what its Redis guard entry is named by."""
+
+    id: str
+    job_type: str
+    idempotency_key: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one cleanup batch did: the rows it removed, their events, and the cursor of the
+    next batch (None: the sweep is done)."""
+
+    removed: tuple[Removed, ...]
+    events: int
+    cursor: tuple[datetime, str] | None

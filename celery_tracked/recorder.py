@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 from .attempt import Attempt
-from .errors import StoreError, error_type, mask_exception, summarize
+from .errors import Refused, StoreError, error_type, mask_exception, summarize
 from .hooks import Hooks, Transition
 from .jobs import CLAIMABLE, Claim, JobStatus, NewRow, utcnow
 from .limits import DeliveryLimits
@@ -42,9 +42,9 @@ from .outcome import (
     plan_outcome,
     retry_cause,
 )
+from .ports import OutcomeStore
 from .retry_policy import RetryPolicy
 from .settings import Settings
-from .store import JobStore, Refused
 
 #: The policy of the library's own waits (not a task's retries).
 _OWN_WAITS = RetryPolicy()
@@ -81,7 +81,7 @@ class Recorder:
     #: 12 s in all); after the last one the attempt is retried.
     RESEND_PAUSES_S: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 4.0)
 
-    def __init__(self, store: JobStore, hooks: Hooks, settings: Settings) -> None:
+    def __init__(self, store: OutcomeStore, hooks: Hooks, settings: Settings) -> None:
         self.store = store
         self.hooks = hooks
         self.settings = settings

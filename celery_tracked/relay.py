@@ -27,8 +27,8 @@ from datetime import datetime, timedelta
 from .errors import mask_url
 from .jobs import Job, utcnow
 from .lease import owner_id
+from .ports import RelayStore
 from .redact import holds_redacted
-from .store import JobStore
 
 logger = logging.getLogger("celery_tracked")
 
@@ -54,7 +54,9 @@ class RelayReport:
 class Relay:
     """Publishes pending rows whose message was never handed to the broker."""
 
-    def __init__(self, store: JobStore, grace_s: float, cancel: Callable[[str, str], bool]) -> None:
+    def __init__(
+        self, store: RelayStore, grace_s: float, cancel: Callable[[str, str], bool]
+    ) -> None:
         self.store = store
         self.grace_s = grace_s
         self.cancel = cancel

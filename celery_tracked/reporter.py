@@ -20,10 +20,10 @@ from contextlib import contextmanager
 from . import progress
 from .errors import StoreError, mask_secrets
 from .jobs import Claim, utcnow
+from .ports import ReportStore
 from .progress import Coalescer, Value
 from .recorder import Run
 from .settings import Settings
-from .store import JobStore
 
 logger = logging.getLogger("celery_tracked")
 #: ``self.cancelled()`` reads the job's row at most this often (seconds) per run.
@@ -78,7 +78,7 @@ class Reporter:
     """Writes one running attempt's progress and log lines (``progress.Reporter``)."""
 
     def __init__(
-        self, store: JobStore, claim: Claim, run: Run, settings: Settings, flusher: Flusher
+        self, store: ReportStore, claim: Claim, run: Run, settings: Settings, flusher: Flusher
     ) -> None:
         self.task_name = run.task_name
         self._store = store
@@ -235,7 +235,7 @@ class Reporter:
 class Reports:
     """The reporters of this process's runs (one per ``Runner``)."""
 
-    def __init__(self, store: JobStore, settings: Settings) -> None:
+    def __init__(self, store: ReportStore, settings: Settings) -> None:
         self.store = store
         self.settings = settings
         self.flusher = Flusher()

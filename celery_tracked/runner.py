@@ -30,10 +30,10 @@ from .outcome import (
     Write,
     postpone_for,
 )
+from .ports import RunStore
 from .recorder import Recorder, Run, after_write
 from .reporter import Reports
 from .settings import Settings
-from .store import JobStore
 
 #: Longest wait before re-reading an unreachable database at claim time.
 _CLAIM_RETRY_CAP_MS = 30_000
@@ -45,7 +45,7 @@ class Runner:
     """Runs deliveries of tracked jobs in this process."""
 
     def __init__(
-        self, store: JobStore, leases: LeaseKeeper, hooks: Hooks, settings: Settings
+        self, store: RunStore, leases: LeaseKeeper, hooks: Hooks, settings: Settings
     ) -> None:
         self.store = store
         self.leases = leases

@@ -37,7 +37,7 @@ from .hooks import Hooks, Transition
 from .jobs import Claim, JobStatus, NewRow, utcnow
 from .keys import Then, then
 from .messages import Control
-from .store import JobStore
+from .ports import SuccessorStore
 
 if TYPE_CHECKING:
     from .task import TrackedTask
@@ -184,7 +184,7 @@ class Successors(Hooks):
     """Inserts a step's successors with its completion (or its exhausted failure), then
     publishes them once that write committed."""
 
-    def __init__(self, store: JobStore) -> None:
+    def __init__(self, store: SuccessorStore) -> None:
         self.store = store
 
     def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
