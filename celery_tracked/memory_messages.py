@@ -228,7 +228,7 @@ class MemoryMessages(MemoryCore):
     def _unpublished(self, job: Job, cutoff: datetime) -> bool:
         """``statements.UNPUBLISHED``."""
         until = job.locked_until
-        unheld = until is None or until < self.clock()
+        unheld = until is None or until < self._now()
         return job.published_at is None and job.updated_at < cutoff and unheld
 
     def unpublished(self, *, cutoff: datetime, now: datetime) -> list[str]:

@@ -29,7 +29,7 @@ class MemoryRuns(MemoryCore):
 
     def holders(self, key: str, job_id: str) -> int:
         """``statements.HOLDERS``: other jobs of ``key`` processing under a live lease."""
-        now = self.clock()
+        now = self._now()
         return sum(
             1
             for j in self.rows.values()
@@ -288,7 +288,7 @@ class MemoryRuns(MemoryCore):
     def renew(self, claim: Claim, lease_seconds: float) -> bool:
         """``RENEW``: no event, no ``updated_at``."""
         change = {"locked_until": self.at(lease_seconds)}
-        return self._moved(claim.job_id, self._held(claim, False), change, None, self.clock())
+        return self._moved(claim.job_id, self._held(claim, False), change, None, self._now())
 
     def release(self, claim: Claim, now: datetime) -> bool:
         """``RELEASE``."""

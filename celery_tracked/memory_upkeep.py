@@ -76,7 +76,7 @@ class MemoryUpkeep(MemoryCore):
 
     def queue_health(self, since_s: float = 3600.0) -> dict[str, dict[str, int]]:
         """``FAILED_SINCE`` and ``EXPIRED_LEASES``, per queue."""
-        since, now = self.at(-since_s), self.clock()
+        since, now = self.at(-since_s), self._now()
         out: dict[str, dict[str, int]] = {}
         with self._lock:
             jobs = list(self.rows.values())
@@ -202,7 +202,7 @@ class MemoryUpkeep(MemoryCore):
             "status": JobStatus.RETRYING,
             "locked_by": None,
             "locked_until": None,
-            "not_before": self.clock(),
+            "not_before": self._now(),
             "error_type": "WorkerLost",
             "error_message": message,
         }
@@ -260,7 +260,7 @@ class MemoryUpkeep(MemoryCore):
             change: dict[str, Any] = {"locked_by": None, "locked_until": None}
             change["published_at"] = None
         else:
-            change = {"locked_by": None, "not_before": self.clock()}
+            change = {"locked_by": None, "not_before": self._now()}
         return self._reap(job, self._waiting_fence(job, cutoff), change, _RESCUED, message, now)
 
     def abandon_waiting(
