@@ -16,7 +16,7 @@ from dataclasses import fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from .errors import DuplicateJob, Refused
+from .errors import DuplicateJob, Refused, StoreError
 from .jobs import Job, JobEvent, JobStatus, NewRow, utcnow
 
 #: Values of a new job row the producer need not give (as the SQL store's defaults).
@@ -29,7 +29,25 @@ NEW_JOB_DEFAULTS: dict[str, Any] = {
     "retries_exhausted": False,
 }
 _JOB_FIELDS = frozenset(f.name for f in fields(Job))
-_REQUIRED = ("id", "queue_name", "job_type", "task_name", "status", "max_attempts")
+#: The producer's columns of a new row (``store/inserts.NEW_JOB_COLUMNS`` less the defaults).
+_GIVEN = (
+    "id",
+    "queue_name",
+    "job_type",
+    "task_name",
+    "celery_task_id",
+    "status",
+    "payload_json",
+    "max_attempts",
+    "idempotency_key",
+    "correlation_id",
+    "parent_job_id",
+    "owner_id",
+    "created_at",
+    "updated_at",
+)
+#: Of those, the ones that may not be NULL.
+_REQUIRED = ("id", "queue_name", "job_type", "task_name", "status", "max_attempts", "created_at")
 _EVENT_REQUIRED = ("job_id", "event", "status", "created_at")
 
 #: A move's condition on the row as it is, and its change of it.
@@ -157,14 +175,19 @@ class MemoryCore:
         Raises:
             DuplicateJob: its id or ``(job_type, idempotency_key, key_round)`` is taken
                 (``if_absent``: nothing is inserted, None is returned instead).
-            Refused: a required value is missing, or a column the table does not have.
+            StoreError: a producer's column is not given (``Refused``: NULL where a value is
+                required, or a column the table does not have).
         """
         unknown = set(values) - _JOB_FIELDS
-        missing = [name for name in _REQUIRED if values.get(name) is None]
-        if unknown or missing or values.get("created_at") is None:
-            raise Refused(f"inserting the job row failed: columns {sorted(unknown) or missing}")
+        if unknown:
+            raise Refused(f"inserting the job row failed: no columns {sorted(unknown)}")
+        absent = [name for name in _GIVEN if name not in values]
+        if absent:
+            raise StoreError(f"inserting the job row failed: no value given for {absent}")
+        missing = [name for name in _REQUIRED if values[name] is None]
+        if missing:
+            raise Refused(f"inserting the job row failed: {missing} may not be NULL")
         given = {**NEW_JOB_DEFAULTS, **values}
-        given.setdefault("updated_at", given["created_at"])
         for name in _JOB_FIELDS - set(given):
             given[name] = None
         job = Job(**{**given, "status": JobStatus(given["status"])})

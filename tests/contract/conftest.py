@@ -86,7 +86,14 @@ def store(backend: Backend) -> Store:
 
 def new_job(store: Store, **values: Any) -> str:
     """Insert a pending job as a producer would (``values`` override); its id."""
-    job_id = str(uuid.uuid4())
+    row = job_row(**values)
+    store.insert(row)
+    return str(row["id"])
+
+
+def job_row(**values: Any) -> dict[str, Any]:
+    """A producer's new row (``values`` override; ``now``: its creation time)."""
+    job_id = str(values.pop("id", None) or uuid.uuid4())
     now = values.pop("now", None) or utcnow()
     row: dict[str, Any] = {
         "id": job_id,
@@ -104,8 +111,7 @@ def new_job(store: Store, **values: Any) -> str:
         "created_at": now,
         "updated_at": now,
     }
-    store.insert({**row, **values})
-    return job_id
+    return {**row, **values}
 
 
 def claimed(store: Store, job_id: str, lease_s: float = 60, **kw: Any) -> Claim:
