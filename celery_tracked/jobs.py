@@ -81,6 +81,38 @@ class NewRow:
             raise ValueError(f"a new job is a row of {TABLES[0]}, not {self.table}")
 
 
+#: Columns of a new job row, in the order the producer gives them.
+NEW_JOB_COLUMNS: tuple[str, ...] = (
+    "id",
+    "queue_name",
+    "job_type",
+    "task_name",
+    "celery_task_id",
+    "status",
+    "payload_json",
+    "attempts_made",
+    "max_attempts",
+    "idempotency_key",
+    "key_round",
+    "revision",
+    "retries_exhausted",
+    "correlation_id",
+    "parent_job_id",
+    "owner_id",
+    "concurrency_key",
+    "progress",
+    "created_at",
+    "updated_at",
+)
+#: Values of a new job row the producer need not give.
+NEW_JOB_DEFAULTS: Mapping[str, Any] = {
+    "attempts_made": 0,
+    "progress": 0,
+    "key_round": 0,
+    "revision": 0,
+    "concurrency_key": None,
+    "retries_exhausted": False,
+}
 #: The library's own tables: the only ones a completion may add rows to.
 TABLES = ("background_jobs", "background_job_events")
 

@@ -17,35 +17,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .errors import DuplicateJob, Refused, StoreError
-from .jobs import Job, JobEvent, JobStatus, NewRow, utcnow
+from .jobs import NEW_JOB_COLUMNS, NEW_JOB_DEFAULTS, Job, JobEvent, JobStatus, NewRow, utcnow
 
-#: Values of a new job row the producer need not give (as the SQL store's defaults).
-NEW_JOB_DEFAULTS: dict[str, Any] = {
-    "attempts_made": 0,
-    "progress": 0,
-    "key_round": 0,
-    "revision": 0,
-    "concurrency_key": None,
-    "retries_exhausted": False,
-}
 _JOB_FIELDS = frozenset(f.name for f in fields(Job))
-#: The producer's columns of a new row (``store/inserts.NEW_JOB_COLUMNS`` less the defaults).
-_GIVEN = (
-    "id",
-    "queue_name",
-    "job_type",
-    "task_name",
-    "celery_task_id",
-    "status",
-    "payload_json",
-    "max_attempts",
-    "idempotency_key",
-    "correlation_id",
-    "parent_job_id",
-    "owner_id",
-    "created_at",
-    "updated_at",
-)
+#: The producer's columns of a new row (the SQL insert binds every one of them).
+_GIVEN = tuple(c for c in NEW_JOB_COLUMNS if c not in NEW_JOB_DEFAULTS)
 #: Of those, the ones that may not be NULL.
 _REQUIRED = ("id", "queue_name", "job_type", "task_name", "status", "max_attempts", "created_at")
 _EVENT_REQUIRED = ("job_id", "event", "status", "created_at")

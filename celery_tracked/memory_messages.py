@@ -127,14 +127,21 @@ class MemoryMessages(MemoryCore):
             "published_at": None,
             "updated_at": now,
         }
+        return self._undo(job_id, made, change, "debounce_undone", now, message)
+
+    def _undo(
+        self,
+        job_id: str,
+        made: int,
+        change: Mapping[str, Any],
+        event: str,
+        now: datetime,
+        message: str,
+    ) -> bool:
+        """An ``UNDO_*`` move: pending at revision ``made``, its message never sent."""
+        check = _unsent(made)
         moved = self.move(
-            job_id,
-            _PENDING,
-            _unsent(made),
-            lambda _: change,
-            "debounce_undone",
-            now=now,
-            message=message,
+            job_id, _PENDING, check, lambda _: change, event, now=now, message=message
         )
         return moved is not None
 
@@ -193,16 +200,7 @@ class MemoryMessages(MemoryCore):
             "retries_exhausted": retries_exhausted,
             "updated_at": now,
         }
-        moved = self.move(
-            job_id,
-            _PENDING,
-            _unsent(made),
-            lambda _: change,
-            RETRY_UNDONE,
-            now=now,
-            message=message,
-        )
-        return moved is not None
+        return self._undo(job_id, made, change, RETRY_UNDONE, now, message)
 
     def retry_rounds(self, job_id: str) -> list[tuple[str, int]]:
         """``SELECT_ROUNDS``."""

@@ -24,6 +24,15 @@ def _end_run(now: datetime, **changes: Any) -> dict[str, Any]:
     return {"updated_at": now, **_UNLOCKED, **changes}
 
 
+def _ended_without_error(
+    now: datetime, status: JobStatus, message: str | None, **changes: Any
+) -> dict[str, Any]:
+    """A run ended completed or cancelled: finished now, no error type."""
+    return _end_run(
+        now, status=status, finished_at=now, error_type=None, error_message=message, **changes
+    )
+
+
 class MemoryRuns(MemoryCore):
     """A delivery's claim and its run's writes."""
 
@@ -220,14 +229,8 @@ class MemoryRuns(MemoryCore):
         resent: bool = False,
     ) -> bool:
         """``COMPLETE``; ``resent``: a row this very attempt completed counts as saved."""
-        done = _end_run(
-            now,
-            status=JobStatus.COMPLETED,
-            result_json=result_json,
-            finished_at=now,
-            error_type=None,
-            error_message=None,
-            progress=100,
+        done = _ended_without_error(
+            now, JobStatus.COMPLETED, None, result_json=result_json, progress=100
         )
         check = self._held(claim)
         if self._moved(claim.job_id, check, done, "completed", now, None, duration_ms, rows):
@@ -250,16 +253,10 @@ class MemoryRuns(MemoryCore):
         now: datetime,
     ) -> bool:
         """``RETRYING``: due after ``delay_ms`` on the store's clock."""
-        message = f"retry in {delay_ms} ms after {error_type}: {error_message}"[:1000]
-        change = _end_run(
-            now,
-            status=JobStatus.RETRYING,
-            error_type=error_type,
-            error_message=error_message,
-            not_before=self.at(delay_ms / 1000),
-        )
-        check = self._held(claim)
-        return self._moved(claim.job_id, check, change, "retrying", now, message, duration_ms)
+        message = f"retry in {delay_ms} ms after {error_type}: {error_message}"
+        due = {"not_before": self.at(delay_ms / 1000)}
+        ended = (JobStatus.RETRYING, error_type, error_message, message)
+        return self._ended(claim, ended, now, duration_ms, (), due)
 
     def fail(
         self,
@@ -273,17 +270,29 @@ class MemoryRuns(MemoryCore):
         retries_exhausted: bool = False,
     ) -> bool:
         """``FAIL``, with ``rows`` in the same step."""
-        message = f"{error_type}: {error_message}"[:1000]
-        change = _end_run(
-            now,
-            status=JobStatus.FAILED,
-            error_type=error_type,
-            error_message=error_message,
-            finished_at=now,
-            retries_exhausted=retries_exhausted,
-        )
+        message = f"{error_type}: {error_message}"
+        done = {"finished_at": now, "retries_exhausted": retries_exhausted}
+        ended = (JobStatus.FAILED, error_type, error_message, message)
+        return self._ended(claim, ended, now, duration_ms, rows, done)
+
+    def _ended(
+        self,
+        claim: Claim,
+        ended: tuple[JobStatus, str, str, str],
+        now: datetime,
+        duration_ms: int | None,
+        rows: Sequence[NewRow],
+        extra: Mapping[str, Any],
+    ) -> bool:
+        """``outcomes._end_run``: ``(status, error type, error message, event message)``."""
+        status, error_type, error_message, message = ended
+        change = _end_run(now, status=status, error_type=error_type, error_message=error_message)
+        change.update(extra)
         check = self._held(claim)
-        return self._moved(claim.job_id, check, change, "failed", now, message, duration_ms, rows)
+        event = status.value
+        return self._moved(
+            claim.job_id, check, change, event, now, message[:1000], duration_ms, rows
+        )
 
     def renew(self, claim: Claim, lease_seconds: float) -> bool:
         """``RENEW``: no event, no ``updated_at``."""
@@ -334,13 +343,7 @@ class MemoryRuns(MemoryCore):
         def check(job: Job) -> bool:
             return job.attempts_made == claim.attempt and job.cancel_requested_at is not None
 
-        change = _end_run(
-            now,
-            status=JobStatus.CANCELLED,
-            finished_at=now,
-            error_type=None,
-            error_message=message,
-        )
+        change = _ended_without_error(now, JobStatus.CANCELLED, message)
         return self._moved(claim.job_id, check, change, "cancelled", now, message)
 
     def cancel_wanted(self, job_id: str) -> bool:
