@@ -1,4 +1,4 @@
-"""The worker runner against an in-memory twin of the store: every verdict, no service."""
+"""The worker runner against the library's in-memory store (watched): every verdict, no service."""
 
 from __future__ import annotations
 
