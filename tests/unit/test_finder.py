@@ -23,7 +23,6 @@ from celery_tracked.finder import (
 )
 from celery_tracked.jobs import Job, JobStatus
 from celery_tracked.store import queries
-from tests.unit.job_rows import NOW, a_job
 
 from .job_rows import NOW, a_job
 
