@@ -17,14 +17,14 @@ lock guards every row and event. Nothing survives the process.
 from __future__ import annotations
 
 from .memory_messages import MemoryMessages
-from .memory_runs import MemoryRuns
+from .memory_reports import MemoryReports
 from .memory_upkeep import MemoryUpkeep
 from .ports import Store
 
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore(MemoryRuns, MemoryMessages, MemoryUpkeep):
+class MemoryStore(MemoryReports, MemoryMessages, MemoryUpkeep):
     """The store contract in memory (see the module's docstring)."""
 
     def connect(self) -> None:

@@ -36,8 +36,10 @@ class MemoryCore:
 
     def __init__(self, now: Callable[[], datetime] = utcnow) -> None:
         """``now``: the store's clock (the database's, in the SQL store)."""
-        self._now = now
-        self._lock = threading.RLock()
+        #: the store's clock (``clock()`` reads it; the moves read it here)
+        self.time = now
+        #: guards every row and event: each move is atomic under it
+        self.lock = threading.RLock()
         #: the rows by id (a test may read them, or place one with :meth:`put`)
         self.rows: dict[str, Job] = {}
         self._events: list[JobEvent] = []
@@ -45,16 +47,16 @@ class MemoryCore:
 
     def clock(self) -> datetime:
         """The store's current time: the clock leases and backoffs are judged on."""
-        return self._now()
+        return self.time()
 
     def at(self, seconds: float) -> datetime:
         """The store's clock ``seconds`` from now (``db_time(offset)``)."""
-        return self._now() + timedelta(seconds=seconds)
+        return self.time() + timedelta(seconds=seconds)
 
     def put(self, job: Job) -> None:
         """Place ``job`` as it is (tests: a row in a given state), replacing any row with
         its id."""
-        with self._lock:
+        with self.lock:
             self.rows[job.id] = job
 
     def move(
@@ -73,7 +75,7 @@ class MemoryCore:
         """Change the row if it is in ``sources`` and passes ``check``: its ``event``
         appended (status and attempt the moved row's), ``rows`` inserted. The moved row, or
         None when the move did not apply (nothing changed)."""
-        with self._lock:
+        with self.lock:
             job = self.rows.get(job_id)
             if job is None or job.status not in sources or not check(job):
                 return None
@@ -104,7 +106,7 @@ class MemoryCore:
 
     def free(self, until: datetime | None) -> bool:
         """``statements.UNLOCKED``/``DUE``: no time set, or it has come."""
-        return until is None or until <= self._now()
+        return until is None or until <= self.time()
 
     def append_event(
         self,
@@ -132,12 +134,12 @@ class MemoryCore:
 
     def history(self, job_id: str) -> list[JobEvent]:
         """The job's events, oldest first."""
-        with self._lock:
+        with self.lock:
             return [e for e in self._events if e.job_id == job_id]
 
     def drop(self, job_ids: Collection[str]) -> int:
         """Remove the rows and their events; how many events went."""
-        with self._lock:
+        with self.lock:
             for job_id in job_ids:
                 self.rows.pop(job_id, None)
             kept = [e for e in self._events if e.job_id not in job_ids]
@@ -167,7 +169,7 @@ class MemoryCore:
         for name in _JOB_FIELDS - set(given):
             given[name] = None
         job = Job(**{**given, "status": JobStatus(given["status"])})
-        with self._lock:
+        with self.lock:
             if self._taken(job):
                 if if_absent:
                     return None

@@ -53,14 +53,14 @@ class MemoryMessages(MemoryCore):
     def insert(self, row: Mapping[str, Any]) -> None:
         """A pending job and its ``enqueued`` event (``DuplicateJob`` for a taken id or
         key round)."""
-        with self._lock:
+        with self.lock:
             job = self.add_row(row)
             assert job is not None
             self.append_event(job, "enqueued", job.created_at)
 
     def undo(self, job_id: str) -> bool:
         """``DELETE_UNPUBLISHED`` and its events."""
-        with self._lock:
+        with self.lock:
             job = self.rows.get(job_id)
             if job is None or job.status is not JobStatus.PENDING:
                 return False
@@ -211,7 +211,7 @@ class MemoryMessages(MemoryCore):
         """``SELECT_FAIL_SOFT``: the oldest job of the step's pipeline whose parent is the
         step and whose ``enqueued`` event says ``note``."""
         pipeline = step.correlation_id or step.id
-        with self._lock:
+        with self.lock:
             found = [
                 job
                 for job in self.rows.values()
@@ -226,12 +226,12 @@ class MemoryMessages(MemoryCore):
     def _unpublished(self, job: Job, cutoff: datetime) -> bool:
         """``statements.UNPUBLISHED``."""
         until = job.locked_until
-        unheld = until is None or until < self._now()
+        unheld = until is None or until < self.time()
         return job.published_at is None and job.updated_at < cutoff and unheld
 
     def unpublished(self, *, cutoff: datetime, now: datetime) -> list[str]:
         """``SELECT_UNPUBLISHED``: oldest first, at most 100."""
-        with self._lock:
+        with self.lock:
             found = [
                 j
                 for j in self.rows.values()

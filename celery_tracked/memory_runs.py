@@ -15,7 +15,6 @@ from .jobs import CLAIMABLE, Claim, Job, JobStatus, NewRow
 from .memory_core import MemoryCore
 
 _PROCESSING = (JobStatus.PROCESSING,)
-_LOG_EVENT = "log"
 #: ``statements._END_RUN``
 _UNLOCKED: dict[str, Any] = {"locked_by": None, "locked_until": None}
 
@@ -24,7 +23,7 @@ def _end_run(now: datetime, **changes: Any) -> dict[str, Any]:
     return {"updated_at": now, **_UNLOCKED, **changes}
 
 
-def _ended_without_error(
+def ended_without_error(
     now: datetime, status: JobStatus, message: str | None, **changes: Any
 ) -> dict[str, Any]:
     """A run ended completed or cancelled: finished now, no error type."""
@@ -38,7 +37,7 @@ class MemoryRuns(MemoryCore):
 
     def holders(self, key: str, job_id: str) -> int:
         """``statements.HOLDERS``: other jobs of ``key`` processing under a live lease."""
-        now = self._now()
+        now = self.time()
         return sum(
             1
             for j in self.rows.values()
@@ -50,7 +49,7 @@ class MemoryRuns(MemoryCore):
         )
 
     def key_busy(self, job_id: str, key: str, limit: int) -> bool:
-        with self._lock:
+        with self.lock:
             return limit <= self.holders(key, job_id)
 
     def _take_lease(self, owner: str, worker: str, now: datetime, lease_s: float) -> Any:
@@ -150,7 +149,7 @@ class MemoryRuns(MemoryCore):
             error_message=message,
             finished_at=now,
         )
-        return self._moved(job_id, check, change, "failed", now, message)
+        return self.move_running(job_id, check, change, "failed", now, message)
 
     def end_dead_run(
         self,
@@ -182,9 +181,9 @@ class MemoryRuns(MemoryCore):
             ended["retries_exhausted"] = True
         if cancelling:
             ended.update(error_type=None, error_message=message)
-        return self._moved(job_id, check, ended, status.value, now, message)
+        return self.move_running(job_id, check, ended, status.value, now, message)
 
-    def _moved(
+    def move_running(
         self,
         job_id: str,
         check: Any,
@@ -209,7 +208,7 @@ class MemoryRuns(MemoryCore):
         )
         return moved is not None
 
-    def _held(self, claim: Claim, uncancelled: bool = True) -> Any:
+    def held_by(self, claim: Claim, uncancelled: bool = True) -> Any:
         """``HELD`` (and ``UNCANCELLED``)."""
 
         def check(job: Job) -> bool:
@@ -229,11 +228,11 @@ class MemoryRuns(MemoryCore):
         resent: bool = False,
     ) -> bool:
         """``COMPLETE``; ``resent``: a row this very attempt completed counts as saved."""
-        done = _ended_without_error(
+        done = ended_without_error(
             now, JobStatus.COMPLETED, None, result_json=result_json, progress=100
         )
-        check = self._held(claim)
-        if self._moved(claim.job_id, check, done, "completed", now, None, duration_ms, rows):
+        check = self.held_by(claim)
+        if self.move_running(claim.job_id, check, done, "completed", now, None, duration_ms, rows):
             return True
         job = self.rows.get(claim.job_id)
         saved = job is not None and (job.attempts_made, job.status) == (
@@ -288,20 +287,22 @@ class MemoryRuns(MemoryCore):
         status, error_type, error_message, message = ended
         change = _end_run(now, status=status, error_type=error_type, error_message=error_message)
         change.update(extra)
-        check = self._held(claim)
+        check = self.held_by(claim)
         event = status.value
-        return self._moved(
+        return self.move_running(
             claim.job_id, check, change, event, now, message[:1000], duration_ms, rows
         )
 
     def renew(self, claim: Claim, lease_seconds: float) -> bool:
         """``RENEW``: no event, no ``updated_at``."""
         change = {"locked_until": self.at(lease_seconds)}
-        return self._moved(claim.job_id, self._held(claim, False), change, None, self._now())
+        return self.move_running(
+            claim.job_id, self.held_by(claim, False), change, None, self.time()
+        )
 
     def release(self, claim: Claim, now: datetime) -> bool:
         """``RELEASE``."""
-        return self._moved(claim.job_id, self._held(claim, False), _end_run(now), None, now)
+        return self.move_running(claim.job_id, self.held_by(claim, False), _end_run(now), None, now)
 
     def give_back(
         self, claim: Claim, *, owner: str, claimed_at: datetime, now: datetime, message: str
@@ -323,56 +324,3 @@ class MemoryRuns(MemoryCore):
             claim.job_id, _PROCESSING, check, change, "given_back", now=now, message=message
         )
         return moved is not None
-
-    def request_cancel(self, job_id: str, *, now: datetime, message: str) -> bool:
-        """``REQUEST_CANCEL``: once."""
-        change = {"cancel_requested_at": now, "updated_at": now}
-        check = self._requested(False)
-        return self._moved(job_id, check, change, "cancel_requested", now, message)
-
-    @staticmethod
-    def _requested(wanted: bool) -> Any:
-        def check(job: Job) -> bool:
-            return (job.cancel_requested_at is not None) is wanted
-
-        return check
-
-    def cancel_run(self, claim: Claim, *, now: datetime, message: str) -> bool:
-        """``CANCEL_RUN``: held, and a cancel was requested."""
-
-        def check(job: Job) -> bool:
-            return job.attempts_made == claim.attempt and job.cancel_requested_at is not None
-
-        change = _ended_without_error(now, JobStatus.CANCELLED, message)
-        return self._moved(claim.job_id, check, change, "cancelled", now, message)
-
-    def cancel_wanted(self, job_id: str) -> bool:
-        job = self.rows.get(job_id)
-        if job is None:
-            return False
-        return job.cancel_requested_at is not None or job.status is JobStatus.CANCELLED
-
-    def report_progress(
-        self, claim: Claim, *, percent: int, stage: str | None, now: datetime
-    ) -> bool:
-        """``PROGRESS``: no event; a stage of None keeps the row's."""
-
-        def change(job: Job) -> Mapping[str, Any]:
-            kept = job.stage if stage is None else stage
-            return {"progress": percent, "stage": kept, "updated_at": now}
-
-        check = self._held(claim, False)
-        return self.move(claim.job_id, _PROCESSING, check, change) is not None
-
-    def log_line(self, claim: Claim, *, message: str, now: datetime) -> bool:
-        """``LOG_LINE``: a ``log`` event while the run holds the job."""
-        with self._lock:
-            job = self.rows.get(claim.job_id)
-            held = job is not None and job.status is JobStatus.PROCESSING
-            if job is None or not held or job.attempts_made != claim.attempt:
-                return False
-            self.append_event(job, _LOG_EVENT, now, message)
-            return True
-
-    def log_lines(self, job_id: str) -> int:
-        return sum(1 for e in self.history(job_id) if e.event == _LOG_EVENT)

@@ -32,14 +32,14 @@ class MemoryUpkeep(MemoryCore):
 
     def find_by_key(self, job_type: str, key: str) -> Job | None:
         """``SELECT_BY_KEY``: the key's newest round."""
-        with self._lock:
+        with self.lock:
             found = [
                 j for j in self.rows.values() if j.job_type == job_type and j.idempotency_key == key
             ]
         return max(found, key=lambda j: j.key_round, default=None)
 
     def pipeline(self, correlation_id: str) -> list[Job]:
-        with self._lock:
+        with self.lock:
             found = [j for j in self.rows.values() if j.correlation_id == correlation_id]
         return sorted(found, key=lambda j: (j.created_at, j.id))
 
@@ -48,7 +48,7 @@ class MemoryUpkeep(MemoryCore):
 
     def find(self, filt: JobFilter, after: Position | None, limit: int) -> list[Job]:
         """``queries.find_statement``: newest first, strictly after ``after``."""
-        with self._lock:
+        with self.lock:
             found = [j for j in self.rows.values() if filt.matches(j)]
         if after is not None:
             found = [j for j in found if (j.created_at, j.id) < (after.created_at, after.id)]
@@ -59,7 +59,7 @@ class MemoryUpkeep(MemoryCore):
         """Counts per queue and status, the oldest pending job's age per queue."""
         now = now or utcnow()
         out: dict[str, dict[str, Any]] = {}
-        with self._lock:
+        with self.lock:
             jobs = list(self.rows.values())
         for job in jobs:
             entry = out.setdefault(job.queue_name, _empty_stats())
@@ -76,9 +76,9 @@ class MemoryUpkeep(MemoryCore):
 
     def queue_health(self, since_s: float = 3600.0) -> dict[str, dict[str, int]]:
         """``FAILED_SINCE`` and ``EXPIRED_LEASES``, per queue."""
-        since, now = self.at(-since_s), self._now()
+        since, now = self.at(-since_s), self.time()
         out: dict[str, dict[str, int]] = {}
-        with self._lock:
+        with self.lock:
             jobs = list(self.rows.values())
         for job in jobs:
             failed = job.status is JobStatus.FAILED
@@ -95,7 +95,7 @@ class MemoryUpkeep(MemoryCore):
 
     def backlog(self, *, cutoff: datetime) -> int:
         """``COUNT_UNPUBLISHED``."""
-        with self._lock:
+        with self.lock:
             return sum(
                 1
                 for j in self.rows.values()
@@ -129,7 +129,7 @@ class MemoryUpkeep(MemoryCore):
     ) -> list[tuple[Job, int]]:
         """``SELECT_STALLED_RUNS``/``_PENDING``/``_RETRYING``: the runs (at most
         ``limit``), then the oldest ``limit`` of the waiting ones."""
-        with self._lock:
+        with self.lock:
             jobs = list(self.rows.values())
             runs = [
                 j
@@ -202,7 +202,7 @@ class MemoryUpkeep(MemoryCore):
             "status": JobStatus.RETRYING,
             "locked_by": None,
             "locked_until": None,
-            "not_before": self._now(),
+            "not_before": self.time(),
             "error_type": "WorkerLost",
             "error_message": message,
         }
@@ -260,7 +260,7 @@ class MemoryUpkeep(MemoryCore):
             change: dict[str, Any] = {"locked_by": None, "locked_until": None}
             change["published_at"] = None
         else:
-            change = {"locked_by": None, "not_before": self._now()}
+            change = {"locked_by": None, "not_before": self.time()}
         return self._reap(job, self._waiting_fence(job, cutoff), change, _RESCUED, message, now)
 
     def abandon_waiting(
@@ -284,7 +284,7 @@ class MemoryUpkeep(MemoryCore):
     def purge_batch(self, sweep: Sweep, cursor: tuple[datetime, str], limit: int) -> Batch:
         """``purge.statements``: the next ``limit`` rows after ``cursor``, removed with
         their events."""
-        with self._lock:
+        with self.lock:
             rows = [j for j in self._admitted(sweep) if (j.finished_at, j.id) > cursor][:limit]
             if not rows:
                 return Batch((), 0, None)
@@ -295,13 +295,13 @@ class MemoryUpkeep(MemoryCore):
         return Batch(removed, n_events, (last.finished_at, last.id))
 
     def purge_count(self, sweep: Sweep) -> int:
-        with self._lock:
+        with self.lock:
             return len(self._admitted(sweep))
 
     def keep_boundaries(self, keep: int) -> list[tuple[str, Boundary]]:
         """``purge.boundaries``: per queue and ended status, its ``keep``-th newest row."""
         groups: dict[tuple[str, str], list[Job]] = {}
-        with self._lock:
+        with self.lock:
             for job in self.rows.values():
                 if job.status.value in ENDED and job.finished_at is not None:
                     groups.setdefault((job.queue_name, job.status.value), []).append(job)
