@@ -4,7 +4,9 @@ Pure functions over a :class:`CallShape` (the body's signature, computed once pe
 the validated payload, the redacted payload, the ``argsrepr``/``kwargsrepr`` Flower shows,
 the secret values to mask in errors, and the idempotency key. Positional arguments are
 named in exactly one place (:meth:`CallShape.named`), so the payload, the reprs and the
-error masks always agree. No Redis, SQL or Celery here.
+error masks always agree. No Redis, SQL or Celery here: the text of ``argsrepr``/
+``kwargsrepr`` comes from the shape's ``show`` function, which the Celery adapter sets to
+Celery's own ``saferepr`` (so the reprs are exactly the ones Celery makes).
 """
 
 from __future__ import annotations
@@ -15,8 +17,6 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-from celery.utils.saferepr import saferepr
 
 from .codec import PAYLOAD_DEPTH, check_depth, encode
 from .errors import (
@@ -32,12 +32,22 @@ from .redact import REDACTED, encode_payload, is_secret_key, redact, secret_valu
 REPR_CHARS = 1024
 #: Longest idempotency key (the column's width).
 MAX_KEY_CHARS = 255
+#: ``show(value, limit)``: an argument tuple or dict as ``argsrepr``/``kwargsrepr`` text of
+#: at most about ``limit`` characters.
+Show = Callable[[Any, int], str]
+
+
+def plain_repr(value: Any, limit: int) -> str:
+    """``repr`` cut to ``limit`` characters: ``show`` when no adapter gives its own."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
 
 
 class CallShape:
     """How a body takes its arguments (from its signature; None when it has none)."""
 
-    def __init__(self, func: Callable[..., Any]) -> None:
+    def __init__(self, func: Callable[..., Any], show: Show = plain_repr) -> None:
+        self.show = show
         try:
             self.signature: inspect.Signature | None = inspect.signature(func)
         except (TypeError, ValueError):
@@ -105,7 +115,7 @@ class CallShape:
     ) -> tuple[str, str]:
         """``argsrepr`` and ``kwargsrepr``, redacted (what Flower and events show)."""
         safe_args, safe_kwargs = self.redacted(args, kwargs, keys)
-        return saferepr(tuple(safe_args), REPR_CHARS), saferepr(safe_kwargs, REPR_CHARS)
+        return self.show(tuple(safe_args), REPR_CHARS), self.show(safe_kwargs, REPR_CHARS)
 
     def secrets(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
@@ -201,8 +211,8 @@ def prepare_call(
         return PreparedCall(
             key=idempotency_key(rules, explicit_key, args, kwargs, named, made),
             payload_json=encode({"args": safe_args, "kwargs": safe_kwargs}, PAYLOAD_DEPTH),
-            argsrepr=saferepr(tuple(safe_args), REPR_CHARS),
-            kwargsrepr=saferepr(safe_kwargs, REPR_CHARS),
+            argsrepr=shape.show(tuple(safe_args), REPR_CHARS),
+            kwargsrepr=shape.show(safe_kwargs, REPR_CHARS),
             secrets=secrets,
             concurrency_key=None if limited is None else made.build("concurrency_key", limited),
         )

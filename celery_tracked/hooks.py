@@ -8,17 +8,27 @@ Celery's own ``before_start``...``after_return``).
 - :meth:`Hooks.before_body` may still postpone a delivery that claimed its job, immediately
   before its body: the claim is then given back (no attempt used). The rate limiter grants
   the start here, so that nothing slow comes between the grant and the body.
-- :meth:`Hooks.completion_rows` returns rows to insert inside the completion transaction:
-  they exist if and only if the job is marked completed (pipelines will use it). It returns
-  data and never sees a connection.
+- :meth:`Hooks.running` wraps the body of the attempt it is given (dramatiq's
+  before/after process message): a hook may :meth:`~celery_tracked.attempt.Attempt.attach`
+  what the body's calls reach (the progress reporter, the pipeline step), and its block
+  ends when the body does, before the outcome is written.
+- :meth:`Hooks.completion_rows` returns rows to insert inside the completion transaction
+  of the attempt it is given: they exist if and only if the job is marked completed
+  (pipelines use it). It returns data and never sees a connection.
 - :meth:`Hooks.failure_rows` does the same for the write that fails a job after it
   exhausted its retries (a pipeline's fail-soft successor).
+- :meth:`Hooks.after_attempt` hears that an attempt's outcome was written (or could not
+  be): ``attempt.recorded`` says which write committed (pipelines publish then).
 - :meth:`Hooks.after_transition` hears every transition once it is written (or failed to
   be): the structured log lines and the terminal notification are the first two built-ins.
 
+Every hook receives what it acts on (the delivery, the claim, the attempt, the
+transition) as arguments: no context variable carries the running attempt to them.
+
 Register your own with ``Tracker.for_app(app).add_hook(MyHooks())``. A hook that raises in
-``before_claim``, ``after_claim``, ``before_body`` or ``after_transition`` is logged and
-ignored (the delivery goes on; the row is already the truth). One that raises in
+``before_claim``, ``after_claim``, ``before_body``, ``running`` (entering or leaving it;
+the body's own exception is never replaced), ``after_attempt`` or ``after_transition`` is
+logged and ignored (the delivery goes on; the row is already the truth). One that raises in
 ``completion_rows``, or whose rows the database refuses, fails the attempt like a body that
 raised: it is retried up to ``max_attempts``.
 """
@@ -26,10 +36,13 @@ raised: it is retried up to ``max_attempts``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from types import TracebackType
+from typing import Any, Literal
 
+from .attempt import Attempt
 from .errors import TrackedError
 from .guard import Notifier
 from .jobs import Claim, NewRow
@@ -105,16 +118,26 @@ class Hooks:
         None lets the body start. Keep it quick: the body starts right after."""
         return None
 
-    def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
-        """Rows to insert in the completion transaction of ``claim`` (whose body returned
-        ``result``)."""
+    def running(self, attempt: Attempt) -> AbstractContextManager[object]:
+        """A context manager wrapping ``attempt``'s body: entered just before it, left
+        when it returned or raised (before its outcome is written). Attach what the body's
+        calls need to ``attempt`` here."""
+        return nullcontext()
+
+    def completion_rows(self, attempt: Attempt, result: Any) -> Sequence[NewRow]:
+        """Rows to insert in the completion transaction of ``attempt`` (whose body
+        returned ``result``; ``attempt.claim`` fences the write)."""
         return ()
 
-    def failure_rows(self, claim: Claim, error: BaseException) -> Sequence[NewRow]:
-        """Rows to insert in the transaction that marks ``claim``'s job ``failed`` after it
-        exhausted its retries (never after ``Unrecoverable`` or an error its task does not
-        retry): a pipeline's fail-soft successor."""
+    def failure_rows(self, attempt: Attempt, error: BaseException) -> Sequence[NewRow]:
+        """Rows to insert in the transaction that marks ``attempt``'s job ``failed`` after
+        it exhausted its retries (never after ``Unrecoverable`` or an error its task does
+        not retry): a pipeline's fail-soft successor."""
         return ()
+
+    def after_attempt(self, attempt: Attempt) -> None:
+        """Called once ``attempt``'s outcome was written, or could not be: its
+        ``recorded`` status is the write that committed (None: none did)."""
 
     def after_transition(self, transition: Transition) -> None:
         """Called after each transition (from the process where it happened)."""
@@ -175,11 +198,7 @@ class HookChain(Hooks):
         return None
 
     def after_claim(self, delivery: Delivery, claim: Claim) -> None:
-        for hook in self.hooks:
-            try:
-                hook.after_claim(delivery, claim)
-            except Exception:
-                logger.exception("celery-tracked hook %r failed in after_claim", hook)
+        self._each("after_claim", lambda hook: hook.after_claim(delivery, claim))
 
     def before_body(self, delivery: Delivery, claim: Claim) -> float | Wait | None:
         for hook in self.hooks:
@@ -192,15 +211,58 @@ class HookChain(Hooks):
                 return delay
         return None
 
-    def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
-        return [row for hook in self.hooks for row in hook.completion_rows(claim, result)]
+    @contextmanager
+    def running(self, attempt: Attempt) -> Iterator[None]:
+        """Every hook's ``running`` block, nested in registration order."""
+        with ExitStack() as stack:
+            for hook in self.hooks:
+                try:
+                    stack.enter_context(_Guarded(hook, hook.running(attempt)))
+                except Exception:  # fail open: the body runs without this hook's block
+                    logger.exception("celery-tracked hook %r failed in running", hook)
+            yield
 
-    def failure_rows(self, claim: Claim, error: BaseException) -> Sequence[NewRow]:
-        return [row for hook in self.hooks for row in hook.failure_rows(claim, error)]
+    def completion_rows(self, attempt: Attempt, result: Any) -> Sequence[NewRow]:
+        return [row for hook in self.hooks for row in hook.completion_rows(attempt, result)]
+
+    def failure_rows(self, attempt: Attempt, error: BaseException) -> Sequence[NewRow]:
+        return [row for hook in self.hooks for row in hook.failure_rows(attempt, error)]
+
+    def after_attempt(self, attempt: Attempt) -> None:
+        self._each("after_attempt", lambda hook: hook.after_attempt(attempt))
 
     def after_transition(self, transition: Transition) -> None:
+        self._each("after_transition", lambda hook: hook.after_transition(transition))
+
+    def _each(self, method: str, call: Callable[[Hooks], None]) -> None:
+        """``call`` every hook in order; one that raises is logged and the next still hears."""
         for hook in self.hooks:
             try:
-                hook.after_transition(transition)
+                call(hook)
             except Exception:
-                logger.exception("celery-tracked hook %r failed", hook)
+                logger.exception("celery-tracked hook %r failed in %s", hook, method)
+
+
+class _Guarded:
+    """A hook's ``running`` block whose own errors (entering or leaving it) are logged and
+    ignored; the body's exception goes on through it unchanged, and no hook swallows it."""
+
+    def __init__(self, hook: Hooks, block: AbstractContextManager[object]) -> None:
+        self.hook = hook
+        self.block = block
+
+    def __enter__(self) -> None:
+        self.block.__enter__()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> Literal[False]:
+        try:
+            self.block.__exit__(kind, error, traceback)
+        except Exception as raised:
+            if raised is not error:
+                logger.exception("celery-tracked hook %r failed leaving running", self.hook)
+        return False

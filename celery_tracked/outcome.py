@@ -1,8 +1,10 @@
 """Pure decisions of a run, and the verdicts the runner hands to the Celery adapter.
 
-``plan_outcome`` classifies how a body ended (a result, Celery's ``Ignore``/``Reject``/
-``Retry``, ``Unrecoverable``, any other error) into what to write and what happens next;
-``backoff_ms`` and ``retry_delay_ms`` give the delays. No I/O here.
+``plan_outcome`` classifies how a body ended (a result, a control :class:`Signal` such as
+Celery's ``Ignore``/``Reject``/``Retry``, ``Unrecoverable``, any other error) into what to
+write and what happens next; ``backoff_ms`` and ``retry_delay_ms`` give the delays. No
+I/O here, and no Celery: which exceptions are control signals is read by a
+:class:`Signals` the adapter passes in (``celery_signals.py``, on the ``Run``).
 
 The verdicts are what a run amounts to for Celery. Only ``TrackedTask`` turns them into
 Celery's ``Ignore``/``Retry``/``Reject``.
@@ -14,9 +16,7 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
-
-from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry
+from typing import Any, Protocol
 
 from .errors import Unrecoverable
 
@@ -77,6 +77,62 @@ class Postponed:
 Verdict = Completed | Retrying | Failed | PassedOn | Skipped | Postponed
 
 
+# -- control signals: what a framework's own exceptions ask of the run ----------------
+
+
+class SignalKind(enum.Enum):
+    """The control exceptions a body may raise (Celery's names): ``IGNORE`` (it handed
+    its work over, ``replace``, or dropped it), ``REJECT`` (it refused the message; with
+    ``requeue`` it comes back at once), ``RETRY`` (its own ``self.retry``: the message is
+    re-published)."""
+
+    IGNORE = "ignore"
+    REJECT = "reject"
+    RETRY = "retry"
+
+
+@dataclass(frozen=True)
+class Signal:
+    """What a control exception asks of the run: ``requeue`` (a reject), ``when`` (a
+    retry: a countdown in seconds, or an eta) and ``cause`` (the error a retry is for)."""
+
+    kind: SignalKind
+    requeue: bool = False
+    when: float | datetime | None = None
+    cause: BaseException | None = None
+
+
+class Signals(Protocol):
+    """Reads a framework's control exceptions (the Celery adapter's: ``celery_signals.py``)."""
+
+    def read(self, error: BaseException) -> Signal | None:
+        """The signal ``error`` is, or None for an error of the body's own."""
+        ...
+
+    def out_of_retries(self) -> BaseException:
+        """The error a job's final failure raises for a retry that had no cause (Celery's
+        ``MaxRetriesExceededError``)."""
+        ...
+
+
+class NoSignals:
+    """No framework: every exception is an error of the body's own."""
+
+    def read(self, error: BaseException) -> Signal | None:
+        return None
+
+    def out_of_retries(self) -> BaseException:
+        return Unrecoverable("Can't retry: the job has no attempt left")
+
+
+NO_SIGNALS: Signals = NoSignals()
+
+
+def _read(signals: Signals, error: BaseException | None, kind: SignalKind) -> Signal | None:
+    signal = None if error is None else signals.read(error)
+    return signal if signal is not None and signal.kind is kind else None
+
+
 # -- the classification of a body's end -----------------------------------------------
 
 
@@ -114,32 +170,36 @@ def plan_outcome(
     retryable: Callable[[BaseException], bool] | None = None,
     gave_up: bool = False,
     retry_sent: datetime | None = None,
+    signals: Signals = NO_SIGNALS,
 ) -> Plan:
     """Classify how attempt ``attempt`` of ``max_attempts`` ended (``error`` None: it
     returned). ``backoff(attempt)`` gives the delay after a failed attempt, in ms;
     ``retryable(error)`` false: the error fails the job at once (``retry_policy.py``);
     ``gave_up``: ``error`` is what the body's own ``self.retry`` raised because no retry
     remained (Celery's ``max_retries``): the job fails with it, its retries used up;
-    ``retry_sent``: when the body's own retry published its message."""
+    ``retry_sent``: when the body's own retry published its message; ``signals``: which
+    errors are control signals."""
     last = attempt >= max_attempts
     if error is None:
         return Plan(Write.COMPLETE)
     if gave_up:
         return Plan(Write.FAIL, reraise=True, note="no retry left", used_up=True)
-    if isinstance(error, Ignore):  # the body handed its work over (``replace``) or dropped it
+    signal = signals.read(error)
+    kind = None if signal is None else signal.kind
+    if kind is SignalKind.IGNORE:  # the body handed its work over (``replace``) or dropped it
         return Plan(Write.COMPLETE, reraise=True, note="ignored or replaced")
-    if isinstance(error, Reject):
+    if signal is not None and kind is SignalKind.REJECT:
         # requeued: the message comes back at once and takes the released lease over
-        write = Write.RELEASE if getattr(error, "requeue", False) else Write.FAIL
+        write = Write.RELEASE if signal.requeue else Write.FAIL
         return Plan(write, reraise=True)
-    if isinstance(error, Retry):
+    if signal is not None and kind is SignalKind.RETRY:
         # the body asked for a retry itself (``self.retry``): the message is already
         # re-published. ``TrackedTask.retry`` never re-publishes from the last attempt (it
         # raises like Celery); a ``Retry`` raised there anyway fails the job, and the
         # re-published delivery finds it failed
         if last:
             return Plan(Write.FAIL, reraise=True)
-        return Plan(Write.RETRY, delay_ms=retry_delay_ms(error, sent=retry_sent), reraise=True)
+        return Plan(Write.RETRY, delay_ms=retry_delay_ms(signal, sent=retry_sent), reraise=True)
     if isinstance(error, Unrecoverable) or last:
         return Plan(Write.FAIL, reraise=True)
     if retryable is not None and not retryable(error):
@@ -152,33 +212,36 @@ def exhausted(
     attempt: int,
     max_attempts: int,
     retryable: Callable[[BaseException], bool] | None = None,
+    signals: Signals = NO_SIGNALS,
 ) -> bool:
     """A failure that used up the job's retries: its last attempt raised an error its task
     retries (never ``Unrecoverable``, never one the task does not retry). A pipeline's
     fail-soft successor follows only such a failure."""
-    cause = retry_cause(error)
+    cause = retry_cause(error, signals)
     if isinstance(cause, Unrecoverable) or attempt < max_attempts:
         return False
     return retryable is None or retryable(cause)
 
 
-def retry_cause(error: BaseException) -> BaseException:
+def retry_cause(error: BaseException, signals: Signals = NO_SIGNALS) -> BaseException:
     """The exception a failure record is about: a ``Retry``'s cause when it has one."""
-    if isinstance(error, Retry) and isinstance(error.exc, BaseException):
-        return error.exc
+    retry = _read(signals, error, SignalKind.RETRY)
+    if retry is not None and retry.cause is not None:
+        return retry.cause
     return error
 
 
-def final_error(error: BaseException) -> BaseException:
+def final_error(error: BaseException, signals: Signals = NO_SIGNALS) -> BaseException:
     """What a job's final failure raises to Celery. A ``Retry`` is no failure to Celery
     (its state would stay ``RETRY``, a chord would wait): its cause instead, else
-    ``MaxRetriesExceededError``, as Celery's own ``retry`` raises once none remain."""
-    if not isinstance(error, Retry):
+    ``MaxRetriesExceededError`` (``signals.out_of_retries()``), as Celery's own ``retry``
+    raises once none remain."""
+    retry = _read(signals, error, SignalKind.RETRY)
+    if retry is None:
         return error
-    cause = retry_cause(error)
-    if cause is not error:
-        return cause
-    return MaxRetriesExceededError("Can't retry: the job has no attempt left")
+    if retry.cause is not None:
+        return retry.cause
+    return signals.out_of_retries()
 
 
 def backoff_ms(attempt: int, base_ms: int, cap_ms: int, rand: Callable[[], float]) -> int:
@@ -194,7 +257,7 @@ def backoff_ms(attempt: int, base_ms: int, cap_ms: int, rand: Callable[[], float
 EARLY_MS = 250
 
 
-def retry_delay_ms(retry: Retry, now: datetime | None = None, sent: datetime | None = None) -> int:
+def retry_delay_ms(retry: Signal, now: datetime | None = None, sent: datetime | None = None) -> int:
     """The delay, from ``now``, that a body's own ``self.retry(countdown=...|eta=...)``
     asked for. ``sent``: when its message was published (a countdown counts from then, and
     the delay ends a little early: ``EARLY_MS``)."""

@@ -1,11 +1,12 @@
 """A body's progress and log lines: ``self.set_progress``, ``self.log`` and Celery's
 ``self.update_state(state="PROGRESS", ...)``.
 
-While the ``Runner`` runs a body it publishes the run's reporter (``reporter.py``: the
-job id, the claim that fences every write, the call's secrets) in a context variable,
-cleared when the body ends. ``TrackedTask``'s methods come here; outside a tracked run
-(a body called directly, an untracked run, another task's body) they validate their
-arguments and do nothing else (``set_progress``/``log`` return False).
+While a body runs, the progress hook (``reporter.py``) attaches the attempt's
+:class:`ProgressSink` to the attempt (the job id, the claim that fences every write, the
+call's secrets), retired when the body ends. ``TrackedTask``'s methods pass it here, taken
+from the attempt of the request they are called from; outside a tracked run (a body
+called directly, an untracked run, another task's body) they pass None: the functions
+validate their arguments and do nothing else (``set_progress``/``log`` return False).
 
 The decisions are pure and tested alone: the checks, the percent of Celery's
 ``PROGRESS`` meta, the text of a log line, and :class:`Coalescer` (which values to write:
@@ -16,9 +17,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -33,10 +32,8 @@ LEVELS = ("debug", "info", "warning", "error")
 Value = tuple[int, str | None]
 
 
-class Reporter(Protocol):
-    """The running attempt's writer (``reporter.Reporter``)."""
-
-    task_name: str
+class ProgressSink(Protocol):
+    """The running attempt's writer (``reporter.ProgressReporter``)."""
 
     def progress(self, percent: int, stage: str | None) -> None: ...
 
@@ -45,28 +42,10 @@ class Reporter(Protocol):
     def cancel_requested(self) -> bool: ...
 
 
-_current: ContextVar[Reporter | None] = ContextVar("celery_tracked_reporter", default=None)
-
-
-@contextmanager
-def reporting(reporter: Reporter) -> Iterator[Reporter]:
-    """Publish ``reporter`` to the body run inside the block (this thread, this context)."""
-    token = _current.set(reporter)
-    try:
-        yield reporter
-    finally:
-        _current.reset(token)
-
-
-def _reporter(task_name: str) -> Reporter | None:
-    reporter = _current.get()
-    return reporter if reporter is not None and reporter.task_name == task_name else None
-
-
 # -- the public entry points (``TrackedTask`` delegates here) -------------------------
 
 
-def set_progress(task_name: str, percent: float, stage: str | None = None) -> bool:
+def set_progress(sink: ProgressSink | None, percent: float, stage: str | None = None) -> bool:
     """Record the running job's progress: ``percent`` (0-100, a fraction is rounded down)
     and, unless None, its ``stage`` (None keeps the current stage).
 
@@ -76,21 +55,20 @@ def set_progress(task_name: str, percent: float, stage: str | None = None) -> bo
     is logged, never raised into the body.
 
     Returns:
-        True inside a tracked run of this task, False elsewhere (nothing recorded).
+        True inside a tracked run (``sink`` given), False elsewhere (nothing recorded).
 
     Raises:
         InvalidProgress: ``percent`` is not a number from 0 to 100 (a bool, NaN), or
             ``stage`` is not a string of at most 200 characters without NUL.
     """
     value = check_progress(percent, stage)
-    reporter = _reporter(task_name)
-    if reporter is None:
+    if sink is None:
         return False
-    reporter.progress(*value)
+    sink.progress(*value)
     return True
 
 
-def log(task_name: str, message: object, level: str = "info") -> bool:
+def log(sink: ProgressSink | None, message: object, level: str = "info") -> bool:
     """Append a line to the running job's history (``background_job_events``, event
     ``log``), secrets masked, at most 1000 characters; at most ``tracked_log_lines_per_job``
     lines per job, then one line saying the rest is dropped. Also logged (logger
@@ -105,23 +83,21 @@ def log(task_name: str, message: object, level: str = "info") -> bool:
     """
     if level not in LEVELS:
         raise InvalidProgress(f"log level must be one of {', '.join(LEVELS)}, got {level!r}")
-    reporter = _reporter(task_name)
-    if reporter is None:
+    if sink is None:
         return False
-    return reporter.log(safe_text(message), level)
+    return sink.log(safe_text(message), level)
 
 
-def cancel_requested(task_name: str) -> bool:
+def cancel_requested(sink: ProgressSink | None) -> bool:
     """True once the running job was asked to stop (``Tracker.cancel(job_id,
     running=True)``): the body should return (or raise) soon; the job then ends
     ``cancelled`` whatever it returns. Reads the job's row at most once a second per run
     (the first call reads it at once); False outside a tracked run of this task."""
-    reporter = _reporter(task_name)
-    return False if reporter is None else reporter.cancel_requested()
+    return False if sink is None else sink.cancel_requested()
 
 
 def from_update_state(
-    task_name: str,
+    sink: ProgressSink | None,
     request_id: str | None,
     task_id: str | None = None,
     state: str | None = None,
@@ -134,10 +110,9 @@ def from_update_state(
     if state != "PROGRESS" or (task_id is not None and task_id != request_id):
         return False
     value = progress_of_meta(meta)
-    reporter = _reporter(task_name)
-    if value is None or reporter is None:
+    if value is None or sink is None:
         return False
-    reporter.progress(*value)
+    sink.progress(*value)
     return True
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -20,12 +20,11 @@ from .attempt import Attempt
 from .errors import Refused, StoreError, error_type, mask_exception, summarize
 from .hooks import Hooks, Transition
 from .jobs import CLAIMABLE, Claim, JobStatus, NewRow, utcnow
-from .limits import DeliveryLimits
+from .late import LateOutcomes
 from .messages import (
     HEADER_PENDING_FAILURE,
     HEADER_PENDING_RETRY,
     PendingFailure,
-    TrackedHeaders,
 )
 from .outcome import (
     Completed,
@@ -34,6 +33,7 @@ from .outcome import (
     Plan,
     Postponed,
     Retrying,
+    Signals,
     Skipped,
     Verdict,
     Write,
@@ -44,34 +44,11 @@ from .outcome import (
 )
 from .ports import OutcomeStore
 from .retry_policy import RetryPolicy
+from .run import Run
 from .settings import Settings
 
 #: The policy of the library's own waits (not a task's retries).
 _OWN_WAITS = RetryPolicy()
-
-
-@dataclass(frozen=True)
-class Run:
-    """One delivery of a tracked message to this worker."""
-
-    headers: TrackedHeaders
-    task_name: str
-    job_type: str
-    queue: str
-    worker: str
-    backoff_base_ms: int
-    #: the call's secret values (computed only when an error must be masked)
-    secrets: Callable[[], Sequence[str]]
-    #: run in this process (``task_always_eager``, ``apply()``): a retry comes at once
-    inline: bool = False
-    #: the task's retry policy (which errors are retried, the delays' shape)
-    policy: RetryPolicy = field(default_factory=RetryPolicy)
-    #: the task's rate and concurrency limits for this delivery (``limits.py``)
-    limits: DeliveryLimits | None = None
-
-    @property
-    def job_id(self) -> str:
-        return self.headers.job_id
 
 
 class Recorder:
@@ -85,6 +62,18 @@ class Recorder:
         self.store = store
         self.hooks = hooks
         self.settings = settings
+        self.late = LateOutcomes(
+            store, self.tell, partial(self.backoff, 1, settings.default_backoff_ms)
+        )
+
+    def carried_over(self, run: Run) -> Verdict | None:
+        """Write first the outcome an earlier attempt decided but could not save (its
+        headers carry it: ``late.py``). None: the delivery goes on and claims."""
+        if run.headers.pending_failure is not None:
+            return self.late.record_pending_failure(run, run.headers.pending_failure)
+        if run.headers.pending_retry is not None:  # record it first, then claim as usual
+            return self.late.record_pending_retry(run, run.headers.pending_retry)
+        return None
 
     def plan(
         self, run: Run, claim: Claim, error: BaseException | None, ran: Attempt | None = None
@@ -99,6 +88,7 @@ class Recorder:
             run.policy.retries,
             gave_up=ran is not None and ran.gave_up_with(error),
             retry_sent=None if ran is None else ran.retry_sent,
+            signals=run.signals,
         )
         if run.inline and plan.delay_ms:  # an inline retry runs now (``eager.py``)
             return replace(plan, delay_ms=0)
@@ -106,8 +96,7 @@ class Recorder:
 
     def complete(
         self,
-        run: Run,
-        claim: Claim,
+        attempt: Attempt,
         plan: Plan,
         error: Exception | None,
         result: Any,
@@ -116,21 +105,23 @@ class Recorder:
     ) -> Verdict:
         """Write ``completed`` durably, or retry the attempt: never acknowledged as done
         without the write."""
+        run, claim = attempt.run, attempt.claim
         try:
-            rows = self.hooks.completion_rows(claim, result)
+            rows = self.hooks.completion_rows(attempt, result)
         except Exception as exc:
-            return self.job_error(run, claim, exc, started)
+            return self.job_error(attempt, exc, started)
         duration = int((time.monotonic() - started) * 1000)
         try:
             saved = self._save_completion(run, claim, result_json, duration, rows)
         except Refused as exc:
-            return self.job_error(run, claim, exc, started)
+            return self.job_error(attempt, exc, started)
         except StoreError as exc:  # the database stayed away: the attempt is retried
             delay = 0 if run.inline else self.delay(run, claim.attempt)
-            lost = self.record_failure(run, claim, exc, started, delay, secret=False, carry=True)
+            lost = self.record_failure(attempt, exc, started, delay, secret=False, carry=True)
             return lost if lost is not None else Retrying(delay / 1000, None)
         if not saved:
             return self.lost(run, claim, "completed", duration)
+        attempt.recorded = JobStatus.COMPLETED.value
         note = f" ({plan.note})" if plan.note else ""
         self.tell(
             run,
@@ -139,7 +130,7 @@ class Recorder:
             attempt=claim.attempt,
             duration_ms=duration,
         )
-        return after_write(plan, error, result)
+        return after_write(plan, error, run.signals, result)
 
     def _save_completion(
         self,
@@ -175,41 +166,41 @@ class Recorder:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def fail_attempt(
-        self, run: Run, claim: Claim, plan: Plan, error: Exception, started: float
+        self, attempt: Attempt, plan: Plan, error: Exception, started: float
     ) -> Verdict:
         """Record the attempt as failed (``retrying`` or ``failed``, as ``plan`` says); a
         failure that exhausted the retries inserts the hooks' ``failure_rows`` with it."""
+        run, claim = attempt.run, attempt.claim
         rows: Sequence[NewRow] = ()
         used_up = plan.used_up or exhausted(
-            error, claim.attempt, claim.max_attempts, run.policy.retries
+            error, claim.attempt, claim.max_attempts, run.policy.retries, run.signals
         )
         if plan.delay_ms is None and used_up:
             try:
-                rows = self.hooks.failure_rows(claim, error)
+                rows = self.hooks.failure_rows(attempt, error)
             except Exception:  # the failure is written anyway, without them
                 logging.getLogger("celery_tracked").exception(
                     "job %s: failure_rows hook failed", claim.job_id
                 )
-        cause = retry_cause(error)
+        cause = retry_cause(error, run.signals)
         written = self.record_failure(
-            run, claim, cause, started, plan.delay_ms, rows=rows, used_up=used_up
+            attempt, cause, started, plan.delay_ms, rows=rows, used_up=used_up
         )
-        return written if written is not None else after_write(plan, error)
+        return written if written is not None else after_write(plan, error, run.signals)
 
-    def job_error(self, run: Run, claim: Claim, error: Exception, started: float) -> Verdict:
+    def job_error(self, attempt: Attempt, error: Exception, started: float) -> Verdict:
         """The completion could not be written for a reason of the job's own (a hook
         raised, the database refused its rows): the attempt fails as if the body had
         raised ``error``, and counts against ``max_attempts``."""
-        mask_exception(error, run.secrets(), self.settings.redact_keys)
-        plan = self.plan(run, claim, error)
+        mask_exception(error, attempt.run.secrets(), self.settings.redact_keys)
+        plan = self.plan(attempt.run, attempt.claim, error)
         if plan.write not in (Write.RETRY, Write.FAIL):  # Celery's own signals from a hook
             plan = Plan(Write.FAIL, reraise=True)
-        return self.fail_attempt(run, claim, plan, error, started)
+        return self.fail_attempt(attempt, plan, error, started)
 
     def record_failure(
         self,
-        run: Run,
-        claim: Claim,
+        attempt: Attempt,
         exc: BaseException,
         started: float,
         delay_ms: int | None,
@@ -221,6 +212,7 @@ class Recorder:
         """Write retrying (``delay_ms`` given) or failed, fenced. None when written; else
         the verdict that replaces the plan's (lease lost, or the failure to carry over: a
         final one always, a retry when ``carry`` says so)."""
+        run, claim = attempt.run, attempt.claim
         keys = self.settings.redact_keys
         kind = error_type(exc)
         summary = summarize(exc, run.secrets() if secret else (), keys)
@@ -251,6 +243,7 @@ class Recorder:
             return Postponed(1.0, f"{noun} not recorded", {header: failure.encode()})
         if not written:
             return self.lost(run, claim, status.value, duration)
+        attempt.recorded = status.value
         tail = "" if delay_ms is None else f"; retry in {delay_ms} ms"
         self.tell(
             run,
@@ -348,12 +341,15 @@ class Recorder:
         )
 
 
-def after_write(plan: Plan, error: Exception | None, result: Any = None) -> Verdict:
-    """The verdict once the plan's write is done."""
+def after_write(
+    plan: Plan, error: Exception | None, signals: Signals, result: Any = None
+) -> Verdict:
+    """The verdict once the plan's write is done (``signals``: which errors are control
+    signals, for the error a final failure raises)."""
     if error is None:
         return Completed(result)
     if not plan.reraise:
         return Retrying((plan.delay_ms or 0) / 1000, error)
     if plan.write is Write.FAIL:
-        return Failed(final_error(error))
+        return Failed(final_error(error, signals))
     return PassedOn(error)

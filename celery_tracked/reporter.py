@@ -1,4 +1,5 @@
-"""The writers behind ``progress.py``: one :class:`Reporter` per running attempt, and one
+"""The writers behind ``progress.py``: one :class:`ProgressReporter` per running attempt
+(attached to it by the :class:`Reports` hook while its body runs), and one
 :class:`Flusher` thread per process that writes a progress value the interval held back
 once it is due, when the body makes no further call.
 
@@ -18,11 +19,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from . import progress
+from .attempt import Attempt
 from .errors import StoreError, mask_secrets
+from .hooks import Hooks
 from .jobs import Claim, utcnow
 from .ports import ReportStore
 from .progress import Coalescer, Value
-from .recorder import Run
+from .run import Run
 from .settings import Settings
 
 logger = logging.getLogger("celery_tracked")
@@ -36,10 +39,10 @@ class Flusher:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._due: dict[Reporter, float] = {}
+        self._due: dict[ProgressReporter, float] = {}
         self._pid = 0
 
-    def schedule(self, reporter: Reporter, at: float) -> None:
+    def schedule(self, reporter: ProgressReporter, at: float) -> None:
         """Call ``reporter.flush_due()`` at monotonic time ``at``."""
         with self._cond:
             if self._pid != os.getpid():  # first use in this process (after any fork)
@@ -51,14 +54,14 @@ class Flusher:
             self._due[reporter] = at
             self._cond.notify()
 
-    def cancel(self, reporter: Reporter) -> None:
+    def cancel(self, reporter: ProgressReporter) -> None:
         with self._cond:
             self._due.pop(reporter, None)
 
     def _loop(self) -> None:
         while True:
             with self._cond:
-                ready: list[Reporter] = []
+                ready: list[ProgressReporter] = []
                 while not ready:
                     now = time.monotonic()
                     ready = [r for r, at in self._due.items() if at <= now]
@@ -74,13 +77,12 @@ class Flusher:
                     logger.exception("celery-tracked: progress flush failed")
 
 
-class Reporter:
-    """Writes one running attempt's progress and log lines (``progress.Reporter``)."""
+class ProgressReporter:
+    """Writes one running attempt's progress and log lines (a ``progress.ProgressSink``)."""
 
     def __init__(
         self, store: ReportStore, claim: Claim, run: Run, settings: Settings, flusher: Flusher
     ) -> None:
-        self.task_name = run.task_name
         self._store = store
         self._claim = claim
         self._run = run
@@ -232,8 +234,8 @@ class Reporter:
         )
 
 
-class Reports:
-    """The reporters of this process's runs (one per ``Runner``)."""
+class Reports(Hooks):
+    """The progress feature: one reporter per running attempt of this process."""
 
     def __init__(self, store: ReportStore, settings: Settings) -> None:
         self.store = store
@@ -241,12 +243,15 @@ class Reports:
         self.flusher = Flusher()
 
     @contextmanager
-    def reporting(self, run: Run, claim: Claim) -> Iterator[Reporter]:
-        """Publish the run's reporter to its body (``progress.reporting``) for the block;
-        when the block ends, the newest progress is written and the reporter retired."""
-        reporter = Reporter(self.store, claim, run, self.settings, self.flusher)
+    def running(self, attempt: Attempt) -> Iterator[ProgressReporter]:
+        """Attach the attempt's reporter for its body (``self.set_progress`` and the like
+        reach it); when the body ends, the newest progress is written and the reporter
+        retired."""
+        reporter = ProgressReporter(
+            self.store, attempt.claim, attempt.run, self.settings, self.flusher
+        )
+        attempt.attach(reporter)
         try:
-            with progress.reporting(reporter):
-                yield reporter
+            yield reporter
         finally:
             reporter.end()

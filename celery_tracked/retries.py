@@ -4,7 +4,8 @@
   it is bounded by the job's attempts, so on the last one (or once the call's own
   ``max_retries`` is reached) Celery raises the body's exception, or
   ``MaxRetriesExceededError``, instead of re-publishing; the running attempt
-  (``attempt.py``) keeps that error, and the time of a re-publish.
+  (``attempt.py``, kept on the request: ``request_state.py``) keeps that error, and the
+  time of a re-publish.
 - The tracker's own re-publishes are never bounded by Celery's counter (``UNLIMITED``); a
   postponement keeps the message's ``retries`` count (:func:`counted`): ``retries`` is
   always the retries made, attempt - 1.
@@ -20,19 +21,11 @@ from typing import Any
 
 from celery.exceptions import Reject, Retry
 
-from . import attempt
 from .attempt import Attempt
 from .jobs import utcnow
-from .messages import TrackedHeaders
 
 #: Celery's ``max_retries`` of the tracker's own re-publishes: attempts are the tracker's.
 UNLIMITED = sys.maxsize
-
-
-def running_attempt(request: Any) -> Attempt | None:
-    """The attempt whose body runs this Celery request, if one does."""
-    headers = TrackedHeaders.read(request.headers, request)
-    return None if headers is None else attempt.current(headers.job_id)
 
 
 def limit(running: Attempt | None, max_retries: int | None) -> int:

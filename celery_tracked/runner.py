@@ -2,8 +2,13 @@
 
 ``Runner.run`` is called from the task's call path (so a failed durable write becomes a
 retry, never a silent success) and returns a verdict (``outcome.py``); it never raises
-Celery's exceptions nor calls back into the task class: the body comes in as a callable.
-Writing the outcome is the ``Recorder``'s (``recorder.py``).
+Celery's exceptions nor calls back into the task class: the body comes in as a callable,
+given the running :class:`~celery_tracked.attempt.Attempt`. Writing the outcome is the
+``Recorder``'s (``recorder.py``).
+
+The Runner imports no feature: progress, pipelines, rate limits, metrics are hooks the
+wiring (``tracker.py``) composes, and reach the run only through the hook interface
+(``hooks.py``), each given the delivery, the claim or the attempt it acts on.
 """
 
 from __future__ import annotations
@@ -15,12 +20,11 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from . import attempt, successors
+from .attempt import Attempt
 from .codec import encode
 from .errors import StoreError, Unrecoverable, mask_exception
 from .hooks import Delivery, Hooks, Wait
 from .jobs import Claim, Job, JobStatus, utcnow
-from .late import LateOutcomes
 from .lease import LeaseKeeper, diagnose, owner_id, waiting_hold
 from .limits import busy_key_countdown
 from .outcome import (
@@ -31,14 +35,14 @@ from .outcome import (
     postpone_for,
 )
 from .ports import RunStore
-from .recorder import Recorder, Run, after_write
-from .reporter import Reports
+from .recorder import Recorder, after_write
+from .run import Run
 from .settings import Settings
 
 #: Longest wait before re-reading an unreachable database at claim time.
 _CLAIM_RETRY_CAP_MS = 30_000
 
-__all__ = ["Run", "Runner"]
+__all__ = ["Runner"]
 
 
 class Runner:
@@ -52,17 +56,13 @@ class Runner:
         self.hooks = hooks
         self.settings = settings
         self.recorder = Recorder(store, hooks, settings)
-        self.late = LateOutcomes(self.recorder)
-        self.reports = Reports(store, settings)
 
-    def run(self, run: Run, body: Callable[[], Any]) -> Verdict:
-        """Claim ``run``'s job, call ``body`` under the lease and record its outcome."""
-        if run.headers.pending_failure is not None:
-            return self.late.record_pending_failure(run, run.headers.pending_failure)
-        if run.headers.pending_retry is not None:  # record it first, then claim as usual
-            waiting = self.late.record_pending_retry(run, run.headers.pending_retry)
-            if waiting is not None:
-                return waiting
+    def run(self, run: Run, body: Callable[[Attempt], Any]) -> Verdict:
+        """Claim ``run``'s job, call ``body(attempt)`` under the lease and record its
+        outcome."""
+        carried = self.recorder.carried_over(run)  # an earlier attempt's, written first
+        if carried is not None:
+            return carried
         delivery = Delivery(
             run.job_id, run.job_type, run.queue, run.task_name, run.limits, run.inline
         )
@@ -99,10 +99,7 @@ class Runner:
         )
         # registered from the claim until the outcome is written: a duplicate delivery in
         # this same process never mistakes the running attempt for an abandoned one
-        with (
-            self.leases.holding(claim, since=sent),
-            successors.running(run.job_id, run.headers.correlation_id),
-        ):
+        with self.leases.holding(claim, since=sent):
             refused = self._refused_start(run, claim, delivery, claimed_at)
             if refused is not None:
                 return refused
@@ -235,28 +232,43 @@ class Runner:
         self._turned_away(run, postponed)
         return postponed
 
-    def _execute(self, run: Run, claim: Claim, body: Callable[[], Any]) -> Verdict:
+    def _execute(self, run: Run, claim: Claim, body: Callable[[Attempt], Any]) -> Verdict:
         error: Exception | None = None
         result: Any = None
         result_json: str | None = None
         started = time.monotonic()
-        with attempt.running(claim) as running:  # what the body's ``self.retry`` sees
-            try:
-                with self.reports.reporting(run, claim):  # its progress written as it ends
-                    result = body()
-                result_json = _encode_result(result)
-            except Exception as exc:
-                error = exc
-                mask_exception(exc, run.secrets(), self.settings.redact_keys)  # and its cause
+        attempt = Attempt(run, claim)
+        try:
+            with self.hooks.running(attempt):  # the hooks' blocks end with the body
+                result = body(attempt)
+            result_json = _encode_result(result)
+        except Exception as exc:
+            error = exc
+            mask_exception(exc, run.secrets(), self.settings.redact_keys)  # and its cause
         self.leases.body_ended(claim)
-        plan = self.recorder.plan(run, claim, error, running)
+        verdict = self._record(attempt, error, result, result_json, started)
+        self.hooks.after_attempt(attempt)
+        return verdict
+
+    def _record(
+        self,
+        attempt: Attempt,
+        error: Exception | None,
+        result: Any,
+        result_json: str | None,
+        started: float,
+    ) -> Verdict:
+        """Write what the attempt's body amounts to (``attempt``: what its own
+        ``self.retry`` did, too)."""
+        recorder, claim = self.recorder, attempt.claim
+        plan = recorder.plan(attempt.run, claim, error, attempt)
         if plan.write is Write.COMPLETE:
-            return self.recorder.complete(run, claim, plan, error, result, result_json, started)
+            return recorder.complete(attempt, plan, error, result, result_json, started)
         if plan.write is Write.RELEASE:
-            self.recorder.release(claim)
-            return after_write(plan, error)
+            recorder.release(claim)
+            return after_write(plan, error, attempt.run.signals)
         assert error is not None
-        return self.recorder.fail_attempt(run, claim, plan, error, started)
+        return recorder.fail_attempt(attempt, plan, error, started)
 
 
 def _concurrency(run: Run) -> tuple[str, int] | None:

@@ -18,23 +18,28 @@ created (the completion commits all the same): the pipeline goes on from that jo
 ``self.otherwise(task, ...)`` declares a **fail-soft** successor: created with the write
 that fails the step after it exhausted its retries (never after ``Unrecoverable`` or an
 error its task does not retry), instead of with a completion.
+
+The step is the running attempt's: the :class:`Successors` hook attaches a :class:`Step` to
+each attempt (``Hooks.running``), the adapter passes it to :func:`declare`, and the hook
+reads it from the attempt it is given; no context variable carries it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from . import producer
+from .attempt import Attempt
 from .enqueuer import NewJob
 from .errors import InvalidPayload, TrackedError, Unrecoverable, mask_secrets
-from .hooks import Hooks, Transition
-from .jobs import Claim, JobStatus, NewRow, utcnow
+from .hooks import Hooks
+from .jobs import JobStatus, NewRow, utcnow
 from .keys import Then, then
 from .messages import Control
 from .ports import SuccessorStore
@@ -79,25 +84,8 @@ class Step:
     written: list[Declared] = field(default_factory=list)
 
 
-_current: ContextVar[Step | None] = ContextVar("celery_tracked_step", default=None)
-#: The successors waiting to be sent by the outermost publishing loop of this context.
-_publishing: ContextVar[list[Declared] | None] = ContextVar(
-    "celery_tracked_publishing", default=None
-)
-
-
-@contextmanager
-def running(job_id: str, correlation_id: str | None) -> Iterator[Step]:
-    """The body of job ``job_id`` runs inside: ``then``/``otherwise`` declare on it."""
-    step = Step(job_id, correlation_id or job_id)
-    token = _current.set(step)
-    try:
-        yield step
-    finally:
-        _current.reset(token)
-
-
 def declare(
+    step: Step | None,
     task: TrackedTask[Any, Any],
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
@@ -105,14 +93,14 @@ def declare(
     idempotency_key: str | None = None,
     fail_soft: bool = False,
 ) -> str:
-    """Declare a successor of the running step; returns the job id it will have (unless
-    its key is taken by another job when the step completes).
+    """Declare a successor of the running ``step`` (None: no tracked task runs here);
+    returns the job id it will have (unless its key is taken by another job when the step
+    completes).
 
     Raises:
         NotInAStep: no tracked task is running here.
         InvalidPayload: the successor's arguments were refused.
     """
-    step = _current.get()
     if step is None:
         raise NotInAStep("then()/otherwise() can only be called from a running tracked task")
     if len(step.declared) >= MAX_SUCCESSORS:
@@ -186,42 +174,59 @@ class Successors(Hooks):
 
     def __init__(self, store: SuccessorStore) -> None:
         self.store = store
+        #: inline runs (eager mode) of successors being published, by job id: the queue of
+        #: the publishing loop their own successors join (a loop, not a recursion)
+        self._loops: dict[str, list[Declared]] = {}
+        self._lock = threading.Lock()
 
-    def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
-        return self._rows(claim, fail_soft=False)
+    @contextmanager
+    def running(self, attempt: Attempt) -> Iterator[Step]:
+        """The attempt's step, on which its body declares (``self.then``...)."""
+        step = Step(attempt.job_id, attempt.run.headers.correlation_id or attempt.job_id)
+        attempt.attach(step)
+        yield step
 
-    def failure_rows(self, claim: Claim, error: BaseException) -> Sequence[NewRow]:
-        return self._rows(claim, fail_soft=True)
+    def completion_rows(self, attempt: Attempt, result: Any) -> Sequence[NewRow]:
+        return self._rows(attempt, fail_soft=False)
 
-    def _rows(self, claim: Claim, fail_soft: bool) -> Sequence[NewRow]:
-        step = _current.get()
-        if step is None or step.job_id != claim.job_id:
+    def failure_rows(self, attempt: Attempt, error: BaseException) -> Sequence[NewRow]:
+        return self._rows(attempt, fail_soft=True)
+
+    def _rows(self, attempt: Attempt, fail_soft: bool) -> Sequence[NewRow]:
+        step = attempt.part(Step)
+        if step is None:
             return ()
         step.written = [d for d in step.declared if d.fail_soft is fail_soft]
-        note = (fail_soft_note if fail_soft else successor_note)(claim.job_id)
+        note = (fail_soft_note if fail_soft else successor_note)(attempt.job_id)
         return [
             NewRow("background_jobs", d.job.row(d.key_round), new_job=True, message=note)
             for d in step.written
         ]
 
-    def after_transition(self, transition: Transition) -> None:
-        step = _current.get()
-        if step is None or step.job_id != transition.job_id:
-            return
-        if transition.event not in ("completed", "failed") or not step.written:
+    def after_attempt(self, attempt: Attempt) -> None:
+        step = attempt.part(Step)
+        if step is None or attempt.recorded not in ("completed", "failed") or not step.written:
             return
         written, step.written = step.written, []
-        queue = _publishing.get()
-        if queue is not None:  # inside an eager successor's run: the outer loop sends them
-            queue.extend(written)
-            return
+        with self._lock:
+            queue = self._loops.get(attempt.job_id)
+            if queue is not None:  # an inline successor's run: the outer loop sends them
+                queue.extend(written)
+                return
         queue = list(written)
-        token = _publishing.set(queue)
-        try:  # a loop, not a recursion: an eager pipeline of any length runs inline
-            while queue:
-                self._publish(queue.pop(0))
-        finally:
-            _publishing.reset(token)
+        while queue:
+            declared = queue.pop(0)
+            if not attempt.run.inline:
+                self._publish(declared)
+                continue
+            job_id = declared.job.job_id
+            with self._lock:
+                self._loops[job_id] = queue
+            try:
+                self._publish(declared)
+            finally:
+                with self._lock:
+                    self._loops.pop(job_id, None)
 
     def _publish(self, declared: Declared) -> None:
         job_id = declared.job.job_id

@@ -25,9 +25,11 @@ from typing import Any, ClassVar, NoReturn, ParamSpec, TypeVar, cast
 from celery import Celery, Task
 from celery.exceptions import Ignore, Retry, TimeLimitExceeded
 from celery.result import AsyncResult
+from celery.utils.saferepr import saferepr
 
-from . import attempt, eager, producer, progress, retries, successors
+from . import eager, producer, progress, retries, successors
 from .calls import CallShape
+from .celery_signals import CELERY_SIGNALS
 from .decorator import tracked_task
 from .jobs import EnqueueResult, Job
 from .keys import KeyRule
@@ -36,9 +38,12 @@ from .maintenance import install_beat_entries
 from .messages import CONTROL_OPTIONS, Control, TrackedHeaders
 from .options import check_task_class, check_task_limits
 from .outcome import Completed, Failed, PassedOn, Postponed, Retrying, Verdict
+from .reporter import ProgressReporter
+from .request_state import attempt_of, body_call, part
 from .retry_policy import RetryPolicy
 from .routing import declared_queue
-from .runner import Run
+from .run import Run
+from .successors import Step
 from .tracker import Tracker
 
 logger = logging.getLogger("celery_tracked")
@@ -127,7 +132,7 @@ class TrackedTask(Task[P, R_co]):
         cls = type(self)
         shape = cls.__dict__.get("_tracked_shape")
         if shape is None:
-            shape = CallShape(self.run)
+            shape = CallShape(self.run, saferepr)  # the reprs Celery itself makes
             setattr(cls, "_tracked_shape", shape)  # noqa: B010 (one cache per task class)
         return cast(CallShape, shape)
 
@@ -221,12 +226,12 @@ class TrackedTask(Task[P, R_co]):
     def then(self, task: TrackedTask[Q, Any], *args: Q.args, **kwargs: Q.kwargs) -> str:
         """Declare a successor of this running step: created with its completion, published
         after it; returns the successor's job id. Raises ``NotInAStep`` outside a run."""
-        return successors.declare(task, args, kwargs)
+        return successors.declare(part(self.request, Step), task, args, kwargs)
 
     def otherwise(self, task: TrackedTask[Q, Any], *args: Q.args, **kwargs: Q.kwargs) -> str:
         """Declare a fail-soft successor: created only if this step fails after exhausting
         its retries (never after ``Unrecoverable``)."""
-        return successors.declare(task, args, kwargs, fail_soft=True)
+        return successors.declare(part(self.request, Step), task, args, kwargs, fail_soft=True)
 
     def successor(
         self,
@@ -238,8 +243,8 @@ class TrackedTask(Task[P, R_co]):
         """``then``/``otherwise`` with options: ``self.successor(t, idempotency_key=k)(...)``."""
 
         def declare(*args: Q.args, **kwargs: Q.kwargs) -> str:
-            key, soft = idempotency_key, fail_soft
-            return successors.declare(task, args, kwargs, idempotency_key=key, fail_soft=soft)
+            key, soft, step = idempotency_key, fail_soft, part(self.request, Step)
+            return successors.declare(step, task, args, kwargs, idempotency_key=key, fail_soft=soft)
 
         return declare
 
@@ -269,35 +274,33 @@ class TrackedTask(Task[P, R_co]):
             inline=bool(request.is_eager),
             policy=self._tracked_retry,
             limits=self._tracked_limits.for_delivery(shape, args, kwargs, request, settings),
+            signals=CELERY_SIGNALS,  # Celery's Ignore/Reject/Retry, read for the core
         )
         body = getattr(self, "_orig_run", self.run)  # Celery's autoretry wrapper bypassed
-
-        def call() -> Any:
-            running = attempt.current(headers.job_id)
-            if running is not None:  # Celery's count: the retries made before this attempt
-                request.retries = running.retries
-            return body(*args, **kwargs)
-
+        call = body_call(request, body, args, kwargs)  # given its attempt by the runner
         return cast(R_co, self._settle(tracker.runner.run(run, call)))
 
     def set_progress(self, percent: float, stage: str | None = None) -> bool:
         """The running job's ``progress`` (0-100) and ``stage``: ``progress.set_progress``."""
-        return progress.set_progress(self.name, percent, stage)
+        return progress.set_progress(
+            part(self.request, ProgressReporter, self.name), percent, stage
+        )
 
     def log(self, message: object, level: str = "info") -> bool:
         """A masked line in the running job's history: ``progress.log``."""
-        return progress.log(self.name, message, level)
+        return progress.log(part(self.request, ProgressReporter, self.name), message, level)
 
     def cancelled(self) -> bool:
         """True once this job was asked to stop: ``progress.cancel_requested``."""
-        return progress.cancel_requested(self.name)
+        return progress.cancel_requested(part(self.request, ProgressReporter, self.name))
 
     def update_state(self, *args: Any, **kwargs: Any) -> None:
         """Celery's, then ``state="PROGRESS"`` feeds :meth:`set_progress` (backend first)."""
         try:
             super().update_state(*args, **kwargs)
         finally:
-            progress.from_update_state(self.name, self.request.id, *args, **kwargs)
+            reporter = part(self.request, ProgressReporter, self.name)
+            progress.from_update_state(reporter, self.request.id, *args, **kwargs)
 
     def _settle(self, verdict: Verdict) -> Any:
         """Turn the runner's verdict into Celery's terms."""
@@ -353,7 +356,7 @@ class TrackedTask(Task[P, R_co]):
         given, is not reached); else it raises ``exc`` (or ``MaxRetriesExceededError``) and
         the job fails with it, retries used up. A re-publish the broker refused is handed
         back (``Reject(requeue=True)``), never dropped with attempts left."""
-        running = retries.running_attempt(self.request)
+        running = attempt_of(self.request)
         call = dict(args=args, kwargs=kwargs, exc=exc, throw=throw, eta=eta, countdown=countdown)
         with retries.retrying(running):
             return super().retry(**call, max_retries=retries.limit(running, max_retries), **options)

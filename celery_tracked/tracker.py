@@ -43,6 +43,7 @@ from .pipelines import Pipeline
 from .ports import Store
 from .reaper import Reaper, ReapReport
 from .relay import Relay
+from .reporter import Reports
 from .retention import policy_of
 from .runner import Runner
 from .settings import Settings
@@ -94,6 +95,7 @@ class Tracker:
                 LogTransitions(),
                 Successors(self.store),
                 GlobalRateLimit(limiter),
+                Reports(self.store, settings),
             ]
         )
         if settings.metrics:

@@ -11,15 +11,17 @@ from typing import Any
 import pytest
 
 from celery_tracked import JobStatus, Tracker, Unrecoverable, progress
+from celery_tracked.attempt import Attempt
 from celery_tracked.jobs import utcnow
 from celery_tracked.lease import owner_id
 from celery_tracked.messages import TrackedHeaders
 from celery_tracked.outcome import Completed, Skipped
-from celery_tracked.runner import Run
+from celery_tracked.reporter import ProgressReporter
+from celery_tracked.run import Run
 from tests.conftest import wait_for
 
 from .conftest import AppFactory
-from .test_lease_judgement import deliver
+from .test_lease_judgement import deliver, deliver_to
 from .test_store import claim, new_job
 
 #: ``Tracker.retry`` finalizes the app, and Celery then announces to it every ``app.task``
@@ -50,23 +52,24 @@ def test_a_run_asked_to_stop_ends_cancelled_whatever_its_body_does(
     job_id = new_job(tracker.store)
     seen: list[Any] = []
 
-    def body() -> str:
-        assert progress.cancel_requested("t") is False  # not asked yet (read at once)
+    def body(running: Attempt) -> str:
+        reporter = running.part(ProgressReporter)
+        assert progress.cancel_requested(reporter) is False  # not asked yet (read at once)
         assert tracker.cancel(job_id, "operator", running=True) is True
         job = tracker.get_job(job_id)
         assert job is not None and job.status is JobStatus.PROCESSING  # its run goes on
         seen.append(job.cancel_requested_at)
         if ending != "ignores":
             # read again at most once a second: it turns True within about a second
-            wait_for(lambda: progress.cancel_requested("t"), timeout=5, what="the request")
-            assert progress.cancel_requested("t") is True  # and stays True
+            wait_for(lambda: progress.cancel_requested(reporter), timeout=5, what="the request")
+            assert progress.cancel_requested(reporter) is True  # and stays True
         if ending == "raises":
             raise ConnectionError("a retryable error after the request")
         if ending == "unrecoverable":
             raise Unrecoverable("gave up")
         return "result"
 
-    verdict = deliver(tracker, job_id, body)
+    verdict = deliver_to(tracker, job_id, body)
 
     assert isinstance(verdict, Skipped), verdict
     assert seen[0] is not None
@@ -202,5 +205,5 @@ def test_a_retried_job_is_not_cancelled_by_its_old_request(tracker: Tracker) -> 
         backoff_base_ms=100,
         secrets=lambda: [],
     )
-    assert tracker.runner.run(run, lambda: "second") == Completed("second")
+    assert tracker.runner.run(run, lambda running: "second") == Completed("second")
     assert tracker.get_job(job_id).result == "second"  # type: ignore[union-attr]

@@ -18,7 +18,7 @@ from celery_tracked import tracked_task
 from celery_tracked.messages import TrackedHeaders
 from celery_tracked.outcome import Completed
 from celery_tracked.redact import REDACTED
-from celery_tracked.runner import Run
+from celery_tracked.run import Run
 
 from .conftest import AppFactory, queue_messages, tracker_of
 
@@ -72,7 +72,7 @@ def test_celerys_json_types_go_in_as_arguments_and_come_back_from_wait(
         backoff_base_ms=100,
         secrets=lambda: [],
     )
-    verdict = tracker.runner.run(run, lambda: invoice.run(*args, **kwargs))
+    verdict = tracker.runner.run(run, lambda running: invoice.run(*args, **kwargs))
     assert isinstance(verdict, Completed), verdict
 
     expected = {"at": AT, "day": DAY, "total": Decimal("39.80"), "id": ID, "types": ["datetime"]}

@@ -18,10 +18,11 @@ import pytest
 import celery_tracked.lease
 import celery_tracked.runner
 from celery_tracked import JobStatus, Tracker
+from celery_tracked.attempt import Attempt
 from celery_tracked.jobs import utcnow
 from celery_tracked.messages import TrackedHeaders
 from celery_tracked.outcome import Completed, Postponed, Retrying, Verdict
-from celery_tracked.runner import Run
+from celery_tracked.run import Run
 
 from .conftest import AppFactory
 from .test_store import new_job
@@ -40,6 +41,17 @@ def deliver(
     backoff_ms: int = 100,
     revision: int = 0,
 ) -> Verdict:
+    return deliver_to(tracker, job_id, lambda running: body(), backoff_ms, revision)
+
+
+def deliver_to(
+    tracker: Tracker,
+    job_id: str,
+    body: Callable[[Attempt], Any],
+    backoff_ms: int = 100,
+    revision: int = 0,
+) -> Verdict:
+    """``deliver``, the body given its running attempt."""
     run = Run(
         headers=TrackedHeaders(job_id, job_id, None, "q", revision=revision),
         task_name="t",

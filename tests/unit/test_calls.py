@@ -542,3 +542,23 @@ def test_the_concurrency_key_is_built_with_the_call_as_the_worker_builds_it() ->
             shape, rules(concurrency_key="c:{password}" * 30), ("c",), {"password": "p" * 9}
         )
     assert "ppppppppp" not in str(info.value) and "concurrency_key='c:{password}" in str(info.value)
+
+
+def test_the_reprs_are_the_shape_s_show_function_celery_s_saferepr_in_the_adapter() -> None:
+    from celery.utils.saferepr import saferepr
+
+    from celery_tracked.calls import REPR_CHARS, plain_repr
+
+    def body(text: str, deep: Any = None) -> None: ...
+
+    deep = {"a": [{"b": [{"c": [1]}]}], "long": "x" * 2000}
+    celery_shape = CallShape(body, saferepr)
+    assert celery_shape.reprs(("hi", deep), {}, ()) == (
+        saferepr(("hi", deep), REPR_CHARS),
+        saferepr({}, REPR_CHARS),
+    )
+    call = prepare_call(celery_shape, rules(), ["hi"], {"deep": deep})
+    assert call.kwargsrepr == saferepr({"deep": deep}, REPR_CHARS)
+    plain = CallShape(body)  # no adapter: repr, cut
+    assert plain.reprs(("hi",), {}, ()) == ("('hi',)", "{}")
+    assert len(plain_repr("x" * 5000, REPR_CHARS)) == REPR_CHARS

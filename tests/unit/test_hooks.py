@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from celery_tracked.attempt import Attempt
 from celery_tracked.errors import StoreError, TrackedError
 from celery_tracked.hooks import (
     Delivery,
@@ -18,9 +19,13 @@ from celery_tracked.hooks import (
     Transition,
 )
 from celery_tracked.jobs import Claim, NewRow
+from celery_tracked.messages import TrackedHeaders
+from celery_tracked.run import Run
 
 DELIVERY = Delivery("j-1", "send", "q", "app.send")
 CLAIM = Claim("j-1", 1, 3)
+RUN = Run(TrackedHeaders("j-1"), "app.send", "send", "q", "w", 1000, lambda: [])
+ATTEMPT = Attempt(RUN, CLAIM)
 
 
 def transition(event: str, **changes: Any) -> Transition:
@@ -46,7 +51,7 @@ class Recording(Hooks):
         self.log.append(f"{self.name}.before_claim")
         return self.delay
 
-    def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
+    def completion_rows(self, attempt: Attempt, result: Any) -> Sequence[NewRow]:
         return [NewRow("background_job_events", {"hook": self.name, "result": result})]
 
     def after_transition(self, transition: Transition) -> None:
@@ -56,14 +61,14 @@ class Recording(Hooks):
 def test_the_base_hooks_do_nothing() -> None:
     hooks = Hooks()
     assert hooks.before_claim(DELIVERY) is None
-    assert list(hooks.completion_rows(CLAIM, 1)) == []
+    assert list(hooks.completion_rows(ATTEMPT, 1)) == []
     assert hooks.after_transition(transition("completed")) is None
 
 
 def test_an_empty_chain_does_nothing() -> None:
     chain = HookChain()
     assert chain.before_claim(DELIVERY) is None
-    assert chain.completion_rows(CLAIM, 1) == []
+    assert chain.completion_rows(ATTEMPT, 1) == []
 
 
 def test_the_first_postponement_wins_and_stops_the_chain() -> None:
@@ -83,7 +88,7 @@ def test_a_zero_postponement_still_postpones() -> None:
 def test_completion_rows_of_every_hook_in_order() -> None:
     chain = HookChain([Recording("a", []), Hooks()])
     chain.add(Recording("b", []))
-    assert chain.completion_rows(CLAIM, 7) == [
+    assert chain.completion_rows(ATTEMPT, 7) == [
         NewRow("background_job_events", {"hook": "a", "result": 7}),
         NewRow("background_job_events", {"hook": "b", "result": 7}),
     ]

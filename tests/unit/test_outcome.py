@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timedelta, timezone
+from functools import partial
 
 import pytest
 from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry
 
-from celery_tracked import Unrecoverable
-from celery_tracked.outcome import (
-    EARLY_MS,
-    Plan,
-    Write,
-    backoff_ms,
-    final_error,
-    plan_outcome,
-    retry_cause,
-    retry_delay_ms,
-)
+from celery_tracked import Unrecoverable, outcome
+from celery_tracked.celery_signals import CELERY_SIGNALS
+from celery_tracked.outcome import EARLY_MS, Plan, Write, backoff_ms
+
+# the pure decisions, reading Celery's control exceptions as the adapter's runs do
+plan_outcome = partial(outcome.plan_outcome, signals=CELERY_SIGNALS)
+retry_cause = partial(outcome.retry_cause, signals=CELERY_SIGNALS)
+final_error = partial(outcome.final_error, signals=CELERY_SIGNALS)
+
+
+def retry_delay_ms(retry: Retry, now: datetime | None = None, sent: datetime | None = None) -> int:
+    signal = CELERY_SIGNALS.read(retry)
+    assert signal is not None
+    return outcome.retry_delay_ms(signal, now=now, sent=sent)
 
 
 def backoff(attempt: int) -> int:

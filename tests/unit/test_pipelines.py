@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from celery.exceptions import Retry
 
-from celery_tracked import Unrecoverable
+from celery_tracked import Unrecoverable, outcome
+from celery_tracked.celery_signals import CELERY_SIGNALS
 from celery_tracked.jobs import Job, JobStatus
-from celery_tracked.outcome import exhausted
 from celery_tracked.pipelines import Pipeline, pipeline_state
 from tests.unit.job_rows import NOW, a_job
 
@@ -30,6 +30,11 @@ C, F, P, R, X = (
     JobStatus.RETRYING,
     JobStatus.CANCELLED,
 )
+
+
+def exhausted(error: BaseException, attempt: int, most: int, *retryable: Any) -> bool:
+    """``outcome.exhausted``, Celery's ``Retry`` read as the adapter's runs read it."""
+    return outcome.exhausted(error, attempt, most, *retryable, signals=CELERY_SIGNALS)
 
 
 def test_a_failure_is_exhausted_only_on_the_last_attempt_of_a_retried_error() -> None:

@@ -86,18 +86,19 @@ def test_meta_without_progress_gives_none(meta: Any) -> None:
 
 
 def test_outside_a_tracked_run_set_progress_and_log_validate_then_do_nothing() -> None:
-    assert p.set_progress("t", 50, "stage") is False
-    assert p.log("t", "hello") is False
-    assert p.from_update_state("t", "id", None, "PROGRESS", {"current": 1, "total": 2}) is False
+    # outside a tracked run the adapter finds no sink on its request (None)
+    assert p.set_progress(None, 50, "stage") is False
+    assert p.log(None, "hello") is False
+    assert p.from_update_state(None, "id", None, "PROGRESS", {"current": 1, "total": 2}) is False
+    assert p.cancel_requested(None) is False
     with pytest.raises(InvalidProgress):
-        p.set_progress("t", 150)
+        p.set_progress(None, 150)
     with pytest.raises(InvalidProgress):
-        p.log("t", "hello", level="fatal")
+        p.log(None, "hello", level="fatal")
 
 
 class FakeReporter:
-    def __init__(self, task_name: str) -> None:
-        self.task_name = task_name
+    def __init__(self) -> None:
         self.values: list[p.Value] = []
         self.lines: list[tuple[str, str]] = []
 
@@ -108,18 +109,21 @@ class FakeReporter:
         self.lines.append((message, level))
         return True
 
+    def cancel_requested(self) -> bool:
+        return True
 
-def test_inside_a_run_only_its_own_task_reaches_the_reporter() -> None:
-    reporter = FakeReporter("mine")
-    with p.reporting(reporter):
-        assert p.set_progress("mine", 10.7, "a") is True
-        assert p.set_progress("other", 20) is False  # another task's body called directly
-        assert p.log("mine", 42, "warning") is True
-        assert p.from_update_state("mine", "id", None, "PROGRESS", {"current": 1, "total": 2})
-        assert p.from_update_state("mine", "id", "id", "PROGRESS", {"percent": 60})
-        assert not p.from_update_state("mine", "id", "other-id", "PROGRESS", {"percent": 70})
-        assert not p.from_update_state("mine", "id", None, "STARTED", {"percent": 80})
-    assert p.set_progress("mine", 30) is False  # cleared when the block ends
+
+def test_inside_a_run_the_calls_reach_the_sink_they_are_given() -> None:
+    # which sink a body's call reaches (its own run's, none for another task's body or
+    # after the run): tests/unit/test_attempt_hooks.py
+    reporter = FakeReporter()
+    assert p.set_progress(reporter, 10.7, "a") is True
+    assert p.log(reporter, 42, "warning") is True
+    assert p.from_update_state(reporter, "id", None, "PROGRESS", {"current": 1, "total": 2})
+    assert p.from_update_state(reporter, "id", "id", "PROGRESS", {"percent": 60})
+    assert not p.from_update_state(reporter, "id", "other-id", "PROGRESS", {"percent": 70})
+    assert not p.from_update_state(reporter, "id", None, "STARTED", {"percent": 80})
+    assert p.cancel_requested(reporter) is True
     assert reporter.values == [(10, "a"), (50, None), (60, None)]
     assert reporter.lines == [("42", "warning")]
 

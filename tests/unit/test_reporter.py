@@ -11,8 +11,8 @@ from typing import Any
 from celery_tracked import StoreError
 from celery_tracked.jobs import Claim
 from celery_tracked.messages import TrackedHeaders
-from celery_tracked.recorder import Run
-from celery_tracked.reporter import Flusher, Reporter
+from celery_tracked.reporter import Flusher, ProgressReporter
+from celery_tracked.run import Run
 from celery_tracked.settings import Settings
 from tests.conftest import wait_for
 
@@ -51,7 +51,7 @@ class Store:
         return len(self.lines)
 
 
-def reporter(store: Store, interval_ms: int = 10_000, lines: int = 200) -> Reporter:
+def reporter(store: Store, interval_ms: int = 10_000, lines: int = 200) -> ProgressReporter:
     run = Run(
         headers=TrackedHeaders(job_id="j-1"),
         task_name="app.t",
@@ -62,7 +62,7 @@ def reporter(store: Store, interval_ms: int = 10_000, lines: int = 200) -> Repor
         secrets=lambda: ["hunter22"],
     )
     settings = Settings(progress_interval_ms=interval_ms, log_lines_per_job=lines)
-    return Reporter(store, Claim("j-1", 1, 3), run, settings, Flusher())  # type: ignore[arg-type]
+    return ProgressReporter(store, Claim("j-1", 1, 3), run, settings, Flusher())  # type: ignore[arg-type]
 
 
 def test_a_failed_write_is_swallowed_and_the_end_writes_the_newest_value() -> None:

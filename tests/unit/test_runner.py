@@ -14,7 +14,9 @@ from unittest.mock import ANY
 import pytest
 from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry
 
-from celery_tracked import StoreError, Unrecoverable, attempt
+from celery_tracked import StoreError, Unrecoverable
+from celery_tracked.attempt import Attempt
+from celery_tracked.celery_signals import CELERY_SIGNALS
 from celery_tracked.errors import Refused
 from celery_tracked.hooks import Delivery, HookChain, Hooks, Transition
 from celery_tracked.jobs import Claim, Job, JobStatus, NewRow, utcnow
@@ -33,7 +35,8 @@ from celery_tracked.outcome import (
     Verdict,
 )
 from celery_tracked.recorder import Recorder as RecorderService
-from celery_tracked.runner import Run, Runner
+from celery_tracked.run import Run
+from celery_tracked.runner import Runner
 from celery_tracked.settings import Settings
 from tests.unit.job_rows import a_job
 
@@ -134,7 +137,7 @@ class Recorder(Hooks):
         self.deliveries.append(delivery)
         return self.postpone
 
-    def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
+    def completion_rows(self, attempt: Attempt, result: Any) -> Sequence[NewRow]:
         return self.rows
 
     def after_transition(self, transition: Transition) -> None:
@@ -159,9 +162,20 @@ class World:
         headers: TrackedHeaders | None = None,
         limits: DeliveryLimits | None = None,
     ) -> Verdict:
-        def counted() -> Any:
+        return self.run_attempt(lambda running: body(), job_id, headers, limits)
+
+    def run_attempt(
+        self,
+        body: Callable[[Attempt], Any],
+        job_id: str = "j-1",
+        headers: TrackedHeaders | None = None,
+        limits: DeliveryLimits | None = None,
+    ) -> Verdict:
+        """``run``, the body given its running attempt."""
+
+        def counted(running: Attempt) -> Any:
             self.bodies += 1
-            return body()
+            return body(running)
 
         run = Run(
             headers=headers or TrackedHeaders(job_id, job_id, None, "q"),
@@ -172,6 +186,7 @@ class World:
             backoff_base_ms=BASE_MS,
             secrets=lambda: [SECRET],
             limits=limits,
+            signals=CELERY_SIGNALS,
         )
         return self.runner.run(run, counted)
 
@@ -395,13 +410,12 @@ def test_an_error_a_self_retry_gave_up_with_fails_the_job_with_attempts_left(
     world.store.add()
     error = ValueError("no more")
 
-    def body() -> None:
-        running = attempt.current("j-1")
+    def body(running: Attempt) -> None:
         assert running is not None and (running.number, running.retries) == (1, 0)
         running.give_up(error)
         raise error
 
-    assert world.run(body) == Failed(error)
+    assert world.run_attempt(body) == Failed(error)
     job = world.job()
     assert (job.status, job.attempts_made) == (JobStatus.FAILED, 1)
     assert world.store.retries_exhausted is True
@@ -413,13 +427,12 @@ def test_a_body_s_own_retry_backoff_counts_from_its_publish(world: World) -> Non
     world.store.add()
     signal = Retry(exc=ValueError("later"), when=30)
 
-    def body() -> None:
-        running = attempt.current("j-1")
+    def body(running: Attempt) -> None:
         assert running is not None
         running.retrying(utcnow() - timedelta(seconds=10))  # published 10 s ago
         raise signal
 
-    assert world.run(body) == PassedOn(signal)
+    assert world.run_attempt(body) == PassedOn(signal)
     retrying = world.recorder.transitions[-1]
     delay = int(retrying.message.rsplit("retry in ", 1)[1].split(" ms")[0])
     assert 20_000 - EARLY_MS - 1_000 <= delay <= 20_000 - EARLY_MS, retrying.message
@@ -779,8 +792,9 @@ def test_secrets_are_only_computed_when_an_error_must_be_masked(world: World) ->
         worker="w",
         backoff_base_ms=BASE_MS,
         secrets=lambda: asked.append(1) or [SECRET],
+        signals=CELERY_SIGNALS,
     )
-    assert world.runner.run(run, lambda: "fine") == Completed("fine")
+    assert world.runner.run(run, lambda running: "fine") == Completed("fine")
     assert asked == []
 
 
@@ -806,7 +820,7 @@ class Raising(Hooks):
             raise RuntimeError("hook bug")
         return None
 
-    def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
+    def completion_rows(self, attempt: Attempt, result: Any) -> Sequence[NewRow]:
         if self.where == "completion_rows":
             raise RuntimeError(f"hook bug ({SECRET})")
         return ()
