@@ -20,9 +20,9 @@ The contract every implementation keeps:
 - a failure of the store itself is a :class:`~celery_tracked.errors.StoreError`
   (``Refused``: a value the store cannot hold; ``Disconnected``: already retried).
 
-Roles (who calls them): :class:`EnqueueStore` (``Enqueuer``), :class:`ClaimStore`,
-:class:`OutcomeStore`, :class:`ReportStore`, :class:`LeaseStore` (``Runner``, ``Recorder``,
-``LateOutcomes``, ``Reporter``, ``LeaseKeeper``; together :class:`RunStore`),
+Roles (who calls them): :class:`EnqueueStore` (``Enqueuer``), :class:`RunStore` (``Runner``:
+:class:`ClaimStore`, and :class:`OutcomeStore` for its ``Recorder`` and ``LateOutcomes``),
+:class:`ReportStore` (``Reporter``), :class:`LeaseStore` (``LeaseKeeper``),
 :class:`DeadRunStore` (``Aftermath``), :class:`RelayStore` (``Relay``),
 :class:`ReapStore` (``Reaper``), :class:`PurgeStore` (``Cleanup``), :class:`SuccessorStore`
 (``Successors``), :class:`RerunStore` (``Tracker.retry``, cancels), :class:`FindStore`
@@ -233,8 +233,9 @@ class LeaseStore(Protocol):
     def renew(self, claim: Claim, lease_seconds: float) -> bool: ...
 
 
-class RunStore(ClaimStore, OutcomeStore, ReportStore, LeaseStore, Protocol):
-    """Everything a worker's ``Runner`` does with a delivery."""
+class RunStore(ClaimStore, OutcomeStore, Protocol):
+    """Everything a worker's ``Runner`` does with a delivery (its ``Recorder`` writes the
+    outcome; the lease keeper renews, the ``Reports`` hook reports)."""
 
 
 class DeadRunStore(Reader, EndsDeadRuns, Protocol):
@@ -363,6 +364,8 @@ class FindStore(Reader, Protocol):
 class Store(
     EnqueueStore,
     RunStore,
+    ReportStore,
+    LeaseStore,
     DeadRunStore,
     RelayStore,
     ReapStore,
