@@ -28,9 +28,9 @@ from .errors import StoreError
 from .hooks import Hooks, Transition
 from .jobs import Event, Job, JobStatus, utcnow
 from .lease import HOST_ID, dead_holder, process_alive
+from .ports import DeadRunStore
 from .redact import safe_text
 from .settings import Settings
-from .store import JobStore
 
 logger = logging.getLogger("celery_tracked")
 
@@ -46,7 +46,7 @@ _POLL_S = 0.1
 class Aftermath:
     """Ends the runs of this worker's pool that Celery killed."""
 
-    def __init__(self, store: JobStore, hooks: Hooks, settings: Settings) -> None:
+    def __init__(self, store: DeadRunStore, hooks: Hooks, settings: Settings) -> None:
         self.store = store
         self.hooks = hooks
         self.settings = settings
@@ -132,7 +132,7 @@ class Aftermath:
         # The store's engines are made here, in the calling thread (the one that forks pool
         # children): made in the thread below, a child forked meanwhile would inherit
         # their lock held and hang at its first claim.
-        self.store.engines.get()
+        self.store.connect()
 
         def run() -> None:
             try:

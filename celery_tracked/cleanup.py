@@ -25,10 +25,9 @@ from typing import Any
 
 from .errors import StoreError
 from .guard import Guard, GuardError
-from .jobs import utcnow
+from .jobs import PURGE_START, Removed, utcnow
+from .ports import PurgeStore
 from .retention import ENDED, Policy, Sweep, sweeps
-from .store import JobStore
-from .store.purge import START, Removed, statements
 
 logger = logging.getLogger("celery_tracked")
 
@@ -103,7 +102,9 @@ def guard_entry(guard: Guard, job: Removed, live_since: datetime) -> tuple[str, 
 class Cleanup:
     """Removes the ended jobs a :class:`Policy` no longer keeps."""
 
-    def __init__(self, store: JobStore, guard: Guard, batch_size: int, guard_ttl_s: float) -> None:
+    def __init__(
+        self, store: PurgeStore, guard: Guard, batch_size: int, guard_ttl_s: float
+    ) -> None:
         self.store = store
         self.guard = guard
         self.batch_size = batch_size
@@ -151,10 +152,9 @@ class Cleanup:
     def _sweep(
         self, sweep: Sweep, report: CleanupReport, on_batch: Callable[[int], None] | None
     ) -> None:
-        prepared = statements(sweep, array=self.store.is_postgres)
-        cursor: tuple[datetime, str] | None = START
+        cursor: tuple[datetime, str] | None = PURGE_START
         while cursor is not None:
-            batch = self.store.purge_batch(prepared, cursor, self.batch_size)
+            batch = self.store.purge_batch(sweep, cursor, self.batch_size)
             cursor = batch.cursor
             if not batch.removed:
                 continue

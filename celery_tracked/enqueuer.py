@@ -27,14 +27,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .calls import PreparedCall
-from .errors import DuplicateInCanvas, EnqueueError, StoreError
+from .errors import DuplicateInCanvas, DuplicateJob, EnqueueError, StoreError
 from .guard import Guard, GuardError
 from .hooks import Hooks, Transition
 from .jobs import EnqueueResult, Event, Job, JobStatus, utcnow
 from .keys import KeyRule, Then, then, undo_replace
 from .messages import TrackedHeaders
+from .ports import EnqueueStore
 from .redact import mask_secrets
-from .store import DuplicateJob, JobStore
 
 logger = logging.getLogger("celery_tracked")
 
@@ -118,7 +118,7 @@ def guard_of(job: NewJob, guard_ttl_s: int) -> tuple[tuple[str, ...], int]:
 class Enqueuer:
     """Creates jobs: one per idempotency key, never a row without its message."""
 
-    def __init__(self, store: JobStore, guard: Guard, guard_ttl_s: int, hooks: Hooks) -> None:
+    def __init__(self, store: EnqueueStore, guard: Guard, guard_ttl_s: int, hooks: Hooks) -> None:
         self.store = store
         self.guard = guard
         self.guard_ttl_s = guard_ttl_s

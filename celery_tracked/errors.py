@@ -15,6 +15,8 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
     │   └── DuplicateInCanvas     a canvas member's idempotency key is taken (not retryable)
     ├── RetryRefused              ``Tracker.retry`` cannot re-run the job as asked
     ├── StoreError                the tracking database failed outside enqueue
+    │   ├── Disconnected          (internal) its pooled connection was dead
+    │   └── Refused               (internal) a constraint or a column refused a value
     ├── GuardError                Redis (the idempotency guard) failed
     ├── JobNotFound
     ├── InvalidFilter             ``Tracker.jobs``/bulk actions: a bad filter, limit or cursor
@@ -26,6 +28,9 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
         └── InvalidSuccessor
 
 Safe error text (masking, summaries) lives in :mod:`celery_tracked.redact`.
+
+Internal, never raised to users: ``DuplicateJob`` (a store's insert met the job's id or
+idempotency key; the enqueuer turns it into a duplicate result).
 """
 
 from __future__ import annotations
@@ -117,6 +122,23 @@ class StoreError(TrackedError):
 
 class GuardError(TrackedError):
     """Redis failed (credentials masked)."""
+
+
+class Disconnected(StoreError):
+    """The statement failed because its pooled connection was dead (now discarded)."""
+
+    internal = True  # recorded as a StoreError
+
+
+class Refused(StoreError):
+    """The database refused a row for what it holds (a constraint), not for being down:
+    sending it again cannot help."""
+
+    internal = True  # recorded as a StoreError
+
+
+class DuplicateJob(Exception):
+    """Internal: the insert hit the unique key or the primary key."""
 
 
 class InvalidProgress(TrackedError, ValueError):

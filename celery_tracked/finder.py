@@ -150,6 +150,23 @@ class JobFilter:
                 out[f.name] = value
         return out
 
+    def matches(self, job: Job) -> bool:
+        """Whether ``job`` passes every filter (the store's conditions, in Python)."""
+        if self.statuses and job.status not in self.statuses:
+            return False
+        for name in _TEXT_FIELDS:
+            wanted = getattr(self, name)
+            column = "queue_name" if name == "queue" else name
+            if wanted is not None and getattr(job, column) != wanted:
+                return False
+        for (after, before), value in zip(_RANGES, (job.created_at, job.finished_at), strict=True):
+            low, high = getattr(self, after), getattr(self, before)
+            if (low is not None or high is not None) and value is None:
+                return False
+            if (low is not None and value < low) or (high is not None and value >= high):
+                return False
+        return True
+
     def restricted_to(
         self,
         allowed: Sequence[JobStatus],

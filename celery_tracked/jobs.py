@@ -123,6 +123,38 @@ class NewRow:
             raise ValueError(f"a new job is a row of {TABLES[0]}, not {self.table}")
 
 
+#: Columns of a new job row, in the order the producer gives them.
+NEW_JOB_COLUMNS: tuple[str, ...] = (
+    "id",
+    "queue_name",
+    "job_type",
+    "task_name",
+    "celery_task_id",
+    "status",
+    "payload_json",
+    "attempts_made",
+    "max_attempts",
+    "idempotency_key",
+    "key_round",
+    "revision",
+    "retries_exhausted",
+    "correlation_id",
+    "parent_job_id",
+    "owner_id",
+    "concurrency_key",
+    "progress",
+    "created_at",
+    "updated_at",
+)
+#: Values of a new job row the producer need not give.
+NEW_JOB_DEFAULTS: Mapping[str, Any] = {
+    "attempts_made": 0,
+    "progress": 0,
+    "key_round": 0,
+    "revision": 0,
+    "concurrency_key": None,
+    "retries_exhausted": False,
+}
 #: The library's own tables: the only ones a completion may add rows to.
 TABLES = ("background_jobs", "background_job_events")
 
@@ -248,3 +280,29 @@ def _from_row(cls: type[R], row: Mapping[Any, Any]) -> R:
     values = {f.name: row[f.name] for f in fields(cls)}
     values["status"] = JobStatus(values["status"])
     return cls(**values)
+
+
+#: The event of an undone ``Tracker.retry`` (its status is the one the job went back to).
+RETRY_UNDONE = "retry_undone"
+#: The keyset cursor of a cleanup's first batch: before every row.
+PURGE_START = (datetime(1970, 1, 1, tzinfo=timezone.utc), "")
+
+
+@dataclass(frozen=True)
+class Removed:
+    """A row a cleanup batch removed: what its Redis guard entry is named by."""
+
+    id: str
+    job_type: str
+    idempotency_key: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one cleanup batch did: the rows it removed, their events, and the cursor of the
+    next batch (None: the sweep is done)."""
+
+    removed: tuple[Removed, ...]
+    events: int
+    cursor: tuple[datetime, str] | None

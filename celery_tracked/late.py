@@ -14,8 +14,8 @@ from .errors import StoreError
 from .jobs import Claim, Event, utcnow
 from .messages import PendingFailure
 from .outcome import Postponed, Skipped, Verdict
+from .ports import OutcomeStore
 from .run import Run
-from .store import JobStore
 
 #: ``tell(run, event, message, level, attempt)``: the ``Recorder``'s, to the hooks.
 Tell = Callable[[Run, Event, str, int, int], None]
@@ -27,7 +27,7 @@ class LateOutcomes:
     """Writes the outcomes an earlier attempt carried over; ``tell`` tells the hooks, and
     ``first_wait_ms()`` is how long a delivery waits while the database refuses them."""
 
-    def __init__(self, store: JobStore, tell: Tell, first_wait_ms: Callable[[], int]) -> None:
+    def __init__(self, store: OutcomeStore, tell: Tell, first_wait_ms: Callable[[], int]) -> None:
         self.store = store
         self.tell = tell
         self.first_wait_ms = first_wait_ms

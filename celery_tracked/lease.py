@@ -23,9 +23,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from .jobs import CLAIMABLE, Claim, Job, JobStatus
+from .ports import LeaseStore
 
 logger = logging.getLogger("celery_tracked")
 
@@ -156,9 +157,8 @@ def waiting_hold(job: Job, now: datetime, keyed: bool = False) -> Hold | None:
     return None
 
 
-class Renewer(Protocol):
-    def renew(self, claim: Claim, lease_seconds: float) -> bool: ...
-
+#: What the lease keeper asks of the store.
+Renewer = LeaseStore
 
 #: A run stops itself once no renewal has proven its lease for this share of the lease.
 PROOF_SHARE = 0.75

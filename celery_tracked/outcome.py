@@ -3,8 +3,9 @@
 ``plan_outcome`` classifies how a body ended (a result, a control :class:`Signal` such as
 Celery's ``Ignore``/``Reject``/``Retry``, ``Unrecoverable``, any other error) into what to
 write and what happens next; ``retry_delay_ms`` gives a body's own retry's delay (the
-backoff: :func:`celery_tracked.retry_policy.backoff_ms`). No I/O here, and no Celery: which exceptions are control signals is read by a
-:class:`Signals` the adapter passes in (``celery_signals.py``, on the ``Run``).
+backoff: :func:`celery_tracked.retry_policy.backoff_ms`). No I/O here, and no Celery:
+which exceptions are control signals is read by a :class:`Signals` the adapter passes in
+(``celery_signals.py``, on the ``Run``).
 
 The verdicts are what a run amounts to for Celery. Only ``TrackedTask`` turns them into
 Celery's ``Ignore``/``Retry``/``Reject``.

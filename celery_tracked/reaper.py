@@ -44,9 +44,9 @@ from typing import Protocol
 from .hooks import Hooks, Transition
 from .jobs import Event, Job, JobStatus, utcnow
 from .lease import GRACE_SHARE, diagnose
+from .ports import ReapStore
 from .redact import holds_redacted, mask_url
 from .settings import Settings
-from .store import JobStore
 
 logger = logging.getLogger("celery_tracked")
 
@@ -231,7 +231,7 @@ def decide(job: Job, rescues: int, limits: Thresholds) -> Decision:
 class Reaper:
     """Rescues or abandons the stalled jobs of one app's database."""
 
-    def __init__(self, store: JobStore, hooks: Hooks, settings: Settings) -> None:
+    def __init__(self, store: ReapStore, hooks: Hooks, settings: Settings) -> None:
         self.store = store
         self.hooks = hooks
         self.limits = Thresholds.of(settings)

@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 from .attempt import Attempt
-from .errors import StoreError
+from .errors import Refused, StoreError
 from .hooks import Hooks, Transition
 from .jobs import CLAIMABLE, Claim, Event, JobStatus, NewRow, utcnow
 from .late import LateOutcomes
@@ -42,11 +42,11 @@ from .outcome import (
     plan_outcome,
     retry_cause,
 )
+from .ports import OutcomeStore
 from .redact import error_type, mask_exception, summarize
 from .retry_policy import RetryPolicy
 from .run import Run
 from .settings import Settings
-from .store import JobStore, Refused
 
 #: The policy of the library's own waits (not a task's retries).
 _OWN_WAITS = RetryPolicy()
@@ -59,7 +59,7 @@ class Recorder:
     #: 12 s in all); after the last one the attempt is retried.
     RESEND_PAUSES_S: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 4.0)
 
-    def __init__(self, store: JobStore, hooks: Hooks, settings: Settings) -> None:
+    def __init__(self, store: OutcomeStore, hooks: Hooks, settings: Settings) -> None:
         self.store = store
         self.hooks = hooks
         self.settings = settings

@@ -26,8 +26,8 @@ from datetime import datetime, timedelta
 
 from .jobs import Job, utcnow
 from .lease import owner_id
+from .ports import RelayStore
 from .redact import holds_redacted, mask_url
-from .store import JobStore
 
 logger = logging.getLogger("celery_tracked")
 
@@ -53,7 +53,9 @@ class RelayReport:
 class Relay:
     """Publishes pending rows whose message was never handed to the broker."""
 
-    def __init__(self, store: JobStore, grace_s: float, cancel: Callable[[str, str], bool]) -> None:
+    def __init__(
+        self, store: RelayStore, grace_s: float, cancel: Callable[[str, str], bool]
+    ) -> None:
         self.store = store
         self.grace_s = grace_s
         self.cancel = cancel

@@ -23,11 +23,11 @@ from .attempt import Attempt
 from .errors import StoreError
 from .hooks import Hooks
 from .jobs import Claim, utcnow
+from .ports import ReportStore
 from .progress import Coalescer, Value
 from .redact import mask_secrets
 from .run import Run
 from .settings import Settings
-from .store import JobStore
 
 logger = logging.getLogger("celery_tracked")
 #: ``self.cancelled()`` reads the job's row at most this often (seconds) per run.
@@ -82,7 +82,7 @@ class ProgressReporter:
     """Writes one running attempt's progress and log lines (a ``progress.ProgressSink``)."""
 
     def __init__(
-        self, store: JobStore, claim: Claim, run: Run, settings: Settings, flusher: Flusher
+        self, store: ReportStore, claim: Claim, run: Run, settings: Settings, flusher: Flusher
     ) -> None:
         self._store = store
         self._claim = claim
@@ -238,7 +238,7 @@ class ProgressReporter:
 class Reports(Hooks):
     """The progress feature: one reporter per running attempt of this process."""
 
-    def __init__(self, store: JobStore, settings: Settings) -> None:
+    def __init__(self, store: ReportStore, settings: Settings) -> None:
         self.store = store
         self.settings = settings
         self.flusher = Flusher()

@@ -30,10 +30,9 @@ from .calls import REPR_CHARS
 from .codec import PAYLOAD_DEPTH, check_depth, decode, encode
 from .errors import EnqueueError, JobNotFound, RetryRefused, StoreError
 from .hooks import Transition
-from .jobs import Event, Job, JobStatus, utcnow
+from .jobs import RETRY_UNDONE, Event, Job, JobStatus, utcnow
 from .messages import TrackedHeaders, positive
 from .redact import holds_redacted, mask_secrets, redact, secret_values
-from .store.rerun import RETRY_UNDONE
 from .successors import fail_soft_note
 
 if TYPE_CHECKING:

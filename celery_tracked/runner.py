@@ -34,11 +34,11 @@ from .outcome import (
     Write,
     postpone_for,
 )
+from .ports import RunStore
 from .recorder import Recorder, after_write
 from .redact import mask_exception
 from .run import Run
 from .settings import Settings
-from .store import JobStore
 
 #: Longest wait before re-reading an unreachable database at claim time.
 _CLAIM_RETRY_CAP_MS = 30_000
@@ -50,7 +50,7 @@ class Runner:
     """Runs deliveries of tracked jobs in this process."""
 
     def __init__(
-        self, store: JobStore, leases: LeaseKeeper, hooks: Hooks, settings: Settings
+        self, store: RunStore, leases: LeaseKeeper, hooks: Hooks, settings: Settings
     ) -> None:
         self.store = store
         self.leases = leases

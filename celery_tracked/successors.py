@@ -44,8 +44,8 @@ from .hooks import Hooks
 from .jobs import JobStatus, NewRow, utcnow
 from .keys import Then, then
 from .messages import Control
+from .ports import SuccessorStore
 from .redact import mask_secrets
-from .store import JobStore
 
 if TYPE_CHECKING:
     from .task import TrackedTask
@@ -165,7 +165,7 @@ class Successors(Hooks):
     """Inserts a step's successors with its completion (or its exhausted failure), then
     publishes them once that write committed."""
 
-    def __init__(self, store: JobStore) -> None:
+    def __init__(self, store: SuccessorStore) -> None:
         self.store = store
         #: inline runs (eager mode) of successors being published, by job id: the queue of
         #: the publishing loop their own successors join (a loop, not a recursion)

@@ -40,6 +40,7 @@ from .lease import LeaseKeeper
 from .limiter import GlobalRateLimit, MemoryLimiter, RedisLimiter
 from .messages import as_job_id
 from .pipelines import Pipeline
+from .ports import Store
 from .reaper import Reaper, ReapReport
 from .redact import mask_url
 from .relay import Relay
@@ -69,7 +70,7 @@ class Tracker:
     def __init__(self, app: Celery, settings: Settings) -> None:
         self.app = app
         self.settings = settings
-        self.store = JobStore(settings.database_url, settings.database_pooler == "pgbouncer")
+        self.store: Store = JobStore(settings.database_url, settings.database_pooler == "pgbouncer")
         backend: RedisGuard | MemoryGuard
         if settings.memory_guard:
             backend = MemoryGuard(settings.key_prefix)

@@ -70,6 +70,10 @@ class JobStore(
     def is_postgres(self) -> bool:
         return self.engines.is_postgres
 
+    def connect(self) -> None:
+        """Make this process's engines now, in the calling thread (see ``Engines``)."""
+        self.engines.get()
+
     def dispose(self) -> None:
         """Close this process's connections (the next call opens new ones)."""
         self.engines.dispose()

@@ -10,42 +10,18 @@ from typing import Any
 from sqlalchemy import Insert, Select, bindparam, insert
 from sqlalchemy.dialects import postgresql, sqlite
 
-from ..jobs import JobStatus
+from ..jobs import NEW_JOB_COLUMNS, NEW_JOB_DEFAULTS, JobStatus
 from ..models import jobs
 from .statements import committed
 
-#: Columns of a new job row, in the order the producer gives them.
-NEW_JOB_COLUMNS = (
-    "id",
-    "queue_name",
-    "job_type",
-    "task_name",
-    "celery_task_id",
-    "status",
-    "payload_json",
-    "attempts_made",
-    "max_attempts",
-    "idempotency_key",
-    "key_round",
-    "revision",
-    "retries_exhausted",
-    "correlation_id",
-    "parent_job_id",
-    "owner_id",
-    "concurrency_key",
-    "progress",
-    "created_at",
-    "updated_at",
-)
-#: Values of a new job row the producer need not give.
-NEW_JOB_DEFAULTS: dict[str, Any] = {
-    "attempts_made": 0,
-    "progress": 0,
-    "key_round": 0,
-    "revision": 0,
-    "concurrency_key": None,
-    "retries_exhausted": False,
-}
+__all__ = [
+    "JOB_INSERT",
+    "NEW_JOB_COLUMNS",
+    "NEW_JOB_DEFAULTS",
+    "job_insert_cte",
+    "job_insert_if_absent",
+]
+
 _NEW_JOB_VALUES = {c: bindparam(c, type_=jobs.c[c].type) for c in NEW_JOB_COLUMNS}
 JOB_INSERT = insert(jobs).values(_NEW_JOB_VALUES)
 

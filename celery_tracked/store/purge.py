@@ -20,12 +20,13 @@ rows are ever selected. Knows nothing of Celery.
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -46,13 +47,14 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import OperationalError
 
 from ..errors import StoreError
+from ..jobs import PURGE_START, Batch, Removed
 from ..models import UTCDateTime, events, jobs
 from ..retention import ENDED, Boundary, Sweep
 from .engines import Engines
 from .translate import reconnecting, translated
 
 #: The keyset cursor of a run's first batch: before every row.
-START = (datetime(1970, 1, 1, tzinfo=timezone.utc), "")
+START = PURGE_START
 #: Deadlocks and lock waits that time out (MariaDB 1213/1205, SQLSTATE 40001/40P01) roll
 #: the batch back whole; it is tried again, after a short random pause, this many times.
 _TRIES = 5
@@ -70,26 +72,6 @@ AFTER_CURSOR = and_(
     jobs.c.finished_at >= AFTER_AT,
     or_(jobs.c.finished_at > AFTER_AT, jobs.c.id > AFTER_ID),
 )
-
-
-@dataclass(frozen=True)
-class Removed:
-    """A row a batch removed: what its Redis guard entry is named by."""
-
-    id: str
-    job_type: str
-    idempotency_key: str | None
-    created_at: datetime
-
-
-@dataclass(frozen=True)
-class Batch:
-    """What one batch did: the rows it removed, their events, and the cursor of the next
-    batch (None: the sweep is done)."""
-
-    removed: tuple[Removed, ...]
-    events: int
-    cursor: tuple[datetime, str] | None
 
 
 def _older_than(finished_at: datetime, job_id: str) -> Any:
@@ -130,6 +112,12 @@ class Statements:
 
 def _one_of(column: Any, array: bool) -> Any:
     return column == any_(ID_ARRAY) if array else column.in_(IDS)
+
+
+@functools.lru_cache(maxsize=32)
+def prepared_statements(sweep: Sweep, array: bool) -> Statements:
+    """:func:`statements`, built once per sweep (a cleanup runs many batches of one)."""
+    return statements(sweep, array)
 
 
 def statements(sweep: Sweep, array: bool = False) -> Statements:
@@ -188,13 +176,14 @@ class Purge:
 
     engines: Engines
 
-    def purge_batch(self, prepared: Statements, cursor: tuple[datetime, str], limit: int) -> Batch:
-        """Remove the next at most ``limit`` rows of a sweep after ``cursor``, with their
+    def purge_batch(self, sweep: Sweep, cursor: tuple[datetime, str], limit: int) -> Batch:
+        """Remove the next at most ``limit`` rows of ``sweep`` after ``cursor``, with their
         events, in one transaction (retried whole after a deadlock).
 
         Raises:
             StoreError: the database failed (this batch removed nothing).
         """
+        prepared = prepared_statements(sweep, self.engines.is_postgres)
         for tried in range(_TRIES):
             try:
                 with translated("removing old jobs"):

@@ -94,6 +94,8 @@ class Reporting:
                 row = engines.fastpath.execute("log_line", log_line_returning, params)
                 return row is not None
             with engines.transaction() as conn:
+                if engines.is_postgres:  # psycopg reports no rowcount for INSERT ... SELECT
+                    return conn.execute(log_line_returning(), params).first() is not None
                 return conn.execute(LOG_LINE, params).rowcount == 1
 
     @reconnecting

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Boolean, Integer, String, Text, exists, or_, select
 
-from ..jobs import Job, JobStatus
+from ..jobs import RETRY_UNDONE, Job, JobStatus
 from ..models import UTCDateTime, events, jobs
 from .engines import Engines
 from .statements import JOB_ID, NOW, RELAY_CLAIM, RELAYED, REVISION, Move, param
@@ -97,8 +97,6 @@ _UNDONE_RETRY = {
     "retries_exhausted": param("old_retries_exhausted", Boolean),
     "updated_at": NOW,
 }
-#: The event of an undone retry (its status is the one the job went back to).
-RETRY_UNDONE = "retry_undone"
 UNDO_RETRY = {
     ended: Move(f"undo_retry_{ended.value}", _PENDING, ended, _UNDONE_RETRY, _UNSENT, RETRY_UNDONE)
     for ended in _ENDED

@@ -17,31 +17,16 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 
-from ..errors import StoreError
+from ..errors import Disconnected, DuplicateJob, Refused, StoreError
 from ..models import events, jobs
 from ..redact import first_line
+
+__all__ = ["Disconnected", "DuplicateJob", "Refused", "explained", "reconnecting", "translated"]
 
 #: Said when a statement failed because a tracking table does not exist.
 MIGRATE_HINT = "the celery-tracked tables are missing: run `celery -A proj tracked migrate`"
 #: PostgreSQL's undefined_table, MariaDB/MySQL's ER_NO_SUCH_TABLE
 _UNDEFINED_TABLE = ("42P01", 1146)
-
-
-class DuplicateJob(Exception):
-    """Internal: the insert hit the unique key or the primary key."""
-
-
-class Disconnected(StoreError):
-    """The statement failed because its pooled connection was dead (now discarded)."""
-
-    internal = True  # recorded as a StoreError
-
-
-class Refused(StoreError):
-    """The database refused a row for what it holds (a constraint), not for being down:
-    sending it again cannot help."""
-
-    internal = True  # recorded as a StoreError
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -276,3 +276,16 @@ def test_the_keyset_is_a_plain_range_on_created_at_then_the_tie_break(dialect: A
         "after_created_at": NOW,
         "after_id": "j",
     }
+
+
+def test_a_filter_matches_a_job_as_the_stores_conditions_do() -> None:
+    failed = a_job(status=JobStatus.FAILED, queue_name="mail", finished_at=NOW)
+    pending = a_job(queue_name="mail")
+    assert JobFilter().matches(failed) and JobFilter().matches(pending)
+    assert JobFilter.of(status="failed", queue="mail").matches(failed)
+    assert not JobFilter.of(status="failed").matches(pending)
+    assert not JobFilter.of(queue="ocr").matches(failed)
+    since = JobFilter.of(finished_after=NOW - timedelta(seconds=1))
+    assert since.matches(failed) and not since.matches(pending)  # NULL is in no range
+    assert not JobFilter.of(finished_before=NOW).matches(failed)  # the upper bound excludes
+    assert JobFilter.of(created_after=NOW).matches(pending)  # the lower bound includes

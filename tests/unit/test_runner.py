@@ -1,4 +1,4 @@
-"""The worker runner against an in-memory twin of the store: every verdict, no service."""
+"""The worker runner against the library's in-memory store (watched): every verdict, no service."""
 
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry
 from celery_tracked import StoreError, Unrecoverable
 from celery_tracked.attempt import Attempt
 from celery_tracked.celery_signals import CELERY_SIGNALS
+from celery_tracked.errors import Refused
 from celery_tracked.hooks import Delivery, HookChain, Hooks, Transition
-from celery_tracked.jobs import CLAIMABLE, Claim, Job, JobStatus, NewRow, utcnow
+from celery_tracked.jobs import Claim, Job, JobStatus, NewRow, utcnow
 from celery_tracked.lease import LeaseKeeper, owner_id
 from celery_tracked.limits import DeliveryLimits
+from celery_tracked.memory import MemoryStore as LibraryMemoryStore
 from celery_tracked.messages import HEADER_PENDING_FAILURE, PendingFailure, TrackedHeaders
 from celery_tracked.outcome import (
     EARLY_MS,
@@ -36,24 +38,40 @@ from celery_tracked.recorder import Recorder as RecorderService
 from celery_tracked.run import Run
 from celery_tracked.runner import Runner
 from celery_tracked.settings import Settings
-from celery_tracked.store import Refused
 from tests.unit.job_rows import a_job
 
 SECRET = "hunter22"
 BASE_MS = 1000
 
 
-class MemoryStore:
-    """The moves the runner makes, on a dict of ``Job`` rows, fenced like the real ones.
+#: The store methods the runner tests watch (``calls``) and may break (``broken``).
+WATCHED = (
+    "clock",
+    "get",
+    "claim",
+    "give_back",
+    "take_over",
+    "fail_lost",
+    "complete",
+    "retrying",
+    "fail",
+    "release",
+    "renew",
+    "key_busy",
+)
 
-    ``broken`` names methods that raise ``StoreError``; ``calls`` records what was called.
-    """
+
+class MemoryStore(LibraryMemoryStore):
+    """The library's ``MemoryStore``, watched: ``calls`` records what was called,
+    ``broken`` names methods that raise ``StoreError`` (``refused``: ``Refused``),
+    ``fail_times`` how many calls of a method fail before it works; the rows a completion
+    or a failure was given are kept."""
 
     def __init__(self) -> None:
-        self.jobs: dict[str, Job] = {}
+        super().__init__()
         self.broken: set[str] = set()
         self.refused: set[str] = set()
-        self.fail_times: dict[str, int] = {}  # method → how many calls fail before it works
+        self.fail_times: dict[str, int] = {}
         self.calls: list[str] = []
         self.completion_rows: list[NewRow] = []
         self.failure_rows: list[NewRow] = []
@@ -63,236 +81,47 @@ class MemoryStore:
         now = utcnow()
         base = {"id": job_id, "celery_task_id": job_id, "correlation_id": job_id}
         base.update(job_type="send", task_name="app.send", created_at=now, updated_at=now)
-        self.jobs[job_id] = a_job(**{**base, **changes})
-        return self.jobs[job_id]
+        self.put(a_job(**{**base, **changes}))
+        return self.rows[job_id]
 
-    def _call(self, name: str) -> None:
+    def _set(self, job_id: str, **changes: Any) -> None:
+        self.put(replace(self.rows[job_id], **changes))
+
+    def call(self, name: str) -> None:
         self.calls.append(name)
         if name in self.refused:
             raise Refused(f"{name}: a constraint refused a row")
         if name in self.broken:
             raise StoreError(f"{name}: database unavailable")
+        if self.fail_times.get(name):
+            self.fail_times[name] -= 1
+            raise StoreError(f"{name}: server closed the connection unexpectedly")
 
-    def _set(self, job_id: str, **changes: Any) -> None:
-        self.jobs[job_id] = replace(self.jobs[job_id], **changes)
+    def complete(self, claim: Claim, **kwargs: Any) -> bool:
+        self.call("complete")
+        done = super().complete(claim, **kwargs)
+        if done:
+            self.completion_rows.extend(kwargs.get("rows", ()))
+        return done
 
-    def _held(self, claim: Claim) -> bool:
-        job = self.jobs.get(claim.job_id)
-        return (
-            job is not None
-            and job.status is JobStatus.PROCESSING
-            and job.attempts_made == claim.attempt
-        )
+    def fail(self, claim: Claim, **kwargs: Any) -> bool:
+        self.call("fail")
+        self.failure_rows = list(kwargs.get("rows", ()))
+        self.retries_exhausted = kwargs.get("retries_exhausted", False)
+        return super().fail(claim, **kwargs)
 
-    def clock(self) -> datetime:
-        """The database's clock (the twin's: this process's)."""
-        self._call("clock")
-        return utcnow()
 
-    def _take(self, job: Job, owner: str, worker: str, now: datetime, lease_s: float) -> None:
-        self._set(
-            job.id,
-            status=JobStatus.PROCESSING,
-            attempts_made=job.attempts_made + 1,
-            locked_by=owner,
-            locked_until=utcnow() + timedelta(seconds=lease_s),
-            not_before=None,
-            worker=worker,
-            started_at=job.started_at or now,
-        )
+def _watched(name: str) -> Callable[..., Any]:
+    def method(self: MemoryStore, *args: Any, **kwargs: Any) -> Any:
+        self.call(name)
+        return getattr(LibraryMemoryStore, name)(self, *args, **kwargs)
 
-    def get(self, job_id: str) -> Job | None:
-        self._call("get")
-        return self.jobs.get(job_id)
+    return method
 
-    def claim(
-        self,
-        job_id: str,
-        *,
-        owner: str,
-        worker: str,
-        now: datetime,
-        lease_s: float,
-        revision: int = 0,
-        concurrency: tuple[str, int] | None = None,
-    ) -> Claim | None:
-        self._call("claim")
-        job = self.jobs.get(job_id)
-        if job is None or job.status not in CLAIMABLE or job.revision != revision:
-            return None
-        if concurrency is not None and self.key_busy(job_id, *concurrency):
-            return None
-        if job.not_before is not None and job.not_before > utcnow():
-            return None  # a retrying job's backoff is not due
-        if job.locked_until is not None and job.locked_until > utcnow():
-            return None  # the relay holds it
-        self._take(job, owner, worker, now, lease_s)
-        return Claim(job_id, job.attempts_made + 1, job.max_attempts)
 
-    def give_back(
-        self, claim: Claim, *, owner: str, claimed_at: datetime, now: datetime, message: str
-    ) -> bool:
-        """``store/giveback.py``: the row as it was before ``claim``, fenced by it."""
-        self._call("give_back")
-        job = self.jobs.get(claim.job_id)
-        if job is None or not self._held(claim) or job.locked_by != owner:
-            return False
-        first = not claim.takeover and job.started_at == claimed_at
-        back = {"attempts_made": job.attempts_made - 1, "locked_by": None, "locked_until": None}
-        if not claim.takeover:
-            back["status"] = JobStatus.PENDING if first else JobStatus.RETRYING
-        if first:
-            back.update(started_at=None, worker=None)
-        self._set(job.id, **back)
-        return True
-
-    def key_busy(self, job_id: str, key: str, limit: int) -> bool:
-        """``limit`` other jobs of ``key`` are processing under a live lease."""
-        self.calls.append("key_busy")
-        holders = [
-            j
-            for j in self.jobs.values()
-            if j.concurrency_key == key
-            and j.id != job_id
-            and j.status is JobStatus.PROCESSING
-            and j.locked_until is not None
-            and j.locked_until > utcnow()
-        ]
-        return len(holders) >= limit
-
-    def _lapsed(self, job: Job, seen: int, grace_s: float, stale_owner: str | None) -> bool:
-        until = job.locked_until
-        expired = until is None or until < utcnow() - timedelta(seconds=grace_s)
-        return (
-            job.status is JobStatus.PROCESSING
-            and job.attempts_made == seen
-            and (expired or (stale_owner is not None and job.locked_by == stale_owner))
-        )
-
-    def take_over(
-        self,
-        job_id: str,
-        *,
-        seen_attempt: int,
-        owner: str,
-        worker: str,
-        now: datetime,
-        lease_s: float,
-        grace_s: float,
-        stale_owner: str | None,
-        reason: str,
-        revision: int = 0,
-        concurrency: tuple[str, int] | None = None,
-    ) -> Claim | None:
-        self._call("take_over")
-        job = self.jobs[job_id]
-        if not self._lapsed(job, seen_attempt, grace_s, stale_owner) or job.revision != revision:
-            return None
-        if concurrency is not None and self.key_busy(job_id, *concurrency):
-            return None
-        if job.attempts_made >= job.max_attempts:
-            return None
-        self._take(job, owner, worker, now, lease_s)
-        return Claim(job_id, job.attempts_made + 1, job.max_attempts, takeover=True)
-
-    def fail_lost(
-        self,
-        job_id: str,
-        *,
-        seen_attempt: int,
-        now: datetime,
-        grace_s: float,
-        stale_owner: str | None,
-        message: str,
-    ) -> bool:
-        self._call("fail_lost")
-        if not self._lapsed(self.jobs[job_id], seen_attempt, grace_s, stale_owner):
-            return False
-        self._end(job_id, JobStatus.FAILED, now, error_type="WorkerLost", error_message=message)
-        return True
-
-    def _end(self, job_id: str, status: JobStatus, now: datetime, **changes: Any) -> None:
-        finished = now if status.terminal else None
-        ended: dict[str, Any] = {"locked_by": None, "locked_until": None, "updated_at": now}
-        self._set(job_id, status=status, finished_at=finished, **{**ended, **changes})
-
-    def complete(
-        self,
-        claim: Claim,
-        *,
-        result_json: str | None,
-        now: datetime,
-        duration_ms: int,
-        rows: Sequence[NewRow] = (),
-        resent: bool = False,
-    ) -> bool:
-        self._call("complete")
-        if self.fail_times.get("complete"):
-            self.fail_times["complete"] -= 1
-            raise StoreError("complete: server closed the connection unexpectedly")
-        if not self._held(claim):
-            return False
-        self.completion_rows.extend(rows)
-        self._end(claim.job_id, JobStatus.COMPLETED, now, result_json=result_json)
-        return True
-
-    def retrying(
-        self,
-        claim: Claim,
-        *,
-        error_type: str,
-        error_message: str,
-        delay_ms: int,
-        duration_ms: int | None,
-        now: datetime,
-    ) -> bool:
-        self._call("retrying")
-        if not self._held(claim):
-            return False
-        self._end(
-            claim.job_id,
-            JobStatus.RETRYING,
-            now,
-            error_type=error_type,
-            error_message=error_message,
-            not_before=utcnow() + timedelta(milliseconds=delay_ms),
-        )
-        return True
-
-    def fail(
-        self,
-        claim: Claim,
-        *,
-        error_type: str,
-        error_message: str,
-        duration_ms: int | None,
-        now: datetime,
-        rows: Sequence[NewRow] = (),
-        retries_exhausted: bool = False,
-    ) -> bool:
-        self._call("fail")
-        self.failure_rows = list(rows)
-        self.retries_exhausted = retries_exhausted
-        if not self._held(claim):
-            return False
-        self._end(
-            claim.job_id, JobStatus.FAILED, now, error_type=error_type, error_message=error_message
-        )
-        return True
-
-    def release(self, claim: Claim, now: datetime) -> bool:
-        self._call("release")
-        if not self._held(claim):
-            return False
-        self._set(claim.job_id, locked_by=None, locked_until=None, updated_at=now)
-        return True
-
-    def renew(self, claim: Claim, lease_seconds: float) -> bool:
-        self._call("renew")
-        if not self._held(claim):
-            return False
-        self._set(claim.job_id, locked_until=utcnow() + timedelta(seconds=lease_seconds))
-        return True
+for _name in WATCHED:
+    if _name not in MemoryStore.__dict__:
+        setattr(MemoryStore, _name, _watched(_name))
 
 
 class Recorder(Hooks):
@@ -362,7 +191,7 @@ class World:
         return self.runner.run(run, counted)
 
     def job(self, job_id: str = "j-1") -> Job:
-        return self.store.jobs[job_id]
+        return self.store.rows[job_id]
 
 
 @pytest.fixture
@@ -405,7 +234,10 @@ def test_completed_records_the_result(world: World) -> None:
 
 def test_completion_rows_of_the_hooks_are_written_with_the_completion(world: World) -> None:
     world.store.add()
-    row = NewRow("background_job_events", {"job_id": "j-1"})
+    row = NewRow(
+        "background_job_events",
+        {"job_id": "j-1", "event": "note", "status": "processing", "created_at": utcnow()},
+    )
     world.recorder.rows = [row]
     assert world.run(lambda: 1) == Completed(1)
     assert world.store.completion_rows == [row]

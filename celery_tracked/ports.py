@@ -1,0 +1,381 @@
+"""The store contract: what each service asks of the tracking database, as Protocols.
+
+Pure: no SQLAlchemy, Redis or Celery here. Each service depends on the narrowest role it
+uses; :class:`Store` combines them all, and is what ``Tracker`` wires. Two stores implement
+it: the SQL store (``celery_tracked.store.JobStore``: PostgreSQL, SQLite, MariaDB) and the
+in-memory one (``celery_tracked.memory.MemoryStore``); ``tests/contract`` runs one suite
+against both.
+
+The contract every implementation keeps:
+
+- every move is conditional: it applies only from the statuses it names and under its
+  fence (a run's claimed attempt, a lease that lapsed on the store's clock, the message
+  revision the caller saw), atomically, and returns False (or None) when it did not;
+- leases, backoffs and the relay's claims are judged on the store's one clock
+  (:meth:`Reader.clock`), never on the caller's; the ``now`` a caller passes is for the
+  record (``updated_at``, events);
+- a move that names an event appends it to the job's history, in the same atomic step;
+- ``(job_type, idempotency_key, key_round)`` is unique: ``insert`` raises
+  :class:`~celery_tracked.errors.DuplicateJob` for it or for a taken id;
+- a failure of the store itself is a :class:`~celery_tracked.errors.StoreError`
+  (``Refused``: a value the store cannot hold; ``Disconnected``: already retried).
+
+Roles (who calls them): :class:`EnqueueStore` (``Enqueuer``), :class:`RunStore` (``Runner``:
+:class:`ClaimStore`, and :class:`OutcomeStore` for its ``Recorder`` and ``LateOutcomes``),
+:class:`ReportStore` (``Reporter``), :class:`LeaseStore` (``LeaseKeeper``),
+:class:`DeadRunStore` (``Aftermath``), :class:`RelayStore` (``Relay``),
+:class:`ReapStore` (``Reaper``), :class:`PurgeStore` (``Cleanup``), :class:`SuccessorStore`
+(``Successors``), :class:`RerunStore` (``Tracker.retry``, cancels), :class:`FindStore`
+(``Tracker``'s reads, bulk actions, statistics, metrics).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from .finder import JobFilter, Position
+from .jobs import Batch, Claim, Job, JobEvent, JobStatus, NewRow
+from .retention import Boundary, Sweep
+
+__all__ = [
+    "ClaimStore",
+    "DeadRunStore",
+    "EnqueueStore",
+    "FindStore",
+    "LeaseStore",
+    "OutcomeStore",
+    "PurgeStore",
+    "Reader",
+    "ReapStore",
+    "RelayStore",
+    "ReportStore",
+    "RerunStore",
+    "RunStore",
+    "Store",
+    "SuccessorStore",
+]
+
+
+class Reader(Protocol):
+    """One job, and the store's clock (every role reads them)."""
+
+    def get(self, job_id: str) -> Job | None:
+        """The job, or None."""
+
+    def clock(self) -> datetime:
+        """The store's current time: the clock leases and backoffs are judged on."""
+
+
+class Handing(Protocol):
+    """The producer's mark after a publish (enqueue, successors, relay, reaper, retry)."""
+
+    def handed_over(self, job_id: str, now: datetime, revision: int = 0) -> bool:
+        """The message of ``revision`` was handed to the broker (once, if still current)."""
+
+
+class KeyReader(Protocol):
+    def find_by_key(self, job_type: str, key: str) -> Job | None:
+        """The newest job (latest key round) holding ``(job_type, key)``."""
+
+
+class EnqueueStore(Reader, Handing, KeyReader, Protocol):
+    """The producer: insert, deduplicate, a debounce's replacement, the undo of a failed
+    publish."""
+
+    def insert(self, row: Mapping[str, Any]) -> None:
+        """A pending job and its ``enqueued`` event (raises ``DuplicateJob``)."""
+
+    def undo(self, job_id: str) -> bool:
+        """Remove a job (and its history) whose message nobody handed over."""
+
+    def replace_arguments(
+        self, job_id: str, *, seen_revision: int, payload_json: str, now: datetime, message: str
+    ) -> bool: ...
+
+    def undo_replace(
+        self,
+        job_id: str,
+        *,
+        made: int,
+        revision: int,
+        payload_json: str | None,
+        now: datetime,
+        message: str,
+    ) -> bool: ...
+
+
+class EndsDeadRuns(Protocol):
+    def end_dead_run(
+        self,
+        job_id: str,
+        *,
+        seen_attempt: int,
+        stale_owner: str | None,
+        status: JobStatus,
+        error_type: str | None,
+        error_message: str | None,
+        message: str,
+        now: datetime,
+        delay_ms: int = 0,
+    ) -> bool:
+        """processing → retrying | failed | cancelled for a run that died, fenced like a
+        takeover."""
+
+
+class ClaimStore(Reader, EndsDeadRuns, Protocol):
+    """A delivery's claim: claim, take over a lapsed lease, give a claim back."""
+
+    def claim(
+        self,
+        job_id: str,
+        *,
+        owner: str,
+        worker: str,
+        now: datetime,
+        lease_s: float,
+        revision: int = 0,
+        concurrency: tuple[str, int] | None = None,
+    ) -> Claim | None: ...
+
+    def take_over(
+        self,
+        job_id: str,
+        *,
+        seen_attempt: int,
+        owner: str,
+        worker: str,
+        now: datetime,
+        lease_s: float,
+        grace_s: float,
+        stale_owner: str | None,
+        reason: str,
+        revision: int = 0,
+        concurrency: tuple[str, int] | None = None,
+    ) -> Claim | None: ...
+
+    def fail_lost(
+        self,
+        job_id: str,
+        *,
+        seen_attempt: int,
+        now: datetime,
+        grace_s: float,
+        stale_owner: str | None,
+        message: str,
+    ) -> bool: ...
+
+    def key_busy(self, job_id: str, key: str, limit: int) -> bool: ...
+
+    def give_back(
+        self, claim: Claim, *, owner: str, claimed_at: datetime, now: datetime, message: str
+    ) -> bool: ...
+
+
+class OutcomeStore(Reader, Protocol):
+    """How a run ends, fenced by its claim."""
+
+    def complete(
+        self,
+        claim: Claim,
+        *,
+        result_json: str | None,
+        now: datetime,
+        duration_ms: int,
+        rows: Sequence[NewRow] = (),
+        resent: bool = False,
+    ) -> bool: ...
+
+    def retrying(
+        self,
+        claim: Claim,
+        *,
+        error_type: str,
+        error_message: str,
+        delay_ms: int,
+        duration_ms: int | None,
+        now: datetime,
+    ) -> bool: ...
+
+    def fail(
+        self,
+        claim: Claim,
+        *,
+        error_type: str,
+        error_message: str,
+        duration_ms: int | None,
+        now: datetime,
+        rows: Sequence[NewRow] = (),
+        retries_exhausted: bool = False,
+    ) -> bool: ...
+
+    def cancel_run(self, claim: Claim, *, now: datetime, message: str) -> bool: ...
+
+    def release(self, claim: Claim, now: datetime) -> bool: ...
+
+
+class ReportStore(Protocol):
+    """A running body's progress, log lines, and its cancel request."""
+
+    def report_progress(
+        self, claim: Claim, *, percent: int, stage: str | None, now: datetime
+    ) -> bool: ...
+
+    def log_line(self, claim: Claim, *, message: str, now: datetime) -> bool: ...
+
+    def log_lines(self, job_id: str) -> int: ...
+
+    def cancel_wanted(self, job_id: str) -> bool: ...
+
+
+class LeaseStore(Protocol):
+    def renew(self, claim: Claim, lease_seconds: float) -> bool: ...
+
+
+class RunStore(ClaimStore, OutcomeStore, Protocol):
+    """Everything a worker's ``Runner`` does with a delivery (its ``Recorder`` writes the
+    outcome; the lease keeper renews, the ``Reports`` hook reports)."""
+
+
+class DeadRunStore(Reader, EndsDeadRuns, Protocol):
+    """The end of a run killed outside its call path (``Aftermath``)."""
+
+    def connect(self) -> None:
+        """Open this process's connections now, in the calling thread."""
+
+
+class RelayStore(Reader, Handing, Protocol):
+    """The relay: unpublished pending rows, claimed and handed over."""
+
+    def unpublished(self, *, cutoff: datetime, now: datetime) -> list[str]: ...
+
+    def relay_claim(
+        self, job_id: str, *, owner: str, now: datetime, lease_s: float, cutoff: datetime
+    ) -> bool: ...
+
+    def relayed(
+        self, job_id: str, *, owner: str, now: datetime, message: str, revision: int = 0
+    ) -> bool: ...
+
+
+class ReapStore(Reader, Handing, Protocol):
+    """The reaper: stalled rows, rescued or abandoned."""
+
+    def stalled(
+        self,
+        *,
+        grace_s: float,
+        run_cutoff: datetime,
+        pending_cutoff: datetime,
+        retrying_cutoff: datetime,
+        limit: int,
+    ) -> list[tuple[Job, int]]: ...
+
+    def rescue_run(
+        self, job: Job, *, grace_s: float, run_cutoff: datetime, message: str, now: datetime
+    ) -> bool: ...
+
+    def abandon_run(
+        self,
+        job: Job,
+        *,
+        grace_s: float,
+        run_cutoff: datetime,
+        message: str,
+        now: datetime,
+        retries_exhausted: bool,
+    ) -> bool: ...
+
+    def cancel_stalled_run(
+        self, job: Job, *, grace_s: float, run_cutoff: datetime, message: str, now: datetime
+    ) -> bool: ...
+
+    def rescue_waiting(
+        self, job: Job, *, cutoff: datetime, message: str, now: datetime
+    ) -> bool: ...
+
+    def abandon_waiting(
+        self, job: Job, *, cutoff: datetime, message: str, now: datetime, retries_exhausted: bool
+    ) -> bool: ...
+
+
+class PurgeStore(Protocol):
+    """The cleanup: ended rows removed in batches."""
+
+    def purge_batch(self, sweep: Sweep, cursor: tuple[datetime, str], limit: int) -> Batch: ...
+
+    def purge_count(self, sweep: Sweep) -> int: ...
+
+    def keep_boundaries(self, keep: int) -> list[tuple[str, Boundary]]: ...
+
+
+class SuccessorStore(Reader, Handing, KeyReader, Protocol):
+    """A pipeline's successors (inserted with a completion; published after it)."""
+
+
+class RerunStore(Reader, Handing, KeyReader, Protocol):
+    """``Tracker.retry`` and the cancels."""
+
+    def retry(
+        self, job_id: str, *, seen_revision: int, budget: int, now: datetime, message: str
+    ) -> bool: ...
+
+    def undo_retry(
+        self,
+        job_id: str,
+        *,
+        made: int,
+        status: JobStatus,
+        max_attempts: int,
+        finished_at: datetime | None,
+        now: datetime,
+        message: str,
+        retries_exhausted: bool = False,
+    ) -> bool: ...
+
+    def retry_rounds(self, job_id: str) -> list[tuple[str, int]]: ...
+
+    def fail_soft_successor(self, step: Job, note: str) -> Job | None: ...
+
+    def cancel(
+        self, job_id: str, *, now: datetime, reason: str, revision: int | None = None
+    ) -> bool: ...
+
+    def request_cancel(self, job_id: str, *, now: datetime, message: str) -> bool: ...
+
+
+class FindStore(Reader, Protocol):
+    """The read side: listings, history, pipelines, statistics and gauges."""
+
+    def find(self, filt: JobFilter, after: Position | None, limit: int) -> list[Job]: ...
+
+    def events(self, job_id: str) -> list[JobEvent]: ...
+
+    def pipeline(self, correlation_id: str) -> list[Job]: ...
+
+    def stats(self, now: datetime | None = None) -> dict[str, dict[str, Any]]: ...
+
+    def queue_health(self, since_s: float = 3600.0) -> dict[str, dict[str, int]]: ...
+
+    def backlog(self, *, cutoff: datetime) -> int: ...
+
+
+class Store(
+    EnqueueStore,
+    RunStore,
+    ReportStore,
+    LeaseStore,
+    DeadRunStore,
+    RelayStore,
+    ReapStore,
+    PurgeStore,
+    SuccessorStore,
+    RerunStore,
+    FindStore,
+    Protocol,
+):
+    """The whole store, as ``Tracker`` wires it."""
+
+    def dispose(self) -> None:
+        """Close this process's connections (the next call opens new ones)."""

@@ -1,0 +1,86 @@
+"""The producer's role: insert, duplicate keys, undo, hand-over, a debounce's moves."""
+
+from __future__ import annotations
+
+import pytest
+
+from celery_tracked.errors import DuplicateJob
+from celery_tracked.jobs import JobStatus, utcnow
+from celery_tracked.ports import Store
+from tests.contract.conftest import event_names, new_job
+
+
+def test_an_inserted_job_reads_back_pending_with_its_enqueued_event(store: Store) -> None:
+    job_id = new_job(store, idempotency_key="k-1", owner_id="u-7")
+    job = store.get(job_id)
+    assert job is not None
+    assert (job.status, job.attempts_made, job.max_attempts) == (JobStatus.PENDING, 0, 3)
+    assert (job.idempotency_key, job.owner_id, job.key_round, job.revision) == ("k-1", "u-7", 0, 0)
+    assert job.published_at is None and job.locked_until is None and job.not_before is None
+    [enqueued] = store.events(job_id)
+    assert (enqueued.event, enqueued.status, enqueued.attempt) == ("enqueued", JobStatus.PENDING, 0)
+    assert store.get("no-such-job") is None
+
+
+def test_a_taken_key_or_id_is_a_duplicate_and_a_new_round_is_not(store: Store) -> None:
+    first = new_job(store, idempotency_key="k-1")
+    with pytest.raises(DuplicateJob):
+        new_job(store, idempotency_key="k-1")
+    with pytest.raises(DuplicateJob):
+        new_job(store, id=first)
+    second = new_job(store, idempotency_key="k-1", key_round=1)
+    other_type = new_job(store, idempotency_key="k-1", job_type="other")
+    new_job(store)  # no key: never a duplicate
+    new_job(store)
+    newest = store.find_by_key("t", "k-1")
+    assert newest is not None and (newest.id, newest.key_round) == (second, 1)
+    assert [e.event for e in store.events(first)] == ["enqueued"]
+    found = store.find_by_key("other", "k-1")
+    assert found is not None and found.id == other_type
+    assert store.find_by_key("t", "k-2") is None
+
+
+def test_undo_removes_an_unpublished_job_with_its_history(store: Store) -> None:
+    job_id = new_job(store)
+    assert store.undo(job_id)
+    assert store.get(job_id) is None and store.events(job_id) == []
+    kept = new_job(store)
+    assert store.handed_over(kept, utcnow())
+    assert not store.undo(kept)  # handed over meanwhile: it stays, and will run
+    assert store.get(kept) is not None
+
+
+def test_a_hand_over_is_recorded_once_and_only_for_the_current_revision(store: Store) -> None:
+    job_id = new_job(store)
+    assert not store.handed_over(job_id, utcnow(), revision=1)
+    assert store.handed_over(job_id, utcnow(), revision=0)
+    first = store.get(job_id)
+    assert first is not None and first.published_at is not None
+    assert not store.handed_over(job_id, utcnow(), revision=0)
+    again = store.get(job_id)
+    assert again is not None and again.published_at == first.published_at
+    assert event_names(store, job_id) == ["enqueued"]  # no event for a hand-over
+
+
+def test_a_debounce_replaces_a_pending_job_and_its_undo_moves_on(store: Store) -> None:
+    job_id = new_job(store)
+    now = utcnow()
+    replaced = store.replace_arguments(
+        job_id, seen_revision=0, payload_json='{"args": [2]}', now=now, message="debounced"
+    )
+    assert replaced
+    job = store.get(job_id)
+    assert job is not None and (job.revision, job.payload_json) == (1, '{"args": [2]}')
+    assert not store.replace_arguments(
+        job_id, seen_revision=0, payload_json="{}", now=now, message="stale"
+    )
+    assert not store.undo_replace(  # revision 0's message is not the one made
+        job_id, made=0, revision=2, payload_json="{}", now=now, message="x"
+    )
+    assert store.undo_replace(
+        job_id, made=1, revision=2, payload_json='{"args": [1]}', now=now, message="undone"
+    )
+    job = store.get(job_id)
+    assert job is not None and (job.revision, job.payload_json) == (2, '{"args": [1]}')
+    assert event_names(store, job_id) == ["enqueued", "debounced", "debounce_undone"]
+    assert store.events(job_id)[1].message == "debounced"
