@@ -1,6 +1,7 @@
 """celery-tracked: durable job tracking and idempotency for any Celery app."""
 
 from . import signals as _signals  # noqa: F401 (connects the worker's handlers)
+from .celery_tracker import Tracker
 from .cleanup import CleanupReport
 from .decorator import tracked_task
 from .errors import (
@@ -30,7 +31,6 @@ from .reaper import ReapReport
 from .settings import Settings
 from .successors import InvalidSuccessor, NotInAStep
 from .task import TrackedTask
-from .tracker import Tracker
 
 __version__ = "0.1.0"
 

@@ -34,6 +34,11 @@ REPR_CHARS = 1024
 MAX_KEY_CHARS = 255
 
 
+def bounded_reprs(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str]:
+    """``argsrepr`` and ``kwargsrepr`` of arguments already redacted, bounded in length."""
+    return saferepr(tuple(args), REPR_CHARS), saferepr(kwargs, REPR_CHARS)
+
+
 class CallShape:
     """How a body takes its arguments (from its signature; None when it has none)."""
 
@@ -104,8 +109,7 @@ class CallShape:
         self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
     ) -> tuple[str, str]:
         """``argsrepr`` and ``kwargsrepr``, redacted (what Flower and events show)."""
-        safe_args, safe_kwargs = self.redacted(args, kwargs, keys)
-        return saferepr(tuple(safe_args), REPR_CHARS), saferepr(safe_kwargs, REPR_CHARS)
+        return bounded_reprs(*self.redacted(args, kwargs, keys))
 
     def secrets(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
@@ -196,13 +200,14 @@ def prepare_call(
         secrets = tuple(secret_values([named, shape.unnamed(args)], rules.redact_keys))
         validate(rules, named, secrets)
         safe_args, safe_kwargs = shape.redacted(args, kwargs, rules.redact_keys)
+        argsrepr, kwargsrepr = bounded_reprs(safe_args, safe_kwargs)
         made = KeyCall(rules.task_name, args, kwargs, named, secrets, rules.redact_keys)
         limited = rules.concurrency_key
         return PreparedCall(
             key=idempotency_key(rules, explicit_key, args, kwargs, named, made),
             payload_json=encode({"args": safe_args, "kwargs": safe_kwargs}, PAYLOAD_DEPTH),
-            argsrepr=saferepr(tuple(safe_args), REPR_CHARS),
-            kwargsrepr=saferepr(safe_kwargs, REPR_CHARS),
+            argsrepr=argsrepr,
+            kwargsrepr=kwargsrepr,
             secrets=secrets,
             concurrency_key=None if limited is None else made.build("concurrency_key", limited),
         )

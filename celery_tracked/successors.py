@@ -24,23 +24,25 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any
 
-from . import producer
+from .description import TaskDescription
 from .enqueuer import NewJob
 from .errors import InvalidPayload, TrackedError, Unrecoverable, mask_secrets
 from .hooks import Hooks, Transition
 from .jobs import Claim, JobStatus, NewRow, utcnow
 from .keys import Then, then
 from .messages import Control
+from .newjobs import Ids, new_job
+from .port import Platform
+from .settings import Settings
 from .store import JobStore
-
-if TYPE_CHECKING:
-    from .task import TrackedTask
 
 logger = logging.getLogger("celery_tracked")
 
@@ -98,15 +100,16 @@ def running(job_id: str, correlation_id: str | None) -> Iterator[Step]:
 
 
 def declare(
-    task: TrackedTask[Any, Any],
+    task: Any,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     *,
     idempotency_key: str | None = None,
     fail_soft: bool = False,
 ) -> str:
-    """Declare a successor of the running step; returns the job id it will have (unless
-    its key is taken by another job when the step completes).
+    """Declare a successor of the running step: a call of ``task`` (a tracked task: its
+    ``description``, and its tracker's :class:`Successors`); returns the job id it will
+    have (unless its key is taken by another job when the step completes).
 
     Raises:
         NotInAStep: no tracked task is running here.
@@ -117,34 +120,23 @@ def declare(
         raise NotInAStep("then()/otherwise() can only be called from a running tracked task")
     if len(step.declared) >= MAX_SUCCESSORS:
         raise InvalidSuccessor(f"a step may declare at most {MAX_SUCCESSORS} successors")
-    from .task import TrackedTask  # the task module imports this one
-
-    if not isinstance(task, TrackedTask):
+    description = getattr(task, "description", None)
+    if not isinstance(description, TaskDescription):
         raise InvalidSuccessor(f"a successor must be a tracked task, not {task!r}")
+    maker: Successors = task.tracker.successors
     control = Control(idempotency_key, step.correlation_id, step.job_id)
     options: dict[str, Any] = {}
+    job_id = str(uuid.uuid4())
+    ids = Ids(job_id, job_id, False, step.job_id, step.correlation_id)
     try:
-        job = producer.new_job(task, args, kwargs, None, control, options)
+        job = new_job(description, maker.settings, args, kwargs, control, options, ids)
     except (InvalidPayload, TypeError) as exc:
-        raise InvalidSuccessor(f"successor {task.name} refused: {exc}") from None
+        raise InvalidSuccessor(f"successor {description.name} refused: {exc}") from None
     if job.call.key is None:
         job = replace(job, call=replace(job.call, key=derived_key(step.job_id, job)))
-    publish = _publisher(task, tuple(args), dict(kwargs), job, options)
-    step.declared.append(Declared(job, fail_soft, publish, key_round(task, job)))
+    publish = maker.publisher(job, args, kwargs, options)
+    step.declared.append(Declared(job, fail_soft, publish, maker.key_round(job)))
     return job.job_id
-
-
-def key_round(task: TrackedTask[Any, Any], job: NewJob) -> int:
-    """The round a successor's row takes: 0, or under a key lifetime that frees keys the
-    round after the key's newest job once that one let it go (read now; a producer that
-    takes the same round first wins at the completion, and this successor is not created)."""
-    if not job.rule.reused or job.call.key is None:
-        return 0
-    latest = task.tracker.store.find_by_key(job.job_type, job.call.key)
-    if latest is None:
-        return 0
-    free = then(job.rule, latest, utcnow()) is Then.NEW_ROUND
-    return latest.key_round + 1 if free else latest.key_round
 
 
 def successor_note(step_id: str) -> str:
@@ -165,27 +157,44 @@ def derived_key(parent_job_id: str, job: NewJob) -> str:
     return f"then:{parent_job_id}:{digest[:24]}"
 
 
-def _publisher(
-    task: TrackedTask[Any, Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    job: NewJob,
-    options: dict[str, Any],
-) -> Callable[[], None]:
-    def publish() -> None:  # a re-publish of an existing job: no new row, reprs redacted
-        headers = job.headers().to_headers()
-        task_id = job.celery_task_id or job.job_id
-        task.apply_async(args, kwargs, task_id=task_id, headers=headers, **options)
-
-    return publish
-
-
 class Successors(Hooks):
     """Inserts a step's successors with its completion (or its exhausted failure), then
-    publishes them once that write committed."""
+    publishes them once that write committed (through the platform port: ``port.py``)."""
 
-    def __init__(self, store: JobStore) -> None:
+    def __init__(self, store: JobStore, settings: Settings, platform: Platform) -> None:
         self.store = store
+        self.settings = settings
+        self.platform = platform
+
+    def key_round(self, job: NewJob) -> int:
+        """The round a successor's row takes: 0, or under a key lifetime that frees keys
+        the round after the key's newest job once that one let it go (read now; a producer
+        that takes the same round first wins at the completion, and this successor is not
+        created)."""
+        if not job.rule.reused or job.call.key is None:
+            return 0
+        latest = self.store.find_by_key(job.job_type, job.call.key)
+        if latest is None:
+            return 0
+        free = then(job.rule, latest, utcnow()) is Then.NEW_ROUND
+        return latest.key_round + 1 if free else latest.key_round
+
+    def publisher(
+        self,
+        job: NewJob,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        options: Mapping[str, Any],
+    ) -> Callable[[], None]:
+        """Sends ``job``'s message (a re-publish of an existing job: no new row)."""
+        message = {
+            **options,
+            "task_id": job.celery_task_id or job.job_id,
+            "headers": job.headers().to_headers(),
+            "argsrepr": job.call.argsrepr,
+            "kwargsrepr": job.call.kwargsrepr,
+        }
+        return partial(self.platform.publish, job.task_name, tuple(args), dict(kwargs), message)
 
     def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
         return self._rows(claim, fail_soft=False)

@@ -23,9 +23,9 @@ from typing import Any, TypeVar, cast
 
 import click
 
+from ..celery_tracker import Tracker
 from ..errors import InvalidFilter, JobNotFound, TrackedError, first_line
 from ..finder import Filters
-from ..tracker import Tracker
 from .render import Style
 
 EXIT_NOT_FOUND = 1
