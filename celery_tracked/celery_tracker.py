@@ -45,16 +45,19 @@ class CeleryPlatform:
 
     def publish(
         self,
-        task_name: str,
+        task: str | TaskDescription,
         args: Sequence[Any],
         kwargs: Mapping[str, Any],
         options: Mapping[str, Any],
     ) -> None:
-        task = self.app.tasks.get(task_name)
-        if task is not None:  # a tracked task re-publishes an existing job
-            task.apply_async(tuple(args), dict(kwargs), **options)
+        if isinstance(task, TaskDescription):  # the task's own re-publish
+            task.send(tuple(args), dict(kwargs), options)
+            return
+        registered = self.app.tasks.get(task)
+        if registered is not None:  # a tracked task re-publishes an existing job
+            registered.apply_async(tuple(args), dict(kwargs), **options)
         else:  # a process that never imported the task (an admin script, a web process)
-            self.app.send_task(task_name, tuple(args), dict(kwargs), **options)
+            self.app.send_task(task, tuple(args), dict(kwargs), **options)
 
     def forget_result(self, job: Job) -> object | None:
         """Drop Celery's stored result of the job's old run, so ``AsyncResult.get()``

@@ -6,8 +6,9 @@ makes or sends a job of the task: ``enqueue``/``apply_async`` (``producer.py``),
 successors (``successors.py``), ``Tracker.retry`` (``resend.py``), the relay and the reaper
 (through the platform port, ``port.py``). Nothing else reads the task class's internals.
 
-Pure: no Celery, Redis or SQL. Celery's routing stays in the adapter: it is handed in as
-the ``route`` callable, asked only when neither the call nor the task names a queue.
+Pure: no Celery, Redis or SQL. Celery's routing and publish stay in the adapter: they are
+handed in as the ``route`` callable, asked only when neither the call nor the task names a
+queue, and the ``send`` callable, which the platform port's ``publish`` uses.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from .retry_policy import RetryPolicy
 
 #: ``route(options, args, kwargs)``: the queue the framework's routing sends a call to.
 Route = Callable[[Mapping[str, Any], Sequence[Any], Mapping[str, Any]], str]
+#: ``send(args, kwargs, options)``: publish a message of an existing job of the task (its
+#: task id and tracking headers in ``options``): never a new job.
+Send = Callable[[Sequence[Any], Mapping[str, Any], Mapping[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,8 @@ class TaskDescription:
     shape: CallShape = field(compare=False)
     #: the framework's routing, asked when neither the call nor the task names a queue
     route: Route = field(compare=False)
+    #: the framework's publish of a message of one of its jobs (``port.Platform.publish``)
+    send: Send = field(compare=False)
     #: attempts, backoff and which errors are retried (``retry_policy.py``)
     retry: RetryPolicy
     #: how long a key keeps new jobs out (``keys.py``)

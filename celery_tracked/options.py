@@ -45,7 +45,7 @@ from typing import Any
 
 from .calls import CallShape, check_template
 from .conversions import BOUNDS, Bound
-from .description import Route, TaskDescription
+from .description import Route, Send, TaskDescription
 from .errors import InvalidTaskOption, short_repr
 from .keys import KEY_OPTIONS, KeyRule, key_rule
 from .limits import LIMIT_OPTIONS, Limits, limits_of
@@ -225,12 +225,13 @@ def describe(
     cls: type,
     name: str,
     run: Callable[..., Any],
-    route: Route,
+    framework: tuple[Route, Send],
     checked: tuple[RetryPolicy, KeyRule, Limits],
 ) -> TaskDescription:
     """The description of the task class ``cls``, registered as ``name`` with the body
     ``run``: its tracked options as declared (the nearest class's), ``checked`` (its retry
-    policy, key rule and limits) when the class was made; ``route``: Celery's routing."""
+    policy, key rule and limits) when the class was made; ``framework``: Celery's routing
+    and publish (``route``, ``send``)."""
 
     def static(attr: str) -> Any:
         return _unwrap(inspect.getattr_static(cls, attr, None))
@@ -241,7 +242,8 @@ def describe(
         name=name,
         job_type=str(static("job_type") or name),
         shape=CallShape(run),
-        route=route,
+        route=framework[0],
+        send=framework[1],
         retry=retry,
         keys=keys,
         limits=limits,

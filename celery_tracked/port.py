@@ -29,12 +29,13 @@ class Platform(Protocol):
 
     def publish(
         self,
-        task_name: str,
+        task: str | TaskDescription,
         args: Sequence[Any],
         kwargs: Mapping[str, Any],
         options: Mapping[str, Any],
     ) -> None:
-        """Send a message of an existing job (``options``: its task id, tracking headers,
+        """Send a message of an existing job of ``task`` (its description, or its name:
+        a task this process may not know) with ``options`` (its task id, tracking headers,
         queue...): never creates a job. Raises whatever the broker raised."""
         ...
 

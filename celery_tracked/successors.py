@@ -134,7 +134,7 @@ def declare(
         raise InvalidSuccessor(f"successor {description.name} refused: {exc}") from None
     if job.call.key is None:
         job = replace(job, call=replace(job.call, key=derived_key(step.job_id, job)))
-    publish = maker.publisher(job, args, kwargs, options)
+    publish = maker.publisher(description, job, args, kwargs, options)
     step.declared.append(Declared(job, fail_soft, publish, maker.key_round(job)))
     return job.job_id
 
@@ -181,6 +181,7 @@ class Successors(Hooks):
 
     def publisher(
         self,
+        task: TaskDescription,
         job: NewJob,
         args: Sequence[Any],
         kwargs: Mapping[str, Any],
@@ -194,7 +195,7 @@ class Successors(Hooks):
             "argsrepr": job.call.argsrepr,
             "kwargsrepr": job.call.kwargsrepr,
         }
-        return partial(self.platform.publish, job.task_name, tuple(args), dict(kwargs), message)
+        return partial(self.platform.publish, task, tuple(args), dict(kwargs), message)
 
     def completion_rows(self, claim: Claim, result: Any) -> Sequence[NewRow]:
         return self._rows(claim, fail_soft=False)

@@ -3,7 +3,7 @@
 Description: ``TrackedTask.description``, the frozen
 :class:`~celery_tracked.description.TaskDescription` every producer path reads (built
 once per task class from the options checked when the class was made, ``options.py``,
-with Celery's routing as its ``route``).
+with Celery's routing and re-publish as its ``route`` and ``send``).
 
 Producer: ``enqueue``/``apply_async`` prepare the call (``producer.py``: the description,
 Celery's ids and the calling task for lineage) and hand off to the
@@ -47,8 +47,6 @@ from .runner import Run
 logger = logging.getLogger("celery_tracked")
 
 _HOSTNAME = socket.gethostname()
-#: ``enqueue``'s untyped control keywords (0.1), kept working: see ``with_options``.
-_UNDERSCORED = "_idempotency_key _correlation_id _parent_job_id _owner_id _max_attempts _options"
 
 P = ParamSpec("P")
 Q = ParamSpec("Q")
@@ -116,8 +114,8 @@ class TrackedTask(Task[P, R_co]):
         found = cls.__dict__.get("_tracked_description")
         if found is None:
             checked = (cls._tracked_retry, cls._tracked_keys, cls._tracked_limits)
-            route = partial(routed_queue, self.app, self.name)
-            found = describe(cls, self.name, self.run, route, checked)
+            framework = (partial(routed_queue, self.app, self.name), partial(_send, self))
+            found = describe(cls, self.name, self.run, framework, checked)
             setattr(cls, "_tracked_description", found)  # noqa: B010 (one per task class)
         return cast(TaskDescription, found)
 
@@ -135,7 +133,7 @@ class TrackedTask(Task[P, R_co]):
             InvalidPayload: the arguments were refused (nothing was created).
             EnqueueError: Redis, the database or the broker failed (nothing left behind).
         """
-        return self.with_options(**_pop_underscored(kwargs))(*args, **kwargs)
+        return self.with_options(**Control.underscored(kwargs))(*args, **kwargs)
 
     def with_options(
         self,
@@ -372,16 +370,16 @@ class TrackedTask(Task[P, R_co]):
         )
 
 
-def _pop_underscored(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The 0.1 control keywords (``_idempotency_key=``...) taken out of ``kwargs``."""
-    return {name[1:]: kwargs.pop(name) for name in _UNDERSCORED.split() if name in kwargs}
-
-
 def _hide_arguments(task: TrackedTask[Any, Any]) -> None:
     """Redact the request's arguments once nothing is re-published from them (Celery
     stores them in the result backend with ``result_extended=True``)."""
     req, keys = task.request, task.tracker.settings.redact_keys
     req.args, req.kwargs = task.description.shape.redacted(req.args or (), req.kwargs or {}, keys)
+
+
+def _send(task: TrackedTask[Any, Any], args: Any, kwargs: Any, options: Any) -> None:
+    """Publish a message of an existing job (its headers in ``options``): no new row."""
+    task.apply_async(args, kwargs, **options)
 
 
 def _publish_again(
