@@ -17,6 +17,7 @@ from celery import Celery
 from .broker import CeleryBroker
 from .description import TaskDescription
 from .jobs import Job
+from .port import Keywords, TaskRef
 from .settings import Settings
 from .stopping import ask_to_terminate
 from .tracker import Wiring
@@ -44,11 +45,7 @@ class CeleryPlatform:
         return {name: d for name, d in found.items() if isinstance(d, TaskDescription)}
 
     def publish(
-        self,
-        task: str | TaskDescription,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
-        options: Mapping[str, Any],
+        self, task: TaskRef, args: Sequence[Any], kwargs: Keywords, options: Keywords
     ) -> None:
         if isinstance(task, TaskDescription):  # the task's own re-publish
             task.send(tuple(args), dict(kwargs), options)

@@ -15,6 +15,11 @@ from typing import Any, Protocol
 from .description import TaskDescription
 from .jobs import Job
 
+#: A task, by its description or by its name (a task this process may not know).
+TaskRef = str | TaskDescription
+#: Keyword arguments, or a message's options.
+Keywords = Mapping[str, Any]
+
 
 class Platform(Protocol):
     """What the wiring needs of the task framework, for one app."""
@@ -28,15 +33,11 @@ class Platform(Protocol):
         ...
 
     def publish(
-        self,
-        task: str | TaskDescription,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
-        options: Mapping[str, Any],
+        self, task: TaskRef, args: Sequence[Any], kwargs: Keywords, options: Keywords
     ) -> None:
-        """Send a message of an existing job of ``task`` (its description, or its name:
-        a task this process may not know) with ``options`` (its task id, tracking headers,
-        queue...): never creates a job. Raises whatever the broker raised."""
+        """Send a message of an existing job of ``task`` with ``options`` (its task id,
+        tracking headers, queue...): never creates a job. Raises whatever the broker
+        raised."""
         ...
 
     def forget_result(self, job: Job) -> object | None:
