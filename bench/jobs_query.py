@@ -35,7 +35,7 @@ from sqlalchemy.engine import Engine, make_url  # noqa: E402
 from celery_tracked import migrate  # noqa: E402
 from celery_tracked.finder import JobFilter, Position  # noqa: E402
 from celery_tracked.jobs import utcnow  # noqa: E402
-from celery_tracked.store import queries, statements  # noqa: E402
+from celery_tracked.store import queries, reaping, selects  # noqa: E402
 
 DATABASE_URL = os.environ.get(
     "BENCH_JOBS_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/ct_bench_jobs"
@@ -50,7 +50,7 @@ INSERT INTO background_jobs (
     error_type, error_message, attempts_made, max_attempts, idempotency_key, correlation_id,
     parent_job_id, owner_id, progress, stage, worker, locked_by, locked_until, created_at,
     started_at, finished_at, updated_at, published_at, key_round, revision,
-    retries_exhausted
+    retries_exhausted, not_before
 )
 SELECT
     md5(i::text)::uuid::text,
@@ -76,8 +76,7 @@ SELECT
     NULL,
     CASE WHEN st.status = 'pending' THEN NULL ELSE 'w1@host' END,
     CASE WHEN st.status = 'processing' THEN 'host:boot:ns:' || i END,
-    CASE WHEN st.status = 'processing' THEN now() + interval '60 s'
-         WHEN st.status = 'retrying' THEN now() + interval '5 s' END,
+    CASE WHEN st.status = 'processing' THEN now() + interval '60 s' END,
     ts.created,
     CASE WHEN st.status <> 'pending' THEN ts.created + interval '1 s' END,
     CASE WHEN st.status IN ('completed', 'failed', 'cancelled')
@@ -86,7 +85,8 @@ SELECT
     ts.created,
     0,
     0,
-    st.status = 'failed'
+    st.status = 'failed',
+    CASE WHEN st.status = 'retrying' THEN ts.created + interval '5 s' END
 FROM generate_series(1, :rows) AS i
 CROSS JOIN LATERAL (
     SELECT now() - i * (interval '30 days' / :rows) AS created
@@ -174,10 +174,16 @@ def cases(engine: Engine) -> list[tuple[str, Any, dict[str, Any]]]:
         created_before=now - timedelta(days=10),
     )
     listing("failed, finished in the last hour", status="failed", finished_after=timedelta(hours=1))
-    out.append(("stats: counts per queue and status", statements.COUNT_BY_STATUS, {}))
-    out.append(("stats: oldest pending per queue", statements.OLDEST_PENDING, {}))
+    out.append(("stats: counts per queue and status", selects.COUNT_BY_STATUS, {}))
+    out.append(("stats: oldest pending per queue", selects.OLDEST_PENDING, {}))
     out.append(("stats: failed in the last hour", queries.FAILED_SINCE, {"since_s": 3600.0}))
     out.append(("stats: expired leases", queries.EXPIRED_LEASES, {}))
+    stalled = {"grace_s": 15.0, "limit": 100, "run_cutoff": now - timedelta(seconds=60)}
+    stalled.update(pending_cutoff=now - timedelta(seconds=600))
+    stalled.update(retrying_cutoff=now - timedelta(seconds=300))
+    out.append(("reaper: lapsed runs", reaping.SELECT_STALLED_RUNS, stalled))
+    out.append(("reaper: pending long past hand-over", reaping.SELECT_STALLED_PENDING, stalled))
+    out.append(("reaper: retrying long past due", reaping.SELECT_STALLED_RETRYING, stalled))
     return out
 
 

@@ -133,6 +133,7 @@ class Job:
     started_at: datetime | None
     finished_at: datetime | None
     updated_at: datetime
+    #: who holds the row, until when: a run's lease, or the relay's claim on a pending row
     locked_by: str | None = None
     locked_until: datetime | None = None
     #: when the message was handed to the broker (None: not yet; see the relay)
@@ -147,6 +148,8 @@ class Job:
     retries_exhausted: bool = False
     #: ``Tracker.cancel(running=True)`` asked its run to stop (it ends ``cancelled``)
     cancel_requested_at: datetime | None = None
+    #: when a ``retrying`` job's next attempt is due (None: at once, or not retrying)
+    not_before: datetime | None = None
     payload_json: str | None = field(default=None, repr=False)
     result_json: str | None = field(default=None, repr=False)
 

@@ -1,9 +1,12 @@
 """The execution lease: who holds a run, whether the holder lives, renewal, and diagnosis.
 
 A run holds its job through the row (``locked_by`` names the process, ``locked_until`` the
-expiry, ``attempts_made`` the fence). ``diagnose`` is the one judgement of a lease seen by
-someone else (a duplicate delivery today, a stalled-job reaper later): still held, or lapsed
-(expired, or its holder on this host is dead). Knows nothing of Celery.
+expiry, ``attempts_made`` the fence); the relay holds a pending row the same way while it
+publishes the row's message. ``diagnose`` is the one judgement of a run's lease seen by
+someone else (a duplicate delivery, the stalled-job reaper): still held, or lapsed
+(expired, or its holder on this host is dead); ``waiting_hold`` says why a waiting row is
+not claimable yet (the relay's claim, or a ``retrying`` row's ``not_before``). Knows
+nothing of Celery.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from .jobs import Claim, Job
+from .jobs import CLAIMABLE, Claim, Job, JobStatus
 
 logger = logging.getLogger("celery_tracked")
 
@@ -119,6 +122,38 @@ def diagnose(job: Job, now: datetime, stale_owner: str | None, grace_s: float = 
     if remaining < 0:
         return Diagnosis(True, 0.0, None, "its lease expired")
     return Diagnosis(False, remaining, None, f"attempt {job.attempts_made} is running elsewhere")
+
+
+#: A delivery that finds the relay publishing its row looks again this soon: the relay lets
+#: the row go as soon as its publish returns; only a relay that died meanwhile holds it for
+#: its whole claim (``relay.CLAIM_S``).
+RELAY_RECHECK_S = 0.2
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Why a waiting (``pending``, ``retrying``) row was not claimed: wait ``countdown_s``."""
+
+    countdown_s: float
+    why: str
+
+
+def waiting_hold(job: Job, now: datetime, keyed: bool = False) -> Hold | None:
+    """Why a delivery could not claim the waiting ``job`` at ``now`` (the database's clock):
+    the relay holds it while it publishes its message (``locked_until``), or its next
+    attempt is not due (``not_before``; a ``keyed`` job whose due time passed was refused by
+    its concurrency key instead). None: neither (a concurrent claim took it)."""
+    if job.status not in CLAIMABLE:
+        return None
+    if job.locked_until is not None and job.locked_until > now:
+        left = (job.locked_until - now).total_seconds()
+        why = f"the relay is publishing its message (its claim ends in {left:.1f} s at most)"
+        return Hold(RELAY_RECHECK_S, why)
+    if job.status is JobStatus.RETRYING and job.not_before is not None:
+        due = (job.not_before - now).total_seconds()
+        if due > 0 or not keyed:
+            return Hold(max(0.2, due), "its backoff is not due")
+    return None
 
 
 class Renewer(Protocol):

@@ -89,6 +89,8 @@ jobs = Table(
     Column("progress", Integer, nullable=False, default=0),
     Column("stage", String(200), nullable=True),
     Column("worker", String(255), nullable=True),
+    # who holds the row, until when (the database's clock): a run's lease (``processing``),
+    # or the relay's claim on a ``pending`` row it publishes; NULL: nobody
     Column("locked_by", String(255), nullable=True),
     Column("locked_until", UTCDateTime, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
@@ -113,6 +115,9 @@ jobs = Table(
     # ``Tracker.cancel(running=True)`` asked the running job to stop: its run then ends
     # ``cancelled`` whatever the body did (``store/cancels.py``); NULL: no request
     Column("cancel_requested_at", UTCDateTime, nullable=True),
+    # a ``retrying`` job's next attempt is due at this time (the database's clock): no
+    # delivery claims it before; NULL on every other row (and a retrying row due at once)
+    Column("not_before", UTCDateTime, nullable=True),
     UniqueConstraint(
         "job_type", "idempotency_key", "key_round", name="uq_background_jobs_idempotency"
     ),

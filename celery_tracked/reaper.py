@@ -167,7 +167,7 @@ def stalled_why(job: Job, *, db_now: datetime, now: datetime, limits: Thresholds
             return None  # never handed over: the relay's
         return f"its message was handed to the broker {_ago(now, sent)} and never started"
     if job.status is JobStatus.RETRYING:
-        due = job.locked_until
+        due = job.not_before
         if due is None or due >= limits.cutoff(job.status, now):
             return None
         return f"its retry was due {_ago(now, due)} and never started"
@@ -191,7 +191,7 @@ def asks_broker(job: Job) -> bool:
 
 
 def _waiting_since(job: Job) -> datetime:
-    when = job.published_at if job.status is JobStatus.PENDING else job.locked_until
+    when = job.published_at if job.status is JobStatus.PENDING else job.not_before
     return when or job.updated_at
 
 

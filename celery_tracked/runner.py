@@ -21,7 +21,7 @@ from .errors import StoreError, Unrecoverable, mask_exception
 from .hooks import Delivery, Hooks, Wait
 from .jobs import Claim, Job, JobStatus, utcnow
 from .late import LateOutcomes
-from .lease import LeaseKeeper, diagnose, owner_id
+from .lease import LeaseKeeper, diagnose, owner_id, waiting_hold
 from .limits import busy_key_countdown
 from .outcome import (
     Postponed,
@@ -125,11 +125,10 @@ class Runner:
             return Skipped(f"a newer message (revision {job.revision}) replaced this one")
         if job.terminal:
             return Skipped(f"job already {job.status.value}")
-        if job.status is JobStatus.RETRYING and job.locked_until is not None:
-            due = (job.locked_until - store.clock()).total_seconds()
-            if due > 0 or keyed is None:
-                return Postponed(max(0.2, due), "its backoff is not due")
         if job.status is not JobStatus.PROCESSING:
+            hold = waiting_hold(job, store.clock(), keyed=keyed is not None)
+            if hold is not None:
+                return Postponed(hold.countdown_s, hold.why)
             return self._key_full(run) or Postponed(0.2, "claimed concurrently")
         return self._take_over(run, job, who)
 

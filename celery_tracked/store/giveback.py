@@ -7,7 +7,8 @@ the claim (its attempt and its owner) plus a ``given_back`` event:
   job's enqueue or ``Tracker.retry``, which clears it) → ``pending``, ``started_at`` and
   ``worker`` cleared again;
 - the claim of a ``retrying`` row (an earlier attempt set ``started_at``) → ``retrying``,
-  due at once (its backoff was due, or it could not have been claimed);
+  due at once (``not_before`` stays NULL, as the claim left it: its backoff was due, or it
+  could not have been claimed);
 - a takeover → ``processing`` of the attempt it took over, its lease released: the lapsed
   lease it took over stays lapsed, and the next delivery takes over at once.
 

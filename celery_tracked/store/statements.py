@@ -78,8 +78,11 @@ LAPSED = (
         jobs.c.locked_by == STALE_OWNER,
     ),
 )
-#: A ``retrying`` row keeps its backoff's due time in ``locked_until`` ("not before").
-DUE = (or_(jobs.c.locked_until.is_(None), jobs.c.locked_until <= db_time()),)
+#: A ``retrying`` row's next attempt is due (``not_before``: its backoff; NULL elsewhere).
+DUE = (or_(jobs.c.not_before.is_(None), jobs.c.not_before <= db_time()),)
+#: Nobody holds the row: no lease, or one that ended (on a ``pending`` row, the relay's
+#: claim while it publishes the row's message).
+UNLOCKED = (or_(jobs.c.locked_until.is_(None), jobs.c.locked_until <= db_time()),)
 #: A delivery acts only for the job's current message (not one a debounce replaced).
 CURRENT = (jobs.c.revision == REVISION,)
 #: No cancel was requested while the job ran (``Tracker.cancel(running=True)``): a run's
@@ -112,6 +115,7 @@ _TAKE_LEASE: dict[str, Any] = {
     "worker": param("worker_name", String),
     "locked_by": OWNER,
     "locked_until": db_time(LEASE_S),
+    "not_before": None,  # a retrying row's due time, used up by this claim
     "updated_at": NOW,
 }
 _END_RUN: dict[str, Any] = {"updated_at": NOW, "locked_by": None, "locked_until": None}
@@ -148,7 +152,7 @@ CLAIM = Move(
     CLAIMABLE,
     JobStatus.PROCESSING,
     _TAKE_LEASE,
-    (*DUE, *CURRENT),
+    (*DUE, *UNLOCKED, *CURRENT),
     event="started",
     durable=False,
 )
@@ -186,7 +190,13 @@ FAIL_LOST = Move(
     event="failed",
     extra_where=UNCANCELLED,
 )
-_CANCELLED = {**_END_RUN, "finished_at": NOW, "error_type": None, "error_message": MESSAGE}
+_CANCELLED = {
+    **_END_RUN,
+    "not_before": None,
+    "finished_at": NOW,
+    "error_type": None,
+    "error_message": MESSAGE,
+}
 CANCEL = Move("cancel", CLAIMABLE, JobStatus.CANCELLED, _CANCELLED, event="cancelled")
 #: An expired message cancels its job only if it is the job's current one.
 CANCEL_CURRENT = Move(
@@ -208,7 +218,7 @@ COMPLETE = Move(
     event="completed",
     extra_where=UNCANCELLED,
 )
-_RETRY_RUN = {**_END_RUN, **_ERROR, "locked_until": db_time(DELAY_S)}  # not before the backoff
+_RETRY_RUN = {**_END_RUN, **_ERROR, "not_before": db_time(DELAY_S)}  # after the backoff
 _FAILED_RUN = {**_END_RUN, **_ERROR, "finished_at": NOW}
 #: A failure written by the run itself says whether it used up the retries.
 _EXHAUSTED = param("retries_exhausted", Boolean)

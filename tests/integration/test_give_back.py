@@ -93,6 +93,7 @@ def test_a_retrying_job_given_back_stays_retrying_and_due(store: JobStore) -> No
         started_at,
     )
     assert job.error_type == "E" and job.locked_until is None
+    assert job.not_before is None  # issue 14: the claim used its due time up
     assert store.events(job_id)[-1].status is JobStatus.RETRYING
     assert claim(store, job_id)[0].attempt == 2  # due at once
 

@@ -34,10 +34,14 @@ def tracker(make_app: AppFactory) -> Iterator[Tracker]:
 
 
 def deliver(
-    tracker: Tracker, job_id: str, body: Callable[[], Any], backoff_ms: int = 100
+    tracker: Tracker,
+    job_id: str,
+    body: Callable[[], Any],
+    backoff_ms: int = 100,
+    revision: int = 0,
 ) -> Verdict:
     run = Run(
-        headers=TrackedHeaders(job_id, job_id, None, "q"),
+        headers=TrackedHeaders(job_id, job_id, None, "q", revision=revision),
         task_name="t",
         job_type="t",
         queue="q",
@@ -146,3 +150,71 @@ def test_a_duplicate_copy_never_claims_a_retrying_job_before_its_backoff_is_due(
     assert copy.countdown > 30
     job = tracker.get_job(job_id)
     assert job is not None and (job.status, job.attempts_made) == (JobStatus.RETRYING, 1)
+
+
+RELAY = "relay:host:boot:ns:1:ab12cd34"
+
+
+def test_a_delivery_racing_the_relay_is_postponed_for_the_relay_then_runs(
+    tracker: Tracker,
+) -> None:
+    """Issue 14: the relay holds a pending row while it publishes the row's message; a
+    delivery arriving meanwhile (the producer's own message) waits for the relay, saying
+    so (not "claimed concurrently"), uses no attempt, and runs once the relay let go."""
+    job_id = new_job(tracker.store)
+    now = utcnow()
+    later = now + timedelta(hours=1)
+    assert tracker.store.relay_claim(job_id, owner=RELAY, now=now, lease_s=30, cutoff=later)
+    bodies: list[str] = []
+
+    racing = deliver(tracker, job_id, lambda: bodies.append("racing"))
+
+    assert isinstance(racing, Postponed), racing
+    assert racing.reason.startswith("the relay is publishing its message"), racing.reason
+    assert 0 < racing.countdown <= 1
+    job = tracker.get_job(job_id)
+    assert job is not None and (job.status, job.attempts_made) == (JobStatus.PENDING, 0)
+    assert (job.locked_by, bodies) == (RELAY, [])
+
+    assert tracker.store.relayed(job_id, owner=RELAY, now=utcnow(), message="relayed")
+    assert deliver(tracker, job_id, lambda: "ran") == Completed("ran")
+
+
+def test_a_retrying_due_time_and_a_run_lease_are_each_read_from_their_own_column(
+    tracker: Tracker,
+) -> None:
+    """Issue 14: a ``retrying`` row keeps its due time in ``not_before`` and holds no lease;
+    a claim uses the due time up and takes a lease in ``locked_until``."""
+    job_id = new_job(tracker.store)
+
+    def fails() -> None:
+        raise ConnectionError("transient")
+
+    assert isinstance(deliver(tracker, job_id, fails, backoff_ms=60_000), Retrying)
+    waiting = tracker.get_job(job_id)
+    assert waiting is not None and waiting.status is JobStatus.RETRYING
+    assert (waiting.locked_by, waiting.locked_until) == (None, None)
+    assert waiting.not_before is not None
+    due_in = (waiting.not_before - tracker.store.clock()).total_seconds()
+    assert 30 < due_in <= 120  # 60 s with its jitter
+
+    early = deliver(tracker, job_id, lambda: "early")
+    assert isinstance(early, Postponed) and early.reason == "its backoff is not due"
+    assert due_in - 5 < early.countdown <= due_in
+
+    seen: list[Any] = []
+
+    def body() -> str:
+        seen.append(tracker.get_job(job_id))
+        return "done"
+
+    tracker.store.rescue_waiting(  # the reaper's rescue: due at once
+        waiting, cutoff=utcnow() + timedelta(hours=1), message="rescued", now=utcnow()
+    )
+    rescued = tracker.get_job(job_id)
+    assert rescued is not None and rescued.not_before is not None
+    assert rescued.not_before <= tracker.store.clock() and rescued.locked_until is None
+    assert deliver(tracker, job_id, body, revision=rescued.revision) == Completed("done")
+    running = seen[0]
+    assert (running.status, running.not_before) == (JobStatus.PROCESSING, None)
+    assert running.locked_until is not None and running.locked_until > tracker.store.clock()

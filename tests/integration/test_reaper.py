@@ -112,6 +112,9 @@ def test_a_lapsed_run_is_rescued_and_the_old_message_runs_nothing(tracker: Track
     after = get(tracker, job.id)
     assert after.status is JobStatus.RETRYING and after.revision == job.revision + 1
     assert after.error_type == "WorkerLost" and after.locked_by is None
+    # the lapsed lease is gone; the next attempt is due at once (issue 14: its own column)
+    assert after.locked_until is None
+    assert after.not_before is not None and after.not_before <= store.clock()
     assert events(tracker, job.id)[-1] == "rescued"
     assert [(j.id, j.revision, j.status) for j in sent.jobs] == [
         (job.id, job.revision + 1, JobStatus.RETRYING)
@@ -225,7 +228,8 @@ def test_a_retrying_job_is_rescued_only_long_past_due(tracker: Tracker) -> None:
     assert report.rescued == [job.id]
     after = get(tracker, job.id)
     assert after.status is JobStatus.RETRYING and after.revision == 1
-    assert after.locked_until is not None and after.locked_until <= store.clock()  # due now
+    assert after.not_before is not None and after.not_before <= store.clock()  # due now
+    assert (after.locked_by, after.locked_until) == (None, None)  # and held by nobody
     assert [(j.status, j.revision) for j in sent.jobs] == [(JobStatus.RETRYING, 1)]
 
 

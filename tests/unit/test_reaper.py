@@ -83,12 +83,10 @@ def test_a_pending_job_never_handed_over_is_the_relays() -> None:
 
 
 def test_a_retrying_job_due_in_the_future_or_lately_is_not_stalled() -> None:
-    future = a_job(
-        status=JobStatus.RETRYING, attempts_made=1, locked_until=NOW + timedelta(hours=1)
-    )
+    future = a_job(status=JobStatus.RETRYING, attempts_made=1, not_before=NOW + timedelta(hours=1))
     assert stalled(future) is None
-    assert stalled(a_job(status=JobStatus.RETRYING, locked_until=ago(299))) is None
-    why = stalled(a_job(status=JobStatus.RETRYING, locked_until=ago(301)))
+    assert stalled(a_job(status=JobStatus.RETRYING, not_before=ago(299))) is None
+    why = stalled(a_job(status=JobStatus.RETRYING, not_before=ago(301)))
     assert why is not None and "due 301 s ago" in why
 
 

@@ -93,6 +93,7 @@ class MemoryStore:
             attempts_made=job.attempts_made + 1,
             locked_by=owner,
             locked_until=utcnow() + timedelta(seconds=lease_s),
+            not_before=None,
             worker=worker,
             started_at=job.started_at or now,
         )
@@ -118,8 +119,10 @@ class MemoryStore:
             return None
         if concurrency is not None and self.key_busy(job_id, *concurrency):
             return None
-        if job.locked_until is not None and job.locked_until > utcnow():
+        if job.not_before is not None and job.not_before > utcnow():
             return None  # a retrying job's backoff is not due
+        if job.locked_until is not None and job.locked_until > utcnow():
+            return None  # the relay holds it
         self._take(job, owner, worker, now, lease_s)
         return Claim(job_id, job.attempts_made + 1, job.max_attempts)
 
@@ -249,7 +252,7 @@ class MemoryStore:
             now,
             error_type=error_type,
             error_message=error_message,
-            locked_until=utcnow() + timedelta(milliseconds=delay_ms),  # not before
+            not_before=utcnow() + timedelta(milliseconds=delay_ms),
         )
         return True
 
@@ -801,7 +804,7 @@ def test_a_completion_lost_to_an_outage_is_recorded_retrying_when_the_database_a
     assert "lease_lost" not in world.recorder.events and world.bodies == 1
 
     # once due, the next attempt runs the body again (past max_attempts if need be)
-    world.store._set("j-1", locked_until=utcnow())
+    world.store._set("j-1", not_before=utcnow())
     assert world.run(lambda: "again", headers=_redelivered(verdict)) == Completed("again")
     job = world.job()
     assert (job.status, job.attempts_made) == (JobStatus.COMPLETED, attempts_made + 2)

@@ -156,10 +156,18 @@ def test_the_relay_moves_and_the_undo_only_touch_rows_nobody_handed_over() -> No
         assert str(sql.move_cte(move).compile(dialect=PG)).startswith("WITH moved AS")
 
 
-@pytest.mark.parametrize("move", [sql.CLAIM, sql.TAKE_OVER, sql.RENEW, sql.RETRYING])
-def test_lease_and_backoff_times_come_from_the_database_clock(move: sql.Move) -> None:
+@pytest.mark.parametrize(
+    ("move", "column"),
+    [
+        (sql.CLAIM, "locked_until"),
+        (sql.TAKE_OVER, "locked_until"),
+        (sql.RENEW, "locked_until"),
+        (sql.RETRYING, "not_before"),  # a retrying row's due time has its own column
+    ],
+)
+def test_lease_and_backoff_times_come_from_the_database_clock(move: sql.Move, column: str) -> None:
     text = str(sql.move_update(move).compile(dialect=PG))
-    assert "locked_until=(statement_timestamp() + make_interval(secs => " in text
+    assert f"{column}=(statement_timestamp() + make_interval(secs => " in text
     assert "%(until)s" not in text
 
 
@@ -167,4 +175,5 @@ def test_expiry_is_judged_on_the_database_clock_with_a_grace() -> None:
     where = where_of(str(sql.move_update(sql.TAKE_OVER).compile(dialect=PG)))
     assert "locked_until < (statement_timestamp() + make_interval(secs => -%(grace_s)s" in where
     claim = where_of(str(sql.move_update(sql.CLAIM).compile(dialect=PG)))
-    assert "locked_until <= statement_timestamp()" in claim  # a retrying row's backoff is due
+    assert "not_before <= statement_timestamp()" in claim  # a retrying row's backoff is due
+    assert "locked_until <= statement_timestamp()" in claim  # the relay's claim is over
