@@ -1,6 +1,7 @@
 """celery-tracked: durable job tracking and idempotency for any Celery app."""
 
 from . import signals as _signals  # noqa: F401 (connects the worker's handlers)
+from .celery_tracker import Tracker
 from .cleanup import CleanupReport
 from .decorator import tracked_task
 from .errors import (
@@ -31,7 +32,6 @@ from .pipelines import Pipeline
 from .reaper import ReapReport
 from .settings import Settings
 from .task import TrackedTask
-from .tracker import Tracker
 
 __version__ = "0.1.0"
 

@@ -1,4 +1,5 @@
-"""What the broker and its live workers say, for the reaper (the Celery side of ``reaper.py``).
+"""What the broker and its live workers say, for the reaper (the Celery side of its
+``BrokerView``: ``CeleryPlatform`` in ``celery_tracker.py`` answers with this).
 
 - :meth:`CeleryBroker.ready`: the messages waiting in a queue, from a passive
   ``queue_declare`` (kombu: the ready count on RabbitMQ, the list length on Redis, the
@@ -8,7 +9,6 @@
   remote-control command: one broadcast, answered by every worker that is alive and has
   remote control enabled (Celery's default); plus those of this very process when it is a
   worker (a ``-P solo`` worker cannot answer while it runs the reaper).
-- :meth:`CeleryBroker.publish`: a job's message rebuilt from its row (``resend.send_job``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ from typing import Any
 
 from celery import Celery
 
-from .jobs import Job
 from .redact import mask_url
-from .resend import send_job, stored_arguments
 
 logger = logging.getLogger("celery_tracked")
 
@@ -30,16 +28,11 @@ INSPECT_TIMEOUT_S = 2.0
 
 
 class CeleryBroker:
-    """The reaper's view of one app's broker (``reaper.BrokerView``) and its publish."""
+    """The reaper's view of one app's broker (``reaper.BrokerView``)."""
 
     def __init__(self, app: Celery, timeout_s: float = INSPECT_TIMEOUT_S) -> None:
         self.app = app
         self.timeout_s = timeout_s
-
-    def publish(self, job: Job) -> None:
-        """Send ``job``'s current message: same task id, tracking headers and queue (its
-        arguments as stored; a ``countdown``/``eta`` given at enqueue is not kept)."""
-        send_job(self.app, job, *stored_arguments(job))
 
     def ready(self, queue: str) -> int | None:
         try:

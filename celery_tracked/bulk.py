@@ -16,14 +16,11 @@ before anything is read.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .errors import EnqueueError, InvalidPayload, JobNotFound, RetryRefused, StoreError
 from .finder import BulkReport, JobFilter, Position
 from .jobs import Job, JobStatus
-
-if TYPE_CHECKING:
-    from .tracker import Tracker
 
 #: Jobs read per page while acting.
 PAGE = 200
@@ -37,6 +34,16 @@ CANCELLABLE = (JobStatus.PENDING, JobStatus.RETRYING)
 Find = Callable[[JobFilter, "Position | None", int], Sequence[Job]]
 #: ``one(job)``: act on one job; None when it moved, else why not.
 One = Callable[[Job], "str | None"]
+
+
+class Mover(Protocol):
+    """The one-job moves a bulk action repeats (``Tracker``'s)."""
+
+    def retry(self, job_id: str) -> bool: ...
+
+    def cancel(self, job_id: str, reason: str = ..., *, running: bool = ...) -> bool: ...
+
+    def get_job(self, job_id: str) -> Job | None: ...
 
 
 def act(find: Find, filt: JobFilter, limit: int, action: str, one: One) -> BulkReport:
@@ -61,7 +68,7 @@ def act(find: Find, filt: JobFilter, limit: int, action: str, one: One) -> BulkR
         after = Position.of(rows[want - 1])
 
 
-def retry_many(tracker: Tracker, filt: JobFilter, limit: int) -> BulkReport:
+def retry_many(tracker: Mover, find: Find, filt: JobFilter, limit: int) -> BulkReport:
     """``Tracker.retry`` each matching job (failed ones unless ``filt`` names statuses)."""
     filt = filt.restricted_to(RETRIABLE, "retry", default=(JobStatus.FAILED,))
 
@@ -75,11 +82,11 @@ def retry_many(tracker: Tracker, filt: JobFilter, limit: int) -> BulkReport:
             return str(exc)
         return why_not(tracker, job.id, "retried", RETRIABLE)
 
-    return act(tracker.store.find, filt, limit, "retry", one)
+    return act(find, filt, limit, "retry", one)
 
 
 def cancel_many(
-    tracker: Tracker, filt: JobFilter, limit: int, reason: str, running: bool
+    tracker: Mover, find: Find, filt: JobFilter, limit: int, reason: str, running: bool
 ) -> BulkReport:
     """``Tracker.cancel`` each matching job (pending and retrying ones, and running ones
     with ``running``, unless ``filt`` names statuses)."""
@@ -94,10 +101,10 @@ def cancel_many(
             return str(exc)
         return why_not(tracker, job.id, "cancelled", allowed)
 
-    return act(tracker.store.find, filt, limit, "cancel", one)
+    return act(find, filt, limit, "cancel", one)
 
 
-def why_not(tracker: Tracker, job_id: str, done: str, allowed: Sequence[JobStatus]) -> str:
+def why_not(tracker: Mover, job_id: str, done: str, allowed: Sequence[JobStatus]) -> str:
     """Why a job's move did not apply, from its row now."""
     try:
         job = tracker.get_job(job_id)

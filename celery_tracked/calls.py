@@ -45,6 +45,13 @@ def plain_repr(value: Any, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
 
 
+def bounded_reprs(
+    args: Sequence[Any], kwargs: Mapping[str, Any], show: Show = plain_repr
+) -> tuple[str, str]:
+    """``argsrepr`` and ``kwargsrepr`` of arguments already redacted, bounded in length."""
+    return show(tuple(args), REPR_CHARS), show(dict(kwargs), REPR_CHARS)
+
+
 class CallShape:
     """How a body takes its arguments (from its signature; None when it has none)."""
 
@@ -116,8 +123,7 @@ class CallShape:
         self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
     ) -> tuple[str, str]:
         """``argsrepr`` and ``kwargsrepr``, redacted (what Flower and events show)."""
-        safe_args, safe_kwargs = self.redacted(args, kwargs, keys)
-        return self.show(tuple(safe_args), REPR_CHARS), self.show(safe_kwargs, REPR_CHARS)
+        return bounded_reprs(*self.redacted(args, kwargs, keys), self.show)
 
     def secrets(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
@@ -208,13 +214,14 @@ def prepare_call(
         secrets = tuple(secret_values([named, shape.unnamed(args)], rules.redact_keys))
         validate(rules, named, secrets)
         safe_args, safe_kwargs = shape.redacted(args, kwargs, rules.redact_keys)
+        argsrepr, kwargsrepr = bounded_reprs(safe_args, safe_kwargs, shape.show)
         made = KeyCall(rules.task_name, args, kwargs, named, secrets, rules.redact_keys)
         limited = rules.concurrency_key
         return PreparedCall(
             key=idempotency_key(rules, explicit_key, args, kwargs, named, made),
             payload_json=encode({"args": safe_args, "kwargs": safe_kwargs}, PAYLOAD_DEPTH),
-            argsrepr=shape.show(tuple(safe_args), REPR_CHARS),
-            kwargsrepr=shape.show(safe_kwargs, REPR_CHARS),
+            argsrepr=argsrepr,
+            kwargsrepr=kwargsrepr,
             secrets=secrets,
             concurrency_key=None if limited is None else made.build("concurrency_key", limited),
         )

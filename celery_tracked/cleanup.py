@@ -76,12 +76,9 @@ class CleanupReport:
 
 
 def task_retentions(tasks: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """``(task name, retention option)`` of the tracked tasks among an app's ``tasks``."""
-    return [
-        (name, getattr(task, "retention", None))
-        for name, task in tasks.items()
-        if hasattr(task, "tracked_job_type")  # a TrackedTask
-    ]
+    """``(task name, retention option)`` of the tracked tasks among ``tasks`` (task
+    descriptions, or an app's tasks: those with a ``retention`` option)."""
+    return [(name, task.retention) for name, task in tasks.items() if hasattr(task, "retention")]
 
 
 #: Clocks of producers and of the cleanup may differ by this much (guard entry ages).

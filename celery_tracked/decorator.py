@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar, cast, overload
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, cast, overload
 
 from celery import Celery, shared_task
 
 from .options import check_task_options
-
-if TYPE_CHECKING:
-    from .task import TrackedTask
+from .task import TrackedTask
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -54,8 +52,6 @@ def tracked_task(
         InvalidTaskOption: a tracked option is invalid (``backoff_ms="5s"``, a key
             template using attribute or index access...).
     """
-    from .task import TrackedTask  # the task module re-exports this decorator
-
     opts: dict[str, Any] = {}
     for name in ("idempotency_key", "validator", "concurrency_key"):
         value = options.pop(name, None)

@@ -33,11 +33,11 @@ from typing import Any
 from celery import Celery, Task, shared_task
 from celery.schedules import crontab
 
+from . import resend
+from .celery_tracker import CeleryPlatform, Tracker
 from .errors import ConfigurationError
 from .jobs import Job
-from .resend import send_job, stored_arguments
 from .settings import Settings
-from .tracker import Tracker
 
 logger = logging.getLogger("celery_tracked")
 
@@ -70,10 +70,7 @@ def publisher(app: Celery) -> Callable[[Job], None]:
     """Sends a job's message from its row: same task id, tracking headers and queue (its
     arguments as stored; a ``countdown``/``eta`` given at enqueue is not kept)."""
 
-    def publish(job: Job) -> None:
-        send_job(app, job, *stored_arguments(job))
-
-    return publish
+    return resend.publisher(CeleryPlatform(app))
 
 
 def install_beat_entries(app: Celery) -> None:

@@ -175,6 +175,13 @@ class Control:
         """Take the control options out of ``apply_async``'s keyword options."""
         return cls(**{f.name: options.pop(f.name, None) for f in fields(cls)})
 
+    @classmethod
+    def underscored(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``enqueue``'s untyped control keywords of 0.1 (``_idempotency_key=``, ...,
+        ``_options=``), kept working: taken out of ``kwargs``, by their names."""
+        names = [f"_{f.name}" for f in fields(cls)] + ["_options"]
+        return {name[1:]: kwargs.pop(name) for name in names if name in kwargs}
+
 
 #: ``apply_async`` keywords that are control options, not Celery's.
 CONTROL_OPTIONS = tuple(f.name for f in fields(Control))

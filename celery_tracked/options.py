@@ -4,7 +4,9 @@
 all end in a new ``TrackedTask`` subclass (Celery builds decorated tasks with ``type()``),
 so ``TrackedTask.__init_subclass__`` checks them here: a bad value is refused at
 decoration with :class:`~celery_tracked.errors.InvalidTaskOption`, never met by a worker
-halfway through a job. Pure: no Celery, Redis or SQL.
+halfway through a job; :func:`describe` then makes the task's
+:class:`~celery_tracked.description.TaskDescription` from them. Pure: no Celery, Redis or
+SQL.
 
 The options (``None``: the default):
     tracked_queue: the queue jobs are sent to unless the call names one
@@ -40,8 +42,9 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .calls import check_template
+from .calls import CallShape, Show, check_template, plain_repr
 from .conversions import BOUNDS
+from .description import Route, Send, TaskDescription
 from .errors import InvalidTaskOption
 from .keys import KEY_OPTIONS, KeyRule, key_rule
 from .limits import LIMIT_OPTIONS, Limits, limits_of
@@ -193,3 +196,38 @@ def check_task_limits(cls: type) -> Limits:
         InvalidTaskOption: a bad limit (``limits.py``).
     """
     return limits_of({name: _unwrap(getattr(cls, name, None)) for name in LIMIT_OPTIONS})
+
+
+def describe(
+    cls: type,
+    name: str,
+    run: Callable[..., Any],
+    framework: tuple[Route, Send],
+    checked: tuple[RetryPolicy, KeyRule, Limits],
+    show: Show = plain_repr,
+) -> TaskDescription:
+    """The description of the task class ``cls``, registered as ``name`` with the body
+    ``run``: its tracked options as declared (the nearest class's), ``checked`` (its retry
+    policy, key rule and limits) when the class was made; ``framework``: Celery's routing
+    and publish (``route``, ``send``); ``show``: its ``argsrepr`` text (Celery's)."""
+
+    def static(attr: str) -> Any:
+        return _unwrap(inspect.getattr_static(cls, attr, None))
+
+    retry, keys, limits = checked
+    tracked_queue = static("tracked_queue")
+    return TaskDescription(
+        name=name,
+        job_type=str(static("job_type") or name),
+        shape=CallShape(run, show),
+        route=framework[0],
+        send=framework[1],
+        retry=retry,
+        keys=keys,
+        limits=limits,
+        validator=static("validator"),
+        idempotency_key=static("idempotency_key"),
+        retention=static("retention"),
+        static_queue=tracked_queue or static("queue"),
+        pins_queue=bool(tracked_queue),
+    )

@@ -40,6 +40,7 @@ from .jobs import Batch, Claim, Job, JobEvent, JobStatus, NewRow
 from .retention import Boundary, Sweep
 
 __all__ = [
+    "CancelStore",
     "ClaimStore",
     "DeadRunStore",
     "EnqueueStore",
@@ -345,6 +346,10 @@ class RerunStore(Reader, Handing, KeyReader, Protocol):
     def request_cancel(self, job_id: str, *, now: datetime, message: str) -> bool: ...
 
 
+class CancelStore(RerunStore, EndsDeadRuns, Protocol):
+    """``Tracker.cancel(job_id, running=True)``: a cancel request, a run already gone."""
+
+
 class FindStore(Reader, Protocol):
     """The read side: listings, history, pipelines, statistics and gauges."""
 
@@ -371,7 +376,7 @@ class Store(
     ReapStore,
     PurgeStore,
     SuccessorStore,
-    RerunStore,
+    CancelStore,
     FindStore,
     Protocol,
 ):

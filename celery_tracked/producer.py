@@ -1,30 +1,30 @@
-"""The producer side of a tracked task: a call resolved into the job to create.
+"""The producer side of a tracked task: a Celery call resolved into the job to create.
 
 :func:`new_job` turns a task's call (arguments, ``task_id``, control options, Celery's
-options) into a :class:`~celery_tracked.enqueuer.NewJob`: the ids (a canvas member's, a
-``self.replace`` replacement's), the prepared call (``calls.py``), the queue as Celery
-would route it, the lineage inherited from the calling task, and the task's attempts and
-key lifetime. Used by ``enqueue``/``apply_async``/``apply`` and by a step's successors.
+options) into a :class:`~celery_tracked.enqueuer.NewJob`: Celery's view of it (the ids of
+a canvas member or a ``self.replace`` replacement, the lineage inherited from the calling
+task) added to what ``newjobs.py`` makes of the call by the task's description (the
+prepared call, the queue as Celery would route it, the task's attempts and key lifetime).
+Used by ``enqueue``/``apply_async``/``apply``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from celery import current_task
 
-from . import canvas
-from .calls import CallRules, prepare_call
+from . import canvas, newjobs
+from .description import TaskDescription
 from .enqueuer import NewJob
-from .messages import Control, TrackedHeaders, check_job_id, check_options, check_text
-
-if TYPE_CHECKING:
-    from .task import TrackedTask
+from .messages import Control, TrackedHeaders, check_job_id, check_options
+from .settings import Settings
 
 
 def new_job(
-    task: TrackedTask[Any, Any],
+    task: TaskDescription,
+    settings: Settings,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     task_id: str | None,
@@ -38,40 +38,11 @@ def new_job(
         InvalidPayload: (or a subclass) the call was refused.
         TypeError: a Celery option of the wrong type.
     """
-    settings = task.tracker.settings
     job_id, sent_as, in_canvas = canvas.ids(check_job_id(task_id), options)
     check_options(options)
-    rules = CallRules(
-        task_name=task.name,
-        redact_keys=settings.redact_keys,
-        max_payload_bytes=settings.max_payload_bytes,
-        validator=task._static("validator"),
-        key=task._static("idempotency_key"),
-        concurrency_key=task._tracked_limits.concurrency_key,
-    )
-    call = prepare_call(task._shape(), rules, args, kwargs, control.idempotency_key)
-    queue = check_text(task._queue_name(options, args, kwargs), "queue", 200)
-    if "queue" not in options and task._static("tracked_queue"):
-        options["queue"] = queue
     parent_job_id, correlation_id = lineage(control, job_id)
-    job = NewJob(
-        job_id=job_id,
-        task_name=task.name,
-        job_type=check_text(task.tracked_job_type, "job_type", 200),
-        queue=queue,
-        call=call,
-        max_attempts=control.max_attempts
-        or (task._tracked_retry.max_attempts or settings.default_attempts),
-        correlation_id=correlation_id,
-        parent_job_id=parent_job_id,
-        owner_id=control.owner_id,
-        celery_task_id=sent_as,
-        canvas=in_canvas,
-        key_rule=task._tracked_keys,
-        concurrency_key=call.concurrency_key,
-    )
-    debounce(job, options)
-    return job
+    ids = newjobs.Ids(job_id, sent_as, in_canvas, parent_job_id, correlation_id)
+    return newjobs.new_job(task, settings, args, kwargs, control, options, ids)
 
 
 def lineage(control: Control, job_id: str) -> tuple[str | None, str]:
@@ -85,11 +56,3 @@ def lineage(control: Control, job_id: str) -> tuple[str | None, str]:
             parent = parent if parent is not None else calling.job_id
             correlation = correlation if correlation is not None else calling.correlation_id
     return parent, correlation if correlation is not None else job_id
-
-
-def debounce(job: NewJob, options: dict[str, Any]) -> None:
-    """``debounce_s``: every enqueue of a keyed job pushes its start that much later,
-    unless the call gives its own ``countdown``/``eta``."""
-    delay = job.rule.debounce_s
-    if delay and options.get("countdown") is None and options.get("eta") is None:
-        options["countdown"] = delay

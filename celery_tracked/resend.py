@@ -14,29 +14,29 @@
    forgotten first, so ``AsyncResult(job_id).get()`` waits for the new one), then marked
    handed over. A publish that fails is undone: the job is back as it was, and the caller
    gets ``EnqueueError``.
+
+Knows nothing of Celery: the task's description, the publish and the stored results go
+through the platform port (``port.py``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from celery import Celery
-from celery.utils.saferepr import saferepr
-
-from .calls import REPR_CHARS
+from .calls import Show, bounded_reprs, plain_repr
 from .codec import PAYLOAD_DEPTH, check_depth, decode, encode
+from .description import TaskDescription
 from .errors import EnqueueError, JobNotFound, RetryRefused, StoreError
-from .hooks import Transition
+from .hooks import Hooks, Transition
 from .jobs import RETRY_UNDONE, Event, Job, JobStatus, utcnow
 from .messages import TrackedHeaders, positive
+from .port import Platform
+from .ports import RerunStore
 from .redact import holds_redacted, mask_secrets, redact, secret_values
 from .successors import fail_soft_note
-
-if TYPE_CHECKING:
-    from .tracker import Tracker
 
 logger = logging.getLogger("celery_tracked")
 
@@ -74,12 +74,11 @@ def stored_arguments(job: Job) -> tuple[list[Any], dict[str, Any]]:
     return list(payload.get("args", ())), dict(payload.get("kwargs", {}))
 
 
-def stored_reprs(job: Job) -> tuple[str, str]:
+def stored_reprs(job: Job, show: Show = plain_repr) -> tuple[str, str]:
     """``argsrepr``/``kwargsrepr`` of ``job``'s message, from its row's redacted payload:
     what Flower and task events show, whoever publishes it (even a process that never
-    imported the task)."""
-    args, kwargs = stored_arguments(job)
-    return saferepr(tuple(args), REPR_CHARS), saferepr(kwargs, REPR_CHARS)
+    imported the task); ``show`` is the platform's repr."""
+    return bounded_reprs(*stored_arguments(job), show)
 
 
 def granted(max_attempts: int, rounds: Sequence[tuple[str, int]]) -> int:
@@ -146,10 +145,10 @@ def retry_arguments(
     return args, kwargs
 
 
-def send_job(app: Celery, job: Job, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+def send_job(platform: Platform, job: Job, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
     """Publish ``job``'s current message (its revision): same task id, tracking headers
     and queue (a ``countdown``/``eta`` given at enqueue is not kept)."""
-    argsrepr, kwargsrepr = stored_reprs(job)
+    argsrepr, kwargsrepr = stored_reprs(job, platform.show)
     options: dict[str, Any] = {
         "task_id": job.celery_task_id or job.id,
         "headers": TrackedHeaders.of(job).to_headers(),
@@ -157,136 +156,119 @@ def send_job(app: Celery, job: Job, args: Sequence[Any], kwargs: Mapping[str, An
         "argsrepr": argsrepr,
         "kwargsrepr": kwargsrepr,
     }
-    task = app.tasks.get(job.task_name)
-    if task is not None:  # a tracked task re-publishes an existing job
-        task.apply_async(tuple(args), dict(kwargs), **options)
-    else:  # a process that never imported the task (an admin script, a web process)
-        app.send_task(job.task_name, tuple(args), dict(kwargs), **options)
+    platform.publish(job.task_name, tuple(args), dict(kwargs), options)
 
 
-def retry(
-    tracker: Tracker, job_id: str, arguments: Mapping[str, Any] | None, attempts: int | None
-) -> bool:
-    """``Tracker.retry`` (see the module's text): True once the job was sent again, False
-    if it is not ``failed``/``cancelled`` (any more).
+def publisher(platform: Platform) -> Callable[[Job], None]:
+    """Sends a job's message from its row (:func:`send_job` with its stored arguments):
+    the relay's and the reaper's publish."""
 
-    Raises:
-        JobNotFound, RetryRefused, InvalidPayload (``attempts``), EnqueueError (the publish
-        failed: undone), StoreError.
-    """
-    store, keys = tracker.store, tracker.settings.redact_keys
-    job = store.get(job_id)
-    if job is None:
-        raise JobNotFound(f"no job {job_id}")
-    if job.status not in RETRIABLE:
-        return False
-    task = tracker.app.tasks.get(job.task_name)
-    shape_of = getattr(task, "_shape", None)
-    args, kwargs = retry_arguments(job, shape_of() if shape_of else None, arguments or {}, keys)
-    check_depth([args, kwargs], PAYLOAD_DEPTH)  # values given again: PayloadNotSerializable
-    _refuse_after_fail_soft(tracker, job)
-    budget = positive(attempts, "attempts") or _budget(tracker, job, task)
-    made = job.revision + 1
-    message = (
-        f"job {job.id} retried: runs again with {budget} more attempt(s) "
-        f"(was {job.status.value} after {job.attempts_made})"
-    )
-    if not store.retry(
-        job.id, seen_revision=job.revision, budget=budget, now=utcnow(), message=message
-    ):
-        _refuse_if_key_taken(tracker, job)
-        return False
-    sent = replace(job, status=JobStatus.PENDING, revision=made)
-    forgotten = _forget_result(tracker.app, sent)
-    try:
-        send_job(tracker.app, sent, args, kwargs)
-    except Exception as exc:
-        _restore_result(tracker.app, sent, forgotten)
-        detail = mask_secrets(str(exc), secret_values([dict(arguments or {})], keys), keys)
-        store.undo_retry(
-            job.id,
-            made=made,
-            status=job.status,
-            max_attempts=job.max_attempts,
-            finished_at=job.finished_at,
-            now=utcnow(),
-            message=f"retry undone: its message could not be published: {detail}",
-            retries_exhausted=job.retries_exhausted,
+    def publish(job: Job) -> None:
+        send_job(platform, job, *stored_arguments(job))
+
+    return publish
+
+
+class Resender:
+    """``Tracker.retry`` (see the module's text) for one app."""
+
+    def __init__(
+        self, store: RerunStore, hooks: Hooks, platform: Platform, redact_keys: tuple[str, ...]
+    ) -> None:
+        self.store = store
+        self.hooks = hooks
+        self.platform = platform
+        self.redact_keys = redact_keys
+
+    def retry(self, job_id: str, arguments: Mapping[str, Any] | None, attempts: int | None) -> bool:
+        """True once the job was sent again, False if it is not ``failed``/``cancelled``
+        (any more).
+
+        Raises:
+            JobNotFound, RetryRefused, InvalidPayload (``attempts``), EnqueueError (the
+            publish failed: undone), StoreError.
+        """
+        store, keys = self.store, self.redact_keys
+        job = store.get(job_id)
+        if job is None:
+            raise JobNotFound(f"no job {job_id}")
+        if job.status not in RETRIABLE:
+            return False
+        task = self.platform.description(job.task_name)
+        shape = None if task is None else task.shape
+        args, kwargs = retry_arguments(job, shape, arguments or {}, keys)
+        check_depth([args, kwargs], PAYLOAD_DEPTH)  # values given again: PayloadNotSerializable
+        self._refuse_after_fail_soft(job)
+        budget = positive(attempts, "attempts") or self._budget(job, task)
+        made = job.revision + 1
+        message = (
+            f"job {job.id} retried: runs again with {budget} more attempt(s) "
+            f"(was {job.status.value} after {job.attempts_made})"
         )
-        raise EnqueueError(f"retry of job {job.id} failed (broker publish): {detail}") from None
-    try:
-        store.handed_over(job.id, utcnow(), made)
-    except StoreError as exc:  # harmless: the relay may send a duplicate, which runs nothing
-        logger.warning("could not record that job %s was published: %s", job.id, exc)
-    tracker.hooks.after_transition(
-        Transition.of(
-            Event.RETRIED, job.id, message, JobStatus.PENDING, job.queue_name, job.job_type
+        if not store.retry(
+            job.id, seen_revision=job.revision, budget=budget, now=utcnow(), message=message
+        ):
+            self._refuse_if_key_taken(job)
+            return False
+        sent = replace(job, status=JobStatus.PENDING, revision=made)
+        forgotten = self.platform.forget_result(sent)
+        try:
+            send_job(self.platform, sent, args, kwargs)
+        except Exception as exc:
+            if forgotten is not None:
+                self.platform.restore_result(sent, forgotten)
+            detail = mask_secrets(str(exc), secret_values([dict(arguments or {})], keys), keys)
+            store.undo_retry(
+                job.id,
+                made=made,
+                status=job.status,
+                max_attempts=job.max_attempts,
+                finished_at=job.finished_at,
+                now=utcnow(),
+                message=f"retry undone: its message could not be published: {detail}",
+                retries_exhausted=job.retries_exhausted,
+            )
+            raise EnqueueError(f"retry of job {job.id} failed (broker publish): {detail}") from None
+        try:
+            store.handed_over(job.id, utcnow(), made)
+        except StoreError as exc:  # harmless: the relay may send a duplicate, which runs nothing
+            logger.warning("could not record that job %s was published: %s", job.id, exc)
+        self.hooks.after_transition(
+            Transition.of(
+                Event.RETRIED, job.id, message, JobStatus.PENDING, job.queue_name, job.job_type
+            )
         )
-    )
-    return True
+        return True
 
+    def _budget(self, job: Job, task: TaskDescription | None) -> int:
+        """The attempts a retry gives by default: the task's ``max_attempts`` where the
+        task is registered here, else what its latest round was given, as recorded (never
+        the settings' default: an admin process need not import the tasks)."""
+        own = None if task is None else task.retry.max_attempts
+        if isinstance(own, int) and own > 0:
+            return own
+        return granted(job.max_attempts, self.store.retry_rounds(job.id))
 
-def _budget(tracker: Tracker, job: Job, task: Any) -> int:
-    """The attempts a retry gives by default: the task's ``max_attempts`` where the task is
-    registered here, else what its latest round was given, as recorded (never the
-    settings' default: an admin process need not import the tasks)."""
-    policy = getattr(task, "_tracked_retry", None)
-    own = getattr(policy, "max_attempts", None)
-    if isinstance(own, int) and own > 0:
-        return own
-    return granted(job.max_attempts, tracker.store.retry_rounds(job.id))
+    def _refuse_after_fail_soft(self, job: Job) -> None:
+        """A pipeline step whose failure was followed by its fail-soft successor is not
+        run again: its pipeline went on from that failure (``docs/pipelines.md``)."""
+        if job.status is not JobStatus.FAILED or not job.retries_exhausted:
+            return  # only a failure after the retries creates fail-soft successors
+        successor = self.store.fail_soft_successor(job, fail_soft_note(job.id))
+        if successor is not None:
+            raise RetryRefused(
+                f"job {job.id}: its failure was followed by its fail-soft successor "
+                f"{successor.id} ({successor.job_type}, {successor.status.value}): its "
+                "pipeline went on from that failure, and running the step again would run "
+                "both of its branches; retry the successor instead, or start the pipeline again"
+            )
 
-
-def _refuse_after_fail_soft(tracker: Tracker, job: Job) -> None:
-    """A pipeline step whose failure was followed by its fail-soft successor is not run
-    again: its pipeline went on from that failure (``docs/pipelines.md``)."""
-    if job.status is not JobStatus.FAILED or not job.retries_exhausted:
-        return  # only a failure after the retries creates fail-soft successors
-    successor = tracker.store.fail_soft_successor(job, fail_soft_note(job.id))
-    if successor is not None:
-        raise RetryRefused(
-            f"job {job.id}: its failure was followed by its fail-soft successor "
-            f"{successor.id} ({successor.job_type}, {successor.status.value}): its pipeline "
-            "went on from that failure, and running the step again would run both of its "
-            "branches; retry the successor instead, or start the pipeline again"
-        )
-
-
-def _refuse_if_key_taken(tracker: Tracker, job: Job) -> None:
-    if job.idempotency_key is None:
-        return
-    latest = tracker.store.find_by_key(job.job_type, job.idempotency_key)
-    if latest is not None and latest.id != job.id:
-        raise RetryRefused(
-            f"job {job.id}: a newer job {latest.id} holds its idempotency key "
-            f"({latest.status.value}); retry that one, or enqueue again"
-        )
-
-
-#: Celery's stored result of a run: ``(state, result, traceback)``.
-Stored = tuple[str, Any, Any]
-
-
-def _forget_result(app: Celery, job: Job) -> Stored | None:
-    """Drop Celery's stored result of the old run, so ``AsyncResult.get()`` waits for the
-    new one; returns it, to put back if the retry is undone (best effort: a backend
-    without results has nothing to forget)."""
-    try:
-        old = app.AsyncResult(job.celery_task_id or job.id)
-        stored = (old.state, old.result, old.traceback)
-        old.forget()
-    except Exception as exc:  # NotImplementedError (no backend), a backend outage...
-        logger.debug("job %s: old result not forgotten: %s", job.id, exc)
-        return None
-    return None if stored[0] == "PENDING" else stored
-
-
-def _restore_result(app: Celery, job: Job, stored: Stored | None) -> None:
-    """Put back the result ``_forget_result`` dropped (the retry was undone)."""
-    if stored is None:
-        return
-    state, result, traceback = stored
-    try:
-        app.backend.store_result(job.celery_task_id or job.id, result, state, traceback)
-    except Exception as exc:
-        logger.warning("job %s: its old result could not be put back: %s", job.id, exc)
+    def _refuse_if_key_taken(self, job: Job) -> None:
+        if job.idempotency_key is None:
+            return
+        latest = self.store.find_by_key(job.job_type, job.idempotency_key)
+        if latest is not None and latest.id != job.id:
+            raise RetryRefused(
+                f"job {job.id}: a newer job {latest.id} holds its idempotency key "
+                f"({latest.status.value}); retry that one, or enqueue again"
+            )

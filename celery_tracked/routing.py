@@ -3,8 +3,25 @@ backlog by it, ``stats`` and the metrics count by it)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+
+def routed_queue(
+    app: Any,
+    task_name: str,
+    options: Mapping[str, Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> str:
+    """The queue a Celery ``app`` routes a call of ``task_name`` to (neither the call nor
+    the task names one): the call's exchange, else ``task_routes``, else the default queue
+    (a task's ``TaskDescription.route``)."""
+    route = options if options.get("exchange") else {}
+    if not route and app.conf.task_routes:
+        route = app.amqp.router.route({}, task_name, args, kwargs)
+    queue = declared_queue(route, app.amqp.queues.values())
+    return str(getattr(queue, "name", queue or app.conf.task_default_queue))
 
 
 def declared_queue(route: Mapping[str, Any], queues: Iterable[Any]) -> str | None:

@@ -11,12 +11,12 @@ from typing import Any
 from celery.signals import task_revoked, worker_init
 
 from . import stopping  # noqa: F401 (registers the worker's ``tracked_terminate`` command)
+from .celery_tracker import Tracker
 from .errors import ConfigurationError, TrackedError
 from .guard import GuardError
 from .messages import TrackedHeaders
 from .redact import mask_url
 from .task import TrackedTask
-from .tracker import Tracker
 
 logger = logging.getLogger("celery_tracked")
 

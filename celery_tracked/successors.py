@@ -29,13 +29,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any
 
-from . import producer
 from .attempt import Attempt
+from .description import TaskDescription
 from .enqueuer import NewJob
 from .errors import InvalidPayload
 from .errors import InvalidSuccessor as InvalidSuccessor  # re-exported (home: errors.py)
@@ -44,11 +46,11 @@ from .hooks import Hooks
 from .jobs import JobStatus, NewRow, utcnow
 from .keys import Then, then
 from .messages import Control
+from .newjobs import Ids, new_job
+from .port import Platform
 from .ports import SuccessorStore
 from .redact import mask_secrets
-
-if TYPE_CHECKING:
-    from .task import TrackedTask
+from .settings import Settings
 
 logger = logging.getLogger("celery_tracked")
 
@@ -79,16 +81,17 @@ class Step:
 
 def declare(
     step: Step | None,
-    task: TrackedTask[Any, Any],
+    task: Any,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     *,
     idempotency_key: str | None = None,
     fail_soft: bool = False,
 ) -> str:
-    """Declare a successor of the running ``step`` (None: no tracked task runs here);
-    returns the job id it will have (unless its key is taken by another job when the step
-    completes).
+    """Declare a successor of the running ``step`` (None: no tracked task runs here): a
+    call of ``task`` (a tracked task: its ``description``, and its tracker's
+    :class:`Successors`); returns the job id it will have (unless its key is taken by
+    another job when the step completes).
 
     Raises:
         NotInAStep: no tracked task is running here.
@@ -98,34 +101,23 @@ def declare(
         raise NotInAStep("then()/otherwise() can only be called from a running tracked task")
     if len(step.declared) >= MAX_SUCCESSORS:
         raise InvalidSuccessor(f"a step may declare at most {MAX_SUCCESSORS} successors")
-    from .task import TrackedTask  # the task module imports this one
-
-    if not isinstance(task, TrackedTask):
+    description = getattr(task, "description", None)
+    if not isinstance(description, TaskDescription):
         raise InvalidSuccessor(f"a successor must be a tracked task, not {task!r}")
+    maker: Successors = task.tracker.successors
     control = Control(idempotency_key, step.correlation_id, step.job_id)
     options: dict[str, Any] = {}
+    job_id = str(uuid.uuid4())
+    ids = Ids(job_id, job_id, False, step.job_id, step.correlation_id)
     try:
-        job = producer.new_job(task, args, kwargs, None, control, options)
+        job = new_job(description, maker.settings, args, kwargs, control, options, ids)
     except (InvalidPayload, TypeError) as exc:
-        raise InvalidSuccessor(f"successor {task.name} refused: {exc}") from None
+        raise InvalidSuccessor(f"successor {description.name} refused: {exc}") from None
     if job.call.key is None:
         job = replace(job, call=replace(job.call, key=derived_key(step.job_id, job)))
-    publish = _publisher(task, tuple(args), dict(kwargs), job, options)
-    step.declared.append(Declared(job, fail_soft, publish, key_round(task, job)))
+    publish = maker.publisher(description, job, args, kwargs, options)
+    step.declared.append(Declared(job, fail_soft, publish, maker.key_round(job)))
     return job.job_id
-
-
-def key_round(task: TrackedTask[Any, Any], job: NewJob) -> int:
-    """The round a successor's row takes: 0, or under a key lifetime that frees keys the
-    round after the key's newest job once that one let it go (read now; a producer that
-    takes the same round first wins at the completion, and this successor is not created)."""
-    if not job.rule.reused or job.call.key is None:
-        return 0
-    latest = task.tracker.store.find_by_key(job.job_type, job.call.key)
-    if latest is None:
-        return 0
-    free = then(job.rule, latest, utcnow()) is Then.NEW_ROUND
-    return latest.key_round + 1 if free else latest.key_round
 
 
 def successor_note(step_id: str) -> str:
@@ -146,31 +138,49 @@ def derived_key(parent_job_id: str, job: NewJob) -> str:
     return f"then:{parent_job_id}:{digest[:24]}"
 
 
-def _publisher(
-    task: TrackedTask[Any, Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    job: NewJob,
-    options: dict[str, Any],
-) -> Callable[[], None]:
-    def publish() -> None:  # a re-publish of an existing job: no new row, reprs redacted
-        headers = job.headers().to_headers()
-        task_id = job.celery_task_id or job.job_id
-        task.apply_async(args, kwargs, task_id=task_id, headers=headers, **options)
-
-    return publish
-
-
 class Successors(Hooks):
     """Inserts a step's successors with its completion (or its exhausted failure), then
-    publishes them once that write committed."""
+    publishes them once that write committed (through the platform port: ``port.py``)."""
 
-    def __init__(self, store: SuccessorStore) -> None:
+    def __init__(self, store: SuccessorStore, settings: Settings, platform: Platform) -> None:
         self.store = store
+        self.settings = settings
+        self.platform = platform
         #: inline runs (eager mode) of successors being published, by job id: the queue of
         #: the publishing loop their own successors join (a loop, not a recursion)
         self._loops: dict[str, list[Declared]] = {}
         self._lock = threading.Lock()
+
+    def key_round(self, job: NewJob) -> int:
+        """The round a successor's row takes: 0, or under a key lifetime that frees keys
+        the round after the key's newest job once that one let it go (read now; a producer
+        that takes the same round first wins at the completion, and this successor is not
+        created)."""
+        if not job.rule.reused or job.call.key is None:
+            return 0
+        latest = self.store.find_by_key(job.job_type, job.call.key)
+        if latest is None:
+            return 0
+        free = then(job.rule, latest, utcnow()) is Then.NEW_ROUND
+        return latest.key_round + 1 if free else latest.key_round
+
+    def publisher(
+        self,
+        task: TaskDescription,
+        job: NewJob,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        options: Mapping[str, Any],
+    ) -> Callable[[], None]:
+        """Sends ``job``'s message (a re-publish of an existing job: no new row)."""
+        message = {
+            **options,
+            "task_id": job.celery_task_id or job.job_id,
+            "headers": job.headers().to_headers(),
+            "argsrepr": job.call.argsrepr,
+            "kwargsrepr": job.call.kwargsrepr,
+        }
+        return partial(self.platform.publish, task, tuple(args), dict(kwargs), message)
 
     @contextmanager
     def running(self, attempt: Attempt) -> Iterator[Step]:

@@ -1,7 +1,12 @@
-"""``TrackedTask`` and ``tracked_task``: a thin adapter between Celery and the services.
+"""``TrackedTask``: a thin adapter between Celery and the services.
 
-Producer: ``enqueue``/``apply_async`` prepare the call (``calls.py``), resolve Celery's
-view of it (queue, routing, the calling task for lineage) and hand off to the
+Description: ``TrackedTask.description``, the frozen
+:class:`~celery_tracked.description.TaskDescription` every producer path reads (built
+once per task class from the options checked when the class was made, ``options.py``,
+with Celery's routing and re-publish as its ``route`` and ``send``).
+
+Producer: ``enqueue``/``apply_async`` prepare the call (``producer.py``: the description,
+Celery's ids and the calling task for lineage) and hand off to the
 :class:`~celery_tracked.enqueuer.Enqueuer` with a ``publish`` callable. A re-publish of an
 existing job (a Celery retry: the message already carries the job id) only re-publishes,
 with ``argsrepr``/``kwargsrepr`` redacted again.
@@ -14,7 +19,6 @@ Celery's ``Ignore``/``Retry``/``Reject``.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import random
 import socket
@@ -28,35 +32,32 @@ from celery.result import AsyncResult
 from celery.utils.saferepr import saferepr
 
 from . import eager, producer, progress, retries, successors
-from .calls import CallShape
 from .celery_signals import CELERY_SIGNALS
-from .decorator import tracked_task
+from .celery_tracker import Tracker
+from .description import TaskDescription
 from .jobs import EnqueueResult, Job
 from .keys import KeyRule
 from .limits import Limits
 from .maintenance import install_beat_entries
 from .messages import CONTROL_OPTIONS, Control, TrackedHeaders
-from .options import check_task_class, check_task_limits
+from .options import check_task_class, check_task_limits, describe
 from .outcome import Completed, Failed, PassedOn, Postponed, Retrying, Verdict
 from .reporter import ProgressReporter
 from .request_state import attempt_of, body_call, part
 from .retry_policy import RetryPolicy
-from .routing import declared_queue
+from .routing import routed_queue
 from .run import Run
 from .successors import Step
-from .tracker import Tracker
 
 logger = logging.getLogger("celery_tracked")
 
 _HOSTNAME = socket.gethostname()
-#: ``enqueue``'s untyped control keywords (0.1), kept working: see ``with_options``.
-_UNDERSCORED = "_idempotency_key _correlation_id _parent_job_id _owner_id _max_attempts _options"
 
 P = ParamSpec("P")
 Q = ParamSpec("Q")
 R_co = TypeVar("R_co", covariant=True)
 
-__all__ = ["TrackedTask", "tracked_task"]
+__all__ = ["TrackedTask"]
 
 
 class TrackedTask(Task[P, R_co]):
@@ -110,31 +111,22 @@ class TrackedTask(Task[P, R_co]):
     def tracker(self) -> Tracker:
         return Tracker.for_app(self.app)
 
-    def _static(self, name: str) -> Any:
-        value = inspect.getattr_static(type(self), name, None)
-        return value.__func__ if isinstance(value, staticmethod | classmethod) else value
+    @property
+    def description(self) -> TaskDescription:
+        """What every producer path needs of this task (``description.py``), made once
+        per task class, when first needed (its name is known then)."""
+        cls = type(self)
+        found = cls.__dict__.get("_tracked_description")
+        if found is None:
+            checked = (cls._tracked_retry, cls._tracked_keys, cls._tracked_limits)
+            framework = (partial(routed_queue, self.app, self.name), partial(_send, self))
+            found = describe(cls, self.name, self.run, framework, checked, saferepr)
+            setattr(cls, "_tracked_description", found)  # noqa: B010 (one per task class)
+        return cast(TaskDescription, found)
 
     @property
     def tracked_job_type(self) -> str:
-        return str(self._static("job_type") or self.name)
-
-    def _queue_name(self, options: Mapping[str, Any], args: Any, kwargs: Any) -> str:
-        queue = options.get("queue") or self._static("tracked_queue") or self._static("queue")
-        if queue is None:
-            route = options if options.get("exchange") else {}
-            if not route and self.app.conf.task_routes:
-                route = self.app.amqp.router.route({}, self.name, args, kwargs)
-            queue = declared_queue(route, self.app.amqp.queues.values())
-        return str(getattr(queue, "name", queue or self.app.conf.task_default_queue))
-
-    def _shape(self) -> CallShape:
-        """The body's call shape, computed once per task class."""
-        cls = type(self)
-        shape = cls.__dict__.get("_tracked_shape")
-        if shape is None:
-            shape = CallShape(self.run, saferepr)  # the reprs Celery itself makes
-            setattr(cls, "_tracked_shape", shape)  # noqa: B010 (one cache per task class)
-        return cast(CallShape, shape)
+        return self.description.job_type
 
     # -- producer ---------------------------------------------------------------------
 
@@ -146,7 +138,7 @@ class TrackedTask(Task[P, R_co]):
             InvalidPayload: the arguments were refused (nothing was created).
             EnqueueError: Redis, the database or the broker failed (nothing left behind).
         """
-        return self.with_options(**_pop_underscored(kwargs))(*args, **kwargs)
+        return self.with_options(**Control.underscored(kwargs))(*args, **kwargs)
 
     def with_options(
         self,
@@ -190,7 +182,7 @@ class TrackedTask(Task[P, R_co]):
             for name in CONTROL_OPTIONS:
                 options.pop(name, None)
             keys = self.tracker.settings.redact_keys
-            argsrepr, kwargsrepr = self._shape().reprs(args, kwargs, keys)
+            argsrepr, kwargsrepr = self.description.shape.reprs(args, kwargs, keys)
             options.update(argsrepr=argsrepr, kwargsrepr=kwargsrepr)
             return super().apply_async(args, kwargs, task_id=task_id or existing.job_id, **options)
         control = Control.pop_from(options)
@@ -216,8 +208,10 @@ class TrackedTask(Task[P, R_co]):
         send: Callable[..., AsyncResult[Any]] | None = None,
     ) -> tuple[EnqueueResult[Any], AsyncResult[Any] | None]:
         """Create the job; publish it, or run it here (``send`` given, or eager mode)."""
-        job = producer.new_job(self, args, kwargs, task_id, control, options)
         tracker = self.tracker
+        job = producer.new_job(
+            self.description, tracker.settings, args, kwargs, task_id, control, options
+        )
         inline = send is not None or bool(self.app.conf.task_always_eager)
         publish = eager.sender(send or super().apply_async, args, kwargs, job.call, options)
         return eager.enqueue(tracker.enqueuer, job, publish, tracker.settings.redact_keys, inline)
@@ -262,18 +256,19 @@ class TrackedTask(Task[P, R_co]):
             return self.run(*args, **kwargs)
         tracker = self.tracker
         settings = tracker.settings
-        shape = self._shape()
+        described = self.description
+        shape = described.shape
         run = Run(
             headers=headers,
             task_name=self.name,
-            job_type=self.tracked_job_type,
-            queue=headers.queue or self._queue_name({}, args, kwargs),
+            job_type=described.job_type,
+            queue=headers.queue or described.queue({}, args, kwargs),
             worker=str(request.hostname or _HOSTNAME),
-            backoff_base_ms=self._tracked_retry.base_ms(settings.default_backoff_ms),
+            backoff_base_ms=described.retry.base_ms(settings.default_backoff_ms),
             secrets=lambda: shape.secrets(args, kwargs, settings.redact_keys),
             inline=bool(request.is_eager),
-            policy=self._tracked_retry,
-            limits=self._tracked_limits.for_delivery(shape, args, kwargs, request, settings),
+            policy=described.retry,
+            limits=described.limits.for_delivery(shape, args, kwargs, request, settings),
             signals=CELERY_SIGNALS,  # Celery's Ignore/Reject/Retry, read for the core
         )
         body = getattr(self, "_orig_run", self.run)  # Celery's autoretry wrapper bypassed
@@ -372,22 +367,22 @@ class TrackedTask(Task[P, R_co]):
     def _retry_delay(self, attempt: int) -> int:
         """The delay after failed attempt ``attempt`` by this task's retry policy, ms."""
         settings = self.tracker.settings
-        policy = self._tracked_retry
+        policy = self.description.retry
         return policy.delay_ms(
             attempt, settings.default_backoff_ms, settings.max_backoff_ms, random.random
         )
-
-
-def _pop_underscored(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The 0.1 control keywords (``_idempotency_key=``...) taken out of ``kwargs``."""
-    return {name[1:]: kwargs.pop(name) for name in _UNDERSCORED.split() if name in kwargs}
 
 
 def _hide_arguments(task: TrackedTask[Any, Any]) -> None:
     """Redact the request's arguments once nothing is re-published from them (Celery
     stores them in the result backend with ``result_extended=True``)."""
     req, keys = task.request, task.tracker.settings.redact_keys
-    req.args, req.kwargs = task._shape().redacted(req.args or (), req.kwargs or {}, keys)
+    req.args, req.kwargs = task.description.shape.redacted(req.args or (), req.kwargs or {}, keys)
+
+
+def _send(task: TrackedTask[Any, Any], args: Any, kwargs: Any, options: Any) -> None:
+    """Publish a message of an existing job (its headers in ``options``): no new row."""
+    task.apply_async(args, kwargs, **options)
 
 
 def _publish_again(

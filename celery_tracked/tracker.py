@@ -1,25 +1,26 @@
-"""``Tracker``: one per Celery app, created lazily from ``app.conf``.
+"""``Wiring``: the services of one app, wired; the Celery-free part of ``Tracker``.
 
 It wires the services of one app (settings, job store, guard and notifier, lease keeper,
 hooks, the producer's ``Enqueuer``, the worker's ``Runner``, the ``Relay``) and offers the
 read side: ``get_job``, ``history``, ``wait``, ``stats``; and ``cancel``, ``retry``,
-``reap``, ``cleanup``.
+``reap``, ``cleanup``. What it needs of Celery (the tasks' descriptions, publishing a
+job's message, the broker's view, stopping a run) comes through the platform port
+(``port.py``); the public :class:`~celery_tracked.Tracker` (``celery_tracker.py``) is this
+class with Celery's implementation of that port.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
-from celery import Celery
-
 from . import bulk
 from .aftermath import Aftermath
+from .cancelling import Stopper
 from .cleanup import Cleanup, CleanupReport, task_retentions
 from .enqueuer import Enqueuer
 from .errors import ConfigurationError, JobFailed, JobNotFound, WaitTimeout
@@ -40,11 +41,13 @@ from .lease import LeaseKeeper
 from .limiter import GlobalRateLimit, MemoryLimiter, RedisLimiter
 from .messages import as_job_id
 from .pipelines import Pipeline
+from .port import Platform
 from .ports import Store
 from .reaper import Reaper, ReapReport
 from .redact import mask_url
 from .relay import Relay
 from .reporter import Reports
+from .resend import Resender, publisher
 from .retention import policy_of
 from .runner import Runner
 from .settings import Settings
@@ -56,20 +59,18 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("celery_tracked")
 
-_ATTR = "_celery_tracked_tracker"
-_create_lock = threading.Lock()
 R = TypeVar("R")
 
 
-class Tracker:
-    """The tracking side of one Celery app. Get it with :meth:`Tracker.for_app`."""
+class Wiring:
+    """The tracking side of one app, given its settings and its platform (``port.py``)."""
 
     #: ``wait`` re-reads the row at least this often, whatever the notifications do.
     REREAD_S = 1.0
 
-    def __init__(self, app: Celery, settings: Settings) -> None:
-        self.app = app
+    def __init__(self, settings: Settings, platform: Platform) -> None:
         self.settings = settings
+        self.platform = platform
         self.store: Store = JobStore(settings.database_url, settings.database_pooler == "pgbouncer")
         backend: RedisGuard | MemoryGuard
         if settings.memory_guard:
@@ -90,11 +91,12 @@ class Tracker:
             if isinstance(backend, MemoryGuard)
             else RedisLimiter(backend.client, settings.key_prefix)
         )
+        self.successors = Successors(self.store, settings, platform)
         self.hooks = HookChain(
             [
                 NotifyTerminal(self.notifier),
                 LogTransitions(),
-                Successors(self.store),
+                self.successors,
                 GlobalRateLimit(limiter),
                 Reports(self.store, settings),
             ]
@@ -107,26 +109,12 @@ class Tracker:
         self.runner = Runner(self.store, self.leases, self.hooks, settings)
         self.aftermath = Aftermath(self.store, self.hooks, settings)
         self.relay = Relay(self.store, settings.relay_grace_seconds, self.cancel)
+        self.resender = Resender(self.store, self.hooks, platform, settings.redact_keys)
+        self.stopper = Stopper(self.store, self.hooks, self.leases, self.cancel, platform.terminate)
 
     def add_hook(self, hook: Hooks) -> None:
         """Register ``hook`` (after the built-in notification and logging hooks)."""
         self.hooks.add(hook)
-
-    @classmethod
-    def for_app(cls, app: Celery) -> Tracker:
-        """The app's tracker, created (and its settings validated) on first use.
-
-        Raises:
-            ConfigurationError: a ``tracked_*`` setting is invalid.
-        """
-        tracker: Tracker | None = app.__dict__.get(_ATTR)
-        if tracker is None:
-            with _create_lock:
-                tracker = app.__dict__.get(_ATTR)
-                if tracker is None:
-                    tracker = cls(app, Settings.for_app(app))
-                    setattr(app, _ATTR, tracker)
-        return tracker
 
     # -- reads ------------------------------------------------------------------------
 
@@ -167,9 +155,7 @@ class Tracker:
         """
         job_id = as_job_id(job_id)
         if running:
-            from . import stopping  # Celery-aware: imported when used
-
-            return stopping.cancel_running(self, job_id, reason)
+            return self.stopper.cancel_running(job_id, reason)
         cancelled = self.store.cancel(job_id, now=utcnow(), reason=reason, revision=revision)
         if cancelled:
             message = log_message or f"job {job_id} cancelled: {reason}"
@@ -202,9 +188,7 @@ class Tracker:
                 holds its idempotency key; nothing was changed.
             EnqueueError: the broker refused the message; the job is back as it was.
         """
-        from . import resend  # Celery-aware: imported when used
-
-        return resend.retry(self, as_job_id(job_id), arguments, attempts)
+        return self.resender.retry(as_job_id(job_id), arguments, attempts)
 
     def jobs(
         self, *, limit: int = DEFAULT_PAGE, cursor: str | None = None, **filters: Unpack[Filters]
@@ -235,7 +219,7 @@ class Tracker:
             InvalidFilter: a bad filter or limit, or a status that is never retried.
         """
         limit = check_limit(limit, None)
-        return bulk.retry_many(self, JobFilter.of(**filters), limit)
+        return bulk.retry_many(self, self.store.find, JobFilter.of(**filters), limit)
 
     def cancel_many(
         self,
@@ -253,7 +237,9 @@ class Tracker:
             InvalidFilter: a bad filter or limit, or a status that is never cancelled.
         """
         limit = check_limit(limit, None)
-        return bulk.cancel_many(self, JobFilter.of(**filters), limit, reason, running)
+        return bulk.cancel_many(
+            self, self.store.find, JobFilter.of(**filters), limit, reason, running
+        )
 
     def pipeline(self, correlation_id: str | UUID) -> Pipeline:
         """The jobs sharing ``correlation_id`` (a pipeline: its first job's id), oldest
@@ -278,10 +264,8 @@ class Tracker:
         Raises:
             StoreError: the database failed (nothing half-done: each move is atomic).
         """
-        from .broker import CeleryBroker  # Celery-aware: imported when used
-
-        broker = CeleryBroker(self.app)
-        return Reaper(self.store, self.hooks, self.settings).run(broker.publish, broker, now)
+        reaper = Reaper(self.store, self.hooks, self.settings)
+        return reaper.run(publisher(self.platform), self.platform, now)
 
     def cleanup(
         self,
@@ -303,11 +287,10 @@ class Tracker:
             StoreError: the database failed (the batches before it stay removed).
         """
         settings = self.settings
-        self.app.loader.import_default_modules()  # the tasks' modules: their retention
         policy = policy_of(
             timedelta(days=settings.retention_completed_days),
             timedelta(days=settings.retention_failed_days),
-            task_retentions(self.app.tasks),
+            task_retentions(self.platform.descriptions()),
             settings.retention_keep_newest,
         )
         cleanup = Cleanup(

@@ -10,10 +10,10 @@ import click
 from celery.bin.base import CeleryCommand
 
 from ..bulk import DEFAULT_LIMIT, RETRIABLE, why_not
+from ..celery_tracker import Tracker
 from ..errors import JobNotFound, RetryRefused
 from ..finder import BulkReport, Filters
 from ..jobs import JobStatus
-from ..tracker import Tracker
 from .common import (
     Refused,
     emit_json,

@@ -23,10 +23,10 @@ from typing import Any, TypeVar, cast
 
 import click
 
+from ..celery_tracker import Tracker
 from ..errors import InvalidFilter, JobNotFound, TrackedError
 from ..finder import Filters
 from ..redact import first_line
-from ..tracker import Tracker
 from .render import Style
 
 EXIT_NOT_FOUND = 1

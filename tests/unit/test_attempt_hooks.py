@@ -143,7 +143,7 @@ def test_a_hook_that_fails_around_the_body_is_logged_and_never_replaces_its_erro
 
 
 def test_the_successors_hook_attaches_a_step_per_attempt() -> None:
-    hook = Successors(store=None)  # type: ignore[arg-type]  # no row is read here
+    hook = Successors(None, None, None)  # type: ignore[arg-type]  # no row is read here
     attempt, other = an_attempt("j-1"), an_attempt("j-2")
     with hook.running(attempt) as step, hook.running(other) as other_step:
         assert attempt.part(Step) is step and other.part(Step) is other_step
@@ -177,7 +177,7 @@ def declared(job_id: str, sent: list[str], then: Any = None) -> Declared:
 def test_nothing_is_published_unless_the_attempt_s_write_committed() -> None:
     sent: list[str] = []
     store = Rows()
-    hook = Successors(store)  # type: ignore[arg-type]
+    hook = Successors(store, None, None)  # type: ignore[arg-type]
     attempt = an_attempt()
     with hook.running(attempt) as step:
         step.written = [declared("s-1", sent)]
@@ -195,7 +195,7 @@ def test_an_inline_pipeline_is_published_by_one_loop_not_a_recursion() -> None:
     """Eager mode: each successor runs inside its step's publish; its own successors join
     the outer loop (found by the job id of the attempt the hook is given)."""
     sent: list[str] = []
-    hook = Successors(Rows())  # type: ignore[arg-type]
+    hook = Successors(Rows(), None, None)  # type: ignore[arg-type]
     depth: list[int] = []
     deepest: list[int] = []
 
