@@ -5,15 +5,21 @@ app, and a thread that never set one (FastAPI's thread pool...) gets the default
 Celery creates itself: its settings are not the user's. :func:`describe_app` names the
 app a setting was read from, and for that one, the fix. Celery's internal state
 (``celery._state``) is read here only, defensively (an attribute it drops gives "no
-other app", never an error). :func:`check_crontab` is Celery's reading of a crontab
-string, for the settings' converters (which import no Celery)."""
+other app", never an error). :func:`settings_for` reads an app's settings, naming the
+app in a refusal."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from typing import Any
 
 from celery import _state
-from celery.schedules import crontab
+
+from .errors import ConfigurationError
+from .settings import Settings
+
+logger = logging.getLogger("celery_tracked")
 
 
 def default_app() -> Any:
@@ -51,11 +57,18 @@ def is_celery_default(app: Any) -> bool:
     return app is default_app() and getattr(app, "main", None) == "default"
 
 
-def check_crontab(text: str) -> None:
-    """Refuse a crontab string (``"17 3 * * *"``: minute hour day-of-month month
-    day-of-week) that Celery's ``crontab.from_string`` does not accept.
+def settings_for(app: Any, environ: Mapping[str, str] | None = None) -> Settings:
+    """``Settings.from_conf`` of a Celery app's ``conf``; a refusal also names the app that
+    was read and, for Celery's own default app, why it was read and the fix (also logged as
+    a warning when that app's settings are accepted).
 
     Raises:
-        ValueError: Celery's reason (a ``ParseException`` is one).
+        ConfigurationError: as ``Settings.from_conf``.
     """
-    crontab.from_string(text)
+    try:
+        settings = Settings.from_conf(app.conf, environ)
+    except ConfigurationError as exc:
+        raise type(exc)(exc.setting, f"{exc.reason} ({describe_app(app)})") from None
+    if is_celery_default(app):  # it may well be a mistake: say so once
+        logger.warning("celery-tracked: tracking jobs with settings %s", describe_app(app))
+    return settings

@@ -16,6 +16,7 @@ from celery import Celery
 from celery.utils.saferepr import saferepr
 
 from .broker import CeleryBroker
+from .celery_state import settings_for
 from .description import TaskDescription
 from .jobs import Job
 from .port import Keywords, TaskRef
@@ -109,6 +110,6 @@ class Tracker(Wiring):
             with _create_lock:
                 tracker = app.__dict__.get(_ATTR)
                 if tracker is None:
-                    tracker = cls(app, Settings.for_app(app))
+                    tracker = cls(app, settings_for(app))
                     setattr(app, _ATTR, tracker)
         return tracker

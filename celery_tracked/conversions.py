@@ -2,7 +2,7 @@
 the environment into its type, or raises ``ConfigurationError`` naming the setting. Every
 numeric setting has a range (``BOUNDS``; docs/configuration.md, "Ranges"), checked by
 :mod:`celery_tracked.validation` as the task options' are. No Celery here: a crontab is
-checked by the function the Celery side gives (``celery_state.check_crontab``)."""
+checked by the function given (``crontab.check_crontab``: Celery's reading, no Celery)."""
 
 from __future__ import annotations
 
@@ -181,8 +181,8 @@ _OFF = ("off", "none", "false", "no", "0", "")
 
 def cleanup_schedule(check_crontab: Callable[[str], None]) -> Callable[[str, Any], object]:
     """The converter of ``tracked_cleanup_schedule``: a crontab string (``"17 3 * * *"``,
-    its fields checked by ``check_crontab``, which raises ``ValueError``: Celery's parser,
-    given by the Celery side), seconds (> 0) or a ``timedelta``, a Celery schedule object,
+    its fields checked by ``check_crontab``, which raises ``ValueError``: ``crontab.py``),
+    seconds (> 0) or a ``timedelta``, a Celery schedule object,
     or off (``False``, ``0``, ``"off"``): None."""
 
     def convert(source: str, value: Any) -> object:

@@ -34,6 +34,7 @@ from celery import Celery, Task, shared_task
 from celery.schedules import crontab
 
 from . import resend
+from .celery_state import settings_for
 from .celery_tracker import CeleryPlatform, Tracker
 from .errors import ConfigurationError
 from .jobs import Job
@@ -99,7 +100,7 @@ def _add_entry(app: Celery, name: str, interval_of: Callable[[Settings], float])
     if name in (app.conf.beat_schedule or {}):
         return  # the user's own entry wins
     try:
-        interval = interval_of(Settings.for_app(app))
+        interval = interval_of(settings_for(app))
     except ConfigurationError as exc:
         logger.warning("no default Beat entry for %s: %s", name, exc)
         return
@@ -111,7 +112,7 @@ def _add_cleanup_entry(app: Celery) -> None:
     if CLEANUP_TASK in (app.conf.beat_schedule or {}):
         return  # the user's own entry wins
     try:
-        when = Settings.for_app(app).cleanup_schedule
+        when = settings_for(app).cleanup_schedule
     except ConfigurationError as exc:
         logger.warning("no default Beat entry for %s: %s", CLEANUP_TASK, exc)
         return

@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from .celery_state import check_crontab, describe_app, is_celery_default
 from .conversions import (
     MEMORY_URL,
     boolean,
@@ -31,6 +30,7 @@ from .conversions import (
     redis_url,
     url,
 )
+from .crontab import check_crontab
 from .errors import ConfigurationError
 from .redact import mask_url
 
@@ -151,23 +151,6 @@ class Settings:
         values = {name: _read(conf, env, name) for name in _CONVERTERS if name != "redact_keys"}
         values["redact_keys"] = _redact_keys(conf, env, values["redaction"])
         return cls(**values)
-
-    @classmethod
-    def for_app(cls, app: Any, environ: Mapping[str, str] | None = None) -> Settings:
-        """:meth:`from_conf` of a Celery app's ``conf``; a refusal also names the app that
-        was read and, for Celery's own default app, why it was read and the fix (also
-        logged as a warning when that app's settings are accepted).
-
-        Raises:
-            ConfigurationError: as :meth:`from_conf`.
-        """
-        try:
-            settings = cls.from_conf(app.conf, environ)
-        except ConfigurationError as exc:
-            raise type(exc)(exc.setting, f"{exc.reason} ({describe_app(app)})") from None
-        if is_celery_default(app):  # it may well be a mistake: say so once
-            logger.warning("celery-tracked: tracking jobs with settings %s", describe_app(app))
-        return settings
 
     @classmethod
     def database_url_from_conf(
