@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from .errors import StoreError
-from .guard import Guard, GuardError
+from .errors import GuardError, StoreError
+from .guards import Guard
 from .jobs import PURGE_START, Removed, utcnow
 from .ports import PurgeStore
 from .retention import ENDED, Policy, Sweep, sweeps

@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .calls import PreparedCall
-from .errors import DuplicateInCanvas, DuplicateJob, EnqueueError, StoreError
-from .guard import Guard, GuardError
+from .errors import DuplicateInCanvas, DuplicateJob, EnqueueError, GuardError, StoreError
+from .guards import Guard
 from .hooks import Hooks, Transition
 from .jobs import EnqueueResult, Event, Job, JobStatus, utcnow
 from .keys import KeyRule, Then, then, undo_replace

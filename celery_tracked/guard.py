@@ -14,11 +14,14 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any
 
 import redis
 
 from .errors import GuardError as GuardError  # re-exported: its home is errors.py
+from .guards import Guard as Guard  # re-exported: the Protocols live in guards.py
+from .guards import Notifier as Notifier
+from .guards import Subscription as Subscription
 from .redact import mask_url
 
 _ACQUIRE = """
@@ -34,37 +37,8 @@ return 0
 """
 
 
-class Guard(Protocol):
-    def key(self, *parts: str) -> str:
-        """The Redis key of ``parts`` (under the configured prefix)."""
-
-    def acquire(self, key: str, token: str, ttl_ms: int) -> str | None:
-        """Take ``key`` for ``token``; None when taken, else the current holder's token."""
-
-    def release(self, key: str, token: str) -> bool:
-        """Delete ``key`` only if ``token`` still holds it."""
-
-    def holder(self, key: str) -> str | None: ...
-
-    def release_all(self, entries: Iterable[tuple[str, str]]) -> int:
-        """Delete each ``(key, token)`` whose key ``token`` still holds; how many went."""
-
-
-class Notifier(Protocol):
-    def publish(self, job_id: str, status: str) -> None: ...
-
-    def subscribe(self, job_id: str) -> Subscription: ...
-
-
-class Subscription(Protocol):
-    def wait(self, timeout: float) -> bool:
-        """Block until a notification arrives or ``timeout`` passes; True if one came."""
-
-    def close(self) -> None: ...
-
-
 @contextmanager
-def _translated(action: str) -> Iterator[None]:
+def translated(action: str) -> Iterator[None]:
     try:
         yield
     except redis.RedisError as exc:
@@ -87,16 +61,16 @@ class RedisGuard:
         return ":".join((self.prefix, *parts))
 
     def acquire(self, key: str, token: str, ttl_ms: int) -> str | None:
-        with _translated("guard acquire"):
+        with translated("guard acquire"):
             held = self._acquire(keys=[key], args=[token, ttl_ms])
         return None if held is None else str(held)
 
     def release(self, key: str, token: str) -> bool:
-        with _translated("guard release"):
+        with translated("guard release"):
             return bool(self._release(keys=[key], args=[token]))
 
     def holder(self, key: str) -> str | None:
-        with _translated("guard read"):
+        with translated("guard read"):
             value = self.client.get(key)
         return None if value is None else str(value)
 
@@ -107,7 +81,7 @@ class RedisGuard:
         pairs = list(entries)
         if not pairs:
             return 0
-        with _translated("guard release"):
+        with translated("guard release"):
             sha = self.client.script_load(_RELEASE)
             pipe = self.client.pipeline(transaction=False)
             for key, token in pairs:  # raw EVALSHA: half the client CPU of a Script call
@@ -118,7 +92,7 @@ class RedisGuard:
         self._publisher.publish(self.key("job", job_id), status)
 
     def subscribe(self, job_id: str) -> Subscription:
-        with _translated("subscribe"):
+        with translated("subscribe"):
             pubsub = self.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
             pubsub.subscribe(self.key("job", job_id))
         return _RedisSubscription(pubsub)
@@ -182,7 +156,7 @@ class _RedisSubscription:
         self._pubsub = pubsub
 
     def wait(self, timeout: float) -> bool:
-        with _translated("subscription"):
+        with translated("subscription"):
             message = self._pubsub.get_message(timeout=max(0.0, timeout))
         return message is not None
 

@@ -42,7 +42,8 @@ from typing import Protocol
 
 import redis
 
-from .guard import GuardError, _translated
+from .errors import GuardError
+from .guard import translated
 from .hooks import Delivery, Hooks, Wait
 from .jobs import Claim
 from .limits import LimiterState, grant_start, slot_header, take_slot
@@ -183,13 +184,13 @@ class RedisLimiter:
 
     def take(self, name: str, interval_ms: int, reserved_ms: int | None) -> tuple[int, int]:
         reserved = -1 if reserved_ms is None else reserved_ms
-        with _translated("rate limiter"):
+        with translated("rate limiter"):
             wait, slot = self._take(keys=[self.key(name)], args=[interval_ms, reserved])
         return int(wait), int(slot)
 
     def grant(self, name: str, interval_ms: int, slot_ms: int | None) -> int:
         slot = -1 if slot_ms is None else slot_ms
-        with _translated("rate limiter"):
+        with translated("rate limiter"):
             return int(self._grant(keys=[self.key(name)], args=[interval_ms, slot]))
 
 

@@ -12,8 +12,7 @@ from celery.signals import task_revoked, worker_init
 
 from . import stopping  # noqa: F401 (registers the worker's ``tracked_terminate`` command)
 from .celery_tracker import Tracker
-from .errors import ConfigurationError, TrackedError
-from .guard import GuardError
+from .errors import ConfigurationError, GuardError, TrackedError
 from .messages import TrackedHeaders
 from .redact import mask_url
 from .task import TrackedTask

@@ -23,7 +23,7 @@ from .aftermath import Aftermath
 from .cancelling import Stopper
 from .cleanup import Cleanup, CleanupReport, task_retentions
 from .enqueuer import Enqueuer
-from .errors import ConfigurationError, JobFailed, JobNotFound, WaitTimeout
+from .errors import ConfigurationError, GuardError, JobFailed, JobNotFound, WaitTimeout
 from .finder import (
     DEFAULT_PAGE,
     BulkReport,
@@ -34,7 +34,8 @@ from .finder import (
     decode_cursor,
     page_of,
 )
-from .guard import Guard, GuardError, MemoryGuard, Notifier, RedisGuard, Subscription
+from .guard import MemoryGuard, RedisGuard
+from .guards import Guard, Notifier, Subscription
 from .hooks import HookChain, Hooks, LogTransitions, NotifyTerminal, Transition
 from .jobs import EnqueueResult, Event, Job, JobEvent, utcnow
 from .lease import LeaseKeeper
