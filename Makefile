@@ -18,6 +18,7 @@ check: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict celery_tracked
+	$(VENV)/bin/lint-imports
 
 test: check
 	$(VENV)/bin/pytest

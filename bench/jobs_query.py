@@ -32,10 +32,14 @@ if str(ROOT) not in sys.path:
 from sqlalchemy import create_engine, text  # noqa: E402
 from sqlalchemy.engine import Engine, make_url  # noqa: E402
 
-from celery_tracked import migrate  # noqa: E402
-from celery_tracked.finder import JobFilter, Position  # noqa: E402
-from celery_tracked.jobs import utcnow  # noqa: E402
-from celery_tracked.store import queries, reaping, selects  # noqa: E402
+from celery_tracked.core.finder import JobFilter, Position  # noqa: E402
+from celery_tracked.core.jobs import utcnow  # noqa: E402
+from celery_tracked.store import (  # noqa: E402
+    migrate,
+    queries,
+    reaping,
+    selects,
+)
 
 DATABASE_URL = os.environ.get(
     "BENCH_JOBS_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/ct_bench_jobs"

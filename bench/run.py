@@ -36,7 +36,7 @@ from sqlalchemy import create_engine, text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from bench import app as bench  # noqa: E402
-from celery_tracked import migrate  # noqa: E402
+from celery_tracked.store import migrate  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 CELERY = Path(sys.executable).with_name("celery")

@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:
 from sqlalchemy import create_engine, text  # noqa: E402
 
 from bench.run import fresh_database, percentile  # noqa: E402
-from celery_tracked.jobs import utcnow  # noqa: E402
+from celery_tracked.core.jobs import utcnow  # noqa: E402
 from celery_tracked.store import JobStore  # noqa: E402
 
 DATABASE_URL = os.environ.get(

@@ -1,10 +1,10 @@
 """celery-tracked: durable job tracking and idempotency for any Celery app."""
 
-from . import signals as _signals  # noqa: F401 (connects the worker's handlers)
-from .celery_tracker import Tracker
-from .cleanup import CleanupReport
-from .decorator import tracked_task
-from .errors import (
+from .adapter import signals as _signals  # noqa: F401 (connects the worker's handlers)
+from .adapter.celery_tracker import Tracker
+from .adapter.decorator import tracked_task
+from .adapter.task import TrackedTask
+from .core.errors import (
     ConfigurationError,
     DuplicateInCanvas,
     EnqueueError,
@@ -25,13 +25,13 @@ from .errors import (
     Unrecoverable,
     WaitTimeout,
 )
-from .finder import BulkReport, JobPage
-from .jobs import EnqueueResult, Job, JobEvent, JobStatus
-from .keys import KeyLifetime
-from .pipelines import Pipeline
-from .reaper import ReapReport
-from .settings import Settings
-from .task import TrackedTask
+from .core.finder import BulkReport, JobPage
+from .core.jobs import EnqueueResult, Job, JobEvent, JobStatus
+from .core.keys import KeyLifetime
+from .core.pipelines import Pipeline
+from .core.settings import Settings
+from .services.cleanup import CleanupReport
+from .services.reaper import ReapReport
 
 __version__ = "0.1.0"
 

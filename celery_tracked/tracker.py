@@ -18,13 +18,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
-from . import bulk
-from .aftermath import Aftermath
-from .cancelling import Stopper
-from .cleanup import Cleanup, CleanupReport, task_retentions
-from .enqueuer import Enqueuer
-from .errors import ConfigurationError, GuardError, JobFailed, JobNotFound, WaitTimeout
-from .finder import (
+from .backends.guard import MemoryGuard, RedisGuard
+from .backends.limiter import GlobalRateLimit, MemoryLimiter, RedisLimiter
+from .core.errors import ConfigurationError, GuardError, JobFailed, JobNotFound, WaitTimeout
+from .core.finder import (
     DEFAULT_PAGE,
     BulkReport,
     Filters,
@@ -34,26 +31,29 @@ from .finder import (
     decode_cursor,
     page_of,
 )
-from .guard import MemoryGuard, RedisGuard
-from .guards import Guard, Notifier, Subscription
-from .hooks import HookChain, Hooks, LogTransitions, NotifyTerminal, Transition
-from .jobs import EnqueueResult, Event, Job, JobEvent, utcnow
-from .lease import LeaseKeeper
-from .limiter import GlobalRateLimit, MemoryLimiter, RedisLimiter
-from .messages import as_job_id
-from .pipelines import Pipeline
-from .port import Platform
-from .ports import Store
-from .reaper import Reaper, ReapReport
-from .redact import mask_url
-from .relay import Relay
-from .reporter import Reports
-from .resend import Resender, publisher
-from .retention import policy_of
-from .runner import Runner
-from .settings import Settings
+from .core.guards import Guard, Notifier, Subscription
+from .core.hooks import HookChain, Hooks, LogTransitions, NotifyTerminal, Transition
+from .core.jobs import EnqueueResult, Event, Job, JobEvent, utcnow
+from .core.messages import as_job_id
+from .core.pipelines import Pipeline
+from .core.port import Platform
+from .core.ports import Store
+from .core.redact import mask_url
+from .core.retention import policy_of
+from .core.settings import Settings
+from .services import bulk
+from .services.aftermath import Aftermath
+from .services.cancelling import Stopper
+from .services.cleanup import Cleanup, CleanupReport, task_retentions
+from .services.enqueuer import Enqueuer
+from .services.lease import LeaseKeeper
+from .services.reaper import Reaper, ReapReport
+from .services.relay import Relay
+from .services.reporter import Reports
+from .services.resend import Resender, publisher
+from .services.runner import Runner
+from .services.successors import Successors
 from .store import JobStore
-from .successors import Successors
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -103,7 +103,7 @@ class Wiring:
             ]
         )
         if settings.metrics:
-            from .metrics import MetricsHooks  # the optional ``prometheus`` extra
+            from .services.metrics import MetricsHooks  # the optional ``prometheus`` extra
 
             self.hooks.add(MetricsHooks())
         self.enqueuer = Enqueuer(self.store, self.guard, settings.guard_ttl_seconds, self.hooks)

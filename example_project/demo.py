@@ -15,7 +15,8 @@ from pathlib import Path
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
 
-from celery_tracked import Tracker, migrate, tracked_task
+from celery_tracked import Tracker, tracked_task
+from celery_tracked.store import migrate
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / ".demo"

@@ -11,7 +11,7 @@ from typing import Any
 from alembic import context
 from sqlalchemy import create_engine
 
-from celery_tracked.models import metadata
+from celery_tracked.store.models import metadata
 
 VERSION_TABLE = "celery_tracked_alembic_version"
 config = context.config

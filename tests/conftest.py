@@ -22,7 +22,7 @@ import redis
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from celery_tracked import migrate
+from celery_tracked.store import migrate
 
 T = TypeVar("T")
 

@@ -9,11 +9,11 @@ from typing import Any
 import click
 from celery.bin.base import CeleryCommand
 
-from ..bulk import DEFAULT_LIMIT, RETRIABLE, why_not
-from ..celery_tracker import Tracker
-from ..errors import JobNotFound, RetryRefused
-from ..finder import BulkReport, Filters
-from ..jobs import JobStatus
+from ..adapter.celery_tracker import Tracker
+from ..core.errors import JobNotFound, RetryRefused
+from ..core.finder import BulkReport, Filters
+from ..core.jobs import JobStatus
+from ..services.bulk import DEFAULT_LIMIT, RETRIABLE, why_not
 from .common import (
     Refused,
     emit_json,

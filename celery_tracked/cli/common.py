@@ -23,10 +23,10 @@ from typing import Any, TypeVar, cast
 
 import click
 
-from ..celery_tracker import Tracker
-from ..errors import InvalidFilter, JobNotFound, TrackedError
-from ..finder import Filters
-from ..redact import first_line
+from ..adapter.celery_tracker import Tracker
+from ..core.errors import InvalidFilter, JobNotFound, TrackedError
+from ..core.finder import Filters
+from ..core.redact import first_line
 from .render import Style
 
 EXIT_NOT_FOUND = 1

@@ -8,7 +8,7 @@ from typing import Any
 import click
 from celery.bin.base import CeleryCommand
 
-from ..jobs import Job, JobEvent, utcnow
+from ..core.jobs import Job, JobEvent, utcnow
 from .common import (
     NotFound,
     emit_json,

@@ -9,7 +9,7 @@ from datetime import timedelta
 import click
 from celery.bin.base import CeleryCommand
 
-from ..jobs import utcnow
+from ..core.jobs import utcnow
 from .common import friendly, tracker_of
 from .group import tracked
 
@@ -28,7 +28,7 @@ from .group import tracked
 def metrics(ctx: click.Context, port: int, addr: str, cache: float) -> None:
     """Serve Prometheus metrics on http://ADDR:PORT/metrics: jobs by queue and status read
     from the table, and the workers' counters (with PROMETHEUS_MULTIPROC_DIR)."""
-    from .. import metrics as prom
+    from ..services import metrics as prom
 
     tracker = tracker_of(ctx)
     with friendly("starting the metrics server"):

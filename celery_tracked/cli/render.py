@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TextIO
 
-from ..jobs import Job, JobEvent, JobStatus
+from ..core.jobs import Job, JobEvent, JobStatus
 
 #: ANSI colour of each status (and of a few other words).
 COLOURS: Mapping[str, str] = {

@@ -6,9 +6,9 @@ from __future__ import annotations
 import click
 from celery.bin.base import CeleryCommand
 
-from .. import migrate as migrations
-from ..errors import TrackedError
-from ..settings import Settings
+from ..core.errors import TrackedError
+from ..core.settings import Settings
+from ..store import migrate as migrations
 from .common import Failed, friendly
 from .group import tracked
 

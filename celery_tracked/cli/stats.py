@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 from celery.bin.base import CeleryCommand
 
-from ..jobs import JobStatus
+from ..core.jobs import JobStatus
 from .common import emit_json, friendly, json_option, tracker_of
 from .common import style as output_style
 from .group import tracked

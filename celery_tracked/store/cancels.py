@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from ..jobs import Claim, JobStatus
-from ..models import jobs
+from ..core.jobs import Claim, JobStatus
 from .engines import Engines
+from .models import jobs
 from .statements import HELD, JOB_ID, MESSAGE, NOW, Move
 from .translate import reconnecting, translated
 

@@ -14,7 +14,7 @@ from sqlalchemy import ColumnElement
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
-from ..models import UTCDateTime
+from .models import UTCDateTime
 
 
 class db_time(FunctionElement[Any]):  # lower case: used like a SQL function

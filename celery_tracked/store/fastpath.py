@@ -16,8 +16,8 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import StoreError
-from ..redact import first_line
+from ..core.errors import StoreError
+from ..core.redact import first_line
 from .selects import SELECT_BACKEND_PID
 from .translate import Disconnected, DuplicateJob, explained
 

@@ -7,9 +7,9 @@ from datetime import datetime
 
 from sqlalchemy import func, select
 
-from ..jobs import JobStatus
-from ..models import jobs
+from ..core.jobs import JobStatus
 from .engines import Engines
+from .models import jobs
 from .statements import CUTOFF
 from .translate import reconnecting, translated
 

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import case, null
 
-from ..jobs import Claim, JobStatus
-from ..models import UTCDateTime, jobs
+from ..core.jobs import Claim, JobStatus
+from .models import UTCDateTime, jobs
 from .statements import HELD, NOW, OWNER, Move, param
 from .translate import reconnecting
 

@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy import Insert, Select, bindparam, insert
 from sqlalchemy.dialects import postgresql, sqlite
 
-from ..jobs import NEW_JOB_COLUMNS, NEW_JOB_DEFAULTS, JobStatus
-from ..models import jobs
+from ..core.jobs import NEW_JOB_COLUMNS, NEW_JOB_DEFAULTS, JobStatus
+from .models import jobs
 from .statements import committed
 
 __all__ = [

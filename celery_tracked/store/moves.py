@@ -15,11 +15,11 @@ from typing import Any
 
 from sqlalchemy import Connection, insert
 
-from ..jobs import Claim, JobStatus, NewRow
-from ..models import jobs, metadata
+from ..core.jobs import Claim, JobStatus, NewRow
 from . import inserts, selects
 from . import statements as sql
 from .engines import Engines
+from .models import jobs, metadata
 from .slots import key_locked
 from .translate import Disconnected, DuplicateJob, reconnecting, translated
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..jobs import Claim, JobStatus, NewRow
+from ..core.jobs import Claim, JobStatus, NewRow
 from . import selects
 from . import statements as sql
 from .engines import Engines

@@ -46,11 +46,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import OperationalError
 
-from ..errors import StoreError
-from ..jobs import PURGE_START, Batch, Removed
-from ..models import UTCDateTime, events, jobs
-from ..retention import ENDED, Boundary, Sweep
+from ..core.errors import StoreError
+from ..core.jobs import PURGE_START, Batch, Removed
+from ..core.retention import ENDED, Boundary, Sweep
 from .engines import Engines
+from .models import UTCDateTime, events, jobs
 from .translate import reconnecting, translated
 
 #: The keyset cursor of a run's first batch: before every row.

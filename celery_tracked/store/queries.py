@@ -17,11 +17,11 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Float, Select, and_, func, or_, select
 
-from ..finder import JobFilter, Position
-from ..jobs import Job, JobStatus
-from ..models import UTCDateTime, jobs
+from ..core.finder import JobFilter, Position
+from ..core.jobs import Job, JobStatus
 from .clock import db_time
 from .engines import Engines
+from .models import UTCDateTime, jobs
 from .statements import param
 from .translate import reconnecting, translated
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from ..jobs import Job, JobEvent, JobStatus, utcnow
+from ..core.jobs import Job, JobEvent, JobStatus, utcnow
 from . import selects
 from .engines import Engines
 from .translate import reconnecting, translated

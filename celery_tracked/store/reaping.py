@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Boolean, ColumnElement, Integer, Select, and_, bindparam, func, or_, select
 
-from ..jobs import Job, JobStatus
-from ..models import UTCDateTime, events, jobs
+from ..core.jobs import Job, JobStatus
 from .clock import db_time
+from .models import UTCDateTime, events, jobs
 from .statements import CURRENT, GRACE_S, LAPSED, MESSAGE, NOW, UNCANCELLED, Move
 from .translate import reconnecting, translated
 

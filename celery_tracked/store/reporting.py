@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Insert, Integer, String, func, insert, literal, select
 
-from ..jobs import Claim, JobStatus
-from ..models import events, jobs
+from ..core.jobs import Claim, JobStatus
 from .engines import Engines
+from .models import events, jobs
 from .statements import HELD, JOB_ID, MESSAGE, NOW, Move, param
 from .translate import reconnecting, translated
 

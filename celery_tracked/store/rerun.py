@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Boolean, Integer, String, Text, exists, or_, select
 
-from ..jobs import RETRY_UNDONE, Job, JobStatus
-from ..models import UTCDateTime, events, jobs
+from ..core.jobs import RETRY_UNDONE, Job, JobStatus
 from .engines import Engines
+from .models import UTCDateTime, events, jobs
 from .statements import JOB_ID, NOW, RELAY_CLAIM, RELAYED, REVISION, Move, param
 from .translate import reconnecting, translated
 

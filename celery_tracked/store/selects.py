@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from sqlalchemy import Delete, String, delete, func, select
 
-from ..jobs import JobStatus
-from ..models import events, jobs
+from ..core.jobs import JobStatus
 from .clock import db_time
+from .models import events, jobs
 from .statements import JOB_ID, UNPUBLISHED, param
 
 SELECT_JOB = select(jobs).where(jobs.c.id == JOB_ID)

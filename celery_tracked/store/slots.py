@@ -22,7 +22,7 @@ from contextlib import contextmanager, suppress
 from sqlalchemy import Connection, Integer, bindparam, func, select
 from sqlalchemy.exc import DBAPIError
 
-from ..errors import StoreError
+from ..core.errors import StoreError
 from .engines import Engines
 from .statements import CONCURRENCY_KEY, HOLDERS
 from .translate import reconnecting, translated

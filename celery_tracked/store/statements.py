@@ -38,9 +38,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import BindParameter
 
-from ..jobs import CLAIMABLE, JobStatus
-from ..models import UTCDateTime, events, jobs
+from ..core.jobs import CLAIMABLE, JobStatus
 from .clock import db_time
+from .models import UTCDateTime, events, jobs
 
 
 def param(name: str, type_: Any, optional: bool = False) -> BindParameter[Any]:

@@ -17,9 +17,9 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 
-from ..errors import Disconnected, DuplicateJob, Refused, StoreError
-from ..models import events, jobs
-from ..redact import first_line
+from ..core.errors import Disconnected, DuplicateJob, Refused, StoreError
+from ..core.redact import first_line
+from .models import events, jobs
 
 __all__ = ["Disconnected", "DuplicateJob", "Refused", "explained", "reconnecting", "translated"]
 

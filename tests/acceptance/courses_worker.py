@@ -10,7 +10,7 @@ import signal
 from pathlib import Path
 
 from celery_tracked import Tracker
-from celery_tracked.hooks import Hooks, Transition
+from celery_tracked.core.hooks import Hooks, Transition
 from example_project.courses import celery_app as app
 
 

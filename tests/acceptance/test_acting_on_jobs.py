@@ -12,7 +12,7 @@ import pytest
 from tracked_app import QUEUE
 
 from celery_tracked import JobStatus
-from celery_tracked.lease import process_alive
+from celery_tracked.services.lease import process_alive
 from tests.conftest import wait_for
 
 

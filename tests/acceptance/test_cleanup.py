@@ -14,8 +14,8 @@ from sqlalchemy import create_engine, insert
 from sqlalchemy.pool import NullPool
 from tracked_app import QUEUE
 
-from celery_tracked.jobs import utcnow
-from celery_tracked.models import events, jobs
+from celery_tracked.core.jobs import utcnow
+from celery_tracked.store.models import events, jobs
 from tests.conftest import wait_for
 
 USER_ENTRY = {"my-own-entry": {"task": "acc.succeed", "schedule": 1.0, "kwargs": {"x": "mine"}}}

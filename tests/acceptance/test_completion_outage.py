@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from celery_tracked import JobStatus, migrate
+from celery_tracked import JobStatus
+from celery_tracked.store import migrate
 from tests.conftest import _require, wait_for
 
 PG_BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)), None)

@@ -24,8 +24,8 @@ from sqlalchemy.engine import make_url
 from tracked_app import create_app
 
 from celery_tracked import EnqueueError, JobStatus, Tracker
-from celery_tracked.jobs import utcnow
-from celery_tracked.maintenance import publisher
+from celery_tracked.adapter.maintenance import publisher
+from celery_tracked.core.jobs import utcnow
 from tests.conftest import wait_for
 
 

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from celery_tracked import migrate
+from celery_tracked.store import migrate
 from tests.conftest import wait_for
 from tests.private_services import private_postgres
 

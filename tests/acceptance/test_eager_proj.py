@@ -29,7 +29,7 @@ from celery import Celery, chain, current_app
 from celery.result import EagerResult
 
 from celery_tracked import JobFailed, JobStatus, TrackedError, TrackedTask, Tracker
-from celery_tracked.migrate import upgrade
+from celery_tracked.store.migrate import upgrade
 from tests.conftest import _flushed_redis, _redis_db
 
 PROJ_ROOT = Path(__file__).resolve().parent.parent / "eager_proj"

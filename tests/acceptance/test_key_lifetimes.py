@@ -20,8 +20,8 @@ from key_tasks import DEBOUNCE_S, THROTTLE_S, burst
 from tracked_app import create_app
 
 from celery_tracked import EnqueueError, JobStatus, RetryRefused, Tracker
-from celery_tracked.jobs import utcnow
-from celery_tracked.maintenance import publisher
+from celery_tracked.adapter.maintenance import publisher
+from celery_tracked.core.jobs import utcnow
 from tests.conftest import wait_for
 
 PRODUCERS = 8

@@ -157,7 +157,7 @@ def test_deduplicated_enqueues_are_counted_in_the_producer(env: Env) -> None:
     pytest.importorskip("prometheus_client")
     from prometheus_client import REGISTRY
 
-    from celery_tracked.metrics import MetricsHooks
+    from celery_tracked.services.metrics import MetricsHooks
 
     env.tracker.add_hook(MetricsHooks())
     key = f"k-{uuid.uuid4()}"
@@ -178,7 +178,8 @@ def test_the_endpoint_answers_with_the_counters_while_the_database_is_down(
     and ``celery_tracked_table_up 0`` (was: HTTP 500 and a traceback per scrape)."""
     environ = {"PROMETHEUS_MULTIPROC_DIR": str(multiproc_dir)}
     count_one = (
-        "from celery_tracked.metrics import MetricsHooks; from celery_tracked.hooks import "
+        "from celery_tracked.services.metrics import MetricsHooks; "
+        "from celery_tracked.core.hooks import "
         "Transition; MetricsHooks().after_transition(Transition('j', 'completed', "
         "'completed', 'm', 'down-q', 'down-t', 1, 5))"
     )

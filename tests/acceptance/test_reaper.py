@@ -21,9 +21,9 @@ from conftest import Env, Worker
 from tracked_app import QUEUE, create_app
 
 from celery_tracked import JobStatus, Tracker
-from celery_tracked.jobs import Claim, utcnow
-from celery_tracked.maintenance import REAP_TASK
-from celery_tracked.reaper import ReapReport
+from celery_tracked.adapter.maintenance import REAP_TASK
+from celery_tracked.core.jobs import Claim, utcnow
+from celery_tracked.services.reaper import ReapReport
 from tests.conftest import wait_for
 
 #: Short thresholds: the defaults (minutes) are for production.

@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from celery_tracked import JobStatus
-from celery_tracked.lease import process_alive
+from celery_tracked.services.lease import process_alive
 from tests.conftest import PG_ADMIN_URL, wait_for
 
 LEASE_S = 2.0

@@ -48,7 +48,7 @@ from retry_tasks import add_retry_tasks
 from safety_tasks import CUSTOM_KEY, add_safety_tasks
 
 from celery_tracked import JobNotFound, TrackedTask, Tracker, Unrecoverable, tracked_task
-from celery_tracked.settings import DEFAULT_REDACT_KEYS
+from celery_tracked.core.settings import DEFAULT_REDACT_KEYS
 
 QUEUE = "acc"
 #: ``application_name`` of every PostgreSQL connection a worker opens (libpq's PGAPPNAME,

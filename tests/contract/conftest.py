@@ -17,11 +17,10 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from celery_tracked import migrate
-from celery_tracked.jobs import Claim, utcnow
-from celery_tracked.memory import MemoryStore
-from celery_tracked.ports import Store
-from celery_tracked.store import JobStore
+from celery_tracked.backends.memory import MemoryStore
+from celery_tracked.core.jobs import Claim, utcnow
+from celery_tracked.core.ports import Store
+from celery_tracked.store import JobStore, migrate
 
 BACKENDS = ["memory", "sqlite", "postgres-fastpath", "postgres-core", "mariadb"]
 #: The statement a keyed claim takes its key's lock with, per backend (None: none needed).

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from celery_tracked.errors import DuplicateJob
-from celery_tracked.jobs import JobStatus, utcnow
-from celery_tracked.ports import Store
+from celery_tracked.core.errors import DuplicateJob
+from celery_tracked.core.jobs import JobStatus, utcnow
+from celery_tracked.core.ports import Store
 from tests.contract.conftest import event_names, new_job
 
 

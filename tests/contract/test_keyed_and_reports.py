@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from celery_tracked.jobs import Claim, JobStatus, utcnow
-from celery_tracked.ports import Store
+from celery_tracked.core.jobs import Claim, JobStatus, utcnow
+from celery_tracked.core.ports import Store
 from tests.contract.conftest import KEY_LOCKS, OWNER, WORKER, Backend, claimed, new_job
 
 KEY = ("tenant-1", 2)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from celery_tracked.finder import JobFilter, Position
-from celery_tracked.jobs import JobStatus, utcnow
-from celery_tracked.ports import Store
+from celery_tracked.core.finder import JobFilter, Position
+from celery_tracked.core.jobs import JobStatus, utcnow
+from celery_tracked.core.ports import Store
 from tests.contract.conftest import ago, claimed, new_job
 
 

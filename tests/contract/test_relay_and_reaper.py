@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from celery_tracked.jobs import JobStatus, utcnow
-from celery_tracked.ports import Store
+from celery_tracked.core.jobs import JobStatus, utcnow
+from celery_tracked.core.ports import Store
 from tests.contract.conftest import OWNER, WORKER, ago, claimed, event_names, later, new_job
 
 RELAY_A, RELAY_B = "relay-a:1:1", "relay-b:1:2"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-from celery_tracked.jobs import JobStatus, NewRow, utcnow
-from celery_tracked.ports import Store
+from celery_tracked.core.jobs import JobStatus, NewRow, utcnow
+from celery_tracked.core.ports import Store
 from tests.contract.conftest import OWNER, WORKER, claimed, event_names, new_job
 
 _FAILURE = {"error_type": "ValueError", "error_message": "smtp down", "duration_ms": 5}

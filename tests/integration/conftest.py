@@ -9,7 +9,7 @@ import redis
 from celery import Celery
 
 from celery_tracked import Tracker
-from celery_tracked.jobs import utcnow
+from celery_tracked.core.jobs import utcnow
 from celery_tracked.store import JobStore
 
 AppFactory = Callable[..., Celery]

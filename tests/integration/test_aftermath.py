@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from celery_tracked import JobStatus, Settings
-from celery_tracked import aftermath as aftermath_module
-from celery_tracked.aftermath import Aftermath
-from celery_tracked.hooks import Hooks
-from celery_tracked.jobs import Job, utcnow
-from celery_tracked.lease import owner_id
+from celery_tracked.core.hooks import Hooks
+from celery_tracked.core.jobs import Job, utcnow
+from celery_tracked.services import aftermath as aftermath_module
+from celery_tracked.services.aftermath import Aftermath
+from celery_tracked.services.lease import owner_id
 from celery_tracked.store import JobStore
 
 from ..conftest import wait_for

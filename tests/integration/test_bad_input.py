@@ -20,7 +20,7 @@ from celery_tracked import (
     Unrecoverable,
     tracked_task,
 )
-from celery_tracked.codec import MAX_DEPTH
+from celery_tracked.core.codec import MAX_DEPTH
 
 from .conftest import AppFactory, guard_keys, queue_messages, tracker_of
 from .test_enqueue import row_count

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from celery_tracked import Tracker, tracked_task
-from celery_tracked.hooks import Hooks, Transition
+from celery_tracked.core.hooks import Hooks, Transition
 
 from .conftest import AppFactory
 

@@ -10,14 +10,15 @@ from typing import Any
 
 import pytest
 
-from celery_tracked import JobStatus, Tracker, Unrecoverable, progress
-from celery_tracked.attempt import Attempt
-from celery_tracked.jobs import utcnow
-from celery_tracked.lease import owner_id
-from celery_tracked.messages import TrackedHeaders
-from celery_tracked.outcome import Completed, Skipped
-from celery_tracked.reporter import ProgressReporter
-from celery_tracked.run import Run
+from celery_tracked import JobStatus, Tracker, Unrecoverable
+from celery_tracked.core.attempt import Attempt
+from celery_tracked.core.jobs import utcnow
+from celery_tracked.core.messages import TrackedHeaders
+from celery_tracked.core.outcome import Completed, Skipped
+from celery_tracked.core.run import Run
+from celery_tracked.services import progress
+from celery_tracked.services.lease import owner_id
+from celery_tracked.services.reporter import ProgressReporter
 from tests.conftest import wait_for
 
 from .conftest import AppFactory

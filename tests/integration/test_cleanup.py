@@ -21,9 +21,9 @@ from sqlalchemy import create_engine, insert, select, text, update
 from sqlalchemy.pool import NullPool
 
 from celery_tracked import CleanupReport, StoreError, Tracker, tracked_task
-from celery_tracked.jobs import utcnow
-from celery_tracked.models import events, jobs
-from celery_tracked.retention import Boundary, policy_of, sweeps
+from celery_tracked.core.jobs import utcnow
+from celery_tracked.core.retention import Boundary, policy_of, sweeps
+from celery_tracked.store.models import events, jobs
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 
@@ -35,7 +35,7 @@ QUEUE = "cleanup_q"
 @pytest.fixture(params=["postgres", "sqlite", "mariadb"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A migrated, empty tracking database on PostgreSQL, SQLite and MariaDB."""
-    from celery_tracked import migrate
+    from celery_tracked.store import migrate
 
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'cleanup.sqlite3'}"

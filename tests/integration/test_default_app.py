@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from celery_tracked.migrate import upgrade
+from celery_tracked.store.migrate import upgrade
 
 from .test_enqueue import row_count
 

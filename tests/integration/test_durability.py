@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from celery_tracked.jobs import NewRow, utcnow
+from celery_tracked.core.jobs import NewRow, utcnow
 from celery_tracked.store import JobStore
 
 from .conftest import insert_job

@@ -20,7 +20,7 @@ from celery_tracked import (
     PayloadTooLarge,
     tracked_task,
 )
-from celery_tracked.models import jobs
+from celery_tracked.store.models import jobs
 
 from .conftest import AppFactory, guard_keys, queue_messages, tracker_of
 

@@ -10,7 +10,7 @@ import pytest
 from celery import Celery
 
 from celery_tracked import InvalidFilter, JobStatus, Tracker, tracked_task
-from celery_tracked.jobs import utcnow
+from celery_tracked.core.jobs import utcnow
 from celery_tracked.store import JobStore
 from tests.conftest import wait_for
 
@@ -173,7 +173,7 @@ def test_stats_keep_their_fields_and_add_failures_and_expired_leases(
 def store_update_finished() -> Any:
     from sqlalchemy import bindparam, update
 
-    from celery_tracked.models import UTCDateTime, jobs
+    from celery_tracked.store.models import UTCDateTime, jobs
 
     return (
         update(jobs)

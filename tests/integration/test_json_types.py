@@ -15,10 +15,10 @@ import redis
 from kombu.utils.json import loads
 
 from celery_tracked import tracked_task
-from celery_tracked.messages import TrackedHeaders
-from celery_tracked.outcome import Completed
-from celery_tracked.redact import REDACTED
-from celery_tracked.run import Run
+from celery_tracked.core.messages import TrackedHeaders
+from celery_tracked.core.outcome import Completed
+from celery_tracked.core.redact import REDACTED
+from celery_tracked.core.run import Run
 
 from .conftest import AppFactory, queue_messages, tracker_of
 

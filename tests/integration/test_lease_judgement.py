@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-import celery_tracked.lease
-import celery_tracked.runner
+import celery_tracked.services.lease
+import celery_tracked.services.runner
 from celery_tracked import JobStatus, Tracker
-from celery_tracked.attempt import Attempt
-from celery_tracked.jobs import utcnow
-from celery_tracked.messages import TrackedHeaders
-from celery_tracked.outcome import Completed, Postponed, Retrying, Verdict
-from celery_tracked.run import Run
+from celery_tracked.core.attempt import Attempt
+from celery_tracked.core.jobs import utcnow
+from celery_tracked.core.messages import TrackedHeaders
+from celery_tracked.core.outcome import Completed, Postponed, Retrying, Verdict
+from celery_tracked.core.run import Run
 
 from .conftest import AppFactory
 from .test_store import new_job
@@ -70,7 +70,7 @@ def skewed(monkeypatch: pytest.MonkeyPatch, by: timedelta) -> None:
     def clock() -> datetime:
         return utcnow() + by
 
-    for module in (celery_tracked.runner, celery_tracked.lease):
+    for module in (celery_tracked.services.runner, celery_tracked.services.lease):
         monkeypatch.setattr(module, "utcnow", clock, raising=False)
 
 
@@ -123,7 +123,7 @@ def test_a_holder_on_another_boot_with_the_same_hostname_is_never_judged_dead(
 ) -> None:
     """Item 11: a cloned VM (same hostname, same root PID namespace inode, another boot)
     runs the job under a pid that does not exist here: only its lease expiry counts."""
-    foreign_host = celery_tracked.lease.HOST_ID.replace(boot_id(), "0" * 36)
+    foreign_host = celery_tracked.services.lease.HOST_ID.replace(boot_id(), "0" * 36)
     foreign = f"{foreign_host}:{a_dead_pid()}"
     job_id = new_job(tracker.store)
     duplicate: list[Verdict] = []
@@ -133,12 +133,12 @@ def test_a_holder_on_another_boot_with_the_same_hostname_is_never_judged_dead(
         return "first"
 
     with monkeypatch.context() as m:
-        m.setattr(celery_tracked.runner, "owner_id", lambda: foreign)  # the clone's claim
+        m.setattr(celery_tracked.services.runner, "owner_id", lambda: foreign)  # the clone's claim
         verdict = deliver(tracker, job_id, first)
 
     assert isinstance(duplicate[0], Postponed), duplicate[0]
     assert verdict == Completed("first")
-    assert celery_tracked.lease.owner_id() != foreign
+    assert celery_tracked.services.lease.owner_id() != foreign
 
 
 def test_a_duplicate_copy_never_claims_a_retrying_job_before_its_backoff_is_due(

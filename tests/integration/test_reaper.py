@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from celery_tracked import JobStatus, Tracker, tracked_task
-from celery_tracked.jobs import Claim, Job, utcnow
-from celery_tracked.maintenance import REAP_TASK
-from celery_tracked.reaper import Reaper, ReapReport
-from celery_tracked.redact import REDACTED
+from celery_tracked.adapter.maintenance import REAP_TASK
+from celery_tracked.core.jobs import Claim, Job, utcnow
+from celery_tracked.core.redact import REDACTED
+from celery_tracked.services.reaper import Reaper, ReapReport
 from celery_tracked.store import JobStore
 from tests.conftest import wait_for
 
@@ -345,9 +345,9 @@ def test_waiting_jobs_left_alone_never_hide_a_lapsed_run(
     """A backlog older than the pending threshold fills a pass's batch with jobs the reaper
     leaves alone (their queue's ready messages account for them); a run that lapsed later
     must still be rescued (was: read only after the backlog drained)."""
-    import celery_tracked.reaper
+    import celery_tracked.services.reaper
 
-    monkeypatch.setattr(celery_tracked.reaper, "BATCH", 3)
+    monkeypatch.setattr(celery_tracked.services.reaper, "BATCH", 3)
     backlog = [handed_over(tracker.store) for _ in range(3)]
     job = running(tracker.store, lease_s=0.0)
     report, sent = wait_for(

@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 
 from celery_tracked import JobStatus
-from celery_tracked.jobs import utcnow
+from celery_tracked.core.jobs import utcnow
 from celery_tracked.store import DuplicateJob, JobStore
 
 from .conftest import insert_job

@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 import redis
 
-from celery_tracked import migrate
-from celery_tracked.jobs import Claim, utcnow
-from celery_tracked.limiter import RedisLimiter
-from celery_tracked.store import JobStore
+from celery_tracked.backends.limiter import RedisLimiter
+from celery_tracked.core.jobs import Claim, utcnow
+from celery_tracked.store import JobStore, migrate
 
 from .conftest import insert_job
 

@@ -19,7 +19,7 @@ from celery import Celery
 from sqlalchemy import create_engine, text
 
 from celery_tracked import JobStatus, tracked_task
-from celery_tracked.jobs import EnqueueResult
+from celery_tracked.core.jobs import EnqueueResult
 
 from .conftest import AppFactory, guard_keys, queue_messages, tracker_of
 

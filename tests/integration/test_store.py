@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from celery_tracked import JobStatus, StoreError
-from celery_tracked.jobs import Claim, NewRow, utcnow
+from celery_tracked.core.jobs import Claim, NewRow, utcnow
 from celery_tracked.store import JobStore, Refused
 
 from ..conftest import wait_for

@@ -12,7 +12,7 @@ import pytest
 from celery import Celery
 
 from celery_tracked import JobStatus, NotInAStep, Tracker, Unrecoverable, tracked_task
-from celery_tracked.migrate import upgrade
+from celery_tracked.store.migrate import upgrade
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from celery_tracked import JobFailed, JobNotFound, Tracker, WaitTimeout, tracked_task
-from celery_tracked.jobs import utcnow
+from celery_tracked.core.jobs import utcnow
 
 from ..conftest import wait_for
 from .conftest import AppFactory, tracker_of

@@ -13,8 +13,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
-from celery_tracked import migrate
-from celery_tracked.models import metadata
+from celery_tracked.store import migrate
+from celery_tracked.store.models import metadata
 
 from ..conftest import ROOT
 
@@ -127,7 +127,7 @@ def test_migrate_command_from_the_built_wheel(tmp_path: Path, postgres_url: str)
         [
             str(venv / "bin" / "python"),
             "-c",
-            "import celery_tracked.migrate as m; print(m.migrations_dir())",
+            "import celery_tracked.store.migrate as m; print(m.migrations_dir())",
         ],
         cwd=tmp_path,
         capture_output=True,
@@ -141,7 +141,7 @@ def test_store_round_trip_on_mariadb(mariadb_url: str) -> None:
     """The portable types and the generic (no RETURNING) statements work on MariaDB."""
 
     from celery_tracked import JobStatus
-    from celery_tracked.jobs import utcnow
+    from celery_tracked.core.jobs import utcnow
     from celery_tracked.store import JobStore
 
     migrate.upgrade(mariadb_url)
@@ -181,7 +181,7 @@ def test_rerun_moves_on_mariadb(mariadb_url: str) -> None:
     """``Tracker.retry``'s move reads its own table in a subquery (a newer job holding the
     key), which MariaDB allows in an UPDATE; debounce's compare-and-set too."""
     from celery_tracked import JobStatus
-    from celery_tracked.jobs import utcnow
+    from celery_tracked.core.jobs import utcnow
     from celery_tracked.store import JobStore
 
     migrate.upgrade(mariadb_url)

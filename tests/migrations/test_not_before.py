@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, insert, select
 
-from celery_tracked import migrate
-from celery_tracked.models import UTCDateTime
+from celery_tracked.store import migrate
+from celery_tracked.store.models import UTCDateTime
 
 BEFORE = "0007_finding_jobs"
 DUE = datetime(2026, 11, 26, 12, 0, 5, 123456, tzinfo=timezone.utc)

@@ -6,7 +6,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from celery_tracked.jobs import Job, JobStatus
+from celery_tracked.core.jobs import Job, JobStatus
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=timezone.utc)
 

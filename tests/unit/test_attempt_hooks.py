@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from celery_tracked.attempt import Attempt
-from celery_tracked.hooks import HookChain, Hooks
-from celery_tracked.jobs import Claim, NewRow
-from celery_tracked.messages import TrackedHeaders
-from celery_tracked.request_state import attempt_of, body_call, part
-from celery_tracked.run import Run
-from celery_tracked.successors import Declared, Step, Successors
+from celery_tracked.adapter.request_state import attempt_of, body_call, part
+from celery_tracked.core.attempt import Attempt
+from celery_tracked.core.hooks import HookChain, Hooks
+from celery_tracked.core.jobs import Claim, NewRow
+from celery_tracked.core.messages import TrackedHeaders
+from celery_tracked.core.run import Run
+from celery_tracked.services.successors import Declared, Step, Successors
 
 
 def an_attempt(job_id: str = "j-1", number: int = 1, inline: bool = False) -> Attempt:

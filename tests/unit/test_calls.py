@@ -19,7 +19,7 @@ from celery_tracked import (
     TrackedTask,
     tracked_task,
 )
-from celery_tracked.calls import (
+from celery_tracked.core.calls import (
     MAX_KEY_CHARS,
     CallRules,
     CallShape,
@@ -30,10 +30,10 @@ from celery_tracked.calls import (
     template_name,
     validate,
 )
-from celery_tracked.codec import MAX_DEPTH, check_depth
-from celery_tracked.errors import InvalidTaskOption
-from celery_tracked.limits import Limits
-from celery_tracked.options import check_key_template
+from celery_tracked.core.codec import MAX_DEPTH, check_depth
+from celery_tracked.core.errors import InvalidTaskOption
+from celery_tracked.core.limits import Limits
+from celery_tracked.core.options import check_key_template
 
 # the documented default redact keys (docs/configuration.md), pinned literally
 KEYS = (
@@ -547,7 +547,7 @@ def test_the_concurrency_key_is_built_with_the_call_as_the_worker_builds_it() ->
 def test_the_reprs_are_the_shape_s_show_function_celery_s_saferepr_in_the_adapter() -> None:
     from celery.utils.saferepr import saferepr
 
-    from celery_tracked.calls import REPR_CHARS, plain_repr
+    from celery_tracked.core.calls import REPR_CHARS, plain_repr
 
     def body(text: str, deep: Any = None) -> None: ...
 

@@ -20,7 +20,7 @@ from celery_tracked.cli.render import (
     relative,
     table,
 )
-from celery_tracked.jobs import JobStatus
+from celery_tracked.core.jobs import JobStatus
 
 from .job_rows import NOW, a_job
 

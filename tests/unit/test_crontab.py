@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from celery.schedules import crontab
 
-from celery_tracked.crontab import check_crontab
+from celery_tracked.core.crontab import check_crontab
 
 SAMPLES = [
     "17 3 * * *",

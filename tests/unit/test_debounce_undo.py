@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from celery_tracked.jobs import JobStatus
-from celery_tracked.keys import UndoneReplace, undo_replace
+from celery_tracked.core.jobs import JobStatus
+from celery_tracked.core.keys import UndoneReplace, undo_replace
 from tests.unit.job_rows import a_job
 
 OLD, NEW = '{"args": [], "kwargs": {"n": 0}}', '{"args": [], "kwargs": {"n": 1}}'

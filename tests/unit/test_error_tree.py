@@ -8,7 +8,7 @@ import pkgutil
 import re
 
 import celery_tracked
-from celery_tracked import errors
+from celery_tracked.core import errors
 
 _NODE = re.compile(r"^(?P<indent>[ │]*)[├└]── (?P<name>\w+)")
 
@@ -49,7 +49,7 @@ def test_every_public_exception_is_defined_in_errors() -> None:
             if not (isinstance(value, type) and issubclass(value, errors.TrackedError)):
                 continue
             internal = name.startswith("_") or value.__dict__.get("internal", False)
-            if value.__module__ == info.name != "celery_tracked.errors" and not internal:
+            if value.__module__ == info.name != "celery_tracked.core.errors" and not internal:
                 elsewhere.append(f"{info.name}.{name}")
     assert elsewhere == []
     assert celery_tracked.GuardError is errors.GuardError

@@ -8,8 +8,8 @@ import pathlib
 import re
 
 import celery_tracked
-from celery_tracked.hooks import Transition
-from celery_tracked.jobs import Event, JobStatus
+from celery_tracked.core.hooks import Transition
+from celery_tracked.core.jobs import Event, JobStatus
 from celery_tracked.store import giveback, reaping, reporting, rerun, statements
 
 PACKAGE = pathlib.Path(celery_tracked.__file__).parent

@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
-from celery_tracked.bulk import act
-from celery_tracked.errors import InvalidFilter, TrackedError
-from celery_tracked.finder import (
+from celery_tracked.core.errors import InvalidFilter, TrackedError
+from celery_tracked.core.finder import (
     BulkReport,
     JobFilter,
     Position,
@@ -21,7 +20,8 @@ from celery_tracked.finder import (
     page_of,
     parse_statuses,
 )
-from celery_tracked.jobs import Job, JobStatus
+from celery_tracked.core.jobs import Job, JobStatus
+from celery_tracked.services.bulk import act
 from celery_tracked.store import queries
 
 from .job_rows import NOW, a_job

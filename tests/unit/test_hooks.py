@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from celery_tracked.attempt import Attempt
-from celery_tracked.errors import StoreError, TrackedError
-from celery_tracked.hooks import (
+from celery_tracked.core.attempt import Attempt
+from celery_tracked.core.errors import StoreError, TrackedError
+from celery_tracked.core.hooks import (
     Delivery,
     HookChain,
     Hooks,
@@ -18,9 +18,9 @@ from celery_tracked.hooks import (
     NotifyTerminal,
     Transition,
 )
-from celery_tracked.jobs import Claim, NewRow
-from celery_tracked.messages import TrackedHeaders
-from celery_tracked.run import Run
+from celery_tracked.core.jobs import Claim, NewRow
+from celery_tracked.core.messages import TrackedHeaders
+from celery_tracked.core.run import Run
 
 DELIVERY = Delivery("j-1", "send", "q", "app.send")
 CLAIM = Claim("j-1", 1, 3)

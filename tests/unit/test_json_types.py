@@ -12,9 +12,9 @@ import pytest
 from kombu.utils.json import dumps as kombu_dumps
 
 from celery_tracked import PayloadNotSerializable, PayloadTooLarge
-from celery_tracked.calls import CallRules, CallShape, prepare_call
-from celery_tracked.jobs import Job, JobStatus
-from celery_tracked.redact import REDACTED, encode_payload, secret_values
+from celery_tracked.core.calls import CallRules, CallShape, prepare_call
+from celery_tracked.core.jobs import Job, JobStatus
+from celery_tracked.core.redact import REDACTED, encode_payload, secret_values
 from tests.unit.job_rows import a_job
 
 KEYS = ("password", "token", "api_key")

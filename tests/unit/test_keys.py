@@ -10,12 +10,12 @@ import pytest
 from celery import Celery
 
 from celery_tracked import InvalidTaskOption, RetryRefused, TrackedTask, tracked_task
-from celery_tracked.calls import CallShape
-from celery_tracked.codec import encode
-from celery_tracked.jobs import Job, JobStatus
-from celery_tracked.keys import KeyLifetime, KeyRule, Then, key_rule, then
-from celery_tracked.redact import REDACTED
-from celery_tracked.resend import retry_arguments
+from celery_tracked.core.calls import CallShape
+from celery_tracked.core.codec import encode
+from celery_tracked.core.jobs import Job, JobStatus
+from celery_tracked.core.keys import KeyLifetime, KeyRule, Then, key_rule, then
+from celery_tracked.core.redact import REDACTED
+from celery_tracked.services.resend import retry_arguments
 from tests.unit.job_rows import NOW, a_job
 
 KEYS = ("password", "token", "api_key")

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from celery_tracked import StoreError
-from celery_tracked.jobs import Claim
-from celery_tracked.lease import LeaseKeeper
+from celery_tracked.core.jobs import Claim
+from celery_tracked.services.lease import LeaseKeeper
 from tests.conftest import wait_for
 
 LEASE_S = 0.6

@@ -12,13 +12,12 @@ import pytest
 from celery import Celery
 
 from celery_tracked import InvalidTaskOption, TrackedTask, tracked_task
-from celery_tracked.calls import CallShape
-from celery_tracked.errors import InvalidPayload
-from celery_tracked.hooks import Delivery, HookChain, Hooks, Wait
-from celery_tracked.jobs import Claim, JobStatus, utcnow
-from celery_tracked.lease import LeaseKeeper
-from celery_tracked.limiter import GlobalRateLimit, MemoryLimiter
-from celery_tracked.limits import (
+from celery_tracked.backends.limiter import GlobalRateLimit, MemoryLimiter
+from celery_tracked.core.calls import CallShape
+from celery_tracked.core.errors import InvalidPayload
+from celery_tracked.core.hooks import Delivery, HookChain, Hooks, Wait
+from celery_tracked.core.jobs import Claim, JobStatus, utcnow
+from celery_tracked.core.limits import (
     HEADER_RATE_SLOT,
     DeliveryLimits,
     LimiterState,
@@ -32,9 +31,10 @@ from celery_tracked.limits import (
     started,
     take_slot,
 )
-from celery_tracked.outcome import Completed, Postponed
-from celery_tracked.runner import Runner
-from celery_tracked.settings import Settings
+from celery_tracked.core.outcome import Completed, Postponed
+from celery_tracked.core.settings import Settings
+from celery_tracked.services.lease import LeaseKeeper
+from celery_tracked.services.runner import Runner
 
 from .test_runner import MemoryStore, Recorder, World
 
@@ -356,7 +356,7 @@ def test_limiters_are_independent_and_unlimited_tasks_pass() -> None:
 
 
 def test_an_unreachable_limiter_postpones() -> None:
-    from celery_tracked.guard import GuardError
+    from celery_tracked.backends.guard import GuardError
 
     class Down(MemoryLimiter):
         def take(self, name: str, interval_ms: int, reserved_ms: int | None) -> tuple[int, int]:

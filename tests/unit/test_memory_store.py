@@ -6,8 +6,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from celery_tracked.errors import Refused, StoreError
-from celery_tracked.memory import MemoryStore, conforms
+from celery_tracked.backends.memory import MemoryStore, conforms
+from celery_tracked.core.errors import Refused, StoreError
 from tests.contract.conftest import job_row
 from tests.unit.job_rows import NOW
 

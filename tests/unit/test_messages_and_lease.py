@@ -10,11 +10,9 @@ from typing import Any
 import pytest
 
 from celery_tracked import InvalidPayload
-from celery_tracked.calls import PreparedCall
-from celery_tracked.enqueuer import ID_GUARD_TTL_MS, NewJob, guard_of
-from celery_tracked.jobs import Job, JobStatus
-from celery_tracked.lease import HOST_ID, dead_holder, diagnose, owner_id
-from celery_tracked.messages import (
+from celery_tracked.core.calls import PreparedCall
+from celery_tracked.core.jobs import Job, JobStatus
+from celery_tracked.core.messages import (
     CONTROL_OPTIONS,
     HEADER_PENDING_FAILURE,
     Control,
@@ -23,7 +21,9 @@ from celery_tracked.messages import (
     check_job_id,
     positive,
 )
-from celery_tracked.outcome import postpone_for
+from celery_tracked.core.outcome import postpone_for
+from celery_tracked.services.enqueuer import ID_GUARD_TTL_MS, NewJob, guard_of
+from celery_tracked.services.lease import HOST_ID, dead_holder, diagnose, owner_id
 from tests.unit.job_rows import NOW, a_job
 
 # -- TrackedHeaders ------------------------------------------------------------------

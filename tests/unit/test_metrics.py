@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from celery_tracked.hooks import Transition
-from celery_tracked.metrics import MetricsHooks, TableCollector, TableSnapshot, families
+from celery_tracked.core.hooks import Transition
+from celery_tracked.services.metrics import MetricsHooks, TableCollector, TableSnapshot, families
 
 pytest.importorskip("prometheus_client")
 
@@ -109,7 +109,7 @@ def test_a_table_that_cannot_be_read_fails_no_scrape() -> None:
     """The database down: the scrape still answers (the workers' counters are served by
     the same registry); ``celery_tracked_table_up`` says 0, the table's gauges are left
     out, and the next read is tried after the cache period, not on every scrape."""
-    from celery_tracked.errors import StoreError
+    from celery_tracked.core.errors import StoreError
 
     reads: list[int] = []
 
@@ -161,8 +161,8 @@ def test_a_missing_multiprocess_directory_is_a_configuration_error(
 ) -> None:
     """``PROMETHEUS_MULTIPROC_DIR`` naming no directory: refused when counting is turned
     on (as the metrics server refuses it), not a traceback on every transition."""
-    from celery_tracked.errors import ConfigurationError
-    from celery_tracked.metrics import check_multiprocess_dir
+    from celery_tracked.core.errors import ConfigurationError
+    from celery_tracked.services.metrics import check_multiprocess_dir
 
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "missing"))
     with pytest.raises(ConfigurationError, match="PROMETHEUS_MULTIPROC_DIR"):

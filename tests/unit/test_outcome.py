@@ -9,10 +9,11 @@ from functools import partial
 import pytest
 from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry
 
-from celery_tracked import Unrecoverable, outcome
-from celery_tracked.celery_signals import CELERY_SIGNALS
-from celery_tracked.outcome import EARLY_MS, Plan, Write
-from celery_tracked.retry_policy import backoff_ms
+from celery_tracked import Unrecoverable
+from celery_tracked.adapter.celery_signals import CELERY_SIGNALS
+from celery_tracked.core import outcome
+from celery_tracked.core.outcome import EARLY_MS, Plan, Write
+from celery_tracked.core.retry_policy import backoff_ms
 
 # the pure decisions, reading Celery's control exceptions as the adapter's runs do
 plan_outcome = partial(outcome.plan_outcome, signals=CELERY_SIGNALS)

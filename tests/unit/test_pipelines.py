@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from celery.exceptions import Retry
 
-from celery_tracked import Unrecoverable, outcome
-from celery_tracked.celery_signals import CELERY_SIGNALS
-from celery_tracked.jobs import Job, JobStatus
-from celery_tracked.pipelines import Pipeline, pipeline_state
+from celery_tracked import Unrecoverable
+from celery_tracked.adapter.celery_signals import CELERY_SIGNALS
+from celery_tracked.core import outcome
+from celery_tracked.core.jobs import Job, JobStatus
+from celery_tracked.core.pipelines import Pipeline, pipeline_state
 from tests.unit.job_rows import NOW, a_job
 
 

@@ -2,7 +2,7 @@ import os
 import subprocess
 import sys
 
-from celery_tracked.lease import process_alive
+from celery_tracked.services.lease import process_alive
 
 from ..conftest import wait_for
 

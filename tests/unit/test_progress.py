@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from celery_tracked import InvalidProgress
-from celery_tracked import progress as p
-from celery_tracked.progress import Coalescer
+from celery_tracked.services import progress as p
+from celery_tracked.services.progress import Coalescer
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
-from celery_tracked.jobs import Job, JobStatus
-from celery_tracked.reaper import (
+from celery_tracked.core.jobs import Job, JobStatus
+from celery_tracked.core.redact import REDACTED
+from celery_tracked.core.settings import Settings
+from celery_tracked.services.reaper import (
     Action,
     ReapReport,
     Thresholds,
@@ -16,8 +18,6 @@ from celery_tracked.reaper import (
     presumed_lost,
     stalled_why,
 )
-from celery_tracked.redact import REDACTED
-from celery_tracked.settings import Settings
 
 from .job_rows import NOW, a_job
 

@@ -6,8 +6,8 @@ import time
 import pytest
 
 from celery_tracked import PayloadNotSerializable, PayloadTooLarge, Unrecoverable
-from celery_tracked.errors import TrackedError
-from celery_tracked.redact import (
+from celery_tracked.core.errors import TrackedError
+from celery_tracked.core.redact import (
     MAX_SUMMARY_CHARS,
     REDACTED,
     encode_payload,
@@ -18,8 +18,8 @@ from celery_tracked.redact import (
     secret_values,
     summarize,
 )
-from celery_tracked.retry_policy import backoff_ms
-from celery_tracked.settings import DEFAULT_REDACT_KEYS, Settings
+from celery_tracked.core.retry_policy import backoff_ms
+from celery_tracked.core.settings import DEFAULT_REDACT_KEYS, Settings
 
 #: ``tracked_redact_keys`` as documented in docs/configuration.md, pinned literally (not
 #: imported from the implementation, so a changed default fails here).
@@ -141,8 +141,8 @@ def test_mask_url_handles_awkward_passwords() -> None:
 
 
 def test_error_type_never_names_an_internal_class() -> None:
-    from celery_tracked.errors import StoreError
-    from celery_tracked.redact import error_type
+    from celery_tracked.core.errors import StoreError
+    from celery_tracked.core.redact import error_type
     from celery_tracked.store import Disconnected
 
     assert error_type(Disconnected("gone")) == "StoreError"
@@ -179,7 +179,7 @@ class _Unprintable(Exception):
 
 
 def test_an_unprintable_exception_is_summarised_by_its_type() -> None:
-    from celery_tracked.redact import first_line, safe_text
+    from celery_tracked.core.redact import first_line, safe_text
 
     exc = _Unprintable("hunter22")
     assert summarize(exc, ["hunter22"], KEYS) == "<unprintable _Unprintable>"
@@ -190,8 +190,8 @@ def test_an_unprintable_exception_is_summarised_by_its_type() -> None:
 
 
 def test_custom_keys_with_hyphens_match_like_names() -> None:
-    from celery_tracked.calls import CallShape
-    from celery_tracked.redact import is_secret_key
+    from celery_tracked.core.calls import CallShape
+    from celery_tracked.core.redact import is_secret_key
 
     keys = Settings.from_conf(
         {"tracked_redis_url": "memory://", "tracked_redact_keys": "X-Client-Sig"}, environ={}
@@ -226,7 +226,7 @@ def test_custom_keys_with_hyphens_match_like_names() -> None:
     ],
 )
 def test_the_wider_default_list_spares_harmless_names(name: str, secret: bool) -> None:
-    from celery_tracked.redact import is_secret_key
+    from celery_tracked.core.redact import is_secret_key
 
     assert is_secret_key(name, Settings().redact_keys) is secret
 

@@ -9,11 +9,11 @@ import time
 from typing import Any
 
 from celery_tracked import StoreError
-from celery_tracked.jobs import Claim
-from celery_tracked.messages import TrackedHeaders
-from celery_tracked.reporter import Flusher, ProgressReporter
-from celery_tracked.run import Run
-from celery_tracked.settings import Settings
+from celery_tracked.core.jobs import Claim
+from celery_tracked.core.messages import TrackedHeaders
+from celery_tracked.core.run import Run
+from celery_tracked.core.settings import Settings
+from celery_tracked.services.reporter import Flusher, ProgressReporter
 from tests.conftest import wait_for
 
 

@@ -10,9 +10,8 @@ import pytest
 from celery import Celery
 
 from celery_tracked import ConfigurationError, InvalidTaskOption, TrackedTask, tracked_task
-from celery_tracked.cleanup import CleanupReport, guard_entry, task_retentions
-from celery_tracked.guard import MemoryGuard
-from celery_tracked.retention import (
+from celery_tracked.backends.guard import MemoryGuard
+from celery_tracked.core.retention import (
     ENDED,
     Boundary,
     Policy,
@@ -22,7 +21,8 @@ from celery_tracked.retention import (
     sweeps,
     task_retention,
 )
-from celery_tracked.settings import Settings
+from celery_tracked.core.settings import Settings
+from celery_tracked.services.cleanup import CleanupReport, guard_entry, task_retentions
 from celery_tracked.store.purge import Removed
 
 NOW = datetime(2030, 1, 10, 12, 0, tzinfo=timezone.utc)

@@ -9,8 +9,8 @@ import pytest
 from celery import Celery
 
 from celery_tracked import InvalidTaskOption, TrackedTask, tracked_task
-from celery_tracked.outcome import Write, plan_outcome
-from celery_tracked.retry_policy import RetryPolicy, retry_policy
+from celery_tracked.core.outcome import Write, plan_outcome
+from celery_tracked.core.retry_policy import RetryPolicy, retry_policy
 
 
 def half() -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kombu import Exchange, Queue
 
-from celery_tracked.routing import declared_queue
+from celery_tracked.adapter.routing import declared_queue
 
 MEDIA = Exchange("media", type="direct")
 QUEUES = [

@@ -15,16 +15,15 @@ import pytest
 from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry
 
 from celery_tracked import StoreError, Unrecoverable
-from celery_tracked.attempt import Attempt
-from celery_tracked.celery_signals import CELERY_SIGNALS
-from celery_tracked.errors import Refused
-from celery_tracked.hooks import Delivery, HookChain, Hooks, Transition
-from celery_tracked.jobs import Claim, Job, JobStatus, NewRow, utcnow
-from celery_tracked.lease import LeaseKeeper, owner_id
-from celery_tracked.limits import DeliveryLimits
-from celery_tracked.memory import MemoryStore as LibraryMemoryStore
-from celery_tracked.messages import HEADER_PENDING_FAILURE, PendingFailure, TrackedHeaders
-from celery_tracked.outcome import (
+from celery_tracked.adapter.celery_signals import CELERY_SIGNALS
+from celery_tracked.backends.memory import MemoryStore as LibraryMemoryStore
+from celery_tracked.core.attempt import Attempt
+from celery_tracked.core.errors import Refused
+from celery_tracked.core.hooks import Delivery, HookChain, Hooks, Transition
+from celery_tracked.core.jobs import Claim, Job, JobStatus, NewRow, utcnow
+from celery_tracked.core.limits import DeliveryLimits
+from celery_tracked.core.messages import HEADER_PENDING_FAILURE, PendingFailure, TrackedHeaders
+from celery_tracked.core.outcome import (
     EARLY_MS,
     Completed,
     Failed,
@@ -34,10 +33,11 @@ from celery_tracked.outcome import (
     Skipped,
     Verdict,
 )
-from celery_tracked.recorder import Recorder as RecorderService
-from celery_tracked.run import Run
-from celery_tracked.runner import Runner
-from celery_tracked.settings import Settings
+from celery_tracked.core.run import Run
+from celery_tracked.core.settings import Settings
+from celery_tracked.services.lease import LeaseKeeper, owner_id
+from celery_tracked.services.recorder import Recorder as RecorderService
+from celery_tracked.services.runner import Runner
 from tests.unit.job_rows import a_job
 
 SECRET = "hunter22"

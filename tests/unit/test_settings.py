@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from celery_tracked import ConfigurationError, Settings
-from celery_tracked.conversions import BOUNDS
+from celery_tracked.core.conversions import BOUNDS
 
 from .test_redact_and_errors import KEYS as DOCUMENTED_REDACT_KEYS
 
@@ -293,7 +293,7 @@ def test_an_empty_redact_keys_from_the_environment_is_refused_too() -> None:
 def test_redaction_is_turned_off_explicitly_with_a_warning_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from celery_tracked import settings as module
+    from celery_tracked.core import settings as module
 
     module._warn_redaction_off.cache_clear()
     with caplog.at_level(logging.WARNING, logger="celery_tracked"):

@@ -9,8 +9,13 @@ from typing import Any
 
 import pytest
 
-from celery_tracked.errors import InvalidFilter, InvalidPayload, InvalidProgress, InvalidTaskOption
-from celery_tracked.validation import (
+from celery_tracked.core.errors import (
+    InvalidFilter,
+    InvalidPayload,
+    InvalidProgress,
+    InvalidTaskOption,
+)
+from celery_tracked.core.validation import (
     Bound,
     check_filter_text,
     check_limit,
@@ -53,7 +58,7 @@ def test_each_check_raises_its_callers_error() -> None:
 
 
 def test_enqueue_checks_raise_invalid_payload() -> None:
-    from celery_tracked.validation import check_options, check_text, positive
+    from celery_tracked.core.validation import check_options, check_text, positive
 
     with pytest.raises(InvalidPayload, match="owner_id must be 1-3 characters, got 4"):
         check_text("abcd", "owner_id", 3)

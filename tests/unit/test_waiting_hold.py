@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from celery_tracked.jobs import Job, JobStatus
-from celery_tracked.lease import RELAY_RECHECK_S, diagnose, waiting_hold
-from celery_tracked.reaper import Thresholds, stalled_why
+from celery_tracked.core.jobs import Job, JobStatus
+from celery_tracked.services.lease import RELAY_RECHECK_S, diagnose, waiting_hold
+from celery_tracked.services.reaper import Thresholds, stalled_why
 from tests.unit.job_rows import NOW, a_job
 
 LIMITS = Thresholds(

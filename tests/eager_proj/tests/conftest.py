@@ -6,7 +6,7 @@ import pytest
 from celery import Celery
 from proj import celery_app as app
 
-from celery_tracked.migrate import upgrade
+from celery_tracked.store.migrate import upgrade
 
 
 @pytest.fixture(scope="session")

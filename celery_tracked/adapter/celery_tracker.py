@@ -1,0 +1,115 @@
+"""``Tracker``: one per Celery app, created lazily from ``app.conf``.
+
+The public tracker is the Celery-free :class:`~celery_tracked.tracker.Wiring` of the
+app's services, given :class:`CeleryPlatform`: Celery's implementation of the platform
+port (``port.py``). Get it with :meth:`Tracker.for_app`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from celery import Celery
+from celery.utils.saferepr import saferepr
+
+from ..core.description import TaskDescription
+from ..core.jobs import Job
+from ..core.port import Keywords, TaskRef
+from ..core.settings import Settings
+from ..tracker import Wiring
+from .broker import CeleryBroker
+from .celery_state import settings_for
+from .stopping import ask_to_terminate
+
+logger = logging.getLogger("celery_tracked")
+
+_ATTR = "_celery_tracked_tracker"
+_create_lock = threading.Lock()
+
+
+class CeleryPlatform:
+    """The platform port (``port.Platform``) for one Celery app."""
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+        self.broker = CeleryBroker(app)
+
+    def description(self, task_name: str) -> TaskDescription | None:
+        found = getattr(self.app.tasks.get(task_name), "description", None)
+        return found if isinstance(found, TaskDescription) else None
+
+    def descriptions(self) -> Mapping[str, TaskDescription]:
+        self.app.loader.import_default_modules()  # the tasks' modules
+        found = {name: getattr(task, "description", None) for name, task in self.app.tasks.items()}
+        return {name: d for name, d in found.items() if isinstance(d, TaskDescription)}
+
+    def show(self, value: Any, limit: int) -> str:
+        return str(saferepr(value, limit))  # the reprs Celery itself makes
+
+    def publish(
+        self, task: TaskRef, args: Sequence[Any], kwargs: Keywords, options: Keywords
+    ) -> None:
+        if isinstance(task, TaskDescription):  # the task's own re-publish
+            task.send(tuple(args), dict(kwargs), options)
+            return
+        registered = self.app.tasks.get(task)
+        if registered is not None:  # a tracked task re-publishes an existing job
+            registered.apply_async(tuple(args), dict(kwargs), **options)
+        else:  # a process that never imported the task (an admin script, a web process)
+            self.app.send_task(task, tuple(args), dict(kwargs), **options)
+
+    def forget_result(self, job: Job) -> object | None:
+        """Drop Celery's stored result of the job's old run, so ``AsyncResult.get()``
+        waits for the new one (best effort: a backend without results has nothing to
+        forget)."""
+        try:
+            old = self.app.AsyncResult(job.celery_task_id or job.id)
+            stored = (old.state, old.result, old.traceback)
+            old.forget()
+        except Exception as exc:  # NotImplementedError (no backend), a backend outage...
+            logger.debug("job %s: old result not forgotten: %s", job.id, exc)
+            return None
+        return None if stored[0] == "PENDING" else stored
+
+    def restore_result(self, job: Job, stored: object) -> None:
+        state, result, traceback = cast("tuple[str, Any, Any]", stored)  # forget_result's
+        try:
+            self.app.backend.store_result(job.celery_task_id or job.id, result, state, traceback)
+        except Exception as exc:
+            logger.warning("job %s: its old result could not be put back: %s", job.id, exc)
+
+    def terminate(self, job: Job) -> None:
+        ask_to_terminate(self.app, job)
+
+    def ready(self, queue: str) -> int | None:
+        return self.broker.ready(queue)
+
+    def held(self, message_ids: Sequence[str]) -> set[str] | None:
+        return self.broker.held(message_ids)
+
+
+class Tracker(Wiring):
+    """The tracking side of one Celery app. Get it with :meth:`Tracker.for_app`."""
+
+    def __init__(self, app: Celery, settings: Settings) -> None:
+        self.app = app
+        super().__init__(settings, CeleryPlatform(app))
+
+    @classmethod
+    def for_app(cls, app: Celery) -> Tracker:
+        """The app's tracker, created (and its settings validated) on first use.
+
+        Raises:
+            ConfigurationError: a ``tracked_*`` setting is invalid.
+        """
+        tracker: Tracker | None = app.__dict__.get(_ATTR)
+        if tracker is None:
+            with _create_lock:
+                tracker = app.__dict__.get(_ATTR)
+                if tracker is None:
+                    tracker = cls(app, settings_for(app))
+                    setattr(app, _ATTR, tracker)
+        return tracker

@@ -1,0 +1,73 @@
+"""``tracked_task``: the decorator declaring a tracked task, typed by its body.
+
+``@tracked_task`` on ``def f(doc: str) -> int`` gives a ``TrackedTask[[str], int]``: type
+checkers check the arguments of ``f.enqueue``/``f.delay``/``f.with_options(...)`` and type
+``tracker.wait(f.enqueue(...))`` as ``int``. With ``bind=True`` the body's first parameter
+(the task itself) is not part of the call.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, cast, overload
+
+from celery import Celery, shared_task
+
+from ..core.options import check_task_options
+from .task import TrackedTask
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@overload
+def tracked_task(__func: Callable[P, R]) -> TrackedTask[P, R]: ...
+
+
+@overload
+def tracked_task(
+    *, app: Celery | None = None, bind: Literal[False] = False, **options: Any
+) -> Callable[[Callable[P, R]], TrackedTask[P, R]]: ...
+
+
+@overload
+def tracked_task(
+    *, app: Celery | None = None, bind: Literal[True], **options: Any
+) -> Callable[[Callable[Concatenate[Any, P], R]], TrackedTask[P, R]]: ...
+
+
+def tracked_task(
+    __func: Callable[..., Any] | None = None, *, app: Celery | None = None, **options: Any
+) -> Any:
+    """Declare a tracked task: ``@tracked_task`` or ``@tracked_task(queue=..., ...)``.
+
+    Tracked options: ``queue``, ``job_type``, ``max_attempts``, ``backoff_ms``,
+    ``idempotency_key`` (a template or callable), ``validator``, ``rate_limit_global``,
+    ``concurrency_key``, ``concurrency_limit`` and ``retention`` (see ``TrackedTask``).
+    Without ``app`` it is a ``shared_task`` (bound to every app, like Celery's own);
+    other keywords are Celery task options (``bind``, ``name``, ``acks_late``...).
+
+    Raises:
+        InvalidTaskOption: a tracked option is invalid (``backoff_ms="5s"``, a key
+            template using attribute or index access...).
+    """
+    opts: dict[str, Any] = {}
+    for name in ("idempotency_key", "validator", "concurrency_key"):
+        value = options.pop(name, None)
+        if value is not None:  # a function stays a plain function on the task class
+            opts[name] = (
+                value if inspect.isclass(value) or not callable(value) else staticmethod(value)
+            )
+    queue = options.pop("queue", None)
+    if queue is not None:
+        opts["tracked_queue"] = queue  # Celery 5.7 deprecates the `queue` task attribute
+    opts.update({k: v for k, v in options.items() if v is not None})
+    opts.setdefault("base", TrackedTask)
+    check_task_options(opts)  # now: a shared task's class is only made when first used
+
+    def decorate(func: Callable[..., Any]) -> TrackedTask[Any, Any]:
+        factory = app.task(**opts) if app is not None else shared_task(**opts)
+        return cast("TrackedTask[Any, Any]", factory(func))
+
+    return decorate(__func) if __func is not None else decorate

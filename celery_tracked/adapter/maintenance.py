@@ -1,0 +1,127 @@
+"""The maintenance tasks celery-tracked adds to a Celery app, and their default Beat entries.
+
+``celery_tracked.relay`` runs the :class:`~celery_tracked.relay.Relay` of the app's
+tracker: it publishes pending jobs whose producer died before handing their message to the
+broker. It is a shared task (every app of the process knows it, so any worker can run it)
+and safe to run from many workers at once.
+
+``celery_tracked.reap`` runs the :class:`~celery_tracked.reaper.Reaper`: it rescues (or
+abandons) the stalled jobs nothing will move any more (a whole worker died, the broker
+lost messages). Shared too, and safe to run from many workers at once.
+
+``celery_tracked.cleanup`` runs ``Tracker.cleanup``: it removes the ended jobs past
+their retention, in batches (``cleanup.py``); also safe to run from many workers at once.
+
+Every app with a tracked task gets a default Beat entry of the same name for each, added
+when the app is configured: the relay every ``tracked_relay_interval_seconds``, the
+reaper every ``tracked_reaper_interval_seconds``, the cleanup on
+``tracked_cleanup_schedule`` (daily at 03:17 by default). None replaces an entry of the
+user's with that name; an interval of 0 (``tracked_cleanup_schedule = False``) leaves it
+out. Only reassigning ``app.conf.beat_schedule = {...}`` after configuration drops them.
+
+The maintenance tasks send no worker events (``send_events=False``): run every minute,
+they would flood Flower's task list. A producer with ``task_send_sent_event = True`` (Beat
+included) still sends their ``task-sent`` event, so Flower then lists them as sent only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from celery import Celery, Task, shared_task
+from celery.schedules import crontab
+
+from ..core.errors import ConfigurationError
+from ..core.jobs import Job
+from ..core.settings import Settings
+from ..services import resend
+from .celery_state import settings_for
+from .celery_tracker import CeleryPlatform, Tracker
+
+logger = logging.getLogger("celery_tracked")
+
+RELAY_TASK = "celery_tracked.relay"
+REAP_TASK = "celery_tracked.reap"
+CLEANUP_TASK = "celery_tracked.cleanup"
+_INSTALLED = "_celery_tracked_beat_installed"
+
+
+@shared_task(name=RELAY_TASK, bind=True, ignore_result=True, send_events=False)
+def relay(self: Task[Any, Any]) -> dict[str, list[str]]:
+    """Publish the pending jobs whose message was never handed to the broker."""
+    report = Tracker.for_app(self.app).relay.run(publisher(self.app))
+    return {"published": report.published, "cancelled": report.cancelled}
+
+
+@shared_task(name=REAP_TASK, bind=True, ignore_result=True, send_events=False)
+def reap(self: Task[Any, Any]) -> dict[str, list[str]]:
+    """Rescue (or abandon) the stalled jobs: see ``celery_tracked.reaper``."""
+    return Tracker.for_app(self.app).reap().as_dict()
+
+
+@shared_task(name=CLEANUP_TASK, bind=True, ignore_result=True, send_events=False)
+def cleanup(self: Task[Any, Any]) -> dict[str, Any]:
+    """Remove the ended jobs past their retention (``Tracker.cleanup``); its report."""
+    return Tracker.for_app(self.app).cleanup().as_dict()
+
+
+def publisher(app: Celery) -> Callable[[Job], None]:
+    """Sends a job's message from its row: same task id, tracking headers and queue (its
+    arguments as stored; a ``countdown``/``eta`` given at enqueue is not kept)."""
+
+    return resend.publisher(CeleryPlatform(app))
+
+
+def install_beat_entries(app: Celery) -> None:
+    """Add the default Beat entries to ``app`` once: now if it is configured, else when it
+    is (the user's own ``beat_schedule`` is known only then)."""
+    if app.__dict__.get(_INSTALLED):
+        return
+    setattr(app, _INSTALLED, True)
+    if getattr(app, "configured", False):  # Celery's own flag (not in its type stubs)
+        _add_entries(app)
+    else:
+        app.on_after_configure.connect(_on_configured, weak=False)
+
+
+def _on_configured(sender: Celery, **kwargs: Any) -> None:
+    _add_entries(sender)
+
+
+def _add_entries(app: Celery) -> None:
+    _add_entry(app, RELAY_TASK, lambda settings: settings.relay_interval_seconds)
+    _add_entry(app, REAP_TASK, lambda settings: settings.reaper_interval_seconds)
+    _add_cleanup_entry(app)
+
+
+def _add_entry(app: Celery, name: str, interval_of: Callable[[Settings], float]) -> None:
+    if name in (app.conf.beat_schedule or {}):
+        return  # the user's own entry wins
+    try:
+        interval = interval_of(settings_for(app))
+    except ConfigurationError as exc:
+        logger.warning("no default Beat entry for %s: %s", name, exc)
+        return
+    if interval > 0:
+        app.add_periodic_task(interval, app.signature(name), name=name, expires=interval)
+
+
+def _add_cleanup_entry(app: Celery) -> None:
+    if CLEANUP_TASK in (app.conf.beat_schedule or {}):
+        return  # the user's own entry wins
+    try:
+        when = settings_for(app).cleanup_schedule
+    except ConfigurationError as exc:
+        logger.warning("no default Beat entry for %s: %s", CLEANUP_TASK, exc)
+        return
+    if when is None:
+        return
+    options: dict[str, Any] = {}
+    schedule: Any = when
+    if isinstance(when, float):
+        options["expires"] = when  # a run that could not start before the next is dropped
+    elif isinstance(when, str):
+        schedule = crontab.from_string(when)  # minute hour day-of-month month day-of-week
+    app.add_periodic_task(schedule, app.signature(CLEANUP_TASK), name=CLEANUP_TASK, **options)

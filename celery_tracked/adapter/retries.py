@@ -1,0 +1,81 @@
+"""Celery's ``retry`` on a tracked job, for ``TrackedTask`` (``task.py``).
+
+- The body's own ``self.retry`` keeps Celery's meaning (:func:`limit`, :func:`retrying`):
+  it is bounded by the job's attempts, so on the last one (or once the call's own
+  ``max_retries`` is reached) Celery raises the body's exception, or
+  ``MaxRetriesExceededError``, instead of re-publishing; the running attempt
+  (``attempt.py``, kept on the request: ``request_state.py``) keeps that error, and the
+  time of a re-publish.
+- The tracker's own re-publishes are never bounded by Celery's counter (``UNLIMITED``); a
+  postponement keeps the message's ``retries`` count (:func:`counted`): ``retries`` is
+  always the retries made, attempt - 1.
+- A re-publish the broker refused is requeued, never dropped (:func:`requeue_refused`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from celery.exceptions import Reject, Retry
+
+from ..core.attempt import Attempt
+from ..core.jobs import utcnow
+
+#: Celery's ``max_retries`` of the tracker's own re-publishes: attempts are the tracker's.
+UNLIMITED = sys.maxsize
+
+
+def limit(running: Attempt | None, max_retries: int | None) -> int:
+    """Celery's ``max_retries`` for a ``retry`` call: while a body runs, the job's own
+    (the call's ``max_retries`` if smaller); else (the tracker's re-publish) unlimited."""
+    if running is None:
+        return UNLIMITED if max_retries is None else max_retries
+    if max_retries is None:
+        return running.max_retries
+    return min(max_retries, running.max_retries)
+
+
+@contextmanager
+def retrying(running: Attempt | None) -> Iterator[None]:
+    """Around Celery's ``retry``: a re-publish the broker refused is requeued; for a
+    running body, the time it re-publishes and the error Celery raises once no retry
+    remains are kept in its attempt."""
+    if running is not None:
+        running.retrying(utcnow())  # a countdown counts from here
+    try:
+        with requeue_refused():
+            yield
+    except (Retry, Reject):
+        raise
+    except Exception as error:  # no retry left: Celery raised ``exc`` or its own
+        if running is not None:
+            running.give_up(error)
+        raise
+
+
+@contextmanager
+def counted(request: Any, retry: bool) -> Iterator[None]:
+    """Celery publishes ``request.retries + 1``: right for a retry, while a postponement
+    (``retry`` false: no attempt was made) keeps the count it came with."""
+    made = request.retries
+    if not retry:
+        request.retries = made - 1
+    try:
+        yield
+    finally:
+        request.retries = made
+
+
+@contextmanager
+def requeue_refused() -> Iterator[None]:
+    """Celery's ``retry`` turns a failed re-publish into ``Reject(requeue=False)``: the
+    message would be dropped. Requeue it instead."""
+    try:
+        yield
+    except Reject as reject:
+        if getattr(reject, "requeue", False):
+            raise
+        raise Reject(getattr(reject, "reason", None), requeue=True) from None

@@ -1,0 +1,89 @@
+"""Celery signal handlers: revoked messages cancel their job; worker start checks.
+
+Connected when ``celery_tracked`` is imported.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery.signals import task_revoked, worker_init
+
+from ..core.errors import ConfigurationError, GuardError, TrackedError
+from ..core.messages import TrackedHeaders
+from ..core.redact import mask_url
+from . import stopping  # noqa: F401 (registers the worker's ``tracked_terminate`` command)
+from .celery_tracker import Tracker
+from .task import TrackedTask
+
+logger = logging.getLogger("celery_tracked")
+
+
+@task_revoked.connect(weak=False)
+def cancel_revoked(sender: Any = None, request: Any = None, **info: Any) -> None:
+    """A revoked or expired message never runs: cancel its waiting job (worker main
+    process). ``revoke(terminate=True)`` killed a running job's pool child: once that
+    process is gone, its run is cancelled (fenced to it, ``aftermath.py``)."""
+    if not isinstance(sender, TrackedTask) or request is None:
+        return
+    # a Context: custom headers are attributes
+    headers = TrackedHeaders.read(getattr(request, "headers", None), request)
+    job_id = headers.job_id if headers is not None else getattr(request, "id", None)
+    if not job_id:
+        return
+    expired = bool(info.get("expired"))
+    reason = "expired before it ran" if expired else "revoked"
+    # a revoke names the task id (every message of the job); an expiry, this message only
+    revision = headers.revision if expired and headers is not None else None
+    try:
+        cancelled = sender.tracker.cancel(
+            str(job_id),
+            reason=f"message {reason}",
+            log_message=f"job {job_id} cancelled: its message was {reason}",
+            queue=headers.queue if headers is not None else None,
+            job_type=sender.tracked_job_type,
+            level=logging.WARNING,
+            revision=revision,
+        )
+        if not cancelled and info.get("terminated"):
+            sender.tracker.aftermath.terminated(str(job_id))
+    except TrackedError as exc:
+        logger.error("job %s: could not record its revocation: %s", job_id, exc)
+
+
+@worker_init.connect(weak=False)
+def check_worker(sender: Any = None, **_: Any) -> None:
+    """At worker start: validate the settings and warn loudly if Redis may evict keys."""
+    app = getattr(sender, "app", None)
+    if app is None or not any(isinstance(t, TrackedTask) for t in app.tasks.values()):
+        return
+    try:
+        tracker = Tracker.for_app(app)
+    except ConfigurationError as exc:
+        # signal handlers' exceptions are only logged: exit so the worker never runs
+        # tracked jobs with a setting it cannot honour
+        logger.critical("celery-tracked: invalid configuration: %s", exc)
+        raise SystemExit(f"celery-tracked: invalid configuration: {exc}") from None
+    settings = tracker.settings
+    if settings.memory_guard or not settings.check_redis_eviction:
+        return
+    try:
+        policy = tracker.backend.eviction_policy()
+    except GuardError as exc:
+        logger.warning("celery-tracked: cannot reach Redis at %s: %s", settings.safe_redis_url, exc)
+        return
+    if policy is None:
+        logger.warning(
+            "celery-tracked: could not read maxmemory-policy of %s (CONFIG refused); make sure "
+            "it is 'noeviction', or guard keys can be evicted",
+            mask_url(settings.redis_url),
+        )
+    elif policy != "noeviction":
+        logger.warning(
+            "celery-tracked: Redis %s has maxmemory-policy=%s: guard keys can be EVICTED under "
+            "memory pressure and duplicate jobs slip through to the database constraint. "
+            "Set maxmemory-policy noeviction.",
+            mask_url(settings.redis_url),
+            policy,
+        )

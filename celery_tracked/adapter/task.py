@@ -1,0 +1,396 @@
+"""``TrackedTask``: a thin adapter between Celery and the services.
+
+Description: ``TrackedTask.description``, the frozen
+:class:`~celery_tracked.description.TaskDescription` every producer path reads (built
+once per task class from the options checked when the class was made, ``options.py``,
+with Celery's routing and re-publish as its ``route`` and ``send``).
+
+Producer: ``enqueue``/``apply_async`` prepare the call (``producer.py``: the description,
+Celery's ids and the calling task for lineage) and hand off to the
+:class:`~celery_tracked.enqueuer.Enqueuer` with a ``publish`` callable. A re-publish of an
+existing job (a Celery retry: the message already carries the job id) only re-publishes,
+with ``argsrepr``/``kwargsrepr`` redacted again.
+
+Worker: ``__call__`` hands the delivery to the :class:`~celery_tracked.runner.Runner`,
+inside the task's call path (so a failed durable write becomes a retry, never a silent
+success), and turns its verdict into Celery's terms. This is the only place that raises
+Celery's ``Ignore``/``Retry``/``Reject``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any, ClassVar, NoReturn, ParamSpec, TypeVar, cast
+
+from celery import Celery, Task
+from celery.exceptions import Ignore, Retry, TimeLimitExceeded
+from celery.result import AsyncResult
+from celery.utils.saferepr import saferepr
+
+from ..core.description import TaskDescription
+from ..core.jobs import EnqueueResult, Job
+from ..core.keys import KeyRule
+from ..core.limits import Limits
+from ..core.messages import CONTROL_OPTIONS, Control, TrackedHeaders
+from ..core.options import check_task_class, check_task_limits, describe
+from ..core.outcome import Completed, Failed, PassedOn, Postponed, Retrying, Verdict
+from ..core.retry_policy import RetryPolicy
+from ..core.run import Run
+from ..services import progress, successors
+from ..services.reporter import ProgressReporter
+from ..services.successors import Step
+from . import eager, producer, retries
+from .celery_signals import CELERY_SIGNALS
+from .celery_tracker import Tracker
+from .maintenance import install_beat_entries
+from .request_state import attempt_of, body_call, part
+from .routing import routed_queue
+
+logger = logging.getLogger("celery_tracked")
+
+_HOSTNAME = socket.gethostname()
+
+P = ParamSpec("P")
+Q = ParamSpec("Q")
+R_co = TypeVar("R_co", covariant=True)
+
+__all__ = ["TrackedTask"]
+
+
+class TrackedTask(Task[P, R_co]):
+    """A Celery task whose every job has a durable row, a guard and a fenced lease;
+    generic like Celery's ``Task``: ``TrackedTask[P, R]`` for a body ``Callable[P, R]``.
+
+    Tracked options (class attributes, or keywords of ``tracked_task`` / ``app.task``):
+    ``tracked_queue``, ``job_type``, ``max_attempts``, ``backoff_ms``, ``idempotency_key``
+    (a template naming the call's arguments, or a callable; a key given per call is taken
+    literally), ``key_lifetime`` (with ``throttle_s``/``debounce_s``), ``validator``,
+    ``rate_limit_global``, ``concurrency_key`` (with ``concurrency_limit``),
+    ``retention`` (how long its ended jobs are kept: ``retention.py``); what
+    each means and accepts: ``celery_tracked/options.py``.
+    """
+
+    acks_late = True
+    reject_on_worker_lost = True
+    max_retries = None  # attempts are counted by the tracker, not by Celery
+
+    job_type: ClassVar[str | None] = None
+    tracked_queue: ClassVar[str | None] = None
+    max_attempts: ClassVar[int | None] = None
+    backoff_ms: ClassVar[int | None] = None
+    idempotency_key: ClassVar[str | Callable[..., str] | None] = None
+    validator: ClassVar[Any] = None
+    key_lifetime: ClassVar[str | None] = None
+    throttle_s: ClassVar[float | None] = None
+    debounce_s: ClassVar[float | None] = None
+    retention: ClassVar[Any] = None
+    _tracked_retry: ClassVar[RetryPolicy] = RetryPolicy()
+    _tracked_keys: ClassVar[KeyRule] = KeyRule()
+    rate_limit_global: ClassVar[str | tuple[str, int] | None] = None
+    concurrency_key: ClassVar[str | Callable[..., str] | None] = None
+    concurrency_limit: ClassVar[int | None] = None
+    _tracked_limits: ClassVar[Limits] = Limits()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse bad tracked options (``InvalidTaskOption``) when a task class is made
+        (``@app.task``/``@tracked_task`` make one with ``type()``)."""
+        super().__init_subclass__(**kwargs)
+        cls._tracked_retry, cls._tracked_keys = check_task_class(cls, TrackedTask)
+        cls._tracked_limits = check_task_limits(cls)
+
+    @classmethod
+    def on_bound(cls, app: Celery) -> None:
+        """An app with a tracked task gets the default Beat entries (``maintenance.py``)."""
+        super().on_bound(app)
+        install_beat_entries(app)
+
+    @property
+    def tracker(self) -> Tracker:
+        return Tracker.for_app(self.app)
+
+    @property
+    def description(self) -> TaskDescription:
+        """What every producer path needs of this task (``description.py``), made once
+        per task class, when first needed (its name is known then)."""
+        cls = type(self)
+        found = cls.__dict__.get("_tracked_description")
+        if found is None:
+            checked = (cls._tracked_retry, cls._tracked_keys, cls._tracked_limits)
+            framework = (partial(routed_queue, self.app, self.name), partial(_send, self))
+            found = describe(cls, self.name, self.run, framework, checked, saferepr)
+            setattr(cls, "_tracked_description", found)  # noqa: B010 (one per task class)
+        return cast(TaskDescription, found)
+
+    @property
+    def tracked_job_type(self) -> str:
+        return self.description.job_type
+
+    # -- producer ---------------------------------------------------------------------
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult[R_co]:
+        """Create the job (or find the duplicate) and publish it. The body's arguments;
+        control options: :meth:`with_options` (or the untyped ``_idempotency_key=``...).
+
+        Raises:
+            InvalidPayload: the arguments were refused (nothing was created).
+            EnqueueError: Redis, the database or the broker failed (nothing left behind).
+        """
+        return self.with_options(**Control.underscored(kwargs))(*args, **kwargs)
+
+    def with_options(
+        self,
+        *,
+        idempotency_key: str | None = None,
+        correlation_id: str | None = None,
+        parent_job_id: str | None = None,
+        owner_id: str | None = None,
+        max_attempts: int | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> Callable[P, EnqueueResult[R_co]]:
+        """``enqueue`` with control options; ``options``: Celery's (``countdown``, ``eta``...)."""
+        control = Control(idempotency_key, correlation_id, parent_job_id, owner_id, max_attempts)
+
+        def enqueue(*args: P.args, **kwargs: P.kwargs) -> EnqueueResult[R_co]:
+            opts = dict(options or {})
+            return self._enqueue(args, kwargs, opts.pop("task_id", None), control, opts)[0]
+
+        return enqueue
+
+    def apply_async(
+        self,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        task_id: str | None = None,
+        producer: Any = None,
+        link: Any = None,
+        link_error: Any = None,
+        shadow: str | None = None,
+        **options: Any,
+    ) -> AsyncResult[R_co]:
+        """Tracked ``apply_async``: also accepts ``idempotency_key``, ``correlation_id``,
+        ``parent_job_id``, ``owner_id`` and ``max_attempts``. Returns the job's
+        ``AsyncResult`` (its id is the job id), the existing job's for a duplicate."""
+        args = tuple(args or ())
+        kwargs = dict(kwargs or {})
+        options.update(producer=producer, link=link, link_error=link_error, shadow=shadow)
+        existing = TrackedHeaders.read(options.get("headers"))
+        if existing is not None:
+            # a re-publish of an existing job (Celery retry): never a new row or key check
+            for name in CONTROL_OPTIONS:
+                options.pop(name, None)
+            keys = self.tracker.settings.redact_keys
+            argsrepr, kwargsrepr = self.description.shape.reprs(args, kwargs, keys)
+            options.update(argsrepr=argsrepr, kwargsrepr=kwargsrepr)
+            return super().apply_async(args, kwargs, task_id=task_id or existing.job_id, **options)
+        control = Control.pop_from(options)
+        queued, ran = self._enqueue(args, kwargs, task_id, control, options)
+        return ran if ran is not None else self.AsyncResult(queued.job_id)
+
+    def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:  # type: ignore[override]
+        """Tracked ``apply`` (and eager mode): the row, then the run here (``eager.py``)."""
+        if TrackedHeaders.read(options.get("headers")) is not None:
+            return eager.run_inline(super().apply, args, kwargs, **options)
+        control, task_id = Control.pop_from(options), options.pop("task_id", None)
+        args, kwargs = tuple(args or ()), dict(kwargs or {})
+        run_here = partial(eager.run_inline, super().apply)  # its retries inline too
+        return self._enqueue(args, kwargs, task_id, control, options, run_here)[1]
+
+    def _enqueue(
+        self,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        task_id: str | None,
+        control: Control,
+        options: dict[str, Any],
+        send: Callable[..., AsyncResult[Any]] | None = None,
+    ) -> tuple[EnqueueResult[Any], AsyncResult[Any] | None]:
+        """Create the job; publish it, or run it here (``send`` given, or eager mode)."""
+        tracker = self.tracker
+        job = producer.new_job(
+            self.description, tracker.settings, args, kwargs, task_id, control, options
+        )
+        inline = send is not None or bool(self.app.conf.task_always_eager)
+        publish = eager.sender(send or super().apply_async, args, kwargs, job.call, options)
+        return eager.enqueue(tracker.enqueuer, job, publish, tracker.settings.redact_keys, inline)
+
+    # -- pipelines (successors.py) -----------------------------------------------------
+    def then(self, task: TrackedTask[Q, Any], *args: Q.args, **kwargs: Q.kwargs) -> str:
+        """Declare a successor of this running step: created with its completion, published
+        after it; returns the successor's job id. Raises ``NotInAStep`` outside a run."""
+        return successors.declare(part(self.request, Step), task, args, kwargs)
+
+    def otherwise(self, task: TrackedTask[Q, Any], *args: Q.args, **kwargs: Q.kwargs) -> str:
+        """Declare a fail-soft successor: created only if this step fails after exhausting
+        its retries (never after ``Unrecoverable``)."""
+        return successors.declare(part(self.request, Step), task, args, kwargs, fail_soft=True)
+
+    def successor(
+        self,
+        task: TrackedTask[Q, Any],
+        *,
+        idempotency_key: str | None = None,
+        fail_soft: bool = False,
+    ) -> Callable[Q, str]:
+        """``then``/``otherwise`` with options: ``self.successor(t, idempotency_key=k)(...)``."""
+
+        def declare(*args: Q.args, **kwargs: Q.kwargs) -> str:
+            key, soft, step = idempotency_key, fail_soft, part(self.request, Step)
+            return successors.declare(step, task, args, kwargs, idempotency_key=key, fail_soft=soft)
+
+        return declare
+
+    # -- worker -----------------------------------------------------------------------
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co:
+        request = self.request
+        if request.called_directly:
+            return super().__call__(*args, **kwargs)
+        headers = TrackedHeaders.read(request.headers, request)
+        if headers is None:
+            logger.warning(
+                "%s[%s] was not sent through celery-tracked: untracked run", self.name, request.id
+            )
+            return self.run(*args, **kwargs)
+        tracker = self.tracker
+        settings = tracker.settings
+        described = self.description
+        shape = described.shape
+        run = Run(
+            headers=headers,
+            task_name=self.name,
+            job_type=described.job_type,
+            queue=headers.queue or described.queue({}, args, kwargs),
+            worker=str(request.hostname or _HOSTNAME),
+            backoff_base_ms=described.retry.base_ms(settings.default_backoff_ms),
+            secrets=lambda: shape.secrets(args, kwargs, settings.redact_keys),
+            inline=bool(request.is_eager),
+            policy=described.retry,
+            limits=described.limits.for_delivery(shape, args, kwargs, request, settings),
+            signals=CELERY_SIGNALS,  # Celery's Ignore/Reject/Retry, read for the core
+        )
+        body = getattr(self, "_orig_run", self.run)  # Celery's autoretry wrapper bypassed
+        call = body_call(request, body, args, kwargs)  # given its attempt by the runner
+        return cast(R_co, self._settle(tracker.runner.run(run, call)))
+
+    def set_progress(self, percent: float, stage: str | None = None) -> bool:
+        """The running job's ``progress`` (0-100) and ``stage``: ``progress.set_progress``."""
+        return progress.set_progress(
+            part(self.request, ProgressReporter, self.name), percent, stage
+        )
+
+    def log(self, message: object, level: str = "info") -> bool:
+        """A masked line in the running job's history: ``progress.log``."""
+        return progress.log(part(self.request, ProgressReporter, self.name), message, level)
+
+    def cancelled(self) -> bool:
+        """True once this job was asked to stop: ``progress.cancel_requested``."""
+        return progress.cancel_requested(part(self.request, ProgressReporter, self.name))
+
+    def update_state(self, *args: Any, **kwargs: Any) -> None:
+        """Celery's, then ``state="PROGRESS"`` feeds :meth:`set_progress` (backend first)."""
+        try:
+            super().update_state(*args, **kwargs)
+        finally:
+            reporter = part(self.request, ProgressReporter, self.name)
+            progress.from_update_state(reporter, self.request.id, *args, **kwargs)
+
+    def _settle(self, verdict: Verdict) -> Any:
+        """Turn the runner's verdict into Celery's terms."""
+        if isinstance(verdict, Retrying):
+            self._republish(verdict.countdown, verdict.cause)
+        if isinstance(verdict, Postponed):
+            self._republish(verdict.countdown, None, verdict.headers, retry=False)
+        _hide_arguments(self)
+        if isinstance(verdict, Completed):
+            return verdict.result
+        if isinstance(verdict, Failed):
+            raise verdict.error
+        if isinstance(verdict, PassedOn):
+            raise verdict.signal
+        raise Ignore()
+
+    def _republish(
+        self,
+        countdown: float,
+        exc: Exception | None = None,
+        headers: Mapping[str, Any] | None = None,
+        retry: bool = True,
+    ) -> NoReturn:
+        """Deliver this message again (same task id and headers) after ``countdown`` s:
+        the next attempt (``retry``), or this delivery again (a postponement: the message
+        keeps its ``retries`` count, as no attempt was made).
+
+        Celery's own retry limit never applies (attempts are the tracker's).
+        """
+        options: dict[str, Any] = {}
+        if headers:
+            options["headers"] = {**(self.request.headers or {}), **headers}
+        try:
+            with retries.counted(self.request, retry):
+                raise self.retry(exc=exc, countdown=countdown, **options)
+        except Retry:
+            _hide_arguments(self)  # re-published: Celery now only stores the request
+            raise
+
+    def retry(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        exc: Exception | None = None,
+        throw: bool = True,
+        eta: Any = None,
+        countdown: float | None = None,
+        max_retries: int | None = None,
+        **options: Any,
+    ) -> Any:
+        """Celery's ``retry``, with Celery's meaning (``retries.py``): called by the running
+        body, it re-publishes while the job has an attempt left (and ``max_retries``, if
+        given, is not reached); else it raises ``exc`` (or ``MaxRetriesExceededError``) and
+        the job fails with it, retries used up. A re-publish the broker refused is handed
+        back (``Reject(requeue=True)``), never dropped with attempts left."""
+        running = attempt_of(self.request)
+        call = dict(args=args, kwargs=kwargs, exc=exc, throw=throw, eta=eta, countdown=countdown)
+        with retries.retrying(running):
+            return super().retry(**call, max_retries=retries.limit(running, max_retries), **options)
+
+    def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, _: Any) -> None:
+        """Worker main process: a run killed by the hard time limit wrote nothing and its
+        message is acknowledged: retry or fail its job (``aftermath.py``)."""
+        if isinstance(exc, TimeLimitExceeded):
+            republish = partial(_publish_again, self, args, kwargs)
+            limit = exc.args[0] if exc.args else "?"
+            self.tracker.aftermath.time_limited(task_id, limit, self._retry_delay, republish)
+
+    def _retry_delay(self, attempt: int) -> int:
+        """The delay after failed attempt ``attempt`` by this task's retry policy, ms."""
+        settings = self.tracker.settings
+        policy = self.description.retry
+        return policy.delay_ms(
+            attempt, settings.default_backoff_ms, settings.max_backoff_ms, random.random
+        )
+
+
+def _hide_arguments(task: TrackedTask[Any, Any]) -> None:
+    """Redact the request's arguments once nothing is re-published from them (Celery
+    stores them in the result backend with ``result_extended=True``)."""
+    req, keys = task.request, task.tracker.settings.redact_keys
+    req.args, req.kwargs = task.description.shape.redacted(req.args or (), req.kwargs or {}, keys)
+
+
+def _send(task: TrackedTask[Any, Any], args: Any, kwargs: Any, options: Any) -> None:
+    """Publish a message of an existing job (its headers in ``options``): no new row."""
+    task.apply_async(args, kwargs, **options)
+
+
+def _publish_again(
+    task: TrackedTask[Any, Any], args: Any, kwargs: Any, job: Job, countdown: float
+) -> None:
+    """Publish ``job``'s message again from the worker's main process (no request there:
+    the tracked headers come from the row; ``retries``: the attempts made)."""
+    headers = TrackedHeaders.of(job).to_headers()
+    queue, made = job.queue_name, job.attempts_made
+    task.apply_async(args, kwargs, headers=headers, countdown=countdown, queue=queue, retries=made)

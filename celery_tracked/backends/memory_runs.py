@@ -1,0 +1,326 @@
+"""The memory store's moves of a run: claim, take over, the outcomes, give back, renew,
+release, the cancels of a running job, progress and log lines.
+
+Each mirrors one statement of the SQL store (named in its docstring) with the same
+condition: the statuses it moves from and its fence, judged on the store's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from ..core.jobs import CLAIMABLE, Claim, Job, JobStatus, NewRow
+from .memory_core import MemoryCore
+
+_PROCESSING = (JobStatus.PROCESSING,)
+#: ``statements._END_RUN``
+_UNLOCKED: dict[str, Any] = {"locked_by": None, "locked_until": None}
+
+
+def _end_run(now: datetime, **changes: Any) -> dict[str, Any]:
+    return {"updated_at": now, **_UNLOCKED, **changes}
+
+
+def ended_without_error(
+    now: datetime, status: JobStatus, message: str | None, **changes: Any
+) -> dict[str, Any]:
+    """A run ended completed or cancelled: finished now, no error type."""
+    return _end_run(
+        now, status=status, finished_at=now, error_type=None, error_message=message, **changes
+    )
+
+
+class MemoryRuns(MemoryCore):
+    """A delivery's claim and its run's writes."""
+
+    def holders(self, key: str, job_id: str) -> int:
+        """``statements.HOLDERS``: other jobs of ``key`` processing under a live lease."""
+        now = self.time()
+        return sum(
+            1
+            for j in self.rows.values()
+            if j.concurrency_key == key
+            and j.status is JobStatus.PROCESSING
+            and j.locked_until is not None
+            and j.locked_until > now
+            and j.id != job_id
+        )
+
+    def key_busy(self, job_id: str, key: str, limit: int) -> bool:
+        with self.lock:
+            return limit <= self.holders(key, job_id)
+
+    def _take_lease(self, owner: str, worker: str, now: datetime, lease_s: float) -> Any:
+        def change(job: Job) -> Mapping[str, Any]:
+            return {
+                "status": JobStatus.PROCESSING,
+                "attempts_made": job.attempts_made + 1,
+                "started_at": job.started_at or now,
+                "worker": worker,
+                "locked_by": owner,
+                "locked_until": self.at(lease_s),
+                "not_before": None,
+                "updated_at": now,
+            }
+
+        return change
+
+    def _key_free(self, job_id: str, concurrency: tuple[str, int] | None) -> bool:
+        return concurrency is None or concurrency[1] > self.holders(concurrency[0], job_id)
+
+    def claim(
+        self,
+        job_id: str,
+        *,
+        owner: str,
+        worker: str,
+        now: datetime,
+        lease_s: float,
+        revision: int = 0,
+        concurrency: tuple[str, int] | None = None,
+    ) -> Claim | None:
+        """``CLAIM`` (``CLAIM_KEYED``): due, unlocked, the current revision, a free slot."""
+
+        def check(job: Job) -> bool:
+            due = self.free(job.not_before) and self.free(job.locked_until)
+            return due and job.revision == revision and self._key_free(job_id, concurrency)
+
+        change = self._take_lease(owner, worker, now, lease_s)
+        moved = self.move(job_id, CLAIMABLE, check, change, "started", now=now)
+        return None if moved is None else Claim(job_id, moved.attempts_made, moved.max_attempts)
+
+    def take_over(
+        self,
+        job_id: str,
+        *,
+        seen_attempt: int,
+        owner: str,
+        worker: str,
+        now: datetime,
+        lease_s: float,
+        grace_s: float,
+        stale_owner: str | None,
+        reason: str,
+        revision: int = 0,
+        concurrency: tuple[str, int] | None = None,
+    ) -> Claim | None:
+        """``TAKE_OVER`` (``_KEYED``): lapsed, attempts left, current, not cancelled."""
+
+        def check(job: Job) -> bool:
+            return (
+                self.lapsed(job, seen_attempt, grace_s, stale_owner)
+                and job.attempts_made < job.max_attempts
+                and job.revision == revision
+                and job.cancel_requested_at is None
+                and self._key_free(job_id, concurrency)
+            )
+
+        change = self._take_lease(owner, worker, now, lease_s)
+        moved = self.move(
+            job_id, _PROCESSING, check, change, "redelivered", now=now, message=reason
+        )
+        if moved is None:
+            return None
+        return Claim(job_id, moved.attempts_made, moved.max_attempts, takeover=True)
+
+    def fail_lost(
+        self,
+        job_id: str,
+        *,
+        seen_attempt: int,
+        now: datetime,
+        grace_s: float,
+        stale_owner: str | None,
+        message: str,
+    ) -> bool:
+        """``FAIL_LOST``: fenced like a takeover, not cancelled."""
+
+        def check(job: Job) -> bool:
+            lapsed = self.lapsed(job, seen_attempt, grace_s, stale_owner)
+            return lapsed and job.cancel_requested_at is None
+
+        change = _end_run(
+            now,
+            status=JobStatus.FAILED,
+            retries_exhausted=True,
+            error_type="WorkerLost",
+            error_message=message,
+            finished_at=now,
+        )
+        return self.move_running(job_id, check, change, "failed", now, message)
+
+    def end_dead_run(
+        self,
+        job_id: str,
+        *,
+        seen_attempt: int,
+        stale_owner: str | None,
+        status: JobStatus,
+        error_type: str | None,
+        error_message: str | None,
+        message: str,
+        now: datetime,
+        delay_ms: int = 0,
+    ) -> bool:
+        """``RETRY_DEAD``/``FAIL_DEAD``/``CANCEL_DEAD``: lapsed (no grace); the first two
+        only while no cancel was requested."""
+        cancelling = status is JobStatus.CANCELLED
+
+        def check(job: Job) -> bool:
+            lapsed = self.lapsed(job, seen_attempt, 0.0, stale_owner)
+            return lapsed and (cancelling or job.cancel_requested_at is None)
+
+        ended = _end_run(now, status=status, error_type=error_type, error_message=error_message)
+        if status is JobStatus.RETRYING:
+            ended["not_before"] = self.at(delay_ms / 1000)
+        else:
+            ended["finished_at"] = now
+        if status is JobStatus.FAILED:
+            ended["retries_exhausted"] = True
+        if cancelling:
+            ended.update(error_type=None, error_message=message)
+        return self.move_running(job_id, check, ended, status.value, now, message)
+
+    def move_running(
+        self,
+        job_id: str,
+        check: Any,
+        change: Mapping[str, Any],
+        event: str | None,
+        now: datetime,
+        message: str | None = None,
+        duration_ms: int | None = None,
+        rows: Sequence[NewRow] = (),
+    ) -> bool:
+        """A move from ``processing`` with fixed ``change``: whether it applied."""
+        moved = self.move(
+            job_id,
+            _PROCESSING,
+            check,
+            lambda _: change,
+            event,
+            now=now,
+            message=message,
+            duration_ms=duration_ms,
+            rows=rows,
+        )
+        return moved is not None
+
+    def held_by(self, claim: Claim, uncancelled: bool = True) -> Any:
+        """``HELD`` (and ``UNCANCELLED``)."""
+
+        def check(job: Job) -> bool:
+            held = job.attempts_made == claim.attempt
+            return held and (not uncancelled or job.cancel_requested_at is None)
+
+        return check
+
+    def complete(
+        self,
+        claim: Claim,
+        *,
+        result_json: str | None,
+        now: datetime,
+        duration_ms: int,
+        rows: Sequence[NewRow] = (),
+        resent: bool = False,
+    ) -> bool:
+        """``COMPLETE``; ``resent``: a row this very attempt completed counts as saved."""
+        done = ended_without_error(
+            now, JobStatus.COMPLETED, None, result_json=result_json, progress=100
+        )
+        check = self.held_by(claim)
+        if self.move_running(claim.job_id, check, done, "completed", now, None, duration_ms, rows):
+            return True
+        job = self.rows.get(claim.job_id)
+        saved = job is not None and (job.attempts_made, job.status) == (
+            claim.attempt,
+            JobStatus.COMPLETED,
+        )
+        return resent and saved
+
+    def retrying(
+        self,
+        claim: Claim,
+        *,
+        error_type: str,
+        error_message: str,
+        delay_ms: int,
+        duration_ms: int | None,
+        now: datetime,
+    ) -> bool:
+        """``RETRYING``: due after ``delay_ms`` on the store's clock."""
+        message = f"retry in {delay_ms} ms after {error_type}: {error_message}"
+        due = {"not_before": self.at(delay_ms / 1000)}
+        ended = (JobStatus.RETRYING, error_type, error_message, message)
+        return self._ended(claim, ended, now, duration_ms, (), due)
+
+    def fail(
+        self,
+        claim: Claim,
+        *,
+        error_type: str,
+        error_message: str,
+        duration_ms: int | None,
+        now: datetime,
+        rows: Sequence[NewRow] = (),
+        retries_exhausted: bool = False,
+    ) -> bool:
+        """``FAIL``, with ``rows`` in the same step."""
+        message = f"{error_type}: {error_message}"
+        done = {"finished_at": now, "retries_exhausted": retries_exhausted}
+        ended = (JobStatus.FAILED, error_type, error_message, message)
+        return self._ended(claim, ended, now, duration_ms, rows, done)
+
+    def _ended(
+        self,
+        claim: Claim,
+        ended: tuple[JobStatus, str, str, str],
+        now: datetime,
+        duration_ms: int | None,
+        rows: Sequence[NewRow],
+        extra: Mapping[str, Any],
+    ) -> bool:
+        """``outcomes._end_run``: ``(status, error type, error message, event message)``."""
+        status, error_type, error_message, message = ended
+        change = _end_run(now, status=status, error_type=error_type, error_message=error_message)
+        change.update(extra)
+        check = self.held_by(claim)
+        event = status.value
+        return self.move_running(
+            claim.job_id, check, change, event, now, message[:1000], duration_ms, rows
+        )
+
+    def renew(self, claim: Claim, lease_seconds: float) -> bool:
+        """``RENEW``: no event, no ``updated_at``."""
+        change = {"locked_until": self.at(lease_seconds)}
+        return self.move_running(
+            claim.job_id, self.held_by(claim, False), change, None, self.time()
+        )
+
+    def release(self, claim: Claim, now: datetime) -> bool:
+        """``RELEASE``."""
+        return self.move_running(claim.job_id, self.held_by(claim, False), _end_run(now), None, now)
+
+    def give_back(
+        self, claim: Claim, *, owner: str, claimed_at: datetime, now: datetime, message: str
+    ) -> bool:
+        """``GIVE_BACK`` (``_TAKEOVER``): fenced by the claim's attempt and owner."""
+
+        def check(job: Job) -> bool:
+            return job.attempts_made == claim.attempt and job.locked_by == owner
+
+        def change(job: Job) -> Mapping[str, Any]:
+            back = _end_run(now, attempts_made=job.attempts_made - 1)
+            if claim.takeover:
+                return back
+            if job.started_at == claimed_at:  # this very claim started it: it was pending
+                return {**back, "status": JobStatus.PENDING, "worker": None, "started_at": None}
+            return {**back, "status": JobStatus.RETRYING}
+
+        moved = self.move(
+            claim.job_id, _PROCESSING, check, change, "given_back", now=now, message=message
+        )
+        return moved is not None

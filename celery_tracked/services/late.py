@@ -1,0 +1,91 @@
+"""Outcomes recorded late: a delivery carrying the ``retrying`` or ``failed`` that an
+earlier attempt decided but could not save (its write met a database outage, headers
+``tracked_pending_retry`` / ``tracked_pending_failure``) writes it before anything else,
+fenced by that attempt. The ``Recorder`` owns it (``Recorder.carried_over``). Knows
+nothing of Celery.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from ..core.errors import StoreError
+from ..core.jobs import Claim, Event, utcnow
+from ..core.messages import PendingFailure
+from ..core.outcome import Postponed, Skipped, Verdict
+from ..core.ports import OutcomeStore
+from ..core.run import Run
+
+#: ``tell(run, event, message, level, attempt)``: the ``Recorder``'s, to the hooks.
+Tell = Callable[[Run, Event, str, int, int], None]
+
+logger = logging.getLogger("celery_tracked")
+
+
+class LateOutcomes:
+    """Writes the outcomes an earlier attempt carried over; ``tell`` tells the hooks, and
+    ``first_wait_ms()`` is how long a delivery waits while the database refuses them."""
+
+    def __init__(self, store: OutcomeStore, tell: Tell, first_wait_ms: Callable[[], int]) -> None:
+        self.store = store
+        self.tell = tell
+        self.first_wait_ms = first_wait_ms
+
+    def record_pending_retry(self, run: Run, failure: PendingFailure) -> Postponed | None:
+        """Write the ``retrying`` an earlier attempt could not save (its completion met a
+        database outage); None once written (or another attempt moved on): the delivery
+        then claims the next attempt, due after the backoff."""
+        attempt, delay_ms = failure.attempt, failure.retry_ms or 0
+        try:
+            written = self.store.retrying(
+                Claim(run.job_id, attempt, attempt),
+                error_type=failure.error_type,
+                error_message=failure.error_message,
+                delay_ms=delay_ms,
+                duration_ms=None,
+                now=utcnow(),
+            )
+        except StoreError as exc:
+            return self._still_unrecorded(run, "retry", exc)
+        if written:
+            self.tell(
+                run,
+                Event.RETRYING,
+                f"job {run.job_id} retrying after attempt {attempt}: {failure.error_type}: "
+                f"{failure.error_message}; retry in {delay_ms} ms (recorded late)",
+                logging.WARNING,
+                attempt,
+            )
+        return None
+
+    def _still_unrecorded(self, run: Run, what: str, exc: StoreError) -> Postponed:
+        """The delivery waits: the database still refuses the outcome it carries."""
+        logger.warning("job %s: %s still not recorded: %s", run.job_id, what, exc)
+        wait = self.first_wait_ms() / 1000
+        return Postponed(max(0.5, wait), f"{what} still not recorded")
+
+    def record_pending_failure(self, run: Run, failure: PendingFailure) -> Verdict:
+        """Write the failure an earlier attempt decided but could not save; no body runs."""
+        attempt = failure.attempt
+        try:
+            written = self.store.fail(
+                Claim(run.job_id, attempt, attempt),
+                error_type=failure.error_type,
+                error_message=failure.error_message,
+                duration_ms=None,
+                now=utcnow(),
+                retries_exhausted=failure.retries_exhausted,
+            )
+        except StoreError as exc:
+            return self._still_unrecorded(run, "failure", exc)
+        if written:
+            self.tell(
+                run,
+                Event.FAILED,
+                f"job {run.job_id} failed after attempt {attempt}: {failure.error_type}: "
+                f"{failure.error_message} (recorded late)",
+                logging.ERROR,
+                attempt,
+            )
+        return Skipped("failure recorded late")

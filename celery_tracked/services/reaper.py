@@ -1,0 +1,381 @@
+"""The stalled-job reaper: finds the jobs nothing will move any more and rescues them.
+
+What leaves a job stalled (see ``docs/operations.md``, "Stalled jobs: the reaper"):
+
+- a whole worker died (SIGKILL, OOM, a lost host): its running job stays ``processing``
+  under a lease nobody renews, and the jobs it had prefetched stay ``pending``; the Redis
+  and SQS transports give their messages back only after ``visibility_timeout`` (an hour by
+  default), never if the broker lost them meanwhile;
+- the broker lost messages (a Redis restarted without persistence): ``pending`` or
+  ``retrying`` jobs whose message is gone;
+- a run killed before its claim (its message acknowledged, the row untouched).
+
+The judgement, in pure functions:
+
+1. :func:`stalled_why`: the row alone looks stalled. ``processing``: its lease lapsed
+   (``lease.diagnose``, on the database's clock) ``tracked_reaper_processing_seconds``
+   after it could be taken over; ``retrying``: due ``tracked_reaper_retrying_seconds``
+   ago; ``pending``: handed to the broker ``tracked_reaper_pending_seconds`` ago.
+2. :func:`presumed_lost`: for a waiting job (``pending``/``retrying``), and a run whose
+   arguments were stored redacted (:func:`asks_broker`), the broker is asked too: a
+   message a live worker holds (reserved, scheduled for a countdown/eta, running) is not
+   lost; and of the others in one queue only as many as the queue's ready messages
+   cannot account for are presumed lost (the oldest). A backlog is never reshuffled; if
+   the broker cannot answer, none of these jobs is touched.
+3. :func:`decide`: **rescue** (a new message revision, published, a ``rescued`` event; a
+   late delivery of the old message runs nothing) while attempts remain and the job was
+   rescued fewer than ``tracked_reaper_max_rescues`` times, else **abandon** (``failed``,
+   ``error_type = "abandoned"``).
+
+Each move is one conditional ``UPDATE`` fenced to the row as judged (``store/reaping.py``):
+reapers may run in many workers at once, a row moves once, a live lease is never touched.
+Knows nothing of Celery: the publish and the broker's answers come in (``broker.py``).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from ..core.hooks import Hooks, Transition
+from ..core.jobs import Event, Job, JobStatus, utcnow
+from ..core.ports import ReapStore
+from ..core.redact import holds_redacted, mask_url
+from ..core.settings import Settings
+from .lease import GRACE_SHARE, diagnose
+
+logger = logging.getLogger("celery_tracked")
+
+#: Stalled-looking rows judged per pass, the oldest first: up to this many runs and as many
+#: waiting jobs; the next pass takes the rest.
+BATCH = 1000
+ABANDONED = "abandoned"
+_WAITING = (JobStatus.PENDING, JobStatus.RETRYING)
+
+
+class BrokerView(Protocol):
+    """What the reaper asks the broker and its live workers (``broker.py``)."""
+
+    def ready(self, queue: str) -> int | None:
+        """How many messages wait in ``queue``, ready for a consumer (None: unknown)."""
+
+    def held(self, message_ids: Sequence[str]) -> Collection[str] | None:
+        """Which of ``message_ids`` a live worker holds: received, scheduled for a
+        countdown/eta, or running (None: unknown)."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When a row looks stalled, from the settings (seconds)."""
+
+    #: a lapsed lease may be taken over this long after its expiry (¼ lease)
+    lease_grace_s: float
+    #: then the reaper waits this long more (``reaper_processing_seconds``)
+    processing_s: float
+    pending_s: float
+    retrying_s: float
+    max_rescues: int
+
+    def cutoff(self, status: JobStatus, now: datetime) -> datetime:
+        """A job of ``status`` is stalled once its last sign of life is older than this."""
+        seconds = {
+            JobStatus.PROCESSING: self.lease_grace_s + self.processing_s,
+            JobStatus.PENDING: self.pending_s,
+            JobStatus.RETRYING: self.retrying_s,
+        }[status]
+        return now - timedelta(seconds=seconds)
+
+    @classmethod
+    def of(cls, settings: Settings) -> Thresholds:
+        return cls(
+            lease_grace_s=settings.lease_seconds * GRACE_SHARE,
+            processing_s=settings.reaper_processing_seconds,
+            pending_s=settings.reaper_pending_seconds,
+            retrying_s=settings.reaper_retrying_seconds,
+            max_rescues=settings.reaper_max_rescues,
+        )
+
+
+class Action(str, enum.Enum):
+    RESCUE = "rescue"
+    ABANDON = "abandon"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    why: str
+
+
+@dataclass
+class ReapReport:
+    """What one pass of the reaper did, by job id."""
+
+    #: sent again with a new message revision (``rescued`` event)
+    rescued: list[str] = field(default_factory=list)
+    #: ended ``failed`` with ``error_type = "abandoned"``
+    abandoned: list[str] = field(default_factory=list)
+    #: looked stalled but left alone: a live worker holds its message, the queue's ready
+    #: messages may hold it, or the broker could not say
+    left: list[str] = field(default_factory=list)
+    #: rescued, but the publish failed (a pending one is the relay's; the next pass retries)
+    unpublished: list[str] = field(default_factory=list)
+    #: a stalled run a cancel was requested of (``Tracker.cancel(running=True)``): ended
+    #: ``cancelled`` as asked
+    cancelled: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, list[str]]:
+        return {
+            "rescued": list(self.rescued),
+            "abandoned": list(self.abandoned),
+            "left": list(self.left),
+            "unpublished": list(self.unpublished),
+            "cancelled": list(self.cancelled),
+        }
+
+
+def message_id(job: Job) -> str:
+    """The task id of the job's messages (the job id, but for a ``self.replace``
+    replacement's)."""
+    return job.celery_task_id or job.id
+
+
+def _ago(now: datetime, then: datetime) -> str:
+    return f"{max(0.0, (now - then).total_seconds()):.0f} s ago"
+
+
+def stalled_why(job: Job, *, db_now: datetime, now: datetime, limits: Thresholds) -> str | None:
+    """Why ``job``'s row alone says nothing will move it any more; None if it does not.
+
+    ``db_now`` is the database's clock: a lease is lapsed (no live holder) only on it.
+    ``now`` (default: the same) judges how long ago the last sign of life was.
+    """
+    if job.status is JobStatus.PROCESSING:
+        lease = diagnose(job, db_now, None, limits.lease_grace_s)
+        last = job.locked_until or job.updated_at  # expired, or released
+        if not lease.lapsed or last >= limits.cutoff(job.status, now):
+            return None
+        return f"attempt {job.attempts_made} was lost ({lease.why} {_ago(now, last)})"
+    if job.status is JobStatus.PENDING:
+        sent = job.published_at
+        if sent is None or sent >= limits.cutoff(job.status, now):
+            return None  # never handed over: the relay's
+        return f"its message was handed to the broker {_ago(now, sent)} and never started"
+    if job.status is JobStatus.RETRYING:
+        due = job.not_before
+        if due is None or due >= limits.cutoff(job.status, now):
+            return None
+        return f"its retry was due {_ago(now, due)} and never started"
+    return None
+
+
+def asks_broker(job: Job) -> bool:
+    """Whether the broker is asked before ``job`` is settled: a waiting job (its message may
+    be queued, or held by a live worker), and a run with attempts left whose arguments were
+    stored redacted. Such a run cannot be re-sent from its row, only abandoned, while its
+    original message, the one that carries the arguments, may be back in its queue
+    (RabbitMQ gives a dead consumer's messages back at once; Redis after
+    ``visibility_timeout``) or held by a live worker, whose delivery then takes it over."""
+    if job.status in _WAITING:
+        return True
+    return (
+        job.status is JobStatus.PROCESSING
+        and job.attempts_made < job.max_attempts
+        and holds_redacted(job.payload)
+    )
+
+
+def _waiting_since(job: Job) -> datetime:
+    when = job.published_at if job.status is JobStatus.PENDING else job.not_before
+    return when or job.updated_at
+
+
+def presumed_lost(
+    waiting: Sequence[Job], held: Collection[str] | None, ready: int | None
+) -> list[Job]:
+    """Of one queue's stalled-looking waiting jobs, those whose message is presumed lost.
+
+    Not lost: one a live worker holds (``held``), and as many of the rest as the queue has
+    ready messages (``ready``: they may be those; the newest are taken to be, as a FIFO
+    queue keeps its newest longest). Nothing is presumed lost when either is unknown.
+    """
+    if held is None or ready is None:
+        return []
+    unheld = sorted((j for j in waiting if message_id(j) not in held), key=_waiting_since)
+    return unheld[: max(0, len(unheld) - ready)]
+
+
+def decide(job: Job, rescues: int, limits: Thresholds) -> Decision:
+    """Rescue a stalled job, or abandon it: a lost last attempt, too many rescues, or
+    arguments stored redacted (a message rebuilt from the row would carry the marker)."""
+    if job.status is JobStatus.PROCESSING and job.attempts_made >= job.max_attempts:
+        return Decision(Action.ABANDON, f"no attempts remain ({job.max_attempts} made)")
+    if rescues >= limits.max_rescues:
+        return Decision(
+            Action.ABANDON,
+            f"rescued {rescues} time(s) already (tracked_reaper_max_rescues={limits.max_rescues})",
+        )
+    if holds_redacted(job.payload):
+        return Decision(
+            Action.ABANDON,
+            "its arguments were stored redacted, so it cannot be re-sent as called: run it "
+            "again with tracker.retry(job_id, arguments={...the redacted ones...})",
+        )
+    return Decision(Action.RESCUE, f"rescue {rescues + 1}: sent again")
+
+
+class Reaper:
+    """Rescues or abandons the stalled jobs of one app's database."""
+
+    def __init__(self, store: ReapStore, hooks: Hooks, settings: Settings) -> None:
+        self.store = store
+        self.hooks = hooks
+        self.limits = Thresholds.of(settings)
+
+    def run(
+        self, publish: Callable[[Job], None], broker: BrokerView, now: datetime | None = None
+    ) -> ReapReport:
+        """One pass over at most :data:`BATCH` stalled-looking runs and as many waiting jobs.
+
+        ``now`` judges how long ago a job's last sign of life was (default: the database's
+        clock); whether a lease lapsed (no live holder) is always judged on the database's.
+
+        Raises:
+            StoreError: the database failed (the next pass starts over).
+        """
+        db_now = self.store.clock()
+        now = now or db_now
+        limits, report = self.limits, ReapReport()
+        rows = self.store.stalled(
+            grace_s=limits.lease_grace_s,
+            run_cutoff=limits.cutoff(JobStatus.PROCESSING, now),
+            pending_cutoff=limits.cutoff(JobStatus.PENDING, now),
+            retrying_cutoff=limits.cutoff(JobStatus.RETRYING, now),
+            limit=BATCH,
+        )
+        stalled: list[tuple[Job, int, str]] = []
+        for job, rescues in rows:
+            why = stalled_why(job, db_now=db_now, now=now, limits=limits)
+            if why is not None:
+                stalled.append((job, rescues, why))
+        asked = [job for job, _, _ in stalled if asks_broker(job)]
+        lost = {job.id for job in self._lost(asked, broker)}
+        for job, rescues, why in stalled:
+            if asks_broker(job) and job.id not in lost:
+                report.left.append(job.id)
+                continue
+            self._settle(job, rescues, why, now, publish, report)
+        if report.rescued or report.abandoned:  # each job was logged by its transition
+            logger.warning(
+                "reaper: %d rescued, %d abandoned, %d left alone, %d not published",
+                len(report.rescued),
+                len(report.abandoned),
+                len(report.left),
+                len(report.unpublished),
+            )
+        return report
+
+    def _lost(self, waiting: Sequence[Job], broker: BrokerView) -> list[Job]:
+        """The jobs (``asks_broker``) whose message is presumed lost. The ready counts are read
+        before the held messages: a message moving from a queue to a worker in between is
+        counted twice (never missed)."""
+        if not waiting:
+            return []
+        queues = sorted({job.queue_name for job in waiting})
+        ready = {queue: broker.ready(queue) for queue in queues}
+        held = broker.held([message_id(job) for job in waiting])
+        if held is None or None in ready.values():
+            logger.warning("reaper: the broker could not say which messages it holds")
+        lost: list[Job] = []
+        for queue in queues:
+            mine = [job for job in waiting if job.queue_name == queue]
+            lost.extend(presumed_lost(mine, held, ready[queue]))
+        return lost
+
+    def _settle(
+        self,
+        job: Job,
+        rescues: int,
+        why: str,
+        now: datetime,
+        publish: Callable[[Job], None],
+        report: ReapReport,
+    ) -> None:
+        if job.status is JobStatus.PROCESSING and job.cancel_requested_at is not None:
+            self._cancel(job, now, f"job {job.id} stalled: {why}; cancelled as requested", report)
+            return
+        decision = decide(job, rescues, self.limits)
+        message = f"job {job.id} stalled: {why}; {decision.why}"
+        if decision.action is Action.ABANDON:
+            if self._abandon(job, now, message):
+                report.abandoned.append(job.id)
+                self._tell(job, Event.FAILED, JobStatus.FAILED, message, logging.ERROR)
+            return
+        if not self._rescue(job, now, message):
+            return  # it moved meanwhile (a late delivery, another reaper)
+        target = JobStatus.RETRYING if job.status is JobStatus.PROCESSING else job.status
+        sent = replace(job, status=target, revision=job.revision + 1)
+        report.rescued.append(job.id)
+        self._tell(job, Event.RESCUED, target, message, logging.WARNING)
+        try:
+            publish(sent)
+        except Exception as exc:
+            logger.warning("reaper could not publish job %s: %s", job.id, mask_url(str(exc)))
+            report.unpublished.append(job.id)
+            return
+        if target is JobStatus.PENDING:
+            self.store.handed_over(job.id, utcnow(), sent.revision)
+
+    def _cancel(self, job: Job, now: datetime, message: str, report: ReapReport) -> None:
+        cutoff = self.limits.cutoff(job.status, now)
+        grace = self.limits.lease_grace_s
+        if self.store.cancel_stalled_run(
+            job, grace_s=grace, run_cutoff=cutoff, message=message, now=utcnow()
+        ):
+            report.cancelled.append(job.id)
+            self._tell(job, Event.CANCELLED, JobStatus.CANCELLED, message, logging.WARNING)
+
+    def _rescue(self, job: Job, now: datetime, message: str) -> bool:
+        cutoff = self.limits.cutoff(job.status, now)
+        if job.status is JobStatus.PROCESSING:
+            grace = self.limits.lease_grace_s
+            return self.store.rescue_run(
+                job, grace_s=grace, run_cutoff=cutoff, message=message, now=utcnow()
+            )
+        return self.store.rescue_waiting(job, cutoff=cutoff, message=message, now=utcnow())
+
+    def _abandon(self, job: Job, now: datetime, message: str) -> bool:
+        exhausted = job.attempts_made >= job.max_attempts
+        cutoff = self.limits.cutoff(job.status, now)
+        if job.status is JobStatus.PROCESSING:
+            return self.store.abandon_run(
+                job,
+                grace_s=self.limits.lease_grace_s,
+                run_cutoff=cutoff,
+                message=message,
+                now=utcnow(),
+                retries_exhausted=exhausted,
+            )
+        return self.store.abandon_waiting(
+            job, cutoff=cutoff, message=message, now=utcnow(), retries_exhausted=exhausted
+        )
+
+    def _tell(self, job: Job, event: Event, status: JobStatus, message: str, level: int) -> None:
+        details = {"error_type": ABANDONED} if status is JobStatus.FAILED else {}
+        self.hooks.after_transition(
+            Transition.of(
+                event,
+                job.id,
+                message,
+                status=status,
+                queue=job.queue_name,
+                job_type=job.job_type,
+                attempt=job.attempts_made,
+                level=level,
+                details=details,
+            )
+        )

@@ -1,0 +1,106 @@
+"""The relay: publish the jobs whose producer died between its insert and its publish.
+
+A producer inserts the pending row, publishes, then records ``published_at``. One that
+dies in between (OOM, a gunicorn timeout, a deploy) leaves a pending row no message will
+ever run, and its idempotency key would deduplicate every later enqueue onto it. The relay
+finds such rows once they are older than ``tracked_relay_grace_seconds``, takes each with
+one conditional ``UPDATE`` (so relays may run in many workers at once: a row goes to one
+of them), publishes it from the row and records the hand-over (a ``relayed`` event).
+
+A producer whose publish *failed* deletes its row before raising ``EnqueueError``, so the
+relay never runs what a caller was told had failed; if a relay took the row first, the
+producer's undo finds it handed over and returns the job instead of an error.
+
+A row whose payload holds redacted values cannot be re-sent as it was called: the relay
+cancels it, with the reason, rather than run it with the redaction marker. Knows nothing
+of Celery: the ``publish`` callable is handed in (see ``maintenance.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from ..core.jobs import Job, utcnow
+from ..core.ports import RelayStore
+from ..core.redact import holds_redacted, mask_url
+from .lease import owner_id
+
+logger = logging.getLogger("celery_tracked")
+
+#: How long a relay holds a row it publishes; if it dies, another relay retries after it.
+CLAIM_S = 30.0
+RELAYED_MESSAGE = "published by the relay: its producer never handed it to the broker"
+REDACTED_REASON = (
+    "its producer died before publishing it and its arguments were redacted, so it "
+    "cannot be re-sent as called: run it again with tracker.retry(job_id, "
+    "arguments={...the redacted ones...}), or enqueue it again"
+)
+
+
+@dataclass
+class RelayReport:
+    """What one pass of the relay did, by job id."""
+
+    published: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+
+class Relay:
+    """Publishes pending rows whose message was never handed to the broker."""
+
+    def __init__(
+        self, store: RelayStore, grace_s: float, cancel: Callable[[str, str], bool]
+    ) -> None:
+        self.store = store
+        self.grace_s = grace_s
+        self.cancel = cancel
+
+    def run(self, publish: Callable[[Job], None], now: datetime | None = None) -> RelayReport:
+        """One pass: relay every unpublished row older than the grace period (at most 100).
+
+        Raises:
+            StoreError: the database failed (the next pass starts over).
+        """
+        now = now or utcnow()
+        owner = f"relay:{owner_id()}:{uuid.uuid4().hex[:8]}"
+        cutoff = now - timedelta(seconds=self.grace_s)
+        report = RelayReport()
+        for job_id in self.store.unpublished(cutoff=cutoff, now=now):
+            claimed = self.store.relay_claim(
+                job_id, owner=owner, now=now, lease_s=CLAIM_S, cutoff=cutoff
+            )
+            job = self.store.get(job_id) if claimed else None
+            if job is not None:  # else published, taken by another relay, or moved meanwhile
+                self._relay(job, owner, publish, report)
+        return report
+
+    def _relay(
+        self, job: Job, owner: str, publish: Callable[[Job], None], report: RelayReport
+    ) -> None:
+        if holds_redacted(job.payload):
+            self.cancel(job.id, REDACTED_REASON)
+            report.cancelled.append(job.id)
+            return
+        try:
+            publish(job)
+        except Exception as exc:
+            logger.warning(
+                "relay could not publish job %s: %s (retried in %s s)",
+                job.id,
+                mask_url(str(exc)),
+                CLAIM_S,
+            )
+            report.failed.append(job.id)
+            return
+        now, revision = utcnow(), job.revision
+        if not self.store.relayed(
+            job.id, owner=owner, now=now, message=RELAYED_MESSAGE, revision=revision
+        ):  # a worker claimed it already, or a newer message replaced this one
+            self.store.handed_over(job.id, now, revision)
+        logger.warning("job %s %s", job.id, RELAYED_MESSAGE)
+        report.published.append(job.id)

@@ -1,0 +1,274 @@
+"""Sending an existing job's message again: ``Tracker.retry`` and the relay's publish.
+
+``Tracker.retry(job_id)`` runs a ``failed`` or ``cancelled`` job again as the same job
+(same id, its history kept in its events):
+
+1. its arguments are rebuilt from ``payload_json``; where the stored payload holds
+   redacted values the caller must pass those arguments again (``arguments=``), and only
+   those: anything else is refused with :class:`~celery_tracked.errors.RetryRefused`
+   before any change;
+2. one conditional ``UPDATE`` moves it back to ``pending`` with a new message revision and
+   ``attempts`` more attempts (attempt numbers keep counting: they fence runs' outcomes);
+   refused if a newer job holds its idempotency key (``key_lifetime`` other than ``row``);
+3. its message is published (same task id; Celery's stored result of the old run is
+   forgotten first, so ``AsyncResult(job_id).get()`` waits for the new one), then marked
+   handed over. A publish that fails is undone: the job is back as it was, and the caller
+   gets ``EnqueueError``.
+
+Knows nothing of Celery: the task's description, the publish and the stored results go
+through the platform port (``port.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Protocol
+
+from ..core.calls import Show, bounded_reprs, plain_repr
+from ..core.codec import PAYLOAD_DEPTH, check_depth, decode, encode
+from ..core.description import TaskDescription
+from ..core.errors import EnqueueError, JobNotFound, RetryRefused, StoreError
+from ..core.hooks import Hooks, Transition
+from ..core.jobs import RETRY_UNDONE, Event, Job, JobStatus, utcnow
+from ..core.messages import TrackedHeaders, positive
+from ..core.port import Platform
+from ..core.ports import RerunStore
+from ..core.redact import holds_redacted, mask_secrets, redact, secret_values
+from .successors import fail_soft_note
+
+logger = logging.getLogger("celery_tracked")
+
+#: The statuses ``Tracker.retry`` runs again.
+RETRIABLE = (JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class Shape(Protocol):
+    """What ``retry_arguments`` needs of a task's call shape (``calls.CallShape``)."""
+
+    def names(self, count: int) -> list[str | None]: ...
+
+    def redacted(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
+    ) -> tuple[list[Any], dict[str, Any]]: ...
+
+
+class _Unnamed:
+    """The call shape of a task this process does not know: its positional arguments have
+    no names (a redacted one cannot be given again), its keyword arguments are redacted by
+    their names as usual."""
+
+    def names(self, count: int) -> list[str | None]:
+        return [None] * count
+
+    def redacted(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
+    ) -> tuple[list[Any], dict[str, Any]]:
+        return list(args), redact(dict(kwargs), keys)
+
+
+def stored_arguments(job: Job) -> tuple[list[Any], dict[str, Any]]:
+    """The job's arguments as stored (redacted values included)."""
+    payload = job.payload or {}
+    return list(payload.get("args", ())), dict(payload.get("kwargs", {}))
+
+
+def stored_reprs(job: Job, show: Show = plain_repr) -> tuple[str, str]:
+    """``argsrepr``/``kwargsrepr`` of ``job``'s message, from its row's redacted payload:
+    what Flower and task events show, whoever publishes it (even a process that never
+    imported the task); ``show`` is the platform's repr."""
+    return bounded_reprs(*stored_arguments(job), show)
+
+
+def granted(max_attempts: int, rounds: Sequence[tuple[str, int]]) -> int:
+    """The attempts the job's latest round was given: ``max_attempts`` less the attempts
+    made before that round began (at its enqueue: 0; at its latest retry not undone).
+    ``rounds``: its ``retried``/``retry_undone`` events in order, with the attempts made
+    before each."""
+    starts = [0]
+    for event, attempt in rounds:
+        if event == RETRY_UNDONE:
+            if len(starts) > 1:
+                starts.pop()
+        else:
+            starts.append(attempt)
+    return max(1, max_attempts - starts[-1])
+
+
+def retry_arguments(
+    job: Job, shape: Shape | None, given: Mapping[str, Any], keys: Sequence[str]
+) -> tuple[list[Any], dict[str, Any]]:
+    """The arguments ``job`` runs again with: as stored, with each top-level argument whose
+    stored value holds a redacted value taken from ``given`` (by parameter name).
+
+    Raises:
+        RetryRefused: a redacted argument is missing from ``given``, ``given`` names an
+            argument that was not redacted, or a given value differs from the stored one
+            beyond its secret values.
+    """
+    args, kwargs = stored_arguments(job)
+    known = shape is not None
+    shape = shape if shape is not None else _Unnamed()
+    names = shape.names(len(args))
+    wanted: list[str] = []
+    for index, (name, value) in enumerate(zip(names, args, strict=True)):
+        if holds_redacted(value):
+            wanted.append(name or f"<positional argument {index}>")
+            if name is not None and name in given:
+                args[index] = given[name]
+    for name, value in kwargs.items():
+        if holds_redacted(value):
+            wanted.append(name)
+            if name in given:
+                kwargs[name] = given[name]
+    missing = [name for name in wanted if name not in given]
+    if missing:
+        raise RetryRefused(
+            f"job {job.id}: its stored arguments hold redacted values; pass them again: "
+            f"tracker.retry(job_id, arguments={{...}}) with {', '.join(missing)}"
+            + ("" if known else f" (and register task {job.task_name} here)")
+        )
+    extra = sorted(set(given) - set(wanted))
+    if extra:
+        raise RetryRefused(
+            f"job {job.id} re-runs with its stored arguments; only redacted ones may be "
+            f"given again ({', '.join(wanted) or 'none'}), not {', '.join(extra)}"
+        )
+    if wanted:
+        safe_args, safe_kwargs = shape.redacted(args, kwargs, keys)
+        if decode(encode({"args": safe_args, "kwargs": safe_kwargs})) != job.payload:
+            raise RetryRefused(
+                f"job {job.id}: the values given differ from its stored arguments beyond "
+                "their redacted parts"
+            )
+    return args, kwargs
+
+
+def send_job(platform: Platform, job: Job, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    """Publish ``job``'s current message (its revision): same task id, tracking headers
+    and queue (a ``countdown``/``eta`` given at enqueue is not kept)."""
+    argsrepr, kwargsrepr = stored_reprs(job, platform.show)
+    options: dict[str, Any] = {
+        "task_id": job.celery_task_id or job.id,
+        "headers": TrackedHeaders.of(job).to_headers(),
+        "queue": job.queue_name,
+        "argsrepr": argsrepr,
+        "kwargsrepr": kwargsrepr,
+    }
+    platform.publish(job.task_name, tuple(args), dict(kwargs), options)
+
+
+def publisher(platform: Platform) -> Callable[[Job], None]:
+    """Sends a job's message from its row (:func:`send_job` with its stored arguments):
+    the relay's and the reaper's publish."""
+
+    def publish(job: Job) -> None:
+        send_job(platform, job, *stored_arguments(job))
+
+    return publish
+
+
+class Resender:
+    """``Tracker.retry`` (see the module's text) for one app."""
+
+    def __init__(
+        self, store: RerunStore, hooks: Hooks, platform: Platform, redact_keys: tuple[str, ...]
+    ) -> None:
+        self.store = store
+        self.hooks = hooks
+        self.platform = platform
+        self.redact_keys = redact_keys
+
+    def retry(self, job_id: str, arguments: Mapping[str, Any] | None, attempts: int | None) -> bool:
+        """True once the job was sent again, False if it is not ``failed``/``cancelled``
+        (any more).
+
+        Raises:
+            JobNotFound, RetryRefused, InvalidPayload (``attempts``), EnqueueError (the
+            publish failed: undone), StoreError.
+        """
+        store, keys = self.store, self.redact_keys
+        job = store.get(job_id)
+        if job is None:
+            raise JobNotFound(f"no job {job_id}")
+        if job.status not in RETRIABLE:
+            return False
+        task = self.platform.description(job.task_name)
+        shape = None if task is None else task.shape
+        args, kwargs = retry_arguments(job, shape, arguments or {}, keys)
+        check_depth([args, kwargs], PAYLOAD_DEPTH)  # values given again: PayloadNotSerializable
+        self._refuse_after_fail_soft(job)
+        budget = positive(attempts, "attempts") or self._budget(job, task)
+        made = job.revision + 1
+        message = (
+            f"job {job.id} retried: runs again with {budget} more attempt(s) "
+            f"(was {job.status.value} after {job.attempts_made})"
+        )
+        if not store.retry(
+            job.id, seen_revision=job.revision, budget=budget, now=utcnow(), message=message
+        ):
+            self._refuse_if_key_taken(job)
+            return False
+        sent = replace(job, status=JobStatus.PENDING, revision=made)
+        forgotten = self.platform.forget_result(sent)
+        try:
+            send_job(self.platform, sent, args, kwargs)
+        except Exception as exc:
+            if forgotten is not None:
+                self.platform.restore_result(sent, forgotten)
+            detail = mask_secrets(str(exc), secret_values([dict(arguments or {})], keys), keys)
+            store.undo_retry(
+                job.id,
+                made=made,
+                status=job.status,
+                max_attempts=job.max_attempts,
+                finished_at=job.finished_at,
+                now=utcnow(),
+                message=f"retry undone: its message could not be published: {detail}",
+                retries_exhausted=job.retries_exhausted,
+            )
+            raise EnqueueError(f"retry of job {job.id} failed (broker publish): {detail}") from None
+        try:
+            store.handed_over(job.id, utcnow(), made)
+        except StoreError as exc:  # harmless: the relay may send a duplicate, which runs nothing
+            logger.warning("could not record that job %s was published: %s", job.id, exc)
+        self.hooks.after_transition(
+            Transition.of(
+                Event.RETRIED, job.id, message, JobStatus.PENDING, job.queue_name, job.job_type
+            )
+        )
+        return True
+
+    def _budget(self, job: Job, task: TaskDescription | None) -> int:
+        """The attempts a retry gives by default: the task's ``max_attempts`` where the
+        task is registered here, else what its latest round was given, as recorded (never
+        the settings' default: an admin process need not import the tasks)."""
+        own = None if task is None else task.retry.max_attempts
+        if isinstance(own, int) and own > 0:
+            return own
+        return granted(job.max_attempts, self.store.retry_rounds(job.id))
+
+    def _refuse_after_fail_soft(self, job: Job) -> None:
+        """A pipeline step whose failure was followed by its fail-soft successor is not
+        run again: its pipeline went on from that failure (``docs/pipelines.md``)."""
+        if job.status is not JobStatus.FAILED or not job.retries_exhausted:
+            return  # only a failure after the retries creates fail-soft successors
+        successor = self.store.fail_soft_successor(job, fail_soft_note(job.id))
+        if successor is not None:
+            raise RetryRefused(
+                f"job {job.id}: its failure was followed by its fail-soft successor "
+                f"{successor.id} ({successor.job_type}, {successor.status.value}): its "
+                "pipeline went on from that failure, and running the step again would run "
+                "both of its branches; retry the successor instead, or start the pipeline again"
+            )
+
+    def _refuse_if_key_taken(self, job: Job) -> None:
+        if job.idempotency_key is None:
+            return
+        latest = self.store.find_by_key(job.job_type, job.idempotency_key)
+        if latest is not None and latest.id != job.id:
+            raise RetryRefused(
+                f"job {job.id}: a newer job {latest.id} holds its idempotency key "
+                f"({latest.status.value}); retry that one, or enqueue again"
+            )

@@ -1,0 +1,280 @@
+"""The worker service: claim under a lease → run the body → classify → verdict.
+
+``Runner.run`` is called from the task's call path (so a failed durable write becomes a
+retry, never a silent success) and returns a verdict (``outcome.py``); it never raises
+Celery's exceptions nor calls back into the task class: the body comes in as a callable,
+given the running :class:`~celery_tracked.attempt.Attempt`. Writing the outcome is the
+``Recorder``'s (``recorder.py``).
+
+The Runner imports no feature: progress, pipelines, rate limits, metrics are hooks the
+wiring (``tracker.py``) composes, and reach the run only through the hook interface
+(``hooks.py``), each given the delivery, the claim or the attempt it acts on.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from ..core.attempt import Attempt
+from ..core.codec import encode
+from ..core.errors import StoreError, Unrecoverable
+from ..core.hooks import Delivery, Hooks, Wait
+from ..core.jobs import Claim, Event, Job, JobStatus, utcnow
+from ..core.limits import busy_key_countdown
+from ..core.outcome import Postponed, Skipped, Verdict, Write, postpone_for
+from ..core.ports import RunStore
+from ..core.redact import mask_exception
+from ..core.run import Run
+from ..core.settings import Settings
+from .lease import LeaseKeeper, diagnose, owner_id, waiting_hold
+from .recorder import Recorder, after_write
+
+#: Longest wait before re-reading an unreachable database at claim time.
+_CLAIM_RETRY_CAP_MS = 30_000
+
+__all__ = ["Runner"]
+
+
+class Runner:
+    """Runs deliveries of tracked jobs in this process."""
+
+    def __init__(
+        self, store: RunStore, leases: LeaseKeeper, hooks: Hooks, settings: Settings
+    ) -> None:
+        self.store = store
+        self.leases = leases
+        self.hooks = hooks
+        self.settings = settings
+        self.recorder = Recorder(store, hooks, settings)
+
+    def run(self, run: Run, body: Callable[[Attempt], Any]) -> Verdict:
+        """Claim ``run``'s job, call ``body(attempt)`` under the lease and record its
+        outcome."""
+        carried = self.recorder.carried_over(run)  # an earlier attempt's, written first
+        if carried is not None:
+            return carried
+        delivery = Delivery(
+            run.job_id, run.job_type, run.queue, run.task_name, run.limits, run.inline
+        )
+        full = self._key_full(run, hint=True)
+        if full is not None:  # before the rate limiter: a job that cannot run spends no slot
+            return self._turned_away(run, full)
+        delay = self.hooks.before_claim(delivery)
+        if delay is not None:
+            asked = delay if isinstance(delay, Wait) else Wait(delay)
+            return self._turned_away(run, Postponed(asked.seconds, asked.reason, asked.headers))
+        sent, claimed_at = time.monotonic(), utcnow()
+        try:
+            claim = self._claim(run, claimed_at)
+        except StoreError as exc:
+            wait = max(
+                0.5,
+                self.recorder.backoff(1, self.settings.default_backoff_ms, _CLAIM_RETRY_CAP_MS)
+                / 1000,
+            )
+            self.recorder.tell(
+                run,
+                Event.ERROR,
+                f"job {run.job_id} not started, database unavailable: {exc}; retry in {wait:.1f} s",
+                level=logging.WARNING,
+            )
+            return Postponed(wait, "database unavailable")
+        if not isinstance(claim, Claim):
+            return self._turned_away(run, claim)
+        self.recorder.tell(
+            run,
+            Event.PROCESSING,
+            f"job {run.job_id} processing (attempt {claim.attempt}/{claim.max_attempts})",
+            attempt=claim.attempt,
+        )
+        # registered from the claim until the outcome is written: a duplicate delivery in
+        # this same process never mistakes the running attempt for an abandoned one
+        with self.leases.holding(claim, since=sent):
+            refused = self._refused_start(run, claim, delivery, claimed_at)
+            if refused is not None:
+                return refused
+            return self._execute(run, claim, body)
+
+    # -- claim ------------------------------------------------------------------------
+
+    def _claim(self, run: Run, now: datetime) -> Claim | Skipped | Postponed:
+        store, job_id = self.store, run.job_id
+        keyed, revision = _concurrency(run), run.headers.revision
+        who: dict[str, Any] = {"owner": owner_id(), "worker": run.worker, "now": now}
+        who.update(lease_s=self.leases.lease_seconds, revision=revision, concurrency=keyed)
+        claim = store.claim(job_id, **who)
+        if claim is not None:
+            return claim
+        job = store.get(job_id)
+        if job is None:
+            return Skipped("no such job (its enqueue was undone, or the row was deleted)")
+        if job.revision != revision:
+            return Skipped(f"a newer message (revision {job.revision}) replaced this one")
+        if job.terminal:
+            return Skipped(f"job already {job.status.value}")
+        if job.status is not JobStatus.PROCESSING:
+            hold = waiting_hold(job, store.clock(), keyed=keyed is not None)
+            if hold is not None:
+                return Postponed(hold.countdown_s, hold.why)
+            return self._key_full(run) or Postponed(0.2, "claimed concurrently")
+        return self._take_over(run, job, who)
+
+    def _take_over(self, run: Run, job: Job, who: dict[str, Any]) -> Claim | Skipped | Postponed:
+        """A ``processing`` row: wait for its live lease, or take a lapsed one over (or
+        fail the job when no attempt remains)."""
+        store, leases, job_id = self.store, self.leases, run.job_id
+        grace = leases.grace_seconds
+        lease = diagnose(job, store.clock(), leases.dead_holder(job), grace)
+        if not lease.lapsed:
+            return Postponed(postpone_for(lease.remaining_s, who["lease_s"]), lease.why)
+        seen = job.attempts_made
+        if job.cancel_requested_at is not None:  # asked to stop, and its run is gone
+            message = f"cancelled: attempt {seen} was asked to stop and is gone ({lease.why})"
+            if store.end_dead_run(
+                job_id,
+                seen_attempt=seen,
+                stale_owner=lease.stale_owner,
+                status=JobStatus.CANCELLED,
+                error_type=None,
+                error_message=None,
+                message=message,
+                now=who["now"],
+            ):
+                self.recorder.tell(run, Event.CANCELLED, f"job {job_id} {message}", attempt=seen)
+            return Skipped(message)
+        if seen >= job.max_attempts:
+            message = f"attempt {seen} was lost ({lease.why}) and no attempts remain"
+            if store.fail_lost(
+                job_id,
+                seen_attempt=seen,
+                now=who["now"],
+                grace_s=grace,
+                stale_owner=lease.stale_owner,
+                message=message,
+            ):
+                self.recorder.tell(
+                    run, Event.FAILED, f"job {job_id} failed: {message}", logging.ERROR, seen
+                )
+            return Skipped(message)
+        taken = store.take_over(
+            job_id,
+            seen_attempt=seen,
+            grace_s=grace,
+            stale_owner=lease.stale_owner,
+            reason=f"attempt {seen} lost ({lease.why}); attempt {seen + 1} takes over",
+            **who,
+        )
+        if taken is None:
+            return self._key_full(run) or Postponed(0.2, "taken over concurrently")
+        return taken
+
+    def _key_full(self, run: Run, hint: bool = False) -> Postponed | None:
+        """A keyed job that found no free slot waits (no attempt used); ``hint``: only if a
+        read says the key is full now (the keyed claim decides)."""
+        keyed = _concurrency(run)
+        if keyed is None:
+            return None
+        if hint:
+            try:
+                if not self.store.key_busy(run.job_id, *keyed):
+                    return None
+            except StoreError:  # the claim will meet it and wait
+                return None
+        return Postponed(
+            busy_key_countdown(random.random()),
+            f"concurrency key {keyed[0]!r} has no free slot (limit {keyed[1]})",
+        )
+
+    def _turned_away(self, run: Run, verdict: Skipped | Postponed) -> Verdict:
+        if isinstance(verdict, Skipped):
+            self.recorder.tell(
+                run, Event.SKIPPED, f"job {run.job_id} delivery skipped: {verdict.reason}"
+            )
+        else:
+            self.recorder.tell(
+                run,
+                Event.BUSY,
+                f"job {run.job_id} delivery postponed {verdict.countdown:.1f} s: {verdict.reason}",
+            )
+        return verdict
+
+    # -- body and outcome -------------------------------------------------------------
+
+    def _refused_start(
+        self, run: Run, claim: Claim, delivery: Delivery, claimed_at: datetime
+    ) -> Postponed | None:
+        """The last word before the body (``before_body``: the rate limiter's grant). A
+        refusal gives the claim back, no attempt used, and postpones the delivery."""
+        self.hooks.after_claim(delivery, claim)
+        delay = self.hooks.before_body(delivery, claim)
+        if delay is None:
+            return None  # the body starts now: nothing slow may come in between
+        asked = delay if isinstance(delay, Wait) else Wait(delay)
+        self.leases.body_ended(claim)  # no body: nothing to stop while it is given back
+        try:
+            given = self.store.give_back(
+                claim, owner=owner_id(), claimed_at=claimed_at, now=utcnow(), message=asked.reason
+            )
+            note = "claim given back" if given else "the claim was no longer held"
+        except StoreError as exc:  # its lease lapses, and a later delivery takes it over
+            note = f"claim not given back: {exc}"
+        postponed = Postponed(asked.seconds, f"{asked.reason} ({note})", asked.headers)
+        self._turned_away(run, postponed)
+        return postponed
+
+    def _execute(self, run: Run, claim: Claim, body: Callable[[Attempt], Any]) -> Verdict:
+        error: Exception | None = None
+        result: Any = None
+        result_json: str | None = None
+        started = time.monotonic()
+        attempt = Attempt(run, claim)
+        try:
+            with self.hooks.running(attempt):  # the hooks' blocks end with the body
+                result = body(attempt)
+            result_json = _encode_result(result)
+        except Exception as exc:
+            error = exc
+            mask_exception(exc, run.secrets(), self.settings.redact_keys)  # and its cause
+        self.leases.body_ended(claim)
+        verdict = self._record(attempt, error, result, result_json, started)
+        self.hooks.after_attempt(attempt)
+        return verdict
+
+    def _record(
+        self,
+        attempt: Attempt,
+        error: Exception | None,
+        result: Any,
+        result_json: str | None,
+        started: float,
+    ) -> Verdict:
+        """Write what the attempt's body amounts to (``attempt``: what its own
+        ``self.retry`` did, too)."""
+        recorder, claim = self.recorder, attempt.claim
+        plan = recorder.plan(attempt.run, claim, error, attempt)
+        if plan.write is Write.COMPLETE:
+            return recorder.complete(attempt, plan, error, result, result_json, started)
+        if plan.write is Write.RELEASE:
+            recorder.release(claim)
+            return after_write(plan, error, attempt.run.signals)
+        assert error is not None
+        return recorder.fail_attempt(attempt, plan, error, started)
+
+
+def _concurrency(run: Run) -> tuple[str, int] | None:
+    limits = run.limits
+    return None if limits is None or limits.key is None else (limits.key, limits.limit)
+
+
+def _encode_result(result: Any) -> str | None:
+    if result is None:
+        return None
+    try:
+        return encode(result)
+    except (TypeError, ValueError) as exc:
+        raise Unrecoverable(f"the task's result is not JSON-serialisable: {exc}") from None
