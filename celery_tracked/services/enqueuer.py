@@ -11,11 +11,9 @@ hands in its own send), and never calls back into the task class:
    (``published_at``); if the publish fails, delete the row and release the guard (nothing
    left behind) unless a relay handed the row over meanwhile (then the job is returned).
 
-A duplicate producer never trusts a row whose message was not handed over yet: it waits
-(bounded) for the first producer's outcome, and takes the key over if that one undid its
-row. A producer that died between insert and publish leaves such a row for the relay
-(``relay.py``), which publishes it after ``tracked_relay_grace_seconds``.
-"""
+A duplicate producer waits (bounded) for a row whose message was not handed over yet, and
+takes the key over if its producer undid it; a producer that died between insert and
+publish leaves the row to the relay (``relay.py``)."""
 
 from __future__ import annotations
 
@@ -43,8 +41,7 @@ logger = logging.getLogger("celery_tracked")
 DUPLICATE_WAIT_S = 5.0
 #: The guard of a job without idempotency key only covers the enqueue itself.
 ID_GUARD_TTL_MS = 60_000
-#: How many times an enqueue decides again when its key changes hands under it (with a
-#: short random pause between tries, so racing producers spread out).
+#: How often an enqueue decides again when its key changes hands (randomly paused).
 _ROUNDS_TRIED = 60
 _ONE_JOB = KeyRule()
 #: ``publish(headers, task_id)``: hand the job's message to the broker (or run it here).
