@@ -70,8 +70,8 @@ class TrackedTask(Task[P, R_co]):
     (a template naming the call's arguments, or a callable; a key given per call is taken
     literally), ``key_lifetime`` (with ``throttle_s``/``debounce_s``), ``validator``,
     ``rate_limit_global``, ``concurrency_key`` (with ``concurrency_limit``),
-    ``retention`` (how long its ended jobs are kept: ``retention.py``); what
-    each means and accepts: ``celery_tracked/options.py``.
+    ``retention`` (how long its ended jobs are kept); what each means and accepts:
+    ``celery_tracked/core/options.py``.
     """
 
     acks_late = True
@@ -363,15 +363,17 @@ class TrackedTask(Task[P, R_co]):
         if isinstance(exc, TimeLimitExceeded):
             republish = partial(_publish_again, self, args, kwargs)
             limit = exc.args[0] if exc.args else "?"
-            self.tracker.aftermath.time_limited(task_id, limit, self._retry_delay, republish)
+            delay = partial(_retry_delay, self)
+            self.tracker.aftermath.time_limited(task_id, limit, delay, republish)
 
-    def _retry_delay(self, attempt: int) -> int:
-        """The delay after failed attempt ``attempt`` by this task's retry policy, ms."""
-        settings = self.tracker.settings
-        policy = self.description.retry
-        return policy.delay_ms(
-            attempt, settings.default_backoff_ms, settings.max_backoff_ms, random.random
-        )
+
+def _retry_delay(task: TrackedTask[Any, Any], attempt: int) -> int:
+    """The delay after failed attempt ``attempt`` by ``task``'s retry policy, ms."""
+    settings = task.tracker.settings
+    policy = task.description.retry
+    return policy.delay_ms(
+        attempt, settings.default_backoff_ms, settings.max_backoff_ms, random.random
+    )
 
 
 def _hide_arguments(task: TrackedTask[Any, Any]) -> None:
