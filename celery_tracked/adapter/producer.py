@@ -42,7 +42,8 @@ def new_job(
     job_id, sent_as, in_canvas = canvas.ids(check_job_id(task_id), options)
     check_options(options)
     parent_job_id, correlation_id = lineage(control, job_id)
-    ids = newjobs.Ids(job_id, sent_as, in_canvas, parent_job_id, correlation_id)
+    fresh = job_id != task_id  # made here: no task id was given (or a replacement's)
+    ids = newjobs.Ids(job_id, sent_as, in_canvas, parent_job_id, correlation_id, fresh)
     return newjobs.new_job(task, settings, args, kwargs, control, options, ids)
 
 

@@ -78,6 +78,9 @@ class MemoryMessages(MemoryCore):
         moved = self.move(job_id, tuple(JobStatus), check, lambda _: {"published_at": now})
         return moved is not None
 
+    def note_handed_over(self, job_id: str, now: datetime, revision: int = 0) -> None:
+        self.handed_over(job_id, now, revision)
+
     def cancel(
         self, job_id: str, *, now: datetime, reason: str, revision: int | None = None
     ) -> bool:

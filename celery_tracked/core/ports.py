@@ -75,6 +75,10 @@ class Handing(Protocol):
     def handed_over(self, job_id: str, now: datetime, revision: int = 0) -> bool:
         """The message of ``revision`` was handed to the broker (once, if still current)."""
 
+    def note_handed_over(self, job_id: str, now: datetime, revision: int = 0) -> None:
+        """``handed_over``, without waiting for the answer where the store can (a lost
+        mark only lets the relay send a harmless duplicate)."""
+
 
 class KeyReader(Protocol):
     def find_by_key(self, job_type: str, key: str) -> Job | None:

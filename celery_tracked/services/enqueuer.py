@@ -71,6 +71,9 @@ class NewJob:
     key_rule: KeyRule = _ONE_JOB
     #: the jobs sharing it run at most the task's limit at once (``limits.py``)
     concurrency_key: str | None = None
+    #: the job id was made for this call (no task id given): no other producer can
+    #: hold it, so a job without key needs no guard
+    fresh_id: bool = False
 
     @property
     def rule(self) -> KeyRule:
@@ -103,12 +106,15 @@ class NewJob:
         }
 
 
-def guard_of(job: NewJob, guard_ttl_s: int) -> tuple[tuple[str, ...], int]:
+def guard_of(job: NewJob, guard_ttl_s: int) -> tuple[tuple[str, ...], int] | None:
     """The guard key's parts and its TTL (ms): per ``(job_type, key)`` for the key's
     lifetime (at most ``guard_ttl_s``; a throttle's window), else per job id for the
-    enqueue itself (an explicit ``task_id`` given twice is one job)."""
+    enqueue itself (an explicit ``task_id`` given twice is one job); None for a job
+    without key whose id was made for this call (its primary key is guard enough)."""
     if job.call.key is not None:
         return ("guard", job.job_type, job.call.key), job.rule.guard_ttl_ms(guard_ttl_s * 1000)
+    if job.fresh_id:
+        return None
     return ("guard", "id", job.job_id), min(ID_GUARD_TTL_MS, guard_ttl_s * 1000)
 
 
@@ -132,8 +138,8 @@ class Enqueuer:
             EnqueueError: Redis, the database or the broker failed (nothing left behind).
             DuplicateInCanvas: ``job`` is a canvas member and its key is taken.
         """
-        parts, ttl_ms = guard_of(job, self.guard_ttl_s)
-        key = self.guard.key(*parts)
+        guarded = guard_of(job, self.guard_ttl_s)
+        key, ttl_ms = (None, 0) if guarded is None else (self.guard.key(*guarded[0]), guarded[1])
         for tried in range(_ROUNDS_TRIED):
             if tried:
                 time.sleep(random.uniform(0, 0.002 * min(tried, 10)))
@@ -178,7 +184,7 @@ class Enqueuer:
         )
 
     def _publish(
-        self, job: NewJob, key: str, publish: Publish, redact_keys: tuple[str, ...]
+        self, job: NewJob, key: str | None, publish: Publish, redact_keys: tuple[str, ...]
     ) -> EnqueueResult[Any]:
         try:
             publish(job.headers(), job.celery_task_id or job.job_id)
@@ -208,7 +214,7 @@ class Enqueuer:
         self._tell(job, Event.ERROR, "error", message)
         return EnqueueError(f"enqueue of {job.task_name} failed ({stage}): {detail}")
 
-    def _acquire(self, job: NewJob, key: str, ttl_ms: int) -> Job | None:
+    def _acquire(self, job: NewJob, key: str | None, ttl_ms: int) -> Job | None:
         """None when this producer holds the key; else the holder's job, once its message
         was handed to the broker.
 
@@ -218,6 +224,8 @@ class Enqueuer:
         constraint then decides between this producer and one still about to insert: the
         loser's insert collides and it returns the winner's job (``_duplicate``).
         """
+        if key is None:
+            return None
         for _ in range(_ROUNDS_TRIED):
             holder = self.guard.acquire(key, job.job_id, ttl_ms)
             if holder is None or holder == job.job_id:
@@ -364,13 +372,15 @@ class Enqueuer:
             )
         )
 
-    def _release(self, key: str, token: str) -> None:
+    def _release(self, key: str | None, token: str) -> None:
+        if key is None:
+            return
         try:
             self.guard.release(key, token)
         except GuardError as exc:
             logger.warning("could not release guard key: %s (it expires by itself)", exc)
 
-    def _undo(self, job_id: str, key: str) -> Job | None:
+    def _undo(self, job_id: str, key: str | None) -> Job | None:
         """Delete the row of a job whose publish failed and release the guard; returns
         the job instead if a relay handed it over meanwhile (the guard then stays).
 
@@ -386,7 +396,7 @@ class Enqueuer:
 
     def _handed_over(self, job_id: str, revision: int) -> None:
         try:
-            self.store.handed_over(job_id, utcnow(), revision)
+            self.store.note_handed_over(job_id, utcnow(), revision)
         except StoreError as exc:
             # harmless: the relay may publish it again, and a duplicate delivery never runs
             logger.warning("could not record that job %s was published: %s", job_id, exc)

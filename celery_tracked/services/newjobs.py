@@ -29,6 +29,8 @@ class Ids:
     in_canvas: bool
     parent_job_id: str | None
     correlation_id: str
+    #: the job id was made for this call (no task id was given)
+    fresh: bool = False
 
 
 def new_job(
@@ -65,6 +67,7 @@ def new_job(
         canvas=ids.in_canvas,
         key_rule=task.keys,
         concurrency_key=call.concurrency_key,
+        fresh_id=ids.fresh,
     )
     debounce(job, options)
     return job

@@ -10,10 +10,13 @@ Core statement in ``statements.py`` with the engine's own dialect, once per proc
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import select
 import threading
 import weakref
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 from ..core.errors import StoreError
@@ -23,21 +26,29 @@ from .translate import Disconnected, DuplicateJob, explained
 
 _INHERITED: list[Any] = []
 
+logger = logging.getLogger("celery_tracked")
+
+#: How long the answer of a statement sent without waiting may take to arrive.
+_ANSWER_WAIT_S = 30.0
+
 
 class _ThreadConnection:
     """One thread's connection, closed when the thread ends, but only by the process that
     opened it: a forked child (whose copies of other threads' locals are dropped at fork)
     must never end the parent's sessions."""
 
-    __slots__ = ("__weakref__", "conn", "owned")
+    __slots__ = ("__weakref__", "conn", "owned", "unread")
 
     def __init__(self) -> None:
         self.conn: Any = None
+        #: the key of a statement sent without waiting whose answer is not read yet
+        self.unread: str | None = None
         self.owned: dict[str, Any] = {}  # the finaliser's view: never references the slot
         weakref.finalize(self, _close_owned, self.owned, os.getpid())
 
     def set(self, conn: Any) -> None:
         self.conn = conn
+        self.unread = None
         if conn is None:
             self.owned.pop("conn", None)
         else:
@@ -89,6 +100,7 @@ class FastPath:
         self._params = dict(params)
         self._dialect = dialect
         self._compiled: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._numbered_sql: dict[str, tuple[bytes, tuple[str, ...], dict[str, Any]]] = {}
         self._local = threading.local()
         self._opened: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()
@@ -123,6 +135,7 @@ class FastPath:
 
         sql, fixed = self._sql(key, build)
         slot = self._slot()
+        self._read_answer(slot)
         conn = slot.conn
         try:
             if conn is None or conn.closed:
@@ -140,6 +153,83 @@ class FastPath:
                 slot.set(None)
                 raise Disconnected(reason) from None
             raise StoreError(explained(exc, reason)) from None
+
+    def send(self, key: str, build: Callable[[], Any], params: Mapping[str, Any]) -> None:
+        """Send the statement ``build()`` and return without waiting for its answer,
+        which this thread reads (and drops; a failure is logged) before its next
+        statement. Only for a write whose loss is harmless: it is on the wire when this
+        returns, so it runs even if the process dies next.
+
+        Raises:
+            Disconnected: the connection was dead (dropped; nothing was sent).
+            StoreError: the statement could not be sent.
+        """
+        import psycopg
+
+        sql, positions, fixed = self._numbered(key, build)
+        values = {**fixed, **params}
+        slot = self._slot()
+        self._read_answer(slot)
+        conn = slot.conn
+        try:
+            if conn is None or conn.closed:
+                conn = self._connect()
+                slot.set(conn)
+            pgconn = conn.pgconn
+            pgconn.send_query_params(sql, [_text(values[name]) for name in positions])
+            while pgconn.flush():
+                _wait(pgconn.socket, write=True)
+            slot.unread = key
+        except (psycopg.Error, OSError) as exc:
+            reason = first_line(str(exc), type(exc).__name__)
+            if conn is not None:
+                conn.close()
+            slot.set(None)
+            raise Disconnected(reason) from None
+
+    def _numbered(
+        self, key: str, build: Callable[[], Any]
+    ) -> tuple[bytes, tuple[str, ...], dict[str, Any]]:
+        """The statement with ``$1``-style parameters (libpq's own), their names in
+        order, and the constant parameters' values."""
+        found = self._numbered_sql.get(key)
+        if found is None:
+            dialect = type(self._dialect)(paramstyle="numeric_dollar")
+            compiled = build().compile(dialect=dialect)
+            binds = compiled.binds
+            fixed = {k: v for k, v in compiled.params.items() if not binds[k].required}
+            positions = tuple(compiled.positiontup or ())
+            found = self._numbered_sql[key] = (str(compiled).encode(), positions, fixed)
+        return found
+
+    def _read_answer(self, slot: _ThreadConnection) -> None:
+        """Read the answer of the statement this thread sent without waiting, if any."""
+        key, conn = slot.unread, slot.conn
+        if key is None or conn is None:
+            return
+        slot.unread = None
+        pgconn = conn.pgconn
+        try:
+            while True:
+                pgconn.consume_input()
+                if pgconn.is_busy():
+                    if not _wait(pgconn.socket, write=False):
+                        raise OSError(f"no answer in {_ANSWER_WAIT_S:.0f} s")
+                    continue
+                result = pgconn.get_result()
+                if result is None:
+                    return
+                message = result.error_message
+                if message:
+                    logger.warning(
+                        "celery-tracked: %s failed: %s",
+                        key,
+                        first_line(message.decode(errors="replace"), "error"),
+                    )
+        except Exception as exc:  # the connection is in an unknown state: start afresh
+            logger.warning("celery-tracked: %s: connection dropped (%s)", key, exc)
+            conn.close()
+            slot.set(None)
 
     def _connect(self) -> Any:
         import psycopg
@@ -163,3 +253,28 @@ class FastPath:
         _INHERITED.extend(self._opened)
         _INHERITED.append(self._local)
         self._opened = weakref.WeakSet()
+
+
+def _text(value: Any) -> bytes | None:
+    """A parameter in PostgreSQL's text format (the statement casts each one)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return b"t" if value else b"f"
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.isoformat().encode()
+    if isinstance(value, (str, int, float)):
+        return str(value).encode()
+    raise TypeError(f"no text form for a parameter of type {type(value).__name__}")
+
+
+def _wait(sock: int, write: bool) -> bool:
+    """Wait until ``sock`` is ready; False after ``_ANSWER_WAIT_S``."""
+    ready = (
+        select.select([], [sock], [], _ANSWER_WAIT_S)
+        if write
+        else select.select([sock], [], [], _ANSWER_WAIT_S)
+    )
+    return any(ready)

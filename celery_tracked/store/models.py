@@ -23,6 +23,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.types import TypeDecorator
@@ -66,6 +67,14 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def _only(condition: str) -> dict[str, Any]:
+    """A partial index's condition (PostgreSQL, SQLite; MariaDB indexes every row). Each
+    status change writes the row into every index whose condition it meets: an index
+    that serves only rows with a value keeps out the rest (migration 0009)."""
+    return {"postgresql_where": text(condition), "sqlite_where": text(condition)}
+
 
 jobs = Table(
     "background_jobs",
@@ -124,9 +133,20 @@ jobs = Table(
     Index("ix_background_jobs_created_at", "created_at"),
     Index("ix_background_jobs_queue_name_status", "queue_name", "status"),
     Index("ix_background_jobs_correlation_id", "correlation_id"),
-    Index("ix_background_jobs_concurrency_key_status", "concurrency_key", "status"),
+    Index(
+        "ix_background_jobs_concurrency_key_status",
+        "concurrency_key",
+        "status",
+        **_only("concurrency_key IS NOT NULL"),
+    ),
     # the cleanup's batches: one status, oldest finished first (``store/purge.py``)
-    Index("ix_background_jobs_status_finished_at", "status", "finished_at", "id"),
+    Index(
+        "ix_background_jobs_status_finished_at",
+        "status",
+        "finished_at",
+        "id",
+        **_only("finished_at IS NOT NULL"),
+    ),
     # ``Tracker.jobs`` lists newest first: each filter's column followed by ``created_at``
     # (they replace the single-column ``queue_name`` and ``status`` indexes, their
     # prefixes); ``finished_at`` serves finished ranges and the failures of the last hour.
@@ -134,9 +154,19 @@ jobs = Table(
     Index("ix_background_jobs_status_created_at", "status", "created_at"),
     Index("ix_background_jobs_queue_name_created_at", "queue_name", "created_at"),
     Index("ix_background_jobs_task_name_created_at", "task_name", "created_at"),
-    Index("ix_background_jobs_owner_id_created_at", "owner_id", "created_at"),
-    Index("ix_background_jobs_error_type_created_at", "error_type", "created_at"),
-    Index("ix_background_jobs_finished_at", "finished_at"),
+    Index(
+        "ix_background_jobs_owner_id_created_at",
+        "owner_id",
+        "created_at",
+        **_only("owner_id IS NOT NULL"),
+    ),
+    Index(
+        "ix_background_jobs_error_type_created_at",
+        "error_type",
+        "created_at",
+        **_only("error_type IS NOT NULL"),
+    ),
+    Index("ix_background_jobs_finished_at", "finished_at", **_only("finished_at IS NOT NULL")),
 )
 
 events = Table(

@@ -134,6 +134,21 @@ class Moves:
         params = {"job_id": job_id, "now": now, "at_revision": revision}
         return self.apply(sql.HANDED_OVER, params) is not None
 
+    def note_handed_over(self, job_id: str, now: datetime, revision: int = 0) -> None:
+        """``handed_over`` without waiting for the answer where the store can: on
+        PostgreSQL's fast path the statement is sent and its answer read before this
+        thread's next statement (a failure is logged then); elsewhere it is
+        ``handed_over``. A lost mark only lets the relay send a harmless duplicate."""
+        engines = self.engines.get()
+        if not engines.is_postgres or engines.fastpath is None:
+            self.handed_over(job_id, now, revision)
+            return
+        params = {"job_id": job_id, "now": now, "at_revision": revision}
+        with translated("recording the publish of the job"):
+            engines.fastpath.send(
+                sql.HANDED_OVER.name, lambda: sql.move_cte(sql.HANDED_OVER), params
+            )
+
     # -- worker -----------------------------------------------------------------------
 
     @reconnecting

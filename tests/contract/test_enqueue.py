@@ -7,6 +7,7 @@ import pytest
 from celery_tracked.core.errors import DuplicateJob
 from celery_tracked.core.jobs import JobStatus, utcnow
 from celery_tracked.core.ports import Store
+from tests.conftest import wait_for
 from tests.contract.conftest import event_names, new_job
 
 
@@ -60,6 +61,22 @@ def test_a_hand_over_is_recorded_once_and_only_for_the_current_revision(store: S
     again = store.get(job_id)
     assert again is not None and again.published_at == first.published_at
     assert event_names(store, job_id) == ["enqueued"]  # no event for a hand-over
+
+
+def test_a_hand_over_noted_without_waiting_lands_like_one_that_waits(store: Store) -> None:
+    job_id, stale = new_job(store), new_job(store)
+    store.note_handed_over(stale, utcnow(), revision=1)  # not the current message: no mark
+    store.note_handed_over(job_id, utcnow(), revision=0)  # sent after the first's answer
+
+    def marked() -> bool:
+        job = store.get(job_id)
+        return job is not None and job.published_at is not None
+
+    wait_for(marked, timeout=10)  # PostgreSQL: the answer is read at the next statement
+    unmarked = store.get(stale)
+    assert unmarked is not None and unmarked.published_at is None
+    assert not store.handed_over(job_id, utcnow(), revision=0)  # recorded once
+    assert event_names(store, job_id) == ["enqueued"]
 
 
 def test_a_debounce_replaces_a_pending_job_and_its_undo_moves_on(store: Store) -> None:
