@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv check test demo bench bench-progress bench-cleanup clean
+.PHONY: venv check test demo bench bench-progress bench-cleanup bench-fleet clean
 
 venv: $(STAMP)
 
@@ -34,6 +34,9 @@ bench-progress: venv
 
 bench-cleanup: venv
 	$(PY) bench/cleanup.py
+
+bench-fleet: venv
+	$(PY) bench/fleet.py
 
 clean:
 	rm -rf $(VENV) .demo dist build .pytest_cache .mypy_cache .ruff_cache
