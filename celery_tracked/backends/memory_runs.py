@@ -52,6 +52,14 @@ class MemoryRuns(MemoryCore):
         with self.lock:
             return limit <= self.holders(key, job_id)
 
+    def key_waiting(self, key: str) -> int:
+        """``slots.KEY_WAITING``."""
+        waiting = (JobStatus.PENDING, JobStatus.RETRYING)
+        with self.lock:
+            return sum(
+                1 for j in self.rows.values() if j.concurrency_key == key and j.status in waiting
+            )
+
     def _take_lease(self, owner: str, worker: str, now: datetime, lease_s: float) -> Any:
         def change(job: Job) -> Mapping[str, Any]:
             return {

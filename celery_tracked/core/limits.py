@@ -290,7 +290,22 @@ def started(state: LimiterState, now_ms: float, interval_ms: int) -> LimiterStat
     return replace(state, next_ms=max(next_ms, last + interval_ms), last_ms=last)
 
 
-def busy_key_countdown(fraction: float) -> float:
-    """Seconds until a delivery whose concurrency key is full looks again (``fraction``
-    in [0, 1): a random jitter, so waiting deliveries do not come back together)."""
-    return 0.25 + 0.5 * fraction
+#: How often, together, the deliveries waiting on one full concurrency key look for a
+#: free slot (per second), however many they are.
+BUSY_KEY_LOOKS_PER_S = 40.0
+#: The longest a waiting delivery stays away (with hundreds of jobs waiting on one key).
+BUSY_KEY_MAX_WAIT_S = 30.0
+
+
+def busy_key_countdown(fraction: float, waiting: int = 1) -> float:
+    """Seconds until a delivery whose concurrency key is full looks again, ``waiting``
+    jobs of the key waiting with it (``fraction`` in [0, 1): a random jitter, so they do
+    not come back together).
+
+    Each waits about ``waiting / BUSY_KEY_LOOKS_PER_S`` seconds, at least 0.5 s (up to 20
+    waiting, as when each looked twice a second): beyond that the key's waiting
+    deliveries together come back about 40 times a second whether 50 or 1,000 wait, so
+    the broker's traffic stops growing with the line behind a key, and a freed slot is
+    still found within about 25 ms."""
+    mean = max(0.5, waiting / BUSY_KEY_LOOKS_PER_S)
+    return min(BUSY_KEY_MAX_WAIT_S, mean * (0.5 + fraction))

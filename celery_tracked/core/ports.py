@@ -173,6 +173,9 @@ class ClaimStore(Reader, EndsDeadRuns, Protocol):
 
     def key_busy(self, job_id: str, key: str, limit: int) -> bool: ...
 
+    def key_waiting(self, key: str) -> int:
+        """How many jobs of concurrency key ``key`` wait for a slot (pending, retrying)."""
+
     def give_back(
         self, claim: Claim, *, owner: str, claimed_at: datetime, now: datetime, message: str
     ) -> bool: ...

@@ -185,8 +185,12 @@ class Runner:
                     return None
             except StoreError:  # the claim will meet it and wait
                 return None
+        try:
+            waiting = self.store.key_waiting(keyed[0])
+        except StoreError:
+            waiting = 1
         return Postponed(
-            busy_key_countdown(random.random()),
+            busy_key_countdown(random.random(), waiting),
             f"concurrency key {keyed[0]!r} has no free slot (limit {keyed[1]})",
         )
 

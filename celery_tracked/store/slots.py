@@ -23,7 +23,9 @@ from sqlalchemy import Connection, Integer, bindparam, func, select
 from sqlalchemy.exc import DBAPIError
 
 from ..core.errors import StoreError
+from ..core.jobs import JobStatus
 from .engines import Engines
+from .models import jobs
 from .statements import CONCURRENCY_KEY, HOLDERS
 from .translate import reconnecting, translated
 
@@ -33,6 +35,16 @@ _NAMED_LOCKS = ("mysql", "mariadb")
 #: Is the key full for this job? (read before the rate limiter: a job that cannot claim
 #: should not spend a slot; the claim itself decides)
 KEY_BUSY = select(bindparam("concurrency_limit", type_=Integer) <= HOLDERS)
+#: How many jobs of a key wait for a slot (the partial index on ``(concurrency_key,
+#: status)``): a full key's waiting deliveries space their looks by it.
+KEY_WAITING = (
+    select(func.count())
+    .select_from(jobs)
+    .where(
+        jobs.c.concurrency_key == CONCURRENCY_KEY,
+        jobs.c.status.in_([JobStatus.PENDING.value, JobStatus.RETRYING.value]),
+    )
+)
 #: The key's lock for the rest of the transaction (PostgreSQL; PgBouncer-safe).
 KEY_LOCK_PG = select(func.pg_advisory_xact_lock(func.hashtext(CONCURRENCY_KEY)))
 #: MariaDB/MySQL: a named lock of the connection, taken before the transaction and
@@ -88,3 +100,10 @@ class Slots:
             else:
                 row = engines.execute(KEY_BUSY, params)
         return bool(row is not None and row[0])
+
+    @reconnecting
+    def key_waiting(self, key: str) -> int:
+        """How many jobs of ``key`` wait for a slot (pending, retrying)."""
+        with translated("reading the concurrency key"):
+            row = self.engines.execute(KEY_WAITING, {"limited_key": key})
+        return int(row[0]) if row is not None else 0

@@ -32,6 +32,16 @@ def test_a_keyed_claim_waits_for_a_free_slot(backend: Backend) -> None:
         assert any(lock in s.lower() for s in backend.statements), lock
 
 
+def test_the_jobs_waiting_on_a_key_are_counted(store: Store) -> None:
+    held, *_ = (new_job(store, concurrency_key="tenant-1") for _ in range(4))
+    new_job(store, concurrency_key="tenant-2")
+    new_job(store)
+    assert store.key_waiting("tenant-1") == 4
+    claimed(store, held, concurrency=("tenant-1", 1))
+    assert store.key_waiting("tenant-1") == 3  # the one processing holds a slot
+    assert store.key_waiting("tenant-2") == 1 and store.key_waiting("nobody") == 0
+
+
 def test_a_lapsed_lease_frees_its_slot(store: Store) -> None:
     held, waiting = (new_job(store, concurrency_key="tenant-1") for _ in range(2))
     claimed(store, held, lease_s=-30, concurrency=("tenant-1", 1))

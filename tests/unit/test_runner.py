@@ -58,6 +58,7 @@ WATCHED = (
     "release",
     "renew",
     "key_busy",
+    "key_waiting",
 )
 
 
