@@ -36,7 +36,8 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from .finder import JobFilter, Position
-from .jobs import Batch, Claim, Job, JobEvent, JobStatus, NewRow
+from .jobs import Batch, Claim, Job, JobEvent, NewRow
+from .moves import DeadRun, Lease, RetryUndo, StaleRun, Takeover
 from .retention import Boundary, Sweep
 
 __all__ = [
@@ -112,19 +113,7 @@ class EnqueueStore(Reader, Handing, KeyReader, Protocol):
 
 
 class EndsDeadRuns(Protocol):
-    def end_dead_run(
-        self,
-        job_id: str,
-        *,
-        seen_attempt: int,
-        stale_owner: str | None,
-        status: JobStatus,
-        error_type: str | None,
-        error_message: str | None,
-        message: str,
-        now: datetime,
-        delay_ms: int = 0,
-    ) -> bool:
+    def end_dead_run(self, job_id: str, dead: DeadRun) -> bool:
         """processing → retrying | failed | cancelled for a run that died, fenced like a
         takeover."""
 
@@ -132,44 +121,11 @@ class EndsDeadRuns(Protocol):
 class ClaimStore(Reader, EndsDeadRuns, Protocol):
     """A delivery's claim: claim, take over a lapsed lease, give a claim back."""
 
-    def claim(
-        self,
-        job_id: str,
-        *,
-        owner: str,
-        worker: str,
-        now: datetime,
-        lease_s: float,
-        revision: int = 0,
-        concurrency: tuple[str, int] | None = None,
-    ) -> Claim | None: ...
+    def claim(self, job_id: str, lease: Lease) -> Claim | None: ...
 
-    def take_over(
-        self,
-        job_id: str,
-        *,
-        seen_attempt: int,
-        owner: str,
-        worker: str,
-        now: datetime,
-        lease_s: float,
-        grace_s: float,
-        stale_owner: str | None,
-        reason: str,
-        revision: int = 0,
-        concurrency: tuple[str, int] | None = None,
-    ) -> Claim | None: ...
+    def take_over(self, job_id: str, lease: Lease, fence: Takeover) -> Claim | None: ...
 
-    def fail_lost(
-        self,
-        job_id: str,
-        *,
-        seen_attempt: int,
-        now: datetime,
-        grace_s: float,
-        stale_owner: str | None,
-        message: str,
-    ) -> bool: ...
+    def fail_lost(self, job_id: str, fence: Takeover, now: datetime) -> bool: ...
 
     def key_busy(self, job_id: str, key: str, limit: int) -> bool: ...
 
@@ -277,24 +233,11 @@ class ReapStore(Reader, Handing, Protocol):
         limit: int,
     ) -> list[tuple[Job, int]]: ...
 
-    def rescue_run(
-        self, job: Job, *, grace_s: float, run_cutoff: datetime, message: str, now: datetime
-    ) -> bool: ...
+    def rescue_run(self, job: Job, stale: StaleRun) -> bool: ...
 
-    def abandon_run(
-        self,
-        job: Job,
-        *,
-        grace_s: float,
-        run_cutoff: datetime,
-        message: str,
-        now: datetime,
-        retries_exhausted: bool,
-    ) -> bool: ...
+    def abandon_run(self, job: Job, stale: StaleRun, retries_exhausted: bool) -> bool: ...
 
-    def cancel_stalled_run(
-        self, job: Job, *, grace_s: float, run_cutoff: datetime, message: str, now: datetime
-    ) -> bool: ...
+    def cancel_stalled_run(self, job: Job, stale: StaleRun) -> bool: ...
 
     def rescue_waiting(
         self, job: Job, *, cutoff: datetime, message: str, now: datetime
@@ -326,18 +269,8 @@ class RerunStore(Reader, Handing, KeyReader, Protocol):
         self, job_id: str, *, seen_revision: int, budget: int, now: datetime, message: str
     ) -> bool: ...
 
-    def undo_retry(
-        self,
-        job_id: str,
-        *,
-        made: int,
-        status: JobStatus,
-        max_attempts: int,
-        finished_at: datetime | None,
-        now: datetime,
-        message: str,
-        retries_exhausted: bool = False,
-    ) -> bool: ...
+    def undo_retry(self, job_id: str, undo: RetryUndo, *, now: datetime, message: str) -> bool:
+        """Back to the ended status ``undo`` restores, if nobody handed its revision over."""
 
     def retry_rounds(self, job_id: str) -> list[tuple[str, int]]: ...
 

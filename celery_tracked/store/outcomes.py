@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..core.jobs import Claim, JobStatus, NewRow
+from ..core.moves import DeadRun, Takeover
 from . import selects
 from . import statements as sql
 from .engines import Engines
@@ -29,49 +30,30 @@ class Outcomes:
         ) -> tuple[int, int] | None: ...
 
     @reconnecting
-    def fail_lost(
-        self,
-        job_id: str,
-        *,
-        seen_attempt: int,
-        now: datetime,
-        grace_s: float,
-        stale_owner: str | None,
-        message: str,
-    ) -> bool:
+    def fail_lost(self, job_id: str, fence: Takeover, now: datetime) -> bool:
         """processing → failed when the last attempt was lost: fenced like a takeover (the
-        attempt last seen, and a lease that lapsed or whose owner is dead)."""
-        params = {"job_id": job_id, "attempt": seen_attempt, "now": now, "message": message}
-        params.update(grace_s=grace_s, stale_owner=stale_owner)
+        attempt last seen, and a lease that lapsed or whose owner is dead); ``fence.reason``
+        is the history line and the error message."""
+        params = {"job_id": job_id, "attempt": fence.seen_attempt, "now": now}
+        params.update(message=fence.reason, grace_s=fence.grace_s, stale_owner=fence.stale_owner)
         return self.apply(sql.FAIL_LOST, params) is not None
 
     @reconnecting
-    def end_dead_run(
-        self,
-        job_id: str,
-        *,
-        seen_attempt: int,
-        stale_owner: str | None,
-        status: JobStatus,
-        error_type: str | None,
-        error_message: str | None,
-        message: str,
-        now: datetime,
-        delay_ms: int = 0,
-    ) -> bool:
+    def end_dead_run(self, job_id: str, dead: DeadRun) -> bool:
         """processing → retrying | failed | cancelled for a run that died outside its call
         path (hard time limit, ``revoke(terminate=True)``), fenced to that run: the attempt
-        last seen, and a lease that lapsed or whose owner (``stale_owner``) is dead.
-        ``message`` is the history line (and a cancellation's ``error_message``); a retry is
-        not claimable before ``delay_ms``."""
+        last seen, and a lease that lapsed or whose owner (``dead.stale_owner``) is dead.
+        ``dead.message`` is the history line (and a cancellation's ``error_message``); a
+        retry is not claimable before ``dead.delay_ms``."""
         move = {
             JobStatus.RETRYING: sql.RETRY_DEAD,
             JobStatus.FAILED: sql.FAIL_DEAD,
             JobStatus.CANCELLED: sql.CANCEL_DEAD,
-        }[status]
-        params = {"job_id": job_id, "attempt": seen_attempt, "now": now, "message": message}
-        params.update(stale_owner=stale_owner, error_type=error_type, error_message=error_message)
-        params.update(grace_s=0.0, delay_s=delay_ms / 1000)
+        }[dead.status]
+        params = {"job_id": job_id, "attempt": dead.seen_attempt, "now": dead.now}
+        params.update(message=dead.message, stale_owner=dead.stale_owner)
+        params.update(error_type=dead.error_type, error_message=dead.error_message)
+        params.update(grace_s=0.0, delay_s=dead.delay_ms / 1000)
         return self.apply(move, params) is not None
 
     def complete(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Boolean, ColumnElement, Integer, Select, and_, bindparam, func, or_, select
 
 from ..core.jobs import Job, JobStatus
+from ..core.moves import StaleRun
 from .clock import db_time
 from .models import UTCDateTime, events, jobs
 from .statements import CURRENT, GRACE_S, LAPSED, MESSAGE, NOW, UNCANCELLED, Move
@@ -230,44 +231,23 @@ class Reaping:
         return [(Job.from_row(row), int(row["rescues"])) for row in rows]
 
     @reconnecting
-    def rescue_run(
-        self,
-        job: Job,
-        *,
-        grace_s: float,
-        run_cutoff: datetime,
-        message: str,
-        now: datetime,
-    ) -> bool:
+    def rescue_run(self, job: Job, stale: StaleRun) -> bool:
         """processing → retrying (due now, a new revision) while the row is still ``job``'s
-        attempt and revision, stalled as :meth:`stalled` says; attempts remain."""
-        params = _run_params(job, grace_s, run_cutoff, message, now)
-        return self.apply(RESCUE_RUN, params) is not None
+        attempt and revision, stalled as :meth:`stalled` says (``stale.grace_s``,
+        ``stale.run_cutoff``); attempts remain."""
+        return self.apply(RESCUE_RUN, _run_params(job, stale)) is not None
 
     @reconnecting
-    def abandon_run(
-        self,
-        job: Job,
-        *,
-        grace_s: float,
-        run_cutoff: datetime,
-        message: str,
-        now: datetime,
-        retries_exhausted: bool,
-    ) -> bool:
+    def abandon_run(self, job: Job, stale: StaleRun, retries_exhausted: bool) -> bool:
         """processing → failed (``abandoned``), fenced like :meth:`rescue_run`."""
-        params = _run_params(job, grace_s, run_cutoff, message, now)
-        params["retries_exhausted"] = retries_exhausted
+        params = {**_run_params(job, stale), "retries_exhausted": retries_exhausted}
         return self.apply(ABANDON_RUN, params) is not None
 
     @reconnecting
-    def cancel_stalled_run(
-        self, job: Job, *, grace_s: float, run_cutoff: datetime, message: str, now: datetime
-    ) -> bool:
+    def cancel_stalled_run(self, job: Job, stale: StaleRun) -> bool:
         """processing → cancelled for a stalled run a cancel was requested of, fenced like
         :meth:`rescue_run`."""
-        params = _run_params(job, grace_s, run_cutoff, message, now)
-        return self.apply(CANCEL_STALLED_RUN, params) is not None
+        return self.apply(CANCEL_STALLED_RUN, _run_params(job, stale)) is not None
 
     @reconnecting
     def rescue_waiting(self, job: Job, *, cutoff: datetime, message: str, now: datetime) -> bool:
@@ -288,17 +268,15 @@ class Reaping:
         return self.apply(move, params) is not None
 
 
-def _run_params(
-    job: Job, grace_s: float, run_cutoff: datetime, message: str, now: datetime
-) -> dict[str, Any]:
+def _run_params(job: Job, stale: StaleRun) -> dict[str, Any]:
     return {
         "job_id": job.id,
         "attempt": job.attempts_made,
         "at_revision": job.revision,
-        "grace_s": grace_s,
-        "run_cutoff": run_cutoff,
-        "message": message,
-        "now": now,
+        "grace_s": stale.grace_s,
+        "run_cutoff": stale.run_cutoff,
+        "message": stale.message,
+        "now": stale.now,
     }
 
 

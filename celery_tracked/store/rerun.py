@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Boolean, Integer, String, Text, exists, or_, select
 
 from ..core.jobs import RETRY_UNDONE, Job, JobStatus
+from ..core.moves import RetryUndo
 from .engines import Engines
 from .models import UTCDateTime, events, jobs
 from .statements import JOB_ID, NOW, RELAY_CLAIM, RELAYED, REVISION, Move, param
@@ -174,23 +175,13 @@ class Rerun:
         return self.apply(RETRY, params) is not None
 
     @reconnecting
-    def undo_retry(
-        self,
-        job_id: str,
-        *,
-        made: int,
-        status: JobStatus,
-        max_attempts: int,
-        finished_at: datetime | None,
-        now: datetime,
-        message: str,
-        retries_exhausted: bool = False,
-    ) -> bool:
-        """Back to ``status`` if nobody handed revision ``made`` over."""
-        params = {"job_id": job_id, "made": made, "old_max_attempts": max_attempts, "now": now}
-        params.update(old_finished_at=finished_at, message=message)
-        params.update(old_retries_exhausted=retries_exhausted)
-        return self.apply(UNDO_RETRY[status], params) is not None
+    def undo_retry(self, job_id: str, undo: RetryUndo, *, now: datetime, message: str) -> bool:
+        """Back to ``undo.status`` (failed or cancelled) and the values before the retry,
+        if nobody handed revision ``undo.made`` over."""
+        params = {"job_id": job_id, "made": undo.made, "now": now, "message": message}
+        params.update(old_max_attempts=undo.max_attempts, old_finished_at=undo.finished_at)
+        params.update(old_retries_exhausted=undo.retries_exhausted)
+        return self.apply(UNDO_RETRY[undo.status], params) is not None
 
     @reconnecting
     def retry_rounds(self, job_id: str) -> list[tuple[str, int]]:

@@ -23,6 +23,7 @@ from tracked_app import QUEUE, create_app
 from celery_tracked import JobStatus, Tracker
 from celery_tracked.adapter.maintenance import REAP_TASK
 from celery_tracked.core.jobs import Claim, utcnow
+from celery_tracked.core.moves import Lease
 from celery_tracked.services.reaper import ReapReport
 from tests.conftest import wait_for
 
@@ -327,7 +328,7 @@ def test_two_reapers_at_once_rescue_each_job_exactly_once(
     runs = [succeed.enqueue(x=f"run{i}").job_id for i in range(3)]
     env.redis.delete(QUEUE)
     for job_id in runs:  # a run whose worker died: a lease nobody renews, no message
-        assert store.claim(job_id, owner="gone:host:0:1", lease_s=0.0, **who) is not None
+        assert store.claim(job_id, Lease(owner="gone:host:0:1", lease_s=0.0, **who)) is not None
     retry = runs.pop()
     assert store.retrying(
         Claim(retry, 1, 3),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from celery_tracked.core.jobs import PURGE_START, JobStatus, NewRow, utcnow
+from celery_tracked.core.moves import RetryUndo
 from celery_tracked.core.ports import Store
 from celery_tracked.core.retention import Sweep
 from tests.contract.conftest import claimed, event_names, job_row, later, new_job
@@ -75,10 +76,11 @@ def test_a_retry_sends_an_ended_job_again_and_its_undo_restores_it(store: Store)
     assert (job.revision, job.max_attempts, job.attempts_made) == (1, 3, 1)
     assert job.finished_at is None and job.started_at is None and not job.retries_exhausted
     assert store.retry_rounds(job_id) == [("retried", 1)]
-    assert store.undo_retry(
-        job_id, made=1, status=JobStatus.FAILED, max_attempts=1, finished_at=failed.finished_at,
-        now=utcnow(), message="publish failed", retries_exhausted=True,
+    undo = RetryUndo(
+        made=1, status=JobStatus.FAILED, max_attempts=1, finished_at=failed.finished_at,
+        retries_exhausted=True,
     )  # fmt: skip
+    assert store.undo_retry(job_id, undo, now=utcnow(), message="publish failed")
     job = store.get(job_id)
     assert job is not None and (job.status, job.max_attempts) == (JobStatus.FAILED, 1)
     assert job.retries_exhausted and job.finished_at == failed.finished_at

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from celery_tracked.core.jobs import Claim, JobStatus, utcnow
+from celery_tracked.core.moves import Lease, Takeover
 from celery_tracked.core.ports import Store
 from tests.contract.conftest import KEY_LOCKS, OWNER, WORKER, Backend, claimed, new_job
 
@@ -20,7 +21,9 @@ def test_a_keyed_claim_waits_for_a_free_slot(backend: Backend) -> None:
     assert store.key_busy(third, *KEY)
     assert not store.key_busy(free, "tenant-2", 2)
     assert (
-        store.claim(third, owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60, concurrency=KEY)
+        store.claim(
+            third, Lease(owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60, concurrency=KEY)
+        )
         is None
     )
     claimed(store, free, concurrency=("tenant-2", 2))
@@ -38,11 +41,10 @@ def test_a_lapsed_lease_frees_its_slot(store: Store) -> None:
     assert not store.key_busy(waiting, "tenant-1", 1)
     assert claimed(store, waiting, concurrency=("tenant-1", 1)).attempt == 1
     assert store.key_busy(held, "tenant-1", 1)  # the waiting job now holds the only slot
-    args = {"owner": "h:1:2", "worker": "w", "lease_s": 60, "reason": "lapsed"}
+    lease = Lease("h:1:2", "w", utcnow(), lease_s=60, concurrency=("tenant-1", 1))
     taken = store.take_over(  # a takeover is keyed too: no slot for it now
-        held, seen_attempt=1, now=utcnow(), grace_s=0, stale_owner=None,
-        concurrency=("tenant-1", 1), **args,
-    )  # fmt: skip
+        held, lease, Takeover(seen_attempt=1, grace_s=0, stale_owner=None, reason="lapsed")
+    )
     assert taken is None
 
 
@@ -54,10 +56,8 @@ def test_concurrent_keyed_claims_never_exceed_the_limit(backend: Backend) -> Non
 
     def claim(job_id: str) -> None:
         start.wait()
-        got = store.claim(
-            job_id, owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60,
-            concurrency=("tenant-9", 2),
-        )  # fmt: skip
+        lease = Lease(OWNER, WORKER, utcnow(), lease_s=60, concurrency=("tenant-9", 2))
+        got = store.claim(job_id, lease)
         if got is not None:
             won.append(got)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from celery_tracked.core.jobs import JobStatus, utcnow
+from celery_tracked.core.moves import Lease, StaleRun
 from celery_tracked.core.ports import Store
 from tests.contract.conftest import OWNER, WORKER, ago, claimed, event_names, later, new_job
 
@@ -22,7 +23,7 @@ def test_the_relay_claims_an_unpublished_job_and_hands_it_over(store: Store) -> 
     assert not store.relay_claim(job_id, owner=RELAY_B, now=utcnow(), lease_s=30, cutoff=ago(60))
     assert store.unpublished(cutoff=ago(60), now=utcnow()) == []
     # a delivery racing the relay waits for its claim
-    assert store.claim(job_id, owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60) is None
+    assert store.claim(job_id, Lease(owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60)) is None
     assert not store.relayed(job_id, owner=RELAY_B, now=utcnow(), message="relayed")
     assert not store.relayed(job_id, owner=RELAY_A, now=utcnow(), message="relayed", revision=1)
     assert store.relayed(job_id, owner=RELAY_A, now=utcnow(), message="relayed")
@@ -65,8 +66,12 @@ def test_a_lapsed_run_is_rescued_once_then_abandoned(store: Store) -> None:
     [(seen, _)] = store.stalled(
         grace_s=0, run_cutoff=later(60), pending_cutoff=ago(1), retrying_cutoff=ago(1), limit=5
     )
-    assert store.rescue_run(seen, grace_s=0, run_cutoff=later(60), message="lost", now=utcnow())
-    assert not store.rescue_run(seen, grace_s=0, run_cutoff=later(60), message="x", now=utcnow())
+    assert store.rescue_run(
+        seen, StaleRun(grace_s=0, run_cutoff=later(60), message="lost", now=utcnow())
+    )
+    assert not store.rescue_run(
+        seen, StaleRun(grace_s=0, run_cutoff=later(60), message="x", now=utcnow())
+    )
     job = store.get(job_id)
     assert job is not None and (job.status, job.revision, job.error_type) == (
         JobStatus.RETRYING,
@@ -82,11 +87,11 @@ def test_a_lapsed_run_is_rescued_once_then_abandoned(store: Store) -> None:
         grace_s=0, run_cutoff=later(60), pending_cutoff=ago(1), retrying_cutoff=ago(1), limit=5
     )
     assert rescues == 1
-    assert not store.rescue_run(again, grace_s=0, run_cutoff=later(60), message="x", now=utcnow())
-    assert store.abandon_run(
-        again, grace_s=0, run_cutoff=later(60), message="gave up", now=utcnow(),
-        retries_exhausted=True,
-    )  # fmt: skip
+    assert not store.rescue_run(
+        again, StaleRun(grace_s=0, run_cutoff=later(60), message="x", now=utcnow())
+    )
+    stale = StaleRun(grace_s=0, run_cutoff=later(60), message="gave up", now=utcnow())
+    assert store.abandon_run(again, stale, retries_exhausted=True)
     job = store.get(job_id)
     assert job is not None and (job.status, job.error_type, job.error_message) == (
         JobStatus.FAILED,
@@ -103,12 +108,16 @@ def test_a_stalled_run_asked_to_stop_ends_cancelled(store: Store) -> None:
     [(seen, _)] = store.stalled(
         grace_s=0, run_cutoff=later(60), pending_cutoff=ago(1), retrying_cutoff=ago(1), limit=5
     )
-    assert not store.rescue_run(seen, grace_s=0, run_cutoff=later(60), message="x", now=utcnow())
+    assert not store.rescue_run(
+        seen, StaleRun(grace_s=0, run_cutoff=later(60), message="x", now=utcnow())
+    )
     assert not store.abandon_run(
-        seen, grace_s=0, run_cutoff=later(60), message="x", now=utcnow(), retries_exhausted=False
+        seen,
+        StaleRun(grace_s=0, run_cutoff=later(60), message="x", now=utcnow()),
+        retries_exhausted=False,
     )
     assert store.cancel_stalled_run(
-        seen, grace_s=0, run_cutoff=later(60), message="cancelled", now=utcnow()
+        seen, StaleRun(grace_s=0, run_cutoff=later(60), message="cancelled", now=utcnow())
     )
     job = store.get(job_id)
     assert job is not None and job.status is JobStatus.CANCELLED and job.error_type is None

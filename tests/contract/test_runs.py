@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 from celery_tracked.core.jobs import JobStatus, NewRow, utcnow
+from celery_tracked.core.moves import DeadRun, Lease, Takeover
 from celery_tracked.core.ports import Store
 from tests.contract.conftest import OWNER, WORKER, claimed, event_names, new_job
 
@@ -14,7 +15,7 @@ _FAILURE = {"error_type": "ValueError", "error_message": "smtp down", "duration_
 def test_a_claim_takes_the_lease_and_counts_the_attempt(store: Store) -> None:
     job_id = new_job(store)
     assert (
-        store.claim(job_id, owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60, revision=1)
+        store.claim(job_id, Lease(owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60, revision=1))
         is None
     )
     claim = claimed(store, job_id)
@@ -29,7 +30,10 @@ def test_a_claim_takes_the_lease_and_counts_the_attempt(store: Store) -> None:
     assert (job.locked_by, job.worker, job.attempts_made) == (OWNER, WORKER, 1)
     assert job.locked_until is not None and job.locked_until > store.clock()
     assert job.started_at is not None
-    assert store.claim(job_id, owner="other:1:2", worker=WORKER, now=utcnow(), lease_s=60) is None
+    assert (
+        store.claim(job_id, Lease(owner="other:1:2", worker=WORKER, now=utcnow(), lease_s=60))
+        is None
+    )
     [_, started] = store.events(job_id)
     assert (started.event, started.status, started.attempt) == ("started", JobStatus.PROCESSING, 1)
 
@@ -37,10 +41,9 @@ def test_a_claim_takes_the_lease_and_counts_the_attempt(store: Store) -> None:
 def test_a_stale_claim_is_refused_once_a_takeover_holds_the_job(store: Store) -> None:
     job_id = new_job(store)
     stale = claimed(store, job_id, lease_s=-30)  # its lease lapsed at once
-    taken = store.take_over(
-        job_id, seen_attempt=1, owner="host-b:1:7", worker="w2", now=utcnow(), lease_s=60,
-        grace_s=0, stale_owner=None, reason="lease lapsed",
-    )  # fmt: skip
+    lease = Lease(owner="host-b:1:7", worker="w2", now=utcnow(), lease_s=60)
+    fence = Takeover(seen_attempt=1, grace_s=0, stale_owner=None, reason="lease lapsed")
+    taken = store.take_over(job_id, lease, fence)
     assert taken is not None and (taken.attempt, taken.takeover) == (2, True)
     now = utcnow()
     assert not store.complete(stale, result_json="1", now=now, duration_ms=1)
@@ -63,29 +66,14 @@ def test_a_stale_claim_is_refused_once_a_takeover_holds_the_job(store: Store) ->
 def test_a_live_lease_is_not_taken_over_unless_its_owner_is_dead(store: Store) -> None:
     job_id = new_job(store, max_attempts=2)
     claimed(store, job_id)
-    args = {"owner": "host-b:1:7", "worker": "w2", "lease_s": 60, "reason": "redelivered"}
-    assert (
-        store.take_over(job_id, seen_attempt=1, now=utcnow(), grace_s=0, stale_owner=None, **args)
-        is None
-    )
-    assert (
-        store.take_over(job_id, seen_attempt=0, now=utcnow(), grace_s=0, stale_owner=OWNER, **args)
-        is None
-    )
-    taken = store.take_over(
-        job_id, seen_attempt=1, now=utcnow(), grace_s=0, stale_owner=OWNER, **args
-    )
+    lease = Lease(owner="host-b:1:7", worker="w2", now=utcnow(), lease_s=60)
+    assert store.take_over(job_id, lease, Takeover(1, 0, None, "redelivered")) is None
+    assert store.take_over(job_id, lease, Takeover(0, 0, OWNER, "redelivered")) is None
+    taken = store.take_over(job_id, lease, Takeover(1, 0, OWNER, "redelivered"))
     assert taken is not None and taken.attempt == 2
     # no attempt left: a takeover is refused, the lost last attempt fails the job
-    assert (
-        store.take_over(
-            job_id, seen_attempt=2, now=utcnow(), grace_s=0, stale_owner="host-b:1:7", **args
-        )
-        is None
-    )
-    assert store.fail_lost(
-        job_id, seen_attempt=2, now=utcnow(), grace_s=0, stale_owner="host-b:1:7", message="lost"
-    )
+    assert store.take_over(job_id, lease, Takeover(2, 0, "host-b:1:7", "redelivered")) is None
+    assert store.fail_lost(job_id, Takeover(2, 0, "host-b:1:7", "lost"), utcnow())
     job = store.get(job_id)
     assert job is not None and (job.status, job.error_type) == (JobStatus.FAILED, "WorkerLost")
     assert job.retries_exhausted and job.error_message == "lost"
@@ -100,7 +88,7 @@ def test_a_retrying_job_is_not_claimed_before_its_backoff_is_due(store: Store) -
     assert job is not None and job.status is JobStatus.RETRYING and job.locked_until is None
     assert job.not_before is not None and job.not_before > store.clock()
     assert (job.error_type, job.error_message) == ("ValueError", "smtp down")
-    assert store.claim(waiting, owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60) is None
+    assert store.claim(waiting, Lease(owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60)) is None
     again = claimed(store, due)
     assert again.attempt == 2
     job = store.get(due)
@@ -160,12 +148,12 @@ def test_a_dead_run_is_ended_only_once_its_lease_lapsed_or_its_owner_died(store:
     claimed(store, job_id)
     end = {"error_type": "TimeLimitExceeded", "error_message": "hard limit", "message": "killed"}
     assert not store.end_dead_run(
-        job_id, seen_attempt=1, stale_owner=None, status=JobStatus.RETRYING, now=utcnow(),
-        delay_ms=60_000, **end,
+        job_id, DeadRun(seen_attempt=1, stale_owner=None, status=JobStatus.RETRYING, now=utcnow(),
+        delay_ms=60_000, **end),
     )  # fmt: skip
     assert store.end_dead_run(
-        job_id, seen_attempt=1, stale_owner=OWNER, status=JobStatus.RETRYING, now=utcnow(),
-        delay_ms=60_000, **end,
+        job_id, DeadRun(seen_attempt=1, stale_owner=OWNER, status=JobStatus.RETRYING, now=utcnow(),
+        delay_ms=60_000, **end),
     )  # fmt: skip
     job = store.get(job_id)
     assert job is not None and (job.status, job.error_type) == (
@@ -177,11 +165,13 @@ def test_a_dead_run_is_ended_only_once_its_lease_lapsed_or_its_owner_died(store:
     claimed(store, cancelled, lease_s=-5)
     assert store.end_dead_run(  # as its callers send it: no error for a cancel
         cancelled,
-        seen_attempt=1,
-        stale_owner=None,
-        status=JobStatus.CANCELLED,
-        now=utcnow(),
-        **{**end, "error_type": None, "error_message": None},
+        DeadRun(
+            seen_attempt=1,
+            stale_owner=None,
+            status=JobStatus.CANCELLED,
+            now=utcnow(),
+            **{**end, "error_type": None, "error_message": None},
+        ),
     )
     job = store.get(cancelled)
     assert job is not None and (job.status, job.error_type, job.error_message) == (

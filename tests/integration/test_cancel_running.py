@@ -14,6 +14,7 @@ from celery_tracked import JobStatus, Tracker, Unrecoverable
 from celery_tracked.core.attempt import Attempt
 from celery_tracked.core.jobs import utcnow
 from celery_tracked.core.messages import TrackedHeaders
+from celery_tracked.core.moves import Lease, Takeover
 from celery_tracked.core.outcome import Completed, Skipped
 from celery_tracked.core.run import Run
 from celery_tracked.services import progress
@@ -99,14 +100,8 @@ def test_the_request_fences_out_every_other_end_of_the_run(tracker: Tracker) -> 
     assert store.release(held, utcnow())  # lease dropped: a takeover would be due...
     taken = store.take_over(
         job_id,
-        seen_attempt=1,
-        owner="h:2",
-        worker="w",
-        now=utcnow(),
-        lease_s=60,
-        grace_s=0,
-        stale_owner=None,
-        reason="lost",
+        Lease(owner="h:2", worker="w", now=utcnow(), lease_s=60),
+        Takeover(seen_attempt=1, grace_s=0, stale_owner=None, reason="lost"),
     )
     assert taken is None  # ...but a job asked to stop is never run again
     assert store.cancel_run(held, now=utcnow(), message="cancelled while running")

@@ -27,6 +27,7 @@ from sqlalchemy.pool import NullPool
 
 from celery_tracked import Tracker, tracked_task
 from celery_tracked.core.jobs import utcnow
+from celery_tracked.core.moves import Lease
 from celery_tracked.store import JobStore
 from celery_tracked.store.fastpath import prepare_only_if_direct
 
@@ -101,7 +102,7 @@ FIRST = ("renew", "log_line", "progress", "release")
 def _warm_up(store: JobStore, job_id: str, tag: str, first: str) -> dict[str, Any]:
     """Claim ``job_id``, run ``first`` 8 times, complete it; what its row must be."""
     now = utcnow()
-    c = store.claim(job_id, owner=tag, worker=tag, now=now, lease_s=60)
+    c = store.claim(job_id, Lease(owner=tag, worker=tag, now=now, lease_s=60))
     assert c is not None and c.job_id == job_id
     for _ in range(8):
         if first == "renew":
@@ -128,9 +129,9 @@ def _run(store: JobStore, job_id: str, n: int, tag: str) -> dict[str, Any]:
     row: dict[str, Any] = {"payload": {"n": n, "tag": tag}, "error_message": job_id}
     if kind == 3:
         assert store.cancel(job_id, now=now, reason=job_id)
-        assert store.claim(job_id, owner=tag, worker=tag, now=now, lease_s=60) is None
+        assert store.claim(job_id, Lease(owner=tag, worker=tag, now=now, lease_s=60)) is None
         return {**row, "status": "cancelled", "events": ["enqueued", "cancelled"]}
-    c = store.claim(job_id, owner=tag, worker=tag, now=now, lease_s=60)
+    c = store.claim(job_id, Lease(owner=tag, worker=tag, now=now, lease_s=60))
     assert c is not None and c.job_id == job_id and c.attempt == 1
     assert store.renew(c, 60)
     assert store.report_progress(c, percent=n, stage=job_id, now=now)

@@ -17,6 +17,7 @@ import pytest
 from celery_tracked import JobStatus, Tracker, tracked_task
 from celery_tracked.adapter.maintenance import REAP_TASK
 from celery_tracked.core.jobs import Claim, Job, utcnow
+from celery_tracked.core.moves import Lease
 from celery_tracked.core.redact import REDACTED
 from celery_tracked.services.reaper import Reaper, ReapReport
 from celery_tracked.store import JobStore
@@ -85,7 +86,7 @@ def handed_over(store: JobStore, **values: Any) -> str:
 def running(store: JobStore, lease_s: float, **values: Any) -> Job:
     job_id = handed_over(store, **values)
     who = {"owner": OWNER, "worker": "w1@dead", "now": utcnow()}
-    assert store.claim(job_id, lease_s=lease_s, **who) is not None
+    assert store.claim(job_id, Lease(lease_s=lease_s, **who)) is not None
     job = store.get(job_id)
     assert job is not None
     return job
@@ -120,8 +121,8 @@ def test_a_lapsed_run_is_rescued_and_the_old_message_runs_nothing(tracker: Track
         (job.id, job.revision + 1, JobStatus.RETRYING)
     ]
     who = {"owner": "w2", "worker": "w2", "now": utcnow(), "lease_s": 30.0}
-    assert store.claim(job.id, revision=job.revision, **who) is None  # the old message
-    claim = store.claim(job.id, revision=job.revision + 1, **who)
+    assert store.claim(job.id, Lease(revision=job.revision, **who)) is None  # the old message
+    claim = store.claim(job.id, Lease(revision=job.revision + 1, **who))
     assert claim is not None and claim.attempt == 2
 
 

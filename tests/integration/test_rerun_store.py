@@ -13,6 +13,7 @@ import pytest
 
 from celery_tracked import JobStatus
 from celery_tracked.core.jobs import utcnow
+from celery_tracked.core.moves import Lease, RetryUndo
 from celery_tracked.store import DuplicateJob, JobStore
 
 from .conftest import insert_job
@@ -35,7 +36,9 @@ def new_job(store: JobStore, key: str | None = None, key_round: int = 0) -> str:
 
 
 def claim(store: JobStore, job_id: str, revision: int = 0) -> object:
-    return store.claim(job_id, owner="h:1", worker="w", now=utcnow(), lease_s=60, revision=revision)
+    return store.claim(
+        job_id, Lease(owner="h:1", worker="w", now=utcnow(), lease_s=60, revision=revision)
+    )
 
 
 def replace_args(store: JobStore, job_id: str, seen: int, n: int) -> bool:
@@ -125,7 +128,7 @@ def test_an_undone_replacement_gives_the_arguments_back_at_a_newer_revision(
 
 
 def fail(store: JobStore, job_id: str) -> None:
-    c = store.claim(job_id, owner="h:1", worker="w", now=utcnow(), lease_s=60)
+    c = store.claim(job_id, Lease(owner="h:1", worker="w", now=utcnow(), lease_s=60))
     assert c is not None
     assert store.fail(c, error_type="E", error_message="boom", duration_ms=1, now=utcnow())
 
@@ -159,10 +162,12 @@ def test_an_undone_retry_is_failed_again(store: JobStore) -> None:
     assert store.retry(job_id, seen_revision=0, budget=3, now=utcnow(), message="retried")
     assert store.undo_retry(
         job_id,
-        made=1,
-        status=JobStatus.FAILED,
-        max_attempts=failed.max_attempts,
-        finished_at=failed.finished_at,
+        RetryUndo(
+            made=1,
+            status=JobStatus.FAILED,
+            max_attempts=failed.max_attempts,
+            finished_at=failed.finished_at,
+        ),
         now=utcnow(),
         message="retry undone",
     )
@@ -185,8 +190,10 @@ def test_a_jobs_rounds_are_its_retries_and_their_undos(store: JobStore) -> None:
     failed = store.get(job_id)
     assert failed is not None
     assert store.retry(job_id, seen_revision=0, budget=3, now=utcnow(), message="retried")
-    undo = dict(made=1, status=JobStatus.FAILED, max_attempts=2, finished_at=failed.finished_at)
-    assert store.undo_retry(job_id, now=utcnow(), message="retry undone", **undo)
+    undo = RetryUndo(
+        made=1, status=JobStatus.FAILED, max_attempts=2, finished_at=failed.finished_at
+    )
+    assert store.undo_retry(job_id, undo, now=utcnow(), message="retry undone")
     assert store.retry(job_id, seen_revision=1, budget=5, now=utcnow(), message="retried")
     assert store.retry_rounds(job_id) == [("retried", 1), ("retry_undone", 1), ("retried", 1)]
     job = store.get(job_id)

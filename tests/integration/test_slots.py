@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import redis
 
 from celery_tracked.backends.limiter import RedisLimiter
 from celery_tracked.core.jobs import Claim, utcnow
+from celery_tracked.core.moves import Lease, Takeover
 from celery_tracked.store import JobStore, migrate
 
 from .conftest import insert_job
@@ -37,7 +39,8 @@ def new_job(store: JobStore, key: str | None) -> str:
 
 def claim(store: JobStore, job_id: str, key: str, limit: int, lease_s: float = 60) -> Any:
     return store.claim(
-        job_id, owner="h:1", worker="w", now=utcnow(), lease_s=lease_s, concurrency=(key, limit)
+        job_id,
+        Lease(owner="h:1", worker="w", now=utcnow(), lease_s=lease_s, concurrency=(key, limit)),
     )
 
 
@@ -66,10 +69,10 @@ def test_a_lapsed_lease_frees_its_slot_and_its_own_takeover_is_not_blocked(
     assert not store.key_busy(waiting, "k", 1)
     assert isinstance(claim(store, waiting, "k", 1), Claim)
     # the dead job's redelivery may not take its own row over while another holds the key
-    kwargs: dict[str, Any] = dict(owner="h:2", worker="w", now=utcnow(), lease_s=60)
-    kwargs.update(grace_s=0.0, stale_owner=None, reason="lost")
-    assert store.take_over(dead, seen_attempt=1, concurrency=("k", 1), **kwargs) is None
-    assert store.take_over(dead, seen_attempt=1, concurrency=("k", 2), **kwargs) is not None
+    lease = Lease(owner="h:2", worker="w", now=utcnow(), lease_s=60)
+    fence = Takeover(seen_attempt=1, grace_s=0.0, stale_owner=None, reason="lost")
+    assert store.take_over(dead, replace(lease, concurrency=("k", 1)), fence) is None
+    assert store.take_over(dead, replace(lease, concurrency=("k", 2)), fence) is not None
 
 
 def test_concurrent_claims_of_one_key_never_both_pass(store: JobStore) -> None:

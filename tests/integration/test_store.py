@@ -14,6 +14,7 @@ from sqlalchemy.pool import NullPool
 
 from celery_tracked import JobStatus, StoreError
 from celery_tracked.core.jobs import Claim, NewRow, utcnow
+from celery_tracked.core.moves import Lease, Takeover
 from celery_tracked.store import JobStore, Refused
 
 from ..conftest import wait_for
@@ -36,7 +37,7 @@ def new_job(store: JobStore, max_attempts: int = 3) -> str:
 
 
 def claim(store: JobStore, job_id: str, owner: str = "h:1", lease_s: float = 60) -> Claim | None:
-    return store.claim(job_id, owner=owner, worker="w", now=utcnow(), lease_s=lease_s)
+    return store.claim(job_id, Lease(owner=owner, worker="w", now=utcnow(), lease_s=lease_s))
 
 
 def test_exactly_one_of_many_concurrent_claims_wins(store: JobStore) -> None:
@@ -62,14 +63,8 @@ def test_outcome_is_fenced_by_the_attempt(store: JobStore) -> None:
     now = utcnow()
     second = store.take_over(
         job_id,
-        seen_attempt=1,
-        owner="h:2",
-        worker="w",
-        now=now,
-        lease_s=60,
-        grace_s=0,
-        stale_owner=None,
-        reason="lease expired",
+        Lease(owner="h:2", worker="w", now=now, lease_s=60),
+        Takeover(seen_attempt=1, grace_s=0, stale_owner=None, reason="lease expired"),
     )
     assert second is not None and second.attempt == 2 and second.takeover
     # the first run wakes up late: its outcome is refused
@@ -91,14 +86,8 @@ def test_live_lease_cannot_be_taken_over(store: JobStore) -> None:
     now = utcnow()
     taken = store.take_over(
         job_id,
-        seen_attempt=1,
-        owner="h:2",
-        worker="w",
-        now=now,
-        lease_s=0,
-        grace_s=0,
-        stale_owner=None,
-        reason="",
+        Lease(owner="h:2", worker="w", now=now, lease_s=0),
+        Takeover(seen_attempt=1, grace_s=0, stale_owner=None, reason=""),
     )
     assert taken is None
 
