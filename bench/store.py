@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from celery_tracked.core.moves import Lease
+from celery_tracked.core.moves import Completion, Lease
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -83,7 +83,9 @@ def one_run(store: JobStore, jobs: int) -> dict[str, list[float]]:
     out["claim"] = timed([lambda r=r: claim(r["id"]) for r in rows])
     out["complete"] = timed(
         [
-            lambda c=c: store.complete(c, result_json="null", now=utcnow(), duration_ms=1)
+            lambda c=c: store.complete(
+                c, Completion(result_json="null", now=utcnow(), duration_ms=1)
+            )
             for c in claims
         ]
     )

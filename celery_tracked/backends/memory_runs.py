@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from ..core.jobs import CLAIMABLE, Claim, Job, JobStatus, NewRow
-from ..core.moves import DeadRun, Lease, Takeover
+from ..core.moves import AttemptError, Completion, DeadRun, Lease, Takeover
 from .memory_core import MemoryCore
 
 _PROCESSING = (JobStatus.PROCESSING,)
@@ -179,22 +179,15 @@ class MemoryRuns(MemoryCore):
 
         return check
 
-    def complete(
-        self,
-        claim: Claim,
-        *,
-        result_json: str | None,
-        now: datetime,
-        duration_ms: int,
-        rows: Sequence[NewRow] = (),
-        resent: bool = False,
-    ) -> bool:
+    def complete(self, claim: Claim, done: Completion, resent: bool = False) -> bool:
         """``COMPLETE``; ``resent``: a row this very attempt completed counts as saved."""
-        done = ended_without_error(
-            now, JobStatus.COMPLETED, None, result_json=result_json, progress=100
+        now = done.now
+        ended = ended_without_error(
+            now, JobStatus.COMPLETED, None, result_json=done.result_json, progress=100
         )
         check = self.held_by(claim)
-        if self.move_running(claim.job_id, check, done, "completed", now, None, duration_ms, rows):
+        args = (ended, "completed", now, None, done.duration_ms, done.rows)
+        if self.move_running(claim.job_id, check, *args):
             return True
         job = self.rows.get(claim.job_id)
         saved = job is not None and (job.attempts_made, job.status) == (
@@ -203,56 +196,46 @@ class MemoryRuns(MemoryCore):
         )
         return resent and saved
 
-    def retrying(
-        self,
-        claim: Claim,
-        *,
-        error_type: str,
-        error_message: str,
-        delay_ms: int,
-        duration_ms: int | None,
-        now: datetime,
-    ) -> bool:
+    def retrying(self, claim: Claim, error: AttemptError, delay_ms: int) -> bool:
         """``RETRYING``: due after ``delay_ms`` on the store's clock."""
-        message = f"retry in {delay_ms} ms after {error_type}: {error_message}"
+        message = f"retry in {delay_ms} ms after {error.error_type}: {error.error_message}"
         due = {"not_before": self.at(delay_ms / 1000)}
-        ended = (JobStatus.RETRYING, error_type, error_message, message)
-        return self._ended(claim, ended, now, duration_ms, (), due)
+        return self._ended(claim, JobStatus.RETRYING, error, message, (), due)
 
     def fail(
         self,
         claim: Claim,
-        *,
-        error_type: str,
-        error_message: str,
-        duration_ms: int | None,
-        now: datetime,
+        error: AttemptError,
         rows: Sequence[NewRow] = (),
         retries_exhausted: bool = False,
     ) -> bool:
         """``FAIL``, with ``rows`` in the same step."""
-        message = f"{error_type}: {error_message}"
-        done = {"finished_at": now, "retries_exhausted": retries_exhausted}
-        ended = (JobStatus.FAILED, error_type, error_message, message)
-        return self._ended(claim, ended, now, duration_ms, rows, done)
+        message = f"{error.error_type}: {error.error_message}"
+        done = {"finished_at": error.now, "retries_exhausted": retries_exhausted}
+        return self._ended(claim, JobStatus.FAILED, error, message, rows, done)
 
     def _ended(
         self,
         claim: Claim,
-        ended: tuple[JobStatus, str, str, str],
-        now: datetime,
-        duration_ms: int | None,
+        status: JobStatus,
+        error: AttemptError,
+        message: str,
         rows: Sequence[NewRow],
         extra: Mapping[str, Any],
     ) -> bool:
-        """``outcomes._end_run``: ``(status, error type, error message, event message)``."""
-        status, error_type, error_message, message = ended
-        change = _end_run(now, status=status, error_type=error_type, error_message=error_message)
-        change.update(extra)
-        check = self.held_by(claim)
-        event = status.value
+        """``outcomes._end_run``: ``message`` is the event's."""
+        now = error.now
+        failed = {"error_type": error.error_type, "error_message": error.error_message}
+        change = {**_end_run(now, status=status, **failed), **extra}
         return self.move_running(
-            claim.job_id, check, change, event, now, message[:1000], duration_ms, rows
+            claim.job_id,
+            self.held_by(claim),
+            change,
+            status.value,
+            now,
+            message[:1000],
+            error.duration_ms,
+            rows,
         )
 
     def renew(self, claim: Claim, lease_seconds: float) -> bool:

@@ -1,18 +1,20 @@
 """The arguments of the store's fenced moves (``core/ports.py``), one value each.
 
 Pure values: what a claim takes (:class:`Lease`), what fences a takeover
-(:class:`Takeover`), how a run that died ends (:class:`DeadRun`), how the reaper fences a
-stalled run (:class:`StaleRun`), and what an undone retry restores (:class:`RetryUndo`).
+(:class:`Takeover`), how a run ends (:class:`Completion`, :class:`AttemptError`) or a run
+that died (:class:`DeadRun`), how the reaper fences a stalled run (:class:`StaleRun`), and
+what an undone retry restores (:class:`RetryUndo`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from .jobs import JobStatus
+from .jobs import JobStatus, NewRow
 
-__all__ = ["DeadRun", "Lease", "RetryUndo", "StaleRun", "Takeover"]
+__all__ = ["AttemptError", "Completion", "DeadRun", "Lease", "RetryUndo", "StaleRun", "Takeover"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,28 @@ class Takeover:
     grace_s: float
     stale_owner: str | None
     reason: str
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A run's success: its ``result_json``, how long it ran, when; ``rows`` (successors)
+    inserted with it."""
+
+    result_json: str | None
+    now: datetime
+    duration_ms: int
+    rows: Sequence[NewRow] = ()
+
+
+@dataclass(frozen=True)
+class AttemptError:
+    """The error an attempt ended with, as recorded: its type and summary, how long the
+    attempt ran (None when a later delivery records it), when."""
+
+    error_type: str
+    error_message: str
+    duration_ms: int | None
+    now: datetime
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from .finder import JobFilter, Position
 from .jobs import Batch, Claim, Job, JobEvent, NewRow
-from .moves import DeadRun, Lease, RetryUndo, StaleRun, Takeover
+from .moves import AttemptError, Completion, DeadRun, Lease, RetryUndo, StaleRun, Takeover
 from .retention import Boundary, Sweep
 
 __all__ = [
@@ -137,36 +137,14 @@ class ClaimStore(Reader, EndsDeadRuns, Protocol):
 class OutcomeStore(Reader, Protocol):
     """How a run ends, fenced by its claim."""
 
-    def complete(
-        self,
-        claim: Claim,
-        *,
-        result_json: str | None,
-        now: datetime,
-        duration_ms: int,
-        rows: Sequence[NewRow] = (),
-        resent: bool = False,
-    ) -> bool: ...
+    def complete(self, claim: Claim, done: Completion, resent: bool = False) -> bool: ...
 
-    def retrying(
-        self,
-        claim: Claim,
-        *,
-        error_type: str,
-        error_message: str,
-        delay_ms: int,
-        duration_ms: int | None,
-        now: datetime,
-    ) -> bool: ...
+    def retrying(self, claim: Claim, error: AttemptError, delay_ms: int) -> bool: ...
 
     def fail(
         self,
         claim: Claim,
-        *,
-        error_type: str,
-        error_message: str,
-        duration_ms: int | None,
-        now: datetime,
+        error: AttemptError,
         rows: Sequence[NewRow] = (),
         retries_exhausted: bool = False,
     ) -> bool: ...

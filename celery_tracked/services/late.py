@@ -13,6 +13,7 @@ from collections.abc import Callable
 from ..core.errors import StoreError
 from ..core.jobs import Claim, Event, utcnow
 from ..core.messages import PendingFailure
+from ..core.moves import AttemptError
 from ..core.outcome import Postponed, Skipped, Verdict
 from ..core.ports import OutcomeStore
 from ..core.run import Run
@@ -38,14 +39,7 @@ class LateOutcomes:
         then claims the next attempt, due after the backoff."""
         attempt, delay_ms = failure.attempt, failure.retry_ms or 0
         try:
-            written = self.store.retrying(
-                Claim(run.job_id, attempt, attempt),
-                error_type=failure.error_type,
-                error_message=failure.error_message,
-                delay_ms=delay_ms,
-                duration_ms=None,
-                now=utcnow(),
-            )
+            written = self.store.retrying(_claim(run, attempt), _error(failure), delay_ms)
         except StoreError as exc:
             return self._still_unrecorded(run, "retry", exc)
         if written:
@@ -69,13 +63,9 @@ class LateOutcomes:
         """Write the failure an earlier attempt decided but could not save; no body runs."""
         attempt = failure.attempt
         try:
+            exhausted = failure.retries_exhausted
             written = self.store.fail(
-                Claim(run.job_id, attempt, attempt),
-                error_type=failure.error_type,
-                error_message=failure.error_message,
-                duration_ms=None,
-                now=utcnow(),
-                retries_exhausted=failure.retries_exhausted,
+                _claim(run, attempt), _error(failure), retries_exhausted=exhausted
             )
         except StoreError as exc:
             return self._still_unrecorded(run, "failure", exc)
@@ -89,3 +79,13 @@ class LateOutcomes:
                 attempt,
             )
         return Skipped("failure recorded late")
+
+
+def _claim(run: Run, attempt: int) -> Claim:
+    """The claim of the earlier attempt whose outcome a delivery carries."""
+    return Claim(run.job_id, attempt, attempt)
+
+
+def _error(failure: PendingFailure) -> AttemptError:
+    """The carried failure as recorded now (its duration is unknown here)."""
+    return AttemptError(failure.error_type, failure.error_message, None, utcnow())

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..core.jobs import Claim, JobStatus, NewRow
-from ..core.moves import DeadRun, Takeover
+from ..core.moves import AttemptError, Completion, DeadRun, Takeover
 from . import selects
 from . import statements as sql
 from .engines import Engines
@@ -56,26 +56,17 @@ class Outcomes:
         params.update(grace_s=0.0, delay_s=dead.delay_ms / 1000)
         return self.apply(move, params) is not None
 
-    def complete(
-        self,
-        claim: Claim,
-        *,
-        result_json: str | None,
-        now: datetime,
-        duration_ms: int,
-        rows: Sequence[NewRow] = (),
-        resent: bool = False,
-    ) -> bool:
-        """processing → completed, fenced by the claim; ``rows`` are inserted in the same
-        transaction. False when the run no longer holds the lease.
+    def complete(self, claim: Claim, done: Completion, resent: bool = False) -> bool:
+        """processing → completed, fenced by the claim; ``done.rows`` are inserted in the
+        same transaction. False when the run no longer holds the lease.
 
         ``resent``: an earlier send failed with its connection; if this one matches
         nothing because that send had committed (the row is completed by this very
         attempt), the completion is saved.
         """
-        params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": now}
-        params.update(result_json=result_json, duration_ms=duration_ms)
-        if self.apply(sql.COMPLETE, params, rows) is not None:
+        params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": done.now}
+        params.update(result_json=done.result_json, duration_ms=done.duration_ms)
+        if self.apply(sql.COMPLETE, params, done.rows) is not None:
             return True
         if not resent:
             return False
@@ -84,64 +75,37 @@ class Outcomes:
         return row is not None and tuple(row) == (claim.attempt, JobStatus.COMPLETED.value)
 
     @reconnecting
-    def retrying(
-        self,
-        claim: Claim,
-        *,
-        error_type: str,
-        error_message: str,
-        delay_ms: int,
-        duration_ms: int | None,
-        now: datetime,
-    ) -> bool:
-        """processing → retrying after a failed attempt, fenced by the claim."""
-        message = f"retry in {delay_ms} ms after {error_type}: {error_message}"
-        return self._end_run(
-            sql.RETRYING, claim, error_type, error_message, message, duration_ms, now, delay_ms
-        )
+    def retrying(self, claim: Claim, error: AttemptError, delay_ms: int) -> bool:
+        """processing → retrying after a failed attempt, fenced by the claim; not claimable
+        before ``delay_ms``."""
+        message = f"retry in {delay_ms} ms after {error.error_type}: {error.error_message}"
+        return self._end_run(sql.RETRYING, claim, error, message, {"delay_s": delay_ms / 1000})
 
     @reconnecting
     def fail(
         self,
         claim: Claim,
-        *,
-        error_type: str,
-        error_message: str,
-        duration_ms: int | None,
-        now: datetime,
+        error: AttemptError,
         rows: Sequence[NewRow] = (),
         retries_exhausted: bool = False,
     ) -> bool:
         """processing → failed, fenced by the claim; ``retries_exhausted``: its last attempt
         failed (else it was stopped); ``rows`` (a fail-soft successor) are inserted in the
         same transaction."""
-        message = f"{error_type}: {error_message}"
-        return self._end_run(
-            sql.FAIL,
-            claim,
-            error_type,
-            error_message,
-            message,
-            duration_ms,
-            now,
-            rows=rows,
-            extra={"retries_exhausted": retries_exhausted},
-        )
+        message = f"{error.error_type}: {error.error_message}"
+        extra = {"delay_s": 0.0, "retries_exhausted": retries_exhausted}
+        return self._end_run(sql.FAIL, claim, error, message, extra, rows)
 
     def _end_run(
         self,
         move: sql.Move,
         claim: Claim,
-        error_type: str,
-        error_message: str,
+        error: AttemptError,
         message: str,
-        duration_ms: int | None,
-        now: datetime,
-        delay_ms: int = 0,
+        extra: Mapping[str, Any],
         rows: Sequence[NewRow] = (),
-        extra: Mapping[str, Any] | None = None,
     ) -> bool:
-        params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": now}
-        params.update(error_type=error_type, error_message=error_message, delay_s=delay_ms / 1000)
-        params.update(message=message[:1000], duration_ms=duration_ms, **(extra or {}))
+        params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": error.now}
+        params.update(error_type=error.error_type, error_message=error.error_message)
+        params.update(message=message[:1000], duration_ms=error.duration_ms, **extra)
         return self.apply(move, params, rows) is not None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from celery_tracked.core.jobs import Claim, JobStatus, utcnow
-from celery_tracked.core.moves import Lease, Takeover
+from celery_tracked.core.moves import AttemptError, Completion, Lease, Takeover
 from celery_tracked.core.ports import Store
 from tests.contract.conftest import KEY_LOCKS, OWNER, WORKER, Backend, claimed, new_job
 
@@ -27,7 +27,7 @@ def test_a_keyed_claim_waits_for_a_free_slot(backend: Backend) -> None:
         is None
     )
     claimed(store, free, concurrency=("tenant-2", 2))
-    assert store.complete(a, result_json=None, now=utcnow(), duration_ms=1)
+    assert store.complete(a, Completion(result_json=None, now=utcnow(), duration_ms=1))
     assert not store.key_busy(third, *KEY)
     assert claimed(store, third, concurrency=KEY).attempt == 1
     lock = KEY_LOCKS[backend.name]
@@ -87,7 +87,7 @@ def test_progress_and_log_lines_are_written_while_the_run_holds_the_job(store: S
         ("page 2 of 3", JobStatus.PROCESSING, 1),
     ]
     assert [e.event for e in store.events(job_id)] == ["enqueued", "started", "log", "log"]
-    assert store.complete(claim, result_json=None, now=utcnow(), duration_ms=3)
+    assert store.complete(claim, Completion(result_json=None, now=utcnow(), duration_ms=3))
     assert not store.log_line(claim, message="after the end", now=utcnow())
     assert not store.report_progress(claim, percent=10, stage=None, now=utcnow())
     assert store.log_lines(job_id) == 2
@@ -104,8 +104,10 @@ def test_a_cancel_request_ends_the_run_cancelled(store: Store) -> None:
     assert store.request_cancel(job_id, now=utcnow(), message="stop")
     assert not store.request_cancel(job_id, now=utcnow(), message="again")
     assert store.cancel_wanted(job_id)
-    assert not store.complete(claim, result_json="1", now=utcnow(), duration_ms=1)
-    assert not store.fail(claim, error_type="E", error_message="m", duration_ms=1, now=utcnow())
+    assert not store.complete(claim, Completion(result_json="1", now=utcnow(), duration_ms=1))
+    assert not store.fail(
+        claim, AttemptError(error_type="E", error_message="m", duration_ms=1, now=utcnow())
+    )
     assert store.cancel_run(claim, now=utcnow(), message="cancelled as asked")
     job = store.get(job_id)
     assert job is not None and job.status is JobStatus.CANCELLED and job.locked_by is None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from celery_tracked.core.jobs import JobStatus, utcnow
-from celery_tracked.core.moves import Lease, StaleRun
+from celery_tracked.core.moves import AttemptError, Lease, StaleRun
 from celery_tracked.core.ports import Store
 from tests.contract.conftest import OWNER, WORKER, ago, claimed, event_names, later, new_job
 
@@ -128,7 +128,9 @@ def test_waiting_jobs_long_past_their_hand_over_are_rescued_or_abandoned(store: 
     assert store.handed_over(pending, ago(7200))
     claim = claimed(store, retrying)
     assert store.retrying(
-        claim, error_type="E", error_message="m", delay_ms=0, duration_ms=1, now=utcnow()
+        claim,
+        AttemptError(error_type="E", error_message="m", duration_ms=1, now=utcnow()),
+        delay_ms=0,
     )
     cut = {"pending_cutoff": ago(3600), "retrying_cutoff": later(60)}
     assert sorted(_stalled(store, **cut)) == sorted([(pending, 0), (retrying, 0)])

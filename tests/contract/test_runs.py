@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 from celery_tracked.core.jobs import JobStatus, NewRow, utcnow
-from celery_tracked.core.moves import DeadRun, Lease, Takeover
+from celery_tracked.core.moves import AttemptError, Completion, DeadRun, Lease, Takeover
 from celery_tracked.core.ports import Store
 from tests.contract.conftest import OWNER, WORKER, claimed, event_names, new_job
 
-_FAILURE = {"error_type": "ValueError", "error_message": "smtp down", "duration_ms": 5}
+
+def failure(now: datetime) -> AttemptError:
+    return AttemptError(error_type="ValueError", error_message="smtp down", duration_ms=5, now=now)
 
 
 def test_a_claim_takes_the_lease_and_counts_the_attempt(store: Store) -> None:
@@ -46,14 +49,14 @@ def test_a_stale_claim_is_refused_once_a_takeover_holds_the_job(store: Store) ->
     taken = store.take_over(job_id, lease, fence)
     assert taken is not None and (taken.attempt, taken.takeover) == (2, True)
     now = utcnow()
-    assert not store.complete(stale, result_json="1", now=now, duration_ms=1)
-    assert not store.retrying(stale, delay_ms=0, now=now, **_FAILURE)
-    assert not store.fail(stale, now=now, **_FAILURE)
+    assert not store.complete(stale, Completion(result_json="1", now=now, duration_ms=1))
+    assert not store.retrying(stale, failure(now), delay_ms=0)
+    assert not store.fail(stale, failure(now))
     assert not store.renew(stale, 60)
     assert not store.release(stale, now)
     assert not store.report_progress(stale, percent=10, stage=None, now=now)
     assert not store.log_line(stale, message="late", now=now)
-    assert store.complete(taken, result_json='{"ok": 1}', now=now, duration_ms=7)
+    assert store.complete(taken, Completion(result_json='{"ok": 1}', now=now, duration_ms=7))
     job = store.get(job_id)
     assert job is not None and job.status is JobStatus.COMPLETED
     assert (job.attempts_made, job.result_json, job.progress) == (2, '{"ok": 1}', 100)
@@ -83,7 +86,7 @@ def test_a_retrying_job_is_not_claimed_before_its_backoff_is_due(store: Store) -
     waiting, due = new_job(store), new_job(store)
     for job_id, delay_ms in ((waiting, 60_000), (due, 0)):
         claim = claimed(store, job_id)
-        assert store.retrying(claim, delay_ms=delay_ms, now=utcnow(), **_FAILURE)
+        assert store.retrying(claim, failure(utcnow()), delay_ms=delay_ms)
     job = store.get(waiting)
     assert job is not None and job.status is JobStatus.RETRYING and job.locked_until is None
     assert job.not_before is not None and job.not_before > store.clock()
@@ -98,8 +101,8 @@ def test_a_retrying_job_is_not_claimed_before_its_backoff_is_due(store: Store) -
 
 def test_a_failure_records_whether_it_used_up_the_retries(store: Store) -> None:
     stopped, exhausted = new_job(store), new_job(store)
-    assert store.fail(claimed(store, stopped), now=utcnow(), **_FAILURE)
-    assert store.fail(claimed(store, exhausted), now=utcnow(), retries_exhausted=True, **_FAILURE)
+    assert store.fail(claimed(store, stopped), failure(utcnow()))
+    assert store.fail(claimed(store, exhausted), failure(utcnow()), retries_exhausted=True)
     for job_id, used_up in ((stopped, False), (exhausted, True)):
         job = store.get(job_id)
         assert job is not None and job.status is JobStatus.FAILED and job.finished_at is not None
@@ -135,7 +138,7 @@ def test_a_claim_given_back_leaves_the_row_as_it_was(store: Store) -> None:
     assert not store.give_back(claim, owner=OWNER, claimed_at=at, now=utcnow(), message="twice")
     # a retrying row's claim goes back to retrying, due at once
     claim = claimed(store, job_id)
-    assert store.retrying(claim, delay_ms=0, now=utcnow(), **_FAILURE)
+    assert store.retrying(claim, failure(utcnow()), delay_ms=0)
     again = claimed(store, job_id, now=utcnow())
     assert store.give_back(again, owner=OWNER, claimed_at=utcnow(), now=utcnow(), message="r")
     job = store.get(job_id)
@@ -205,7 +208,7 @@ def test_rows_given_with_a_completion_are_written_with_it(store: Store) -> None:
         NewRow("background_jobs", taken, new_job=True, message="twice"),
         NewRow("background_job_events", note),
     ]
-    assert store.complete(claim, result_json=None, now=now, duration_ms=1, rows=rows)
+    assert store.complete(claim, Completion(result_json=None, now=now, duration_ms=1, rows=rows))
     made = store.get(successor)
     assert made is not None and made.status is JobStatus.PENDING and made.parent_job_id == step
     assert [(e.event, e.message) for e in store.events(successor)] == [("enqueued", "from step")]

@@ -16,7 +16,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from celery_tracked.core.jobs import NewRow, utcnow
-from celery_tracked.core.moves import Lease
+from celery_tracked.core.moves import Completion, Lease
 from celery_tracked.store import JobStore
 
 from .conftest import insert_job
@@ -80,7 +80,7 @@ def test_the_writes_a_caller_is_told_about_commit_durably(recorded: JobStore) ->
     assert c is not None
     successor = {"job_id": job_id, "event": "x", "status": "completed", "attempt": 1}
     rows = [NewRow("background_job_events", {**successor, "created_at": now})]
-    assert store.complete(c, result_json=None, now=now, duration_ms=0, rows=rows)
+    assert store.complete(c, Completion(result_json=None, now=now, duration_ms=0, rows=rows))
     undone = insert_job(store)
     assert store.undo(undone)  # the publish failed: the caller is told nothing exists
     assert _commit_modes(store.url) == [

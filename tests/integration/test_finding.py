@@ -11,7 +11,7 @@ from celery import Celery
 
 from celery_tracked import InvalidFilter, JobStatus, Tracker, tracked_task
 from celery_tracked.core.jobs import utcnow
-from celery_tracked.core.moves import Lease
+from celery_tracked.core.moves import AttemptError, Completion, Lease
 from celery_tracked.store import JobStore
 from tests.conftest import wait_for
 
@@ -26,13 +26,15 @@ pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTask
 def failed(store: JobStore, job_id: str, error_type: str = "ValueError") -> None:
     claim = store.claim(job_id, Lease(owner="h:1", worker="w", now=utcnow(), lease_s=30))
     assert claim is not None
-    assert store.fail(claim, error_type=error_type, error_message="x", duration_ms=1, now=utcnow())
+    assert store.fail(
+        claim, AttemptError(error_type=error_type, error_message="x", duration_ms=1, now=utcnow())
+    )
 
 
 def completed(store: JobStore, job_id: str) -> None:
     claim = store.claim(job_id, Lease(owner="h:1", worker="w", now=utcnow(), lease_s=30))
     assert claim is not None
-    assert store.complete(claim, result_json=None, now=utcnow(), duration_ms=1)
+    assert store.complete(claim, Completion(result_json=None, now=utcnow(), duration_ms=1))
 
 
 def ids(page: Any) -> list[str]:
@@ -253,6 +255,6 @@ def test_cancel_many_cancels_waiting_jobs_and_leaves_running_ones_unless_asked(
     job = tracker.get_job(running)
     assert job is not None and job.status is JobStatus.PROCESSING  # its run goes on...
     assert job.cancel_requested_at is not None  # ...asked to stop
-    assert not store.complete(claim, result_json=None, now=utcnow(), duration_ms=1)
+    assert not store.complete(claim, Completion(result_json=None, now=utcnow(), duration_ms=1))
     assert store.cancel_run(claim, now=utcnow(), message="cancelled while running")
     assert tracker.get_job(running).status is JobStatus.CANCELLED  # type: ignore[union-attr]

@@ -16,7 +16,7 @@ import redis
 
 from celery_tracked.backends.limiter import RedisLimiter
 from celery_tracked.core.jobs import Claim, JobStatus, utcnow
-from celery_tracked.core.moves import Lease, Takeover
+from celery_tracked.core.moves import AttemptError, Lease, Takeover
 from celery_tracked.store import JobStore, migrate
 
 from .conftest import insert_job
@@ -78,7 +78,9 @@ def test_a_retrying_job_given_back_stays_retrying_and_due(store: JobStore) -> No
     job_id = insert_job(store)
     first, _ = claim(store, job_id)
     retried = store.retrying(
-        first, error_type="E", error_message="boom", delay_ms=0, duration_ms=1, now=utcnow()
+        first,
+        AttemptError(error_type="E", error_message="boom", duration_ms=1, now=utcnow()),
+        delay_ms=0,
     )
     assert retried
     started_at = store.get(job_id).started_at  # type: ignore[union-attr]

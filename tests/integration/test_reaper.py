@@ -17,7 +17,7 @@ import pytest
 from celery_tracked import JobStatus, Tracker, tracked_task
 from celery_tracked.adapter.maintenance import REAP_TASK
 from celery_tracked.core.jobs import Claim, Job, utcnow
-from celery_tracked.core.moves import Lease
+from celery_tracked.core.moves import AttemptError, Completion, Lease
 from celery_tracked.core.redact import REDACTED
 from celery_tracked.services.reaper import Reaper, ReapReport
 from celery_tracked.store import JobStore
@@ -217,11 +217,8 @@ def test_a_retrying_job_is_rescued_only_long_past_due(tracker: Tracker) -> None:
     held = Claim(job.id, 1, job.max_attempts)
     assert store.retrying(
         held,
-        error_type="E",
-        error_message="m",
+        AttemptError(error_type="E", error_message="m", duration_ms=None, now=utcnow()),
         delay_ms=3_600_000,
-        duration_ms=None,
-        now=utcnow(),
     )
     report, _ = reap(tracker, now=utcnow() + timedelta(minutes=30))  # due in an hour
     assert report.rescued == [] and report.left == []
@@ -298,7 +295,8 @@ def test_an_ended_or_unpublished_job_is_never_touched(tracker: Tracker) -> None:
     unpublished = insert_job(store)  # the relay's
     done = running(store, lease_s=30.0)
     assert store.complete(
-        Claim(done.id, 1, done.max_attempts), result_json=None, now=utcnow(), duration_ms=1
+        Claim(done.id, 1, done.max_attempts),
+        Completion(result_json=None, now=utcnow(), duration_ms=1),
     )
     report, _ = reap(tracker, now=utcnow() + timedelta(days=30))
     assert report.as_dict()["rescued"] == [] and report.left == []

@@ -13,7 +13,7 @@ import pytest
 
 from celery_tracked import JobStatus
 from celery_tracked.core.jobs import utcnow
-from celery_tracked.core.moves import Lease, RetryUndo
+from celery_tracked.core.moves import AttemptError, Lease, RetryUndo
 from celery_tracked.store import DuplicateJob, JobStore
 
 from .conftest import insert_job
@@ -130,7 +130,9 @@ def test_an_undone_replacement_gives_the_arguments_back_at_a_newer_revision(
 def fail(store: JobStore, job_id: str) -> None:
     c = store.claim(job_id, Lease(owner="h:1", worker="w", now=utcnow(), lease_s=60))
     assert c is not None
-    assert store.fail(c, error_type="E", error_message="boom", duration_ms=1, now=utcnow())
+    assert store.fail(
+        c, AttemptError(error_type="E", error_message="boom", duration_ms=1, now=utcnow())
+    )
 
 
 def test_retry_moves_a_failed_job_back_with_more_attempts(store: JobStore) -> None:

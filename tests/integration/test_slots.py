@@ -15,7 +15,7 @@ import redis
 
 from celery_tracked.backends.limiter import RedisLimiter
 from celery_tracked.core.jobs import Claim, utcnow
-from celery_tracked.core.moves import Lease, Takeover
+from celery_tracked.core.moves import Completion, Lease, Takeover
 from celery_tracked.store import JobStore, migrate
 
 from .conftest import insert_job
@@ -55,7 +55,7 @@ def test_a_key_admits_its_limit_of_running_jobs(store: JobStore) -> None:
     assert not store.key_busy(a, "course:1", 2)  # a job never waits for itself
     assert isinstance(claim(store, other, "course:2", 1), Claim)
     # the slot is the lease: a completed job frees it
-    done = store.complete(Claim(a, 1, 3), result_json=None, now=utcnow(), duration_ms=1)
+    done = store.complete(Claim(a, 1, 3), Completion(result_json=None, now=utcnow(), duration_ms=1))
     assert done and isinstance(claim(store, c, "course:1", 2), Claim)
 
 
@@ -93,7 +93,9 @@ def test_concurrent_claims_of_one_key_never_both_pass(store: JobStore) -> None:
         for t in threads:
             t.join()
         assert len(won) == 1, won
-        store.complete(Claim(won[0], 1, 3), result_json=None, now=utcnow(), duration_ms=1)
+        store.complete(
+            Claim(won[0], 1, 3), Completion(result_json=None, now=utcnow(), duration_ms=1)
+        )
 
 
 def test_the_lua_limiter_reserves_slots_on_redis_time(redis_url: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from celery_tracked import JobFailed, JobNotFound, Tracker, WaitTimeout, tracked_task
 from celery_tracked.core.jobs import utcnow
-from celery_tracked.core.moves import Lease
+from celery_tracked.core.moves import AttemptError, Completion, Lease
 
 from ..conftest import wait_for
 from .conftest import AppFactory, tracker_of
@@ -28,10 +28,15 @@ def finish_later(app: object, job_id: str, ok: bool) -> threading.Thread:
         )
         assert claim is not None
         if ok:
-            tracker.store.complete(claim, result_json='{"pages": 3}', now=utcnow(), duration_ms=1)
+            tracker.store.complete(
+                claim, Completion(result_json='{"pages": 3}', now=utcnow(), duration_ms=1)
+            )
         else:
             tracker.store.fail(
-                claim, error_type="ValueError", error_message="bad", duration_ms=1, now=utcnow()
+                claim,
+                AttemptError(
+                    error_type="ValueError", error_message="bad", duration_ms=1, now=utcnow()
+                ),
             )
         tracker.notifier.publish(job_id, "done")
 
@@ -117,7 +122,9 @@ def test_wait_reads_the_row_while_redis_is_unreachable(
 
     def finish() -> None:
         time.sleep(0.5)
-        tracker.store.complete(claim, result_json='{"pages": 3}', now=utcnow(), duration_ms=1)
+        tracker.store.complete(
+            claim, Completion(result_json='{"pages": 3}', now=utcnow(), duration_ms=1)
+        )
 
     thread = threading.Thread(target=finish)
     thread.start()

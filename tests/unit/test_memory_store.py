@@ -9,7 +9,7 @@ import pytest
 
 from celery_tracked.backends.memory import MemoryStore, conforms
 from celery_tracked.core.errors import Refused, StoreError
-from celery_tracked.core.moves import Lease, Takeover
+from celery_tracked.core.moves import AttemptError, Lease, Takeover
 from tests.contract.conftest import job_row
 from tests.unit.job_rows import NOW
 
@@ -37,8 +37,8 @@ def test_leases_and_backoffs_follow_the_injected_clock() -> None:
     clock.now = NOW + timedelta(seconds=36)  # expired more than the grace ago
     taken = store.take_over(row["id"], replace(lease, now=clock.now), fence)
     assert taken is not None and taken.attempt == 2
-    failure = {"error_type": "E", "error_message": "m", "duration_ms": 1}
-    assert store.retrying(taken, delay_ms=10_000, now=clock.now, **failure)
+    failure = AttemptError(error_type="E", error_message="m", duration_ms=1, now=clock.now)
+    assert store.retrying(taken, failure, delay_ms=10_000)
     assert (
         store.claim(row["id"], Lease(owner="h:1:3", worker="w", now=clock.now, lease_s=30)) is None
     )
