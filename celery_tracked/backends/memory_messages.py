@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from ..core.jobs import CLAIMABLE, RETRY_UNDONE, Job, JobStatus
+from ..core.keys import UndoneReplace
 from ..core.moves import RetryUndo
 from .memory_core import MemoryCore
 
@@ -115,19 +116,12 @@ class MemoryMessages(MemoryCore):
         return moved is not None
 
     def undo_replace(
-        self,
-        job_id: str,
-        *,
-        made: int,
-        revision: int,
-        payload_json: str | None,
-        now: datetime,
-        message: str,
+        self, job_id: str, made: int, undo: UndoneReplace, *, now: datetime, message: str
     ) -> bool:
         """``UNDO_REPLACE``."""
         change = {
-            "payload_json": payload_json,
-            "revision": revision,
+            "payload_json": undo.payload_json,
+            "revision": undo.revision,
             "published_at": None,
             "updated_at": now,
         }

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from ..core.jobs import CLAIMABLE, Claim, Job, JobStatus, NewRow
-from ..core.moves import AttemptError, Completion, DeadRun, Lease, Takeover
+from ..core.moves import AttemptError, Completion, DeadRun, Lease, Rows, Takeover
 from .memory_core import MemoryCore
 
 _PROCESSING = (JobStatus.PROCESSING,)
@@ -203,11 +203,7 @@ class MemoryRuns(MemoryCore):
         return self._ended(claim, JobStatus.RETRYING, error, message, (), due)
 
     def fail(
-        self,
-        claim: Claim,
-        error: AttemptError,
-        rows: Sequence[NewRow] = (),
-        retries_exhausted: bool = False,
+        self, claim: Claim, error: AttemptError, rows: Rows = (), retries_exhausted: bool = False
     ) -> bool:
         """``FAIL``, with ``rows`` in the same step."""
         message = f"{error.error_type}: {error.error_message}"

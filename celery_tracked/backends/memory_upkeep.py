@@ -13,7 +13,7 @@ from typing import Any
 
 from ..core.finder import JobFilter, Position
 from ..core.jobs import Batch, Job, JobEvent, JobStatus, Removed, utcnow
-from ..core.moves import StaleRun
+from ..core.moves import StaleRun, StallCutoffs
 from ..core.retention import ENDED, Boundary, Sweep
 from .memory_core import MemoryCore
 
@@ -119,17 +119,11 @@ class MemoryUpkeep(MemoryCore):
         since = max((e.id for e in history if e.event == "retried"), default=0)
         return sum(1 for e in history if e.event == _RESCUED and e.id > since)
 
-    def stalled(
-        self,
-        *,
-        grace_s: float,
-        run_cutoff: datetime,
-        pending_cutoff: datetime,
-        retrying_cutoff: datetime,
-        limit: int,
-    ) -> list[tuple[Job, int]]:
+    def stalled(self, cutoffs: StallCutoffs, limit: int) -> list[tuple[Job, int]]:
         """``SELECT_STALLED_RUNS``/``_PENDING``/``_RETRYING``: the runs (at most
         ``limit``), then the oldest ``limit`` of the waiting ones."""
+        grace_s, run_cutoff = cutoffs.grace_s, cutoffs.run_cutoff
+        pending_cutoff, retrying_cutoff = cutoffs.pending_cutoff, cutoffs.retrying_cutoff
         with self.lock:
             jobs = list(self.rows.values())
             runs = [

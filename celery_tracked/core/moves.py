@@ -14,7 +14,20 @@ from datetime import datetime
 
 from .jobs import JobStatus, NewRow
 
-__all__ = ["AttemptError", "Completion", "DeadRun", "Lease", "RetryUndo", "StaleRun", "Takeover"]
+__all__ = [
+    "AttemptError",
+    "Completion",
+    "DeadRun",
+    "Lease",
+    "RetryUndo",
+    "Rows",
+    "StaleRun",
+    "StallCutoffs",
+    "Takeover",
+]
+
+#: The rows an outcome inserts in its own transaction (successors).
+Rows = Sequence[NewRow]
 
 
 @dataclass(frozen=True)
@@ -51,7 +64,7 @@ class Completion:
     result_json: str | None
     now: datetime
     duration_ms: int
-    rows: Sequence[NewRow] = ()
+    rows: Rows = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +100,18 @@ class DeadRun:
     ) -> DeadRun:
         """A run asked to stop and gone: cancelled, no error."""
         return cls(seen_attempt, stale_owner, JobStatus.CANCELLED, None, None, message, now)
+
+
+@dataclass(frozen=True)
+class StallCutoffs:
+    """What the reaper's read counts as stalled: a run whose lease lapsed ``grace_s`` ago on
+    the store's clock and expired before ``run_cutoff``, a pending job handed over before
+    ``pending_cutoff``, a retrying one due before ``retrying_cutoff``."""
+
+    grace_s: float
+    run_cutoff: datetime
+    pending_cutoff: datetime
+    retrying_cutoff: datetime
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,24 @@ Roles (who calls them): :class:`EnqueueStore` (``Enqueuer``), :class:`RunStore` 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
 from .finder import JobFilter, Position
-from .jobs import Batch, Claim, Job, JobEvent, NewRow
-from .moves import AttemptError, Completion, DeadRun, Lease, RetryUndo, StaleRun, Takeover
+from .jobs import Batch, Claim, Job, JobEvent
+from .keys import UndoneReplace
+from .moves import (
+    AttemptError,
+    Completion,
+    DeadRun,
+    Lease,
+    RetryUndo,
+    Rows,
+    StaleRun,
+    StallCutoffs,
+    Takeover,
+)
 from .retention import Boundary, Sweep
 
 __all__ = [
@@ -101,14 +112,7 @@ class EnqueueStore(Reader, Handing, KeyReader, Protocol):
     ) -> bool: ...
 
     def undo_replace(
-        self,
-        job_id: str,
-        *,
-        made: int,
-        revision: int,
-        payload_json: str | None,
-        now: datetime,
-        message: str,
+        self, job_id: str, made: int, undo: UndoneReplace, *, now: datetime, message: str
     ) -> bool: ...
 
 
@@ -142,11 +146,7 @@ class OutcomeStore(Reader, Protocol):
     def retrying(self, claim: Claim, error: AttemptError, delay_ms: int) -> bool: ...
 
     def fail(
-        self,
-        claim: Claim,
-        error: AttemptError,
-        rows: Sequence[NewRow] = (),
-        retries_exhausted: bool = False,
+        self, claim: Claim, error: AttemptError, rows: Rows = (), retries_exhausted: bool = False
     ) -> bool: ...
 
     def cancel_run(self, claim: Claim, *, now: datetime, message: str) -> bool: ...
@@ -201,15 +201,7 @@ class RelayStore(Reader, Handing, Protocol):
 class ReapStore(Reader, Handing, Protocol):
     """The reaper: stalled rows, rescued or abandoned."""
 
-    def stalled(
-        self,
-        *,
-        grace_s: float,
-        run_cutoff: datetime,
-        pending_cutoff: datetime,
-        retrying_cutoff: datetime,
-        limit: int,
-    ) -> list[tuple[Job, int]]: ...
+    def stalled(self, cutoffs: StallCutoffs, limit: int) -> list[tuple[Job, int]]: ...
 
     def rescue_run(self, job: Job, stale: StaleRun) -> bool: ...
 

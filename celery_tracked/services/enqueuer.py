@@ -343,9 +343,8 @@ class Enqueuer:
         try:
             undone = self.store.undo_replace(
                 pending.id,
-                made=made,
-                revision=undo.revision,
-                payload_json=undo.payload_json,
+                made,
+                undo,
                 now=utcnow(),
                 message=(
                     "debounce undone: its message could not be published; the previous "

@@ -43,7 +43,7 @@ from typing import Protocol
 
 from ..core.hooks import Hooks, Transition
 from ..core.jobs import Event, Job, JobStatus, utcnow
-from ..core.moves import StaleRun
+from ..core.moves import StaleRun, StallCutoffs
 from ..core.ports import ReapStore
 from ..core.redact import holds_redacted, mask_url
 from ..core.settings import Settings
@@ -251,13 +251,13 @@ class Reaper:
         db_now = self.store.clock()
         now = now or db_now
         limits, report = self.limits, ReapReport()
-        rows = self.store.stalled(
+        cutoffs = StallCutoffs(
             grace_s=limits.lease_grace_s,
             run_cutoff=limits.cutoff(JobStatus.PROCESSING, now),
             pending_cutoff=limits.cutoff(JobStatus.PENDING, now),
             retrying_cutoff=limits.cutoff(JobStatus.RETRYING, now),
-            limit=BATCH,
         )
+        rows = self.store.stalled(cutoffs, BATCH)
         stalled: list[tuple[Job, int, str]] = []
         for job, rescues in rows:
             why = stalled_why(job, db_now=db_now, now=now, limits=limits)

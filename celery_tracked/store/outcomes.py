@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..core.jobs import Claim, JobStatus, NewRow
-from ..core.moves import AttemptError, Completion, DeadRun, Takeover
+from ..core.moves import AttemptError, Completion, DeadRun, Rows, Takeover
 from . import selects
 from . import statements as sql
 from .engines import Engines
@@ -83,11 +83,7 @@ class Outcomes:
 
     @reconnecting
     def fail(
-        self,
-        claim: Claim,
-        error: AttemptError,
-        rows: Sequence[NewRow] = (),
-        retries_exhausted: bool = False,
+        self, claim: Claim, error: AttemptError, rows: Rows = (), retries_exhausted: bool = False
     ) -> bool:
         """processing → failed, fenced by the claim; ``retries_exhausted``: its last attempt
         failed (else it was stopped); ``rows`` (a fail-soft successor) are inserted in the

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Boolean, ColumnElement, Integer, Select, and_, bindparam, func, or_, select
 
 from ..core.jobs import Job, JobStatus
-from ..core.moves import StaleRun
+from ..core.moves import StaleRun, StallCutoffs
 from .clock import db_time
 from .models import UTCDateTime, events, jobs
 from .statements import CURRENT, GRACE_S, LAPSED, MESSAGE, NOW, UNCANCELLED, Move
@@ -204,22 +204,15 @@ class Reaping:
         def apply(self, move: Move, params: Mapping[str, Any]) -> tuple[int, int] | None: ...
 
     @reconnecting
-    def stalled(
-        self,
-        *,
-        grace_s: float,
-        run_cutoff: datetime,
-        pending_cutoff: datetime,
-        retrying_cutoff: datetime,
-        limit: int,
-    ) -> list[tuple[Job, int]]:
+    def stalled(self, cutoffs: StallCutoffs, limit: int) -> list[tuple[Job, int]]:
         """The jobs that look stalled by their row, each with its rescue count, oldest
-        first: ``processing`` whose lease lapsed ``grace_s`` ago on the database's clock (or
-        was released) and expired (or was released) before ``run_cutoff`` (at most
-        ``limit``), then ``pending`` handed over before ``pending_cutoff`` and ``retrying``
-        due before ``retrying_cutoff`` (at most ``limit`` more)."""
-        params = {"grace_s": grace_s, "run_cutoff": run_cutoff, "limit": limit}
-        params.update(pending_cutoff=pending_cutoff, retrying_cutoff=retrying_cutoff)
+        first: ``processing`` whose lease lapsed ``cutoffs.grace_s`` ago on the database's
+        clock (or was released) and expired (or was released) before ``cutoffs.run_cutoff``
+        (at most ``limit``), then ``pending`` handed over before ``cutoffs.pending_cutoff``
+        and ``retrying`` due before ``cutoffs.retrying_cutoff`` (at most ``limit`` more)."""
+        params = {"grace_s": cutoffs.grace_s, "run_cutoff": cutoffs.run_cutoff, "limit": limit}
+        params.update(pending_cutoff=cutoffs.pending_cutoff)
+        params.update(retrying_cutoff=cutoffs.retrying_cutoff)
         with translated("reading stalled jobs"), self.engines.transaction() as conn:
             runs = conn.execute(SELECT_STALLED_RUNS, params).mappings().all()
             waiting = [

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Boolean, Integer, String, Text, exists, or_, select
 
 from ..core.jobs import RETRY_UNDONE, Job, JobStatus
+from ..core.keys import UndoneReplace
 from ..core.moves import RetryUndo
 from .engines import Engines
 from .models import UTCDateTime, events, jobs
@@ -148,20 +149,13 @@ class Rerun:
 
     @reconnecting
     def undo_replace(
-        self,
-        job_id: str,
-        *,
-        made: int,
-        revision: int,
-        payload_json: str | None,
-        now: datetime,
-        message: str,
+        self, job_id: str, made: int, undo: UndoneReplace, *, now: datetime, message: str
     ) -> bool:
-        """pending at revision ``made`` → pending at ``revision`` (newer) with
-        ``payload_json`` and no message handed over (the relay's), if nobody handed
+        """pending at revision ``made`` → pending at ``undo.revision`` (newer) with
+        ``undo.payload_json`` and no message handed over (the relay's), if nobody handed
         ``made`` over."""
-        params = {"job_id": job_id, "made": made, "at_revision": revision, "now": now}
-        params.update(payload_json=payload_json, message=message)
+        params = {"job_id": job_id, "made": made, "at_revision": undo.revision, "now": now}
+        params.update(payload_json=undo.payload_json, message=message)
         return self.apply(UNDO_REPLACE, params) is not None
 
     @reconnecting

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery_tracked.core.jobs import JobStatus, utcnow
-from celery_tracked.core.moves import AttemptError, Lease, StaleRun
+from celery_tracked.core.moves import AttemptError, Lease, StaleRun, StallCutoffs
 from celery_tracked.core.ports import Store
 from tests.contract.conftest import OWNER, WORKER, ago, claimed, event_names, later, new_job
 
@@ -44,16 +46,15 @@ def test_a_lapsed_relay_claim_is_taken_by_another_relay(store: Store) -> None:
     assert store.relayed(job_id, owner=RELAY_B, now=utcnow(), message="relayed")
 
 
-def _stalled(store: Store, **cutoffs: object) -> list[tuple[str, int]]:
+def _stalled(store: Store, **cutoffs: Any) -> list[tuple[str, int]]:
     args = {
         "grace_s": 0.0,
         "run_cutoff": later(60),
         "pending_cutoff": ago(3600),
         "retrying_cutoff": ago(3600),
-        "limit": 10,
     }
     args.update(cutoffs)
-    return [(job.id, rescues) for job, rescues in store.stalled(**args)]  # type: ignore[arg-type]
+    return [(job.id, rescues) for job, rescues in store.stalled(StallCutoffs(**args), 10)]
 
 
 def test_a_lapsed_run_is_rescued_once_then_abandoned(store: Store) -> None:
@@ -64,7 +65,10 @@ def test_a_lapsed_run_is_rescued_once_then_abandoned(store: Store) -> None:
     assert _stalled(store) == [(job_id, 0)]
     assert _stalled(store, run_cutoff=ago(3600)) == []  # not stalled long enough
     [(seen, _)] = store.stalled(
-        grace_s=0, run_cutoff=later(60), pending_cutoff=ago(1), retrying_cutoff=ago(1), limit=5
+        StallCutoffs(
+            grace_s=0, run_cutoff=later(60), pending_cutoff=ago(1), retrying_cutoff=ago(1)
+        ),
+        5,
     )
     assert store.rescue_run(
         seen, StaleRun(grace_s=0, run_cutoff=later(60), message="lost", now=utcnow())
@@ -84,7 +88,10 @@ def test_a_lapsed_run_is_rescued_once_then_abandoned(store: Store) -> None:
     # its last attempt lapses too: no attempt left, it is abandoned
     claimed(store, job_id, lease_s=-30, revision=1)
     [(again, rescues)] = store.stalled(
-        grace_s=0, run_cutoff=later(60), pending_cutoff=ago(1), retrying_cutoff=ago(1), limit=5
+        StallCutoffs(
+            grace_s=0, run_cutoff=later(60), pending_cutoff=ago(1), retrying_cutoff=ago(1)
+        ),
+        5,
     )
     assert rescues == 1
     assert not store.rescue_run(
@@ -106,7 +113,10 @@ def test_a_stalled_run_asked_to_stop_ends_cancelled(store: Store) -> None:
     claimed(store, job_id, lease_s=-30)
     assert store.request_cancel(job_id, now=utcnow(), message="stop")
     [(seen, _)] = store.stalled(
-        grace_s=0, run_cutoff=later(60), pending_cutoff=ago(1), retrying_cutoff=ago(1), limit=5
+        StallCutoffs(
+            grace_s=0, run_cutoff=later(60), pending_cutoff=ago(1), retrying_cutoff=ago(1)
+        ),
+        5,
     )
     assert not store.rescue_run(
         seen, StaleRun(grace_s=0, run_cutoff=later(60), message="x", now=utcnow())
@@ -135,7 +145,10 @@ def test_waiting_jobs_long_past_their_hand_over_are_rescued_or_abandoned(store: 
     cut = {"pending_cutoff": ago(3600), "retrying_cutoff": later(60)}
     assert sorted(_stalled(store, **cut)) == sorted([(pending, 0), (retrying, 0)])
     assert _stalled(store, pending_cutoff=ago(9000)) == []
-    rows = {job.id: job for job, _ in store.stalled(grace_s=0, run_cutoff=ago(1), limit=5, **cut)}
+    rows = {
+        job.id: job
+        for job, _ in store.stalled(StallCutoffs(grace_s=0, run_cutoff=ago(1), **cut), 5)
+    }
     assert not store.rescue_waiting(rows[pending], cutoff=ago(9000), message="x", now=utcnow())
     assert store.rescue_waiting(rows[pending], cutoff=ago(3600), message="lost", now=utcnow())
     job = store.get(pending)

@@ -13,6 +13,7 @@ import pytest
 
 from celery_tracked import JobStatus
 from celery_tracked.core.jobs import utcnow
+from celery_tracked.core.keys import UndoneReplace
 from celery_tracked.core.moves import AttemptError, Lease, RetryUndo
 from celery_tracked.store import DuplicateJob, JobStore
 
@@ -103,8 +104,8 @@ def test_an_undone_replacement_gives_the_arguments_back_at_a_newer_revision(
     before = store.get(job_id)
     assert before is not None and before.published_at is not None
     assert replace_args(store, job_id, seen=0, n=5)
-    undo = dict(made=1, revision=2, payload_json=before.payload_json, message="undone")
-    assert store.undo_replace(job_id, now=utcnow(), **undo)
+    undo = UndoneReplace(revision=2, payload_json=before.payload_json)
+    assert store.undo_replace(job_id, 1, undo, now=utcnow(), message="undone")
     after = store.get(job_id)
     assert after is not None
     assert (after.revision, after.payload_json) == (2, before.payload_json)
@@ -114,17 +115,17 @@ def test_an_undone_replacement_gives_the_arguments_back_at_a_newer_revision(
     assert claim(store, job_id, revision=1) is None, "nor the replacement's"
     later = utcnow() + timedelta(seconds=5)
     assert job_id in store.unpublished(cutoff=later, now=later), "the relay's to send"
-    assert not store.undo_replace(job_id, now=utcnow(), **undo), "undone once"
+    assert not store.undo_replace(job_id, 1, undo, now=utcnow(), message="undone"), "undone once"
     assert claim(store, job_id, revision=2) is not None
     # an undo never applies once that revision was handed over
     other = new_job(store)
     assert replace_args(store, other, seen=0, n=5) and store.handed_over(other, utcnow(), 1)
-    assert not store.undo_replace(other, now=utcnow(), **undo)
+    assert not store.undo_replace(other, 1, undo, now=utcnow(), message="undone")
     # nor once a relay took the row
     third = new_job(store)
     assert replace_args(store, third, seen=0, n=5)
     assert store.relay_claim(third, owner="relay", now=later, lease_s=30, cutoff=later)
-    assert not store.undo_replace(third, now=utcnow(), **undo)
+    assert not store.undo_replace(third, 1, undo, now=utcnow(), message="undone")
 
 
 def fail(store: JobStore, job_id: str) -> None:

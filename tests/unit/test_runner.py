@@ -23,7 +23,7 @@ from celery_tracked.core.hooks import Delivery, HookChain, Hooks, Transition
 from celery_tracked.core.jobs import Claim, Job, JobStatus, NewRow, utcnow
 from celery_tracked.core.limits import DeliveryLimits
 from celery_tracked.core.messages import HEADER_PENDING_FAILURE, PendingFailure, TrackedHeaders
-from celery_tracked.core.moves import AttemptError, Completion
+from celery_tracked.core.moves import AttemptError, Completion, Rows
 from celery_tracked.core.outcome import (
     EARLY_MS,
     Completed,
@@ -106,11 +106,7 @@ class MemoryStore(LibraryMemoryStore):
         return saved
 
     def fail(
-        self,
-        claim: Claim,
-        error: AttemptError,
-        rows: Sequence[NewRow] = (),
-        retries_exhausted: bool = False,
+        self, claim: Claim, error: AttemptError, rows: Rows = (), retries_exhausted: bool = False
     ) -> bool:
         self.call("fail")
         self.failure_rows = list(rows)
