@@ -43,15 +43,13 @@ class LateOutcomes:
         except StoreError as exc:
             return self._still_unrecorded(run, "retry", exc)
         if written:
-            self.tell(
-                run,
-                Event.RETRYING,
-                f"job {run.job_id} retrying after attempt {attempt}: {failure.error_type}: "
-                f"{failure.error_message}; retry in {delay_ms} ms (recorded late)",
-                logging.WARNING,
-                attempt,
-            )
+            said = f"retrying after attempt {attempt}: {_what(failure)}; retry in {delay_ms} ms"
+            self._tell_late(run, Event.RETRYING, said, logging.WARNING, attempt)
         return None
+
+    def _tell_late(self, run: Run, event: Event, said: str, level: int, attempt: int) -> None:
+        """Tell the hooks of an outcome written late (the job and its note around ``said``)."""
+        self.tell(run, event, f"job {run.job_id} {said} (recorded late)", level, attempt)
 
     def _still_unrecorded(self, run: Run, what: str, exc: StoreError) -> Postponed:
         """The delivery waits: the database still refuses the outcome it carries."""
@@ -70,14 +68,8 @@ class LateOutcomes:
         except StoreError as exc:
             return self._still_unrecorded(run, "failure", exc)
         if written:
-            self.tell(
-                run,
-                Event.FAILED,
-                f"job {run.job_id} failed after attempt {attempt}: {failure.error_type}: "
-                f"{failure.error_message} (recorded late)",
-                logging.ERROR,
-                attempt,
-            )
+            said = f"failed after attempt {attempt}: {_what(failure)}"
+            self._tell_late(run, Event.FAILED, said, logging.ERROR, attempt)
         return Skipped("failure recorded late")
 
 
@@ -89,3 +81,8 @@ def _claim(run: Run, attempt: int) -> Claim:
 def _error(failure: PendingFailure) -> AttemptError:
     """The carried failure as recorded now (its duration is unknown here)."""
     return AttemptError(failure.error_type, failure.error_message, None, utcnow())
+
+
+def _what(failure: PendingFailure) -> str:
+    """The carried failure, as the history says it: ``type: message``."""
+    return f"{failure.error_type}: {failure.error_message}"
