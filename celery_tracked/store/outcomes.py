@@ -8,26 +8,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core.jobs import Claim, JobStatus, NewRow
 from ..core.moves import AttemptError, Completion, DeadRun, Rows, Takeover
 from . import selects
 from . import statements as sql
-from .engines import Engines
+from .engines import Applying
 from .translate import reconnecting, translated
 
 
-class Outcomes:
+class Outcomes(Applying):
     """The outcome side of :class:`~celery_tracked.store.JobStore` (``Moves.apply``)."""
-
-    engines: Engines
-
-    if TYPE_CHECKING:  # provided by ``Moves``
-
-        def apply(
-            self, move: sql.Move, params: Mapping[str, Any], rows: Sequence[NewRow] = ()
-        ) -> tuple[int, int] | None: ...
 
     @reconnecting
     def fail_lost(self, job_id: str, fence: Takeover, now: datetime) -> bool:

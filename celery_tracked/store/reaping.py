@@ -12,15 +12,15 @@ two reapers at once move a row once, and a live lease is never touched.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Boolean, ColumnElement, Integer, Select, and_, bindparam, func, or_, select
 
 from ..core.jobs import Job, JobStatus
 from ..core.moves import StaleRun, StallCutoffs
 from .clock import db_time
+from .engines import Applying
 from .models import UTCDateTime, events, jobs
 from .statements import CURRENT, GRACE_S, LAPSED, MESSAGE, NOW, UNCANCELLED, Move
 from .translate import reconnecting, translated
@@ -193,15 +193,8 @@ SELECT_STALLED_PENDING = _oldest(_STALLED_PENDING)
 SELECT_STALLED_RETRYING = _oldest(_STALLED_RETRYING)
 
 
-class Reaping:
+class Reaping(Applying):
     """The reaper's side of :class:`~celery_tracked.store.JobStore` (``Moves.apply``)."""
-
-    if TYPE_CHECKING:  # provided by ``Moves`` and ``Engines``
-        from .engines import Engines
-
-        engines: Engines
-
-        def apply(self, move: Move, params: Mapping[str, Any]) -> tuple[int, int] | None: ...
 
     @reconnecting
     def stalled(self, cutoffs: StallCutoffs, limit: int) -> list[tuple[Job, int]]:

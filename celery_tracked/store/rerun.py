@@ -14,16 +14,14 @@ moves on to a newer one, left to the relay (``keys.undo_replace``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Boolean, Integer, String, Text, exists, or_, select
 
 from ..core.jobs import RETRY_UNDONE, Job, JobStatus
 from ..core.keys import UndoneReplace
 from ..core.moves import RetryUndo
-from .engines import Engines
+from .engines import Applying
 from .models import UTCDateTime, events, jobs
 from .statements import JOB_ID, NOW, RELAY_CLAIM, RELAYED, REVISION, Move, param
 from .translate import reconnecting, translated
@@ -128,14 +126,8 @@ SELECT_FAIL_SOFT = (
 )
 
 
-class Rerun:
+class Rerun(Applying):
     """The message side of :class:`~celery_tracked.store.JobStore` (``Moves.apply``)."""
-
-    engines: Engines
-
-    if TYPE_CHECKING:  # provided by ``Moves``
-
-        def apply(self, move: Move, params: Mapping[str, Any]) -> tuple[int, int] | None: ...
 
     @reconnecting
     def replace_arguments(
