@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from celery_tracked.core.moves import Completion, Lease
+
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -75,13 +77,15 @@ def one_run(store: JobStore, jobs: int) -> dict[str, list[float]]:
 
     def claim(job_id: str) -> None:
         claims.append(
-            store.claim(job_id, owner="bench:1", worker="bench", now=utcnow(), lease_s=60)
+            store.claim(job_id, Lease(owner="bench:1", worker="bench", now=utcnow(), lease_s=60))
         )
 
     out["claim"] = timed([lambda r=r: claim(r["id"]) for r in rows])
     out["complete"] = timed(
         [
-            lambda c=c: store.complete(c, result_json="null", now=utcnow(), duration_ms=1)
+            lambda c=c: store.complete(
+                c, Completion(result_json="null", now=utcnow(), duration_ms=1)
+            )
             for c in claims
         ]
     )

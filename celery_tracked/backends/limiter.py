@@ -80,24 +80,30 @@ if not (hold and hold_until and now < hold_until) then
   hold_until = nil
 end
 """
+
+
+def _save_pair(name: str) -> str:
+    """Lua: store ``name`` and ``name_until`` while ``name`` is set, else drop both."""
+    return f"""if {name} then
+  redis.call('HSET', KEYS[1], '{name}', string.format('%.3f', {name}))
+  redis.call('HSET', KEYS[1], '{name}_until', string.format('%.3f', {name}_until))
+else
+  redis.call('HDEL', KEYS[1], '{name}', '{name}_until')
+end
+"""
+
+
 #: (to the microsecond: Redis before 7 writes a Lua number with 14 digits, 0.1 ms)
-_SAVE = f"""
+_SAVE = (
+    """
 redis.call('HSET', KEYS[1], 'next', string.format('%.3f', nxt))
 if last then redis.call('HSET', KEYS[1], 'last', string.format('%.3f', last)) end
-if owed then
-  redis.call('HSET', KEYS[1], 'owed', string.format('%.3f', owed))
-  redis.call('HSET', KEYS[1], 'owed_until', string.format('%.3f', owed_until))
-else
-  redis.call('HDEL', KEYS[1], 'owed', 'owed_until')
-end
-if hold then
-  redis.call('HSET', KEYS[1], 'hold', string.format('%.3f', hold))
-  redis.call('HSET', KEYS[1], 'hold_until', string.format('%.3f', hold_until))
-else
-  redis.call('HDEL', KEYS[1], 'hold', 'hold_until')
-end
-redis.call('PEXPIRE', KEYS[1], math.ceil(math.max(nxt - now, 0) + interval + {_KEEP_MS}))
 """
+    + _save_pair("owed")
+    + _save_pair("hold")
+    + f"""redis.call('PEXPIRE', KEYS[1], math.ceil(math.max(nxt - now, 0) + interval + {_KEEP_MS}))
+"""
+)
 #: limits.take_slot: ARGV = interval_ms, reserved slot (-1: none) -> {wait_ms, slot}
 _TAKE = (
     _NOW

@@ -11,7 +11,7 @@ lock guards every row and event. Nothing survives the process.
 
     store = MemoryStore()
     store.insert({...})                       # as the producer's row
-    claim = store.claim(job_id, owner=..., worker=..., now=utcnow(), lease_s=60)
+    claim = store.claim(job_id, Lease(owner=..., worker=..., now=utcnow(), lease_s=60))
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ from datetime import datetime
 from typing import Any
 
 from ..core.jobs import CLAIMABLE, RETRY_UNDONE, Job, JobStatus
+from ..core.keys import UndoneReplace
+from ..core.moves import RetryUndo
 from .memory_core import MemoryCore
 
 _PENDING = (JobStatus.PENDING,)
@@ -114,19 +116,12 @@ class MemoryMessages(MemoryCore):
         return moved is not None
 
     def undo_replace(
-        self,
-        job_id: str,
-        *,
-        made: int,
-        revision: int,
-        payload_json: str | None,
-        now: datetime,
-        message: str,
+        self, job_id: str, made: int, undo: UndoneReplace, *, now: datetime, message: str
     ) -> bool:
         """``UNDO_REPLACE``."""
         change = {
-            "payload_json": payload_json,
-            "revision": revision,
+            "payload_json": undo.payload_json,
+            "revision": undo.revision,
             "published_at": None,
             "updated_at": now,
         }
@@ -181,29 +176,18 @@ class MemoryMessages(MemoryCore):
         moved = self.move(job_id, _ENDED, check, change, _RETRIED, now=now, message=message)
         return moved is not None
 
-    def undo_retry(
-        self,
-        job_id: str,
-        *,
-        made: int,
-        status: JobStatus,
-        max_attempts: int,
-        finished_at: datetime | None,
-        now: datetime,
-        message: str,
-        retries_exhausted: bool = False,
-    ) -> bool:
-        """``UNDO_RETRY``: back to ``status`` (failed or cancelled)."""
-        if status not in _ENDED:
-            raise KeyError(status)
+    def undo_retry(self, job_id: str, undo: RetryUndo, *, now: datetime, message: str) -> bool:
+        """``UNDO_RETRY``: back to ``undo.status`` (failed or cancelled)."""
+        if undo.status not in _ENDED:
+            raise KeyError(undo.status)
         change = {
-            "status": status,
-            "max_attempts": max_attempts,
-            "finished_at": finished_at,
-            "retries_exhausted": retries_exhausted,
+            "status": undo.status,
+            "max_attempts": undo.max_attempts,
+            "finished_at": undo.finished_at,
+            "retries_exhausted": undo.retries_exhausted,
             "updated_at": now,
         }
-        return self._undo(job_id, made, change, RETRY_UNDONE, now, message)
+        return self._undo(job_id, undo.made, change, RETRY_UNDONE, now, message)
 
     def retry_rounds(self, job_id: str) -> list[tuple[str, int]]:
         """``SELECT_ROUNDS``."""

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from ..core.jobs import CLAIMABLE, Claim, Job, JobStatus, NewRow
+from ..core.moves import AttemptError, Completion, DeadRun, Lease, Rows, Takeover
 from .memory_core import MemoryCore
 
 _PROCESSING = (JobStatus.PROCESSING,)
@@ -77,15 +78,17 @@ class MemoryRuns(MemoryCore):
                 1 for j in self.rows.values() if j.concurrency_key == key and j.status in waiting
             )
 
-    def _take_lease(self, owner: str, worker: str, now: datetime, lease_s: float) -> Any:
+    def _take_lease(self, lease: Lease) -> Any:
+        now = lease.now
+
         def change(job: Job) -> Mapping[str, Any]:
             return {
                 "status": JobStatus.PROCESSING,
                 "attempts_made": job.attempts_made + 1,
                 "started_at": job.started_at or now,
-                "worker": worker,
-                "locked_by": owner,
-                "locked_until": self.at(lease_s),
+                "worker": lease.worker,
+                "locked_by": lease.owner,
+                "locked_until": self.at(lease.lease_s),
                 "not_before": None,
                 "updated_at": now,
             }
@@ -95,77 +98,46 @@ class MemoryRuns(MemoryCore):
     def _key_free(self, job_id: str, concurrency: tuple[str, int] | None) -> bool:
         return concurrency is None or concurrency[1] > self.holders(concurrency[0], job_id)
 
-    def claim(
-        self,
-        job_id: str,
-        *,
-        owner: str,
-        worker: str,
-        now: datetime,
-        lease_s: float,
-        revision: int = 0,
-        concurrency: tuple[str, int] | None = None,
-    ) -> Claim | None:
+    def claim(self, job_id: str, lease: Lease) -> Claim | None:
         """``CLAIM`` (``CLAIM_KEYED``): due, unlocked, the current revision, a free slot."""
 
         def check(job: Job) -> bool:
             due = self.free(job.not_before) and self.free(job.locked_until)
-            return due and job.revision == revision and self._key_free(job_id, concurrency)
+            current = job.revision == lease.revision
+            return due and current and self._key_free(job_id, lease.concurrency)
 
-        change = self._take_lease(owner, worker, now, lease_s)
-        moved = self.move(job_id, CLAIMABLE, check, change, "started", now=now)
+        change = self._take_lease(lease)
+        moved = self.move(job_id, CLAIMABLE, check, change, "started", now=lease.now)
         return None if moved is None else Claim(job_id, moved.attempts_made, moved.max_attempts)
 
-    def take_over(
-        self,
-        job_id: str,
-        *,
-        seen_attempt: int,
-        owner: str,
-        worker: str,
-        now: datetime,
-        lease_s: float,
-        grace_s: float,
-        stale_owner: str | None,
-        reason: str,
-        revision: int = 0,
-        concurrency: tuple[str, int] | None = None,
-    ) -> Claim | None:
+    def take_over(self, job_id: str, lease: Lease, fence: Takeover) -> Claim | None:
         """``TAKE_OVER`` (``_KEYED``): lapsed, attempts left, current, not cancelled."""
 
         def check(job: Job) -> bool:
             return (
-                self.lapsed(job, seen_attempt, grace_s, stale_owner)
+                self.lapsed(job, fence.seen_attempt, fence.grace_s, fence.stale_owner)
                 and job.attempts_made < job.max_attempts
-                and job.revision == revision
+                and job.revision == lease.revision
                 and job.cancel_requested_at is None
-                and self._key_free(job_id, concurrency)
+                and self._key_free(job_id, lease.concurrency)
             )
 
-        change = self._take_lease(owner, worker, now, lease_s)
+        change = self._take_lease(lease)
         moved = self.move(
-            job_id, _PROCESSING, check, change, "redelivered", now=now, message=reason
+            job_id, _PROCESSING, check, change, "redelivered", now=lease.now, message=fence.reason
         )
         if moved is None:
             return None
         return Claim(job_id, moved.attempts_made, moved.max_attempts, takeover=True)
 
-    def fail_lost(
-        self,
-        job_id: str,
-        *,
-        seen_attempt: int,
-        now: datetime,
-        grace_s: float,
-        stale_owner: str | None,
-        message: str,
-    ) -> bool:
+    def fail_lost(self, job_id: str, fence: Takeover, now: datetime) -> bool:
         """``FAIL_LOST``: fenced like a takeover, not cancelled."""
 
         def check(job: Job) -> bool:
-            lapsed = self.lapsed(job, seen_attempt, grace_s, stale_owner)
+            lapsed = self.lapsed(job, fence.seen_attempt, fence.grace_s, fence.stale_owner)
             return lapsed and job.cancel_requested_at is None
 
+        message = fence.reason
         change = _end_run(
             now,
             status=JobStatus.FAILED,
@@ -176,37 +148,27 @@ class MemoryRuns(MemoryCore):
         )
         return self.move_running(job_id, check, change, "failed", now, message)
 
-    def end_dead_run(
-        self,
-        job_id: str,
-        *,
-        seen_attempt: int,
-        stale_owner: str | None,
-        status: JobStatus,
-        error_type: str | None,
-        error_message: str | None,
-        message: str,
-        now: datetime,
-        delay_ms: int = 0,
-    ) -> bool:
+    def end_dead_run(self, job_id: str, dead: DeadRun) -> bool:
         """``RETRY_DEAD``/``FAIL_DEAD``/``CANCEL_DEAD``: lapsed (no grace); the first two
         only while no cancel was requested."""
+        status, now = dead.status, dead.now
         cancelling = status is JobStatus.CANCELLED
 
         def check(job: Job) -> bool:
-            lapsed = self.lapsed(job, seen_attempt, 0.0, stale_owner)
+            lapsed = self.lapsed(job, dead.seen_attempt, 0.0, dead.stale_owner)
             return lapsed and (cancelling or job.cancel_requested_at is None)
 
-        ended = _end_run(now, status=status, error_type=error_type, error_message=error_message)
+        error = {"error_type": dead.error_type, "error_message": dead.error_message}
+        ended = _end_run(now, status=status, **error)
         if status is JobStatus.RETRYING:
-            ended["not_before"] = self.at(delay_ms / 1000)
+            ended["not_before"] = self.at(dead.delay_ms / 1000)
         else:
             ended["finished_at"] = now
         if status is JobStatus.FAILED:
             ended["retries_exhausted"] = True
         if cancelling:
-            ended.update(error_type=None, error_message=message)
-        return self.move_running(job_id, check, ended, status.value, now, message)
+            ended.update(error_type=None, error_message=dead.message)
+        return self.move_running(job_id, check, ended, status.value, now, dead.message)
 
     def move_running(
         self,
@@ -242,22 +204,15 @@ class MemoryRuns(MemoryCore):
 
         return check
 
-    def complete(
-        self,
-        claim: Claim,
-        *,
-        result_json: str | None,
-        now: datetime,
-        duration_ms: int,
-        rows: Sequence[NewRow] = (),
-        resent: bool = False,
-    ) -> bool:
+    def complete(self, claim: Claim, done: Completion, resent: bool = False) -> bool:
         """``COMPLETE``; ``resent``: a row this very attempt completed counts as saved."""
-        done = ended_without_error(
-            now, JobStatus.COMPLETED, None, result_json=result_json, progress=100
+        now = done.now
+        ended = ended_without_error(
+            now, JobStatus.COMPLETED, None, result_json=done.result_json, progress=100
         )
         check = self.held_by(claim)
-        if self.move_running(claim.job_id, check, done, "completed", now, None, duration_ms, rows):
+        args = (ended, "completed", now, None, done.duration_ms, done.rows)
+        if self.move_running(claim.job_id, check, *args):
             return True
         job = self.rows.get(claim.job_id)
         saved = job is not None and (job.attempts_made, job.status) == (
@@ -266,56 +221,42 @@ class MemoryRuns(MemoryCore):
         )
         return resent and saved
 
-    def retrying(
-        self,
-        claim: Claim,
-        *,
-        error_type: str,
-        error_message: str,
-        delay_ms: int,
-        duration_ms: int | None,
-        now: datetime,
-    ) -> bool:
+    def retrying(self, claim: Claim, error: AttemptError, delay_ms: int) -> bool:
         """``RETRYING``: due after ``delay_ms`` on the store's clock."""
-        message = f"retry in {delay_ms} ms after {error_type}: {error_message}"
+        message = f"retry in {delay_ms} ms after {error.error_type}: {error.error_message}"
         due = {"not_before": self.at(delay_ms / 1000)}
-        ended = (JobStatus.RETRYING, error_type, error_message, message)
-        return self._ended(claim, ended, now, duration_ms, (), due)
+        return self._ended(claim, JobStatus.RETRYING, error, message, (), due)
 
     def fail(
-        self,
-        claim: Claim,
-        *,
-        error_type: str,
-        error_message: str,
-        duration_ms: int | None,
-        now: datetime,
-        rows: Sequence[NewRow] = (),
-        retries_exhausted: bool = False,
+        self, claim: Claim, error: AttemptError, rows: Rows = (), retries_exhausted: bool = False
     ) -> bool:
         """``FAIL``, with ``rows`` in the same step."""
-        message = f"{error_type}: {error_message}"
-        done = {"finished_at": now, "retries_exhausted": retries_exhausted}
-        ended = (JobStatus.FAILED, error_type, error_message, message)
-        return self._ended(claim, ended, now, duration_ms, rows, done)
+        message = f"{error.error_type}: {error.error_message}"
+        done = {"finished_at": error.now, "retries_exhausted": retries_exhausted}
+        return self._ended(claim, JobStatus.FAILED, error, message, rows, done)
 
     def _ended(
         self,
         claim: Claim,
-        ended: tuple[JobStatus, str, str, str],
-        now: datetime,
-        duration_ms: int | None,
+        status: JobStatus,
+        error: AttemptError,
+        message: str,
         rows: Sequence[NewRow],
         extra: Mapping[str, Any],
     ) -> bool:
-        """``outcomes._end_run``: ``(status, error type, error message, event message)``."""
-        status, error_type, error_message, message = ended
-        change = _end_run(now, status=status, error_type=error_type, error_message=error_message)
-        change.update(extra)
-        check = self.held_by(claim)
-        event = status.value
+        """``outcomes._end_run``: ``message`` is the event's."""
+        now = error.now
+        failed = {"error_type": error.error_type, "error_message": error.error_message}
+        change = {**_end_run(now, status=status, **failed), **extra}
         return self.move_running(
-            claim.job_id, check, change, event, now, message[:1000], duration_ms, rows
+            claim.job_id,
+            self.held_by(claim),
+            change,
+            status.value,
+            now,
+            message[:1000],
+            error.duration_ms,
+            rows,
         )
 
     def renew(self, claim: Claim, lease_seconds: float) -> bool:

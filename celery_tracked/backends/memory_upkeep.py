@@ -13,6 +13,7 @@ from typing import Any
 
 from ..core.finder import JobFilter, Position
 from ..core.jobs import Batch, Job, JobEvent, JobStatus, Removed, utcnow
+from ..core.moves import StaleRun, StallCutoffs
 from ..core.retention import ENDED, Boundary, Sweep
 from .memory_core import MemoryCore
 
@@ -118,17 +119,11 @@ class MemoryUpkeep(MemoryCore):
         since = max((e.id for e in history if e.event == "retried"), default=0)
         return sum(1 for e in history if e.event == _RESCUED and e.id > since)
 
-    def stalled(
-        self,
-        *,
-        grace_s: float,
-        run_cutoff: datetime,
-        pending_cutoff: datetime,
-        retrying_cutoff: datetime,
-        limit: int,
-    ) -> list[tuple[Job, int]]:
+    def stalled(self, cutoffs: StallCutoffs, limit: int) -> list[tuple[Job, int]]:
         """``SELECT_STALLED_RUNS``/``_PENDING``/``_RETRYING``: the runs (at most
         ``limit``), then the oldest ``limit`` of the waiting ones."""
+        grace_s, run_cutoff = cutoffs.grace_s, cutoffs.run_cutoff
+        pending_cutoff, retrying_cutoff = cutoffs.pending_cutoff, cutoffs.retrying_cutoff
         with self.lock:
             jobs = list(self.rows.values())
             runs = [
@@ -154,14 +149,14 @@ class MemoryUpkeep(MemoryCore):
             chosen = _oldest(runs, limit) + waiting
             return [(j, self._rescues(j.id)) for j in chosen]
 
-    def _run_fence(self, seen: Job, grace_s: float, run_cutoff: datetime) -> Callable[[Job], bool]:
+    def _run_fence(self, seen: Job, stale: StaleRun) -> Callable[[Job], bool]:
         """``reaping._RUN_FENCE``: the row as judged, still stalled."""
 
         def check(job: Job) -> bool:
             return (
-                self.lapsed(job, seen.attempts_made, grace_s, None)
+                self.lapsed(job, seen.attempts_made, stale.grace_s, None)
                 and job.revision == seen.revision
-                and self._run_stalled(job, grace_s, run_cutoff)
+                and self._run_stalled(job, stale.grace_s, stale.run_cutoff)
             )
 
         return check
@@ -188,11 +183,9 @@ class MemoryUpkeep(MemoryCore):
         moved = self.move(seen.id, (seen.status,), check, changed, event, now=now, message=message)
         return moved is not None
 
-    def rescue_run(
-        self, job: Job, *, grace_s: float, run_cutoff: datetime, message: str, now: datetime
-    ) -> bool:
+    def rescue_run(self, job: Job, stale: StaleRun) -> bool:
         """``RESCUE_RUN``: → retrying, due now, a new revision; attempts left."""
-        fence = self._run_fence(job, grace_s, run_cutoff)
+        fence = self._run_fence(job, stale)
 
         def check(row: Job) -> bool:
             left = row.attempts_made < row.max_attempts and row.cancel_requested_at is None
@@ -204,33 +197,23 @@ class MemoryUpkeep(MemoryCore):
             "locked_until": None,
             "not_before": self.time(),
             "error_type": "WorkerLost",
-            "error_message": message,
+            "error_message": stale.message,
         }
-        return self._reap(job, check, change, _RESCUED, message, now)
+        return self._reap(job, check, change, _RESCUED, stale.message, stale.now)
 
-    def abandon_run(
-        self,
-        job: Job,
-        *,
-        grace_s: float,
-        run_cutoff: datetime,
-        message: str,
-        now: datetime,
-        retries_exhausted: bool,
-    ) -> bool:
+    def abandon_run(self, job: Job, stale: StaleRun, retries_exhausted: bool) -> bool:
         """``ABANDON_RUN``: → failed (``abandoned``); not cancelled."""
-        fence = self._run_fence(job, grace_s, run_cutoff)
+        fence = self._run_fence(job, stale)
 
         def check(row: Job) -> bool:
             return row.cancel_requested_at is None and fence(row)
 
-        return self._reap(job, check, _abandon(retries_exhausted), "failed", message, now)
+        abandon = _abandon(retries_exhausted)
+        return self._reap(job, check, abandon, "failed", stale.message, stale.now)
 
-    def cancel_stalled_run(
-        self, job: Job, *, grace_s: float, run_cutoff: datetime, message: str, now: datetime
-    ) -> bool:
+    def cancel_stalled_run(self, job: Job, stale: StaleRun) -> bool:
         """``CANCEL_STALLED_RUN``: a cancel was requested."""
-        fence = self._run_fence(job, grace_s, run_cutoff)
+        fence = self._run_fence(job, stale)
 
         def check(row: Job) -> bool:
             return row.cancel_requested_at is not None and fence(row)
@@ -239,11 +222,11 @@ class MemoryUpkeep(MemoryCore):
             "status": JobStatus.CANCELLED,
             "locked_by": None,
             "locked_until": None,
-            "finished_at": now,
+            "finished_at": stale.now,
             "error_type": None,
-            "error_message": message,
+            "error_message": stale.message,
         }
-        return self._reap(job, check, change, "cancelled", message, now)
+        return self._reap(job, check, change, "cancelled", stale.message, stale.now)
 
     def _waiting_fence(self, seen: Job, cutoff: datetime) -> Callable[[Job], bool]:
         """``_PENDING_FENCE``/``_RETRYING_FENCE``."""

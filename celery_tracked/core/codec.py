@@ -1,12 +1,12 @@
 """The one JSON form of stored payloads and results: Celery's own (kombu's) JSON.
 
 ``payload_json`` and ``result_json`` are written with :func:`kombu.utils.json.dumps` and
-read back with :func:`kombu.utils.json.loads`, so whatever Celery's JSON serializer
-carries in a message is stored and given back with its type: ``datetime``, ``date``,
-``time``, ``Decimal``, ``UUID``, ``bytes`` and any type registered with
-:func:`kombu.utils.json.register_type`. Such a value is stored in kombu's tagged form,
-``{"__type__": "datetime", "__value__": "2024-05-01T12:00:00+00:00"}``. Plain JSON values
-are stored as plain JSON; NaN and infinities are refused.
+read back with :func:`kombu.utils.json.loads` (:func:`decode`, a leaf in ``decoding.py``),
+so whatever Celery's JSON serializer carries in a message is stored and given back with
+its type: ``datetime``, ``date``, ``time``, ``Decimal``, ``UUID``, ``bytes`` and any type
+registered with :func:`kombu.utils.json.register_type`. Such a value is stored in kombu's
+tagged form, ``{"__type__": "datetime", "__value__": "2024-05-01T12:00:00+00:00"}``. Plain
+JSON values are stored as plain JSON; NaN and infinities are refused.
 
 A stored document may nest containers (dicts, lists, tuples) at most
 :data:`PAYLOAD_DEPTH` levels deep (an argument :data:`MAX_DEPTH`), and never contain
@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kombu.utils.json import dumps, loads
+from kombu.utils.json import dumps
 
+from .decoding import decode as decode  # re-exported: the one reading of the form
 from .errors import PayloadNotSerializable
 
 #: The deepest nesting of containers an argument may have: ``[[1]]`` is 2 levels deep.
@@ -83,8 +84,3 @@ def encode(value: Any, max_depth: int = PAYLOAD_DEPTH) -> str:
     if '"__type__"' in text:  # a tagged dict of an unknown type would not read back
         decode(text)  # refuse it now (only tagged values need this second parse)
     return text
-
-
-def decode(text: str) -> Any:
-    """A stored ``payload_json``/``result_json`` with its types (kombu's tagged values)."""
-    return loads(text)

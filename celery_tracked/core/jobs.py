@@ -9,9 +9,7 @@ from datetime import datetime, timezone
 from types import GenericAlias
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
-# kombu's JSON, the one stored form (codec.decode): read here directly so that the values
-# import nothing of the package (errors.py names ``Job``; codec.py raises its errors)
-from kombu.utils.json import loads as decode
+from .decoding import decode
 
 
 class JobStatus(str, enum.Enum):

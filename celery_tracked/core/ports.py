@@ -32,12 +32,24 @@ Roles (who calls them): :class:`EnqueueStore` (``Enqueuer``), :class:`RunStore` 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
 from .finder import JobFilter, Position
-from .jobs import Batch, Claim, Job, JobEvent, JobStatus, NewRow
+from .jobs import Batch, Claim, Job, JobEvent
+from .keys import UndoneReplace
+from .moves import (
+    AttemptError,
+    Completion,
+    DeadRun,
+    Lease,
+    RetryUndo,
+    Rows,
+    StaleRun,
+    StallCutoffs,
+    Takeover,
+)
 from .retention import Boundary, Sweep
 
 __all__ = [
@@ -101,31 +113,12 @@ class EnqueueStore(Reader, Handing, KeyReader, Protocol):
     ) -> bool: ...
 
     def undo_replace(
-        self,
-        job_id: str,
-        *,
-        made: int,
-        revision: int,
-        payload_json: str | None,
-        now: datetime,
-        message: str,
+        self, job_id: str, made: int, undo: UndoneReplace, *, now: datetime, message: str
     ) -> bool: ...
 
 
 class EndsDeadRuns(Protocol):
-    def end_dead_run(
-        self,
-        job_id: str,
-        *,
-        seen_attempt: int,
-        stale_owner: str | None,
-        status: JobStatus,
-        error_type: str | None,
-        error_message: str | None,
-        message: str,
-        now: datetime,
-        delay_ms: int = 0,
-    ) -> bool:
+    def end_dead_run(self, job_id: str, dead: DeadRun) -> bool:
         """processing → retrying | failed | cancelled for a run that died, fenced like a
         takeover."""
 
@@ -133,44 +126,11 @@ class EndsDeadRuns(Protocol):
 class ClaimStore(Reader, EndsDeadRuns, Protocol):
     """A delivery's claim: claim, take over a lapsed lease, give a claim back."""
 
-    def claim(
-        self,
-        job_id: str,
-        *,
-        owner: str,
-        worker: str,
-        now: datetime,
-        lease_s: float,
-        revision: int = 0,
-        concurrency: tuple[str, int] | None = None,
-    ) -> Claim | None: ...
+    def claim(self, job_id: str, lease: Lease) -> Claim | None: ...
 
-    def take_over(
-        self,
-        job_id: str,
-        *,
-        seen_attempt: int,
-        owner: str,
-        worker: str,
-        now: datetime,
-        lease_s: float,
-        grace_s: float,
-        stale_owner: str | None,
-        reason: str,
-        revision: int = 0,
-        concurrency: tuple[str, int] | None = None,
-    ) -> Claim | None: ...
+    def take_over(self, job_id: str, lease: Lease, fence: Takeover) -> Claim | None: ...
 
-    def fail_lost(
-        self,
-        job_id: str,
-        *,
-        seen_attempt: int,
-        now: datetime,
-        grace_s: float,
-        stale_owner: str | None,
-        message: str,
-    ) -> bool: ...
+    def fail_lost(self, job_id: str, fence: Takeover, now: datetime) -> bool: ...
 
     def key_busy(self, job_id: str, key: str, limit: int) -> bool: ...
 
@@ -193,38 +153,12 @@ class HandoffStore(Protocol):
 class OutcomeStore(Reader, Protocol):
     """How a run ends, fenced by its claim."""
 
-    def complete(
-        self,
-        claim: Claim,
-        *,
-        result_json: str | None,
-        now: datetime,
-        duration_ms: int,
-        rows: Sequence[NewRow] = (),
-        resent: bool = False,
-    ) -> bool: ...
+    def complete(self, claim: Claim, done: Completion, resent: bool = False) -> bool: ...
 
-    def retrying(
-        self,
-        claim: Claim,
-        *,
-        error_type: str,
-        error_message: str,
-        delay_ms: int,
-        duration_ms: int | None,
-        now: datetime,
-    ) -> bool: ...
+    def retrying(self, claim: Claim, error: AttemptError, delay_ms: int) -> bool: ...
 
     def fail(
-        self,
-        claim: Claim,
-        *,
-        error_type: str,
-        error_message: str,
-        duration_ms: int | None,
-        now: datetime,
-        rows: Sequence[NewRow] = (),
-        retries_exhausted: bool = False,
+        self, claim: Claim, error: AttemptError, rows: Rows = (), retries_exhausted: bool = False
     ) -> bool: ...
 
     def cancel_run(self, claim: Claim, *, now: datetime, message: str) -> bool: ...
@@ -279,34 +213,13 @@ class RelayStore(Reader, Handing, Protocol):
 class ReapStore(Reader, Handing, Protocol):
     """The reaper: stalled rows, rescued or abandoned."""
 
-    def stalled(
-        self,
-        *,
-        grace_s: float,
-        run_cutoff: datetime,
-        pending_cutoff: datetime,
-        retrying_cutoff: datetime,
-        limit: int,
-    ) -> list[tuple[Job, int]]: ...
+    def stalled(self, cutoffs: StallCutoffs, limit: int) -> list[tuple[Job, int]]: ...
 
-    def rescue_run(
-        self, job: Job, *, grace_s: float, run_cutoff: datetime, message: str, now: datetime
-    ) -> bool: ...
+    def rescue_run(self, job: Job, stale: StaleRun) -> bool: ...
 
-    def abandon_run(
-        self,
-        job: Job,
-        *,
-        grace_s: float,
-        run_cutoff: datetime,
-        message: str,
-        now: datetime,
-        retries_exhausted: bool,
-    ) -> bool: ...
+    def abandon_run(self, job: Job, stale: StaleRun, retries_exhausted: bool) -> bool: ...
 
-    def cancel_stalled_run(
-        self, job: Job, *, grace_s: float, run_cutoff: datetime, message: str, now: datetime
-    ) -> bool: ...
+    def cancel_stalled_run(self, job: Job, stale: StaleRun) -> bool: ...
 
     def rescue_waiting(
         self, job: Job, *, cutoff: datetime, message: str, now: datetime
@@ -338,18 +251,8 @@ class RerunStore(Reader, Handing, KeyReader, Protocol):
         self, job_id: str, *, seen_revision: int, budget: int, now: datetime, message: str
     ) -> bool: ...
 
-    def undo_retry(
-        self,
-        job_id: str,
-        *,
-        made: int,
-        status: JobStatus,
-        max_attempts: int,
-        finished_at: datetime | None,
-        now: datetime,
-        message: str,
-        retries_exhausted: bool = False,
-    ) -> bool: ...
+    def undo_retry(self, job_id: str, undo: RetryUndo, *, now: datetime, message: str) -> bool:
+        """Back to the ended status ``undo`` restores, if nobody handed its revision over."""
 
     def retry_rounds(self, job_id: str) -> list[tuple[str, int]]: ...
 

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from ..core.errors import StoreError
 from ..core.hooks import Hooks, Transition
 from ..core.jobs import Event, Job, JobStatus, utcnow
+from ..core.moves import DeadRun
 from ..core.ports import DeadRunStore
 from ..core.redact import safe_text
 from ..core.settings import Settings
@@ -154,8 +155,7 @@ class Aftermath:
         message: str,
         delay_ms: int = 0,
     ) -> None:
-        written = self.store.end_dead_run(
-            job.id,
+        dead = DeadRun(
             seen_attempt=job.attempts_made,
             stale_owner=stale_owner,
             status=status,
@@ -165,6 +165,7 @@ class Aftermath:
             now=utcnow(),
             delay_ms=delay_ms,
         )
+        written = self.store.end_dead_run(job.id, dead)
         if not written:  # a redelivery took over meanwhile: its run decides
             return
         level = logging.WARNING if status is JobStatus.RETRYING else logging.ERROR

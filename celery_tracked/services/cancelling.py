@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from ..core.hooks import Hooks, Transition
 from ..core.jobs import Event, Job, JobStatus, utcnow
+from ..core.moves import DeadRun
 from ..core.ports import CancelStore
 from .lease import LeaseKeeper, diagnose
 
@@ -87,16 +88,8 @@ class Stopper:
             self.terminate(job)
             return
         message = f"cancelled: its run was gone ({lease.why})"
-        if self.store.end_dead_run(
-            job.id,
-            seen_attempt=job.attempts_made,
-            stale_owner=lease.stale_owner,
-            status=JobStatus.CANCELLED,
-            error_type=None,
-            error_message=None,
-            message=message,
-            now=utcnow(),
-        ):
+        dead = DeadRun.cancelled(job.attempts_made, lease.stale_owner, message, utcnow())
+        if self.store.end_dead_run(job.id, dead):
             self.hooks.after_transition(
                 Transition.of(
                     Event.CANCELLED,

@@ -1,19 +1,11 @@
 """The producer service: guard → row → message, undone on failure, deduplicated.
 
-``Enqueuer.enqueue`` takes a prepared call and a ``publish`` callable (the Celery adapter
-hands in its own send), and never calls back into the task class:
-
-1. take the idempotency guard (``Guard``: ``SET NX`` holding the job id), or return the
-   holder's job (``created=False``); a holder with no row is dropped at once, never waited
-   for (the database's unique constraint decides the race with its insert);
-2. insert the pending row and its ``enqueued`` event, committed;
-3. publish, then record in the row that its message was handed to the broker
-   (``published_at``); if the publish fails, delete the row and release the guard (nothing
-   left behind) unless a relay handed the row over meanwhile (then the job is returned).
-
-A duplicate producer waits (bounded) for a row whose message was not handed over yet, and
-takes the key over if its producer undid it; a producer that died between insert and
-publish leaves the row to the relay (``relay.py``)."""
+``Enqueuer.enqueue`` (given a prepared call and the adapter's ``publish``): take the
+idempotency guard or return the holder's job; insert the pending row and its event,
+committed; publish, then mark the row handed over (``published_at``). A failed publish
+deletes the row and releases the guard, unless a relay handed it over meanwhile. A
+duplicate waits (bounded) for a row not handed over yet; a producer that died between
+insert and publish leaves the row to the relay (``relay.py``)."""
 
 from __future__ import annotations
 
@@ -39,7 +31,7 @@ logger = logging.getLogger("celery_tracked")
 #: How long a producer that lost the guard race waits for the winner's row, then for the
 #: winner to hand its message to the broker.
 DUPLICATE_WAIT_S = 5.0
-#: The guard of a job without idempotency key only covers the enqueue itself.
+#: The guard of a job without key but with a given task id covers the enqueue only.
 ID_GUARD_TTL_MS = 60_000
 #: How often an enqueue decides again when its key changes hands (randomly paused).
 _ROUNDS_TRIED = 60
@@ -71,8 +63,7 @@ class NewJob:
     key_rule: KeyRule = _ONE_JOB
     #: the jobs sharing it run at most the task's limit at once (``limits.py``)
     concurrency_key: str | None = None
-    #: the job id was made for this call (no task id given): no other producer can
-    #: hold it, so a job without key needs no guard
+    #: the id was made for this call (no task id given): nobody else can hold it
     fresh_id: bool = False
 
     @property
@@ -343,9 +334,8 @@ class Enqueuer:
         try:
             undone = self.store.undo_replace(
                 pending.id,
-                made=made,
-                revision=undo.revision,
-                payload_json=undo.payload_json,
+                made,
+                undo,
                 now=utcnow(),
                 message=(
                     "debounce undone: its message could not be published; the previous "

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from ..core.errors import StoreError
 from ..core.jobs import Claim, Event, utcnow
 from ..core.messages import PendingFailure
+from ..core.moves import AttemptError
 from ..core.outcome import Postponed, Skipped, Verdict
 from ..core.ports import OutcomeStore
 from ..core.run import Run
@@ -38,26 +39,17 @@ class LateOutcomes:
         then claims the next attempt, due after the backoff."""
         attempt, delay_ms = failure.attempt, failure.retry_ms or 0
         try:
-            written = self.store.retrying(
-                Claim(run.job_id, attempt, attempt),
-                error_type=failure.error_type,
-                error_message=failure.error_message,
-                delay_ms=delay_ms,
-                duration_ms=None,
-                now=utcnow(),
-            )
+            written = self.store.retrying(_claim(run, attempt), _error(failure), delay_ms)
         except StoreError as exc:
             return self._still_unrecorded(run, "retry", exc)
         if written:
-            self.tell(
-                run,
-                Event.RETRYING,
-                f"job {run.job_id} retrying after attempt {attempt}: {failure.error_type}: "
-                f"{failure.error_message}; retry in {delay_ms} ms (recorded late)",
-                logging.WARNING,
-                attempt,
-            )
+            said = f"retrying after attempt {attempt}: {_what(failure)}; retry in {delay_ms} ms"
+            self._tell_late(run, Event.RETRYING, said, logging.WARNING, attempt)
         return None
+
+    def _tell_late(self, run: Run, event: Event, said: str, level: int, attempt: int) -> None:
+        """Tell the hooks of an outcome written late (the job and its note around ``said``)."""
+        self.tell(run, event, f"job {run.job_id} {said} (recorded late)", level, attempt)
 
     def _still_unrecorded(self, run: Run, what: str, exc: StoreError) -> Postponed:
         """The delivery waits: the database still refuses the outcome it carries."""
@@ -69,23 +61,28 @@ class LateOutcomes:
         """Write the failure an earlier attempt decided but could not save; no body runs."""
         attempt = failure.attempt
         try:
+            exhausted = failure.retries_exhausted
             written = self.store.fail(
-                Claim(run.job_id, attempt, attempt),
-                error_type=failure.error_type,
-                error_message=failure.error_message,
-                duration_ms=None,
-                now=utcnow(),
-                retries_exhausted=failure.retries_exhausted,
+                _claim(run, attempt), _error(failure), retries_exhausted=exhausted
             )
         except StoreError as exc:
             return self._still_unrecorded(run, "failure", exc)
         if written:
-            self.tell(
-                run,
-                Event.FAILED,
-                f"job {run.job_id} failed after attempt {attempt}: {failure.error_type}: "
-                f"{failure.error_message} (recorded late)",
-                logging.ERROR,
-                attempt,
-            )
+            said = f"failed after attempt {attempt}: {_what(failure)}"
+            self._tell_late(run, Event.FAILED, said, logging.ERROR, attempt)
         return Skipped("failure recorded late")
+
+
+def _claim(run: Run, attempt: int) -> Claim:
+    """The claim of the earlier attempt whose outcome a delivery carries."""
+    return Claim(run.job_id, attempt, attempt)
+
+
+def _error(failure: PendingFailure) -> AttemptError:
+    """The carried failure as recorded now (its duration is unknown here)."""
+    return AttemptError(failure.error_type, failure.error_message, None, utcnow())
+
+
+def _what(failure: PendingFailure) -> str:
+    """The carried failure, as the history says it: ``type: message``."""
+    return f"{failure.error_type}: {failure.error_message}"

@@ -43,6 +43,7 @@ from typing import Protocol
 
 from ..core.hooks import Hooks, Transition
 from ..core.jobs import Event, Job, JobStatus, utcnow
+from ..core.moves import StaleRun, StallCutoffs
 from ..core.ports import ReapStore
 from ..core.redact import holds_redacted, mask_url
 from ..core.settings import Settings
@@ -250,13 +251,13 @@ class Reaper:
         db_now = self.store.clock()
         now = now or db_now
         limits, report = self.limits, ReapReport()
-        rows = self.store.stalled(
+        cutoffs = StallCutoffs(
             grace_s=limits.lease_grace_s,
             run_cutoff=limits.cutoff(JobStatus.PROCESSING, now),
             pending_cutoff=limits.cutoff(JobStatus.PENDING, now),
             retrying_cutoff=limits.cutoff(JobStatus.RETRYING, now),
-            limit=BATCH,
         )
+        rows = self.store.stalled(cutoffs, BATCH)
         stalled: list[tuple[Job, int, str]] = []
         for job, rescues in rows:
             why = stalled_why(job, db_now=db_now, now=now, limits=limits)
@@ -331,38 +332,29 @@ class Reaper:
             self.store.handed_over(job.id, utcnow(), sent.revision)
 
     def _cancel(self, job: Job, now: datetime, message: str, report: ReapReport) -> None:
-        cutoff = self.limits.cutoff(job.status, now)
-        grace = self.limits.lease_grace_s
-        if self.store.cancel_stalled_run(
-            job, grace_s=grace, run_cutoff=cutoff, message=message, now=utcnow()
-        ):
+        if self.store.cancel_stalled_run(job, self._stale(job, now, message)):
             report.cancelled.append(job.id)
             self._tell(job, Event.CANCELLED, JobStatus.CANCELLED, message, logging.WARNING)
 
     def _rescue(self, job: Job, now: datetime, message: str) -> bool:
-        cutoff = self.limits.cutoff(job.status, now)
         if job.status is JobStatus.PROCESSING:
-            grace = self.limits.lease_grace_s
-            return self.store.rescue_run(
-                job, grace_s=grace, run_cutoff=cutoff, message=message, now=utcnow()
-            )
+            return self.store.rescue_run(job, self._stale(job, now, message))
+        cutoff = self.limits.cutoff(job.status, now)
         return self.store.rescue_waiting(job, cutoff=cutoff, message=message, now=utcnow())
 
     def _abandon(self, job: Job, now: datetime, message: str) -> bool:
         exhausted = job.attempts_made >= job.max_attempts
-        cutoff = self.limits.cutoff(job.status, now)
         if job.status is JobStatus.PROCESSING:
-            return self.store.abandon_run(
-                job,
-                grace_s=self.limits.lease_grace_s,
-                run_cutoff=cutoff,
-                message=message,
-                now=utcnow(),
-                retries_exhausted=exhausted,
-            )
+            return self.store.abandon_run(job, self._stale(job, now, message), exhausted)
+        cutoff = self.limits.cutoff(job.status, now)
         return self.store.abandon_waiting(
             job, cutoff=cutoff, message=message, now=utcnow(), retries_exhausted=exhausted
         )
+
+    def _stale(self, job: Job, now: datetime, message: str) -> StaleRun:
+        """The fence of a stalled run's move (its cutoff as of ``now``)."""
+        cutoff = self.limits.cutoff(job.status, now)
+        return StaleRun(self.limits.lease_grace_s, cutoff, message, utcnow())
 
     def _tell(self, job: Job, event: Event, status: JobStatus, message: str, level: int) -> None:
         details = {"error_type": ABANDONED} if status is JobStatus.FAILED else {}

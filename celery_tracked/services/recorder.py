@@ -21,6 +21,7 @@ from ..core.errors import Refused, StoreError
 from ..core.hooks import Hooks, Transition
 from ..core.jobs import CLAIMABLE, Claim, Event, JobStatus, NewRow, utcnow
 from ..core.messages import HEADER_PENDING_FAILURE, HEADER_PENDING_RETRY, PendingFailure
+from ..core.moves import AttemptError, Completion
 from ..core.outcome import (
     Completed,
     Failed,
@@ -143,14 +144,8 @@ class Recorder:
         resent = False
         for pause in (*self.RESEND_PAUSES_S, None):
             try:
-                return self.store.complete(
-                    claim,
-                    result_json=result_json,
-                    now=utcnow(),
-                    duration_ms=duration,
-                    rows=rows,
-                    resent=resent,
-                )
+                done = Completion(result_json, utcnow(), duration, rows)
+                return self.store.complete(claim, done, resent)
             except Refused:
                 raise
             except StoreError as exc:
@@ -215,15 +210,12 @@ class Recorder:
         summary = summarize(exc, run.secrets() if secret else (), keys)
         duration = int((time.monotonic() - started) * 1000)
         status = JobStatus.FAILED if delay_ms is None else JobStatus.RETRYING
-        write = (
-            partial(self.store.fail, rows=rows, retries_exhausted=used_up)
-            if delay_ms is None
-            else partial(self.store.retrying, delay_ms=delay_ms)
-        )
         try:
-            written = write(
-                claim, error_type=kind, error_message=summary, duration_ms=duration, now=utcnow()
-            )
+            ended = AttemptError(kind, summary, duration, utcnow())
+            if delay_ms is None:
+                written = self.store.fail(claim, ended, rows, retries_exhausted=used_up)
+            else:
+                written = self.store.retrying(claim, ended, delay_ms)
         except StoreError as store_exc:
             message = f"job {claim.job_id}: could not record {status.value}: {store_exc}"
             self.tell(run, Event.ERROR, message, logging.ERROR, claim.attempt, duration)

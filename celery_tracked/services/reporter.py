@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from ..core.attempt import Attempt
@@ -102,25 +102,23 @@ class ProgressReporter:
     # -- progress ---------------------------------------------------------------------
 
     def progress(self, percent: int, stage: str | None) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if self._ended or self._lost:
-                return
-            value = self._coalescer.offer((percent, stage), now)
-            if value is not None:
-                self._write(value, now)
-            due = self._next_due()
-        if due is not None:
-            self._flusher.schedule(self, due)
+        self._advance(lambda now: self._coalescer.offer((percent, stage), now))
 
     def flush_due(self) -> None:
         """The flusher's call: write the held-back value if it is due."""
+        self._advance(self._coalescer.due, flushing=True)
+
+    def _advance(self, take: Callable[[float], Value | None], flushing: bool = False) -> None:
+        """Write the value ``take(now)`` gives, if any (under the lock, unless the attempt
+        ended or lost its lease; ``flushing``: the scheduled flush is the caller), then
+        schedule the flush of a value held back."""
         now = time.monotonic()
         with self._lock:
-            self._scheduled = False
+            if flushing:
+                self._scheduled = False
             if self._ended or self._lost:
                 return
-            value = self._coalescer.due(now)
+            value = take(now)
             if value is not None:
                 self._write(value, now)
             due = self._next_due()

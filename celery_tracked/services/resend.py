@@ -33,6 +33,7 @@ from ..core.errors import EnqueueError, JobNotFound, RetryRefused, StoreError
 from ..core.hooks import Hooks, Transition
 from ..core.jobs import RETRY_UNDONE, Event, Job, JobStatus, utcnow
 from ..core.messages import TrackedHeaders, positive
+from ..core.moves import RetryUndo
 from ..core.port import Platform
 from ..core.ports import RerunStore
 from ..core.redact import holds_redacted, mask_secrets, redact, secret_values
@@ -218,15 +219,12 @@ class Resender:
             if forgotten is not None:
                 self.platform.restore_result(sent, forgotten)
             detail = mask_secrets(str(exc), secret_values([dict(arguments or {})], keys), keys)
+            ended = (job.status, job.max_attempts, job.finished_at, job.retries_exhausted)
             store.undo_retry(
                 job.id,
-                made=made,
-                status=job.status,
-                max_attempts=job.max_attempts,
-                finished_at=job.finished_at,
+                RetryUndo(made, *ended),
                 now=utcnow(),
                 message=f"retry undone: its message could not be published: {detail}",
-                retries_exhausted=job.retries_exhausted,
             )
             raise EnqueueError(f"retry of job {job.id} failed (broker publish): {detail}") from None
         try:

@@ -26,6 +26,7 @@ from ..core.errors import StoreError, Unrecoverable
 from ..core.hooks import Delivery, Hooks, Wait
 from ..core.jobs import Claim, Event, Job, JobStatus, utcnow
 from ..core.limits import busy_key_countdown
+from ..core.moves import DeadRun, Lease, Takeover
 from ..core.outcome import Postponed, Skipped, Verdict, Write, postpone_for
 from ..core.ports import RunStore
 from ..core.redact import mask_exception
@@ -105,9 +106,8 @@ class Runner:
     def _claim(self, run: Run, now: datetime) -> Claim | Skipped | Postponed:
         store, job_id = self.store, run.job_id
         keyed, revision = _concurrency(run), run.headers.revision
-        who: dict[str, Any] = {"owner": owner_id(), "worker": run.worker, "now": now}
-        who.update(lease_s=self.leases.lease_seconds, revision=revision, concurrency=keyed)
-        claim = store.claim(job_id, **who)
+        who = Lease(owner_id(), run.worker, now, self.leases.lease_seconds, revision, keyed)
+        claim = store.claim(job_id, who)
         if claim is not None:
             return claim
         job = store.get(job_id)
@@ -124,51 +124,31 @@ class Runner:
             return self._key_full(run) or Postponed(0.2, "claimed concurrently")
         return self._take_over(run, job, who)
 
-    def _take_over(self, run: Run, job: Job, who: dict[str, Any]) -> Claim | Skipped | Postponed:
+    def _take_over(self, run: Run, job: Job, who: Lease) -> Claim | Skipped | Postponed:
         """A ``processing`` row: wait for its live lease, or take a lapsed one over (or
         fail the job when no attempt remains)."""
         store, leases, job_id = self.store, self.leases, run.job_id
         grace = leases.grace_seconds
         lease = diagnose(job, store.clock(), leases.dead_holder(job), grace)
         if not lease.lapsed:
-            return Postponed(postpone_for(lease.remaining_s, who["lease_s"]), lease.why)
+            return Postponed(postpone_for(lease.remaining_s, who.lease_s), lease.why)
         seen = job.attempts_made
         if job.cancel_requested_at is not None:  # asked to stop, and its run is gone
             message = f"cancelled: attempt {seen} was asked to stop and is gone ({lease.why})"
             if store.end_dead_run(
-                job_id,
-                seen_attempt=seen,
-                stale_owner=lease.stale_owner,
-                status=JobStatus.CANCELLED,
-                error_type=None,
-                error_message=None,
-                message=message,
-                now=who["now"],
+                job_id, DeadRun.cancelled(seen, lease.stale_owner, message, who.now)
             ):
                 self.recorder.tell(run, Event.CANCELLED, f"job {job_id} {message}", attempt=seen)
             return Skipped(message)
         if seen >= job.max_attempts:
             message = f"attempt {seen} was lost ({lease.why}) and no attempts remain"
-            if store.fail_lost(
-                job_id,
-                seen_attempt=seen,
-                now=who["now"],
-                grace_s=grace,
-                stale_owner=lease.stale_owner,
-                message=message,
-            ):
+            if store.fail_lost(job_id, Takeover(seen, grace, lease.stale_owner, message), who.now):
                 self.recorder.tell(
                     run, Event.FAILED, f"job {job_id} failed: {message}", logging.ERROR, seen
                 )
             return Skipped(message)
-        taken = store.take_over(
-            job_id,
-            seen_attempt=seen,
-            grace_s=grace,
-            stale_owner=lease.stale_owner,
-            reason=f"attempt {seen} lost ({lease.why}); attempt {seen + 1} takes over",
-            **who,
-        )
+        reason = f"attempt {seen} lost ({lease.why}); attempt {seen + 1} takes over"
+        taken = store.take_over(job_id, who, Takeover(seen, grace, lease.stale_owner, reason))
         if taken is None:
             return self._key_full(run) or Postponed(0.2, "taken over concurrently")
         return taken

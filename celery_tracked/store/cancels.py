@@ -16,14 +16,12 @@ A body polls the request through ``SELECT_CANCEL_WANTED`` (``self.cancelled()``)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
 from ..core.jobs import Claim, JobStatus
-from .engines import Engines
+from .engines import Applying
 from .models import jobs
 from .statements import HELD, JOB_ID, MESSAGE, NOW, Move
 from .translate import reconnecting, translated
@@ -58,14 +56,8 @@ CANCEL_RUN = Move(
 SELECT_CANCEL_WANTED = select(jobs.c.status, jobs.c.cancel_requested_at).where(jobs.c.id == JOB_ID)
 
 
-class Cancels:
+class Cancels(Applying):
     """The running-cancel side of :class:`~celery_tracked.store.JobStore`."""
-
-    engines: Engines
-
-    if TYPE_CHECKING:  # provided by ``Moves``
-
-        def apply(self, move: Move, params: Mapping[str, Any]) -> tuple[int, int] | None: ...
 
     @reconnecting
     def request_cancel(self, job_id: str, *, now: datetime, message: str) -> bool:

@@ -12,13 +12,17 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 
 from .fastpath import FastPath, prepare_only_if_direct
+
+if TYPE_CHECKING:
+    from ..core.jobs import NewRow
+    from .statements import Move
 
 #: Every ``Engines`` of the process, to renew their locks in a forked child.
 _ALL: weakref.WeakSet[Engines] = weakref.WeakSet()
@@ -122,3 +126,16 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA busy_timeout = 30000")
     cursor.execute("PRAGMA journal_mode = WAL")
     cursor.close()
+
+
+class Applying:
+    """A part of :class:`~celery_tracked.store.JobStore` that reads through its
+    ``engines`` and writes through ``Moves.apply`` (declared here for the type checker)."""
+
+    engines: Engines
+
+    if TYPE_CHECKING:  # provided by ``Moves``
+
+        def apply(
+            self, move: Move, params: Mapping[str, Any], rows: Sequence[NewRow] = ()
+        ) -> tuple[int, int] | None: ...

@@ -138,9 +138,7 @@ class FastPath:
         self._read_answer(slot)
         conn = slot.conn
         try:
-            if conn is None or conn.closed:
-                conn = self._connect()
-                slot.set(conn)
+            conn = self._open(slot)
             cursor = conn.execute(sql, {**fixed, **params})
             row: tuple[Any, ...] | None = None if cursor.description is None else cursor.fetchone()
             return row
@@ -172,9 +170,7 @@ class FastPath:
         self._read_answer(slot)
         conn = slot.conn
         try:
-            if conn is None or conn.closed:
-                conn = self._connect()
-                slot.set(conn)
+            conn = self._open(slot)
             pgconn = conn.pgconn
             pgconn.send_query_params(sql, [_text(values[name]) for name in positions])
             while pgconn.flush():
@@ -186,6 +182,14 @@ class FastPath:
                 conn.close()
             slot.set(None)
             raise Disconnected(reason) from None
+
+    def _open(self, slot: _ThreadConnection) -> Any:
+        """The slot's connection, a new one when it has none or it was closed."""
+        conn = slot.conn
+        if conn is None or conn.closed:
+            conn = self._connect()
+            slot.set(conn)
+        return conn
 
     def _numbered(
         self, key: str, build: Callable[[], Any]

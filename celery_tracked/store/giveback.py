@@ -18,13 +18,12 @@ back writes nothing more for it (its attempt number will be claimed again).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import case, null
 
 from ..core.jobs import Claim, JobStatus
+from .engines import Applying
 from .models import UTCDateTime, jobs
 from .statements import HELD, NOW, OWNER, Move, param
 from .translate import reconnecting
@@ -67,12 +66,8 @@ GIVE_BACK_TAKEOVER = Move(
 )
 
 
-class GiveBack:
+class GiveBack(Applying):
     """The give-back side of :class:`~celery_tracked.store.JobStore` (``Moves.apply``)."""
-
-    if TYPE_CHECKING:  # provided by ``Moves``
-
-        def apply(self, move: Move, params: Mapping[str, Any]) -> tuple[int, int] | None: ...
 
     @reconnecting
     def give_back(

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, insert
 
 from ..core.jobs import Claim, JobStatus, NewRow
+from ..core.moves import Lease, Takeover
 from . import inserts, selects
 from . import statements as sql
 from .engines import Engines
@@ -152,58 +153,35 @@ class Moves:
     # -- worker -----------------------------------------------------------------------
 
     @reconnecting
-    def claim(
-        self,
-        job_id: str,
-        *,
-        owner: str,
-        worker: str,
-        now: datetime,
-        lease_s: float,
-        revision: int = 0,
-        concurrency: tuple[str, int] | None = None,
-    ) -> Claim | None:
+    def claim(self, job_id: str, lease: Lease) -> Claim | None:
         """pending | retrying (its backoff due) → processing, taking the lease for
-        ``lease_s`` seconds of the database's clock, for a delivery of the job's current
-        message ``revision``; with ``concurrency`` (key, limit) only while the key has a
-        free slot. None if not claimable."""
-        params = {"job_id": job_id, "owner": owner, "worker_name": worker, "now": now}
-        params.update(lease_s=lease_s, at_revision=revision)
-        move, key = sql.CLAIM, None
-        if concurrency is not None:
-            move, key = sql.CLAIM_KEYED, concurrency[0]
-            params.update(limited_key=key, concurrency_limit=concurrency[1])
-        moved = self.apply(move, params, key=key)
+        ``lease.lease_s`` seconds of the database's clock, for a delivery of the job's
+        current message ``lease.revision``; with ``lease.concurrency`` (key, limit) only
+        while the key has a free slot. None if not claimable."""
+        moved = self._lease(sql.CLAIM, sql.CLAIM_KEYED, {"job_id": job_id}, lease)
         return None if moved is None else Claim(job_id, moved[0], moved[1])
 
     @reconnecting
-    def take_over(
-        self,
-        job_id: str,
-        *,
-        seen_attempt: int,
-        owner: str,
-        worker: str,
-        now: datetime,
-        lease_s: float,
-        grace_s: float,
-        stale_owner: str | None,
-        reason: str,
-        revision: int = 0,
-        concurrency: tuple[str, int] | None = None,
-    ) -> Claim | None:
+    def take_over(self, job_id: str, lease: Lease, fence: Takeover) -> Claim | None:
         """processing → processing for a new attempt, when the old lease expired more than
-        ``grace_s`` ago (the database's clock) or its owner is known dead. Fenced by the
-        attempt number last seen; with ``concurrency`` like ``claim``."""
-        params = {"job_id": job_id, "attempt": seen_attempt, "owner": owner, "now": now}
-        params.update(worker_name=worker, lease_s=lease_s, grace_s=grace_s)
-        params.update(stale_owner=stale_owner, message=reason, at_revision=revision)
-        move, key = sql.TAKE_OVER, None
-        if concurrency is not None:
-            move, key = sql.TAKE_OVER_KEYED, concurrency[0]
-            params.update(limited_key=key, concurrency_limit=concurrency[1])
-        moved = self.apply(move, params, key=key)
+        ``fence.grace_s`` ago (the database's clock) or its owner is known dead. Fenced by
+        the attempt number last seen; with ``lease.concurrency`` like ``claim``."""
+        params = {"job_id": job_id, "attempt": fence.seen_attempt, "grace_s": fence.grace_s}
+        params.update(stale_owner=fence.stale_owner, message=fence.reason)
+        moved = self._lease(sql.TAKE_OVER, sql.TAKE_OVER_KEYED, params, lease)
         return None if moved is None else Claim(job_id, moved[0], moved[1], takeover=True)
+
+    def _lease(
+        self, move: sql.Move, keyed: sql.Move, params: dict[str, Any], lease: Lease
+    ) -> Moved | None:
+        """``move`` taking ``lease`` (``keyed`` under its concurrency key's lock)."""
+        params.update(owner=lease.owner, worker_name=lease.worker, now=lease.now)
+        params.update(lease_s=lease.lease_s, at_revision=lease.revision)
+        key = None
+        if lease.concurrency is not None:
+            move, key = keyed, lease.concurrency[0]
+            params.update(limited_key=key, concurrency_limit=lease.concurrency[1])
+        return self.apply(move, params, key=key)
 
     @reconnecting
     def cancel(

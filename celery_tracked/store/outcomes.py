@@ -8,92 +8,57 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core.jobs import Claim, JobStatus, NewRow
+from ..core.moves import AttemptError, Completion, DeadRun, Rows, Takeover
 from . import selects
 from . import statements as sql
-from .engines import Engines
+from .engines import Applying
 from .translate import reconnecting, translated
 
 
-class Outcomes:
+class Outcomes(Applying):
     """The outcome side of :class:`~celery_tracked.store.JobStore` (``Moves.apply``)."""
 
-    engines: Engines
-
-    if TYPE_CHECKING:  # provided by ``Moves``
-
-        def apply(
-            self, move: sql.Move, params: Mapping[str, Any], rows: Sequence[NewRow] = ()
-        ) -> tuple[int, int] | None: ...
-
     @reconnecting
-    def fail_lost(
-        self,
-        job_id: str,
-        *,
-        seen_attempt: int,
-        now: datetime,
-        grace_s: float,
-        stale_owner: str | None,
-        message: str,
-    ) -> bool:
+    def fail_lost(self, job_id: str, fence: Takeover, now: datetime) -> bool:
         """processing → failed when the last attempt was lost: fenced like a takeover (the
-        attempt last seen, and a lease that lapsed or whose owner is dead)."""
-        params = {"job_id": job_id, "attempt": seen_attempt, "now": now, "message": message}
-        params.update(grace_s=grace_s, stale_owner=stale_owner)
+        attempt last seen, and a lease that lapsed or whose owner is dead); ``fence.reason``
+        is the history line and the error message."""
+        params = {"job_id": job_id, "attempt": fence.seen_attempt, "now": now}
+        params.update(message=fence.reason, grace_s=fence.grace_s, stale_owner=fence.stale_owner)
         return self.apply(sql.FAIL_LOST, params) is not None
 
     @reconnecting
-    def end_dead_run(
-        self,
-        job_id: str,
-        *,
-        seen_attempt: int,
-        stale_owner: str | None,
-        status: JobStatus,
-        error_type: str | None,
-        error_message: str | None,
-        message: str,
-        now: datetime,
-        delay_ms: int = 0,
-    ) -> bool:
+    def end_dead_run(self, job_id: str, dead: DeadRun) -> bool:
         """processing → retrying | failed | cancelled for a run that died outside its call
         path (hard time limit, ``revoke(terminate=True)``), fenced to that run: the attempt
-        last seen, and a lease that lapsed or whose owner (``stale_owner``) is dead.
-        ``message`` is the history line (and a cancellation's ``error_message``); a retry is
-        not claimable before ``delay_ms``."""
+        last seen, and a lease that lapsed or whose owner (``dead.stale_owner``) is dead.
+        ``dead.message`` is the history line (and a cancellation's ``error_message``); a
+        retry is not claimable before ``dead.delay_ms``."""
         move = {
             JobStatus.RETRYING: sql.RETRY_DEAD,
             JobStatus.FAILED: sql.FAIL_DEAD,
             JobStatus.CANCELLED: sql.CANCEL_DEAD,
-        }[status]
-        params = {"job_id": job_id, "attempt": seen_attempt, "now": now, "message": message}
-        params.update(stale_owner=stale_owner, error_type=error_type, error_message=error_message)
-        params.update(grace_s=0.0, delay_s=delay_ms / 1000)
+        }[dead.status]
+        params = {"job_id": job_id, "attempt": dead.seen_attempt, "now": dead.now}
+        params.update(message=dead.message, stale_owner=dead.stale_owner)
+        params.update(error_type=dead.error_type, error_message=dead.error_message)
+        params.update(grace_s=0.0, delay_s=dead.delay_ms / 1000)
         return self.apply(move, params) is not None
 
-    def complete(
-        self,
-        claim: Claim,
-        *,
-        result_json: str | None,
-        now: datetime,
-        duration_ms: int,
-        rows: Sequence[NewRow] = (),
-        resent: bool = False,
-    ) -> bool:
-        """processing → completed, fenced by the claim; ``rows`` are inserted in the same
-        transaction. False when the run no longer holds the lease.
+    def complete(self, claim: Claim, done: Completion, resent: bool = False) -> bool:
+        """processing → completed, fenced by the claim; ``done.rows`` are inserted in the
+        same transaction. False when the run no longer holds the lease.
 
         ``resent``: an earlier send failed with its connection; if this one matches
         nothing because that send had committed (the row is completed by this very
         attempt), the completion is saved.
         """
-        params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": now}
-        params.update(result_json=result_json, duration_ms=duration_ms)
-        if self.apply(sql.COMPLETE, params, rows) is not None:
+        params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": done.now}
+        params.update(result_json=done.result_json, duration_ms=done.duration_ms)
+        if self.apply(sql.COMPLETE, params, done.rows) is not None:
             return True
         if not resent:
             return False
@@ -102,64 +67,33 @@ class Outcomes:
         return row is not None and tuple(row) == (claim.attempt, JobStatus.COMPLETED.value)
 
     @reconnecting
-    def retrying(
-        self,
-        claim: Claim,
-        *,
-        error_type: str,
-        error_message: str,
-        delay_ms: int,
-        duration_ms: int | None,
-        now: datetime,
-    ) -> bool:
-        """processing → retrying after a failed attempt, fenced by the claim."""
-        message = f"retry in {delay_ms} ms after {error_type}: {error_message}"
-        return self._end_run(
-            sql.RETRYING, claim, error_type, error_message, message, duration_ms, now, delay_ms
-        )
+    def retrying(self, claim: Claim, error: AttemptError, delay_ms: int) -> bool:
+        """processing → retrying after a failed attempt, fenced by the claim; not claimable
+        before ``delay_ms``."""
+        message = f"retry in {delay_ms} ms after {error.error_type}: {error.error_message}"
+        return self._end_run(sql.RETRYING, claim, error, message, {"delay_s": delay_ms / 1000})
 
     @reconnecting
     def fail(
-        self,
-        claim: Claim,
-        *,
-        error_type: str,
-        error_message: str,
-        duration_ms: int | None,
-        now: datetime,
-        rows: Sequence[NewRow] = (),
-        retries_exhausted: bool = False,
+        self, claim: Claim, error: AttemptError, rows: Rows = (), retries_exhausted: bool = False
     ) -> bool:
         """processing → failed, fenced by the claim; ``retries_exhausted``: its last attempt
         failed (else it was stopped); ``rows`` (a fail-soft successor) are inserted in the
         same transaction."""
-        message = f"{error_type}: {error_message}"
-        return self._end_run(
-            sql.FAIL,
-            claim,
-            error_type,
-            error_message,
-            message,
-            duration_ms,
-            now,
-            rows=rows,
-            extra={"retries_exhausted": retries_exhausted},
-        )
+        message = f"{error.error_type}: {error.error_message}"
+        extra = {"delay_s": 0.0, "retries_exhausted": retries_exhausted}
+        return self._end_run(sql.FAIL, claim, error, message, extra, rows)
 
     def _end_run(
         self,
         move: sql.Move,
         claim: Claim,
-        error_type: str,
-        error_message: str,
+        error: AttemptError,
         message: str,
-        duration_ms: int | None,
-        now: datetime,
-        delay_ms: int = 0,
+        extra: Mapping[str, Any],
         rows: Sequence[NewRow] = (),
-        extra: Mapping[str, Any] | None = None,
     ) -> bool:
-        params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": now}
-        params.update(error_type=error_type, error_message=error_message, delay_s=delay_ms / 1000)
-        params.update(message=message[:1000], duration_ms=duration_ms, **(extra or {}))
+        params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": error.now}
+        params.update(error_type=error.error_type, error_message=error.error_message)
+        params.update(message=message[:1000], duration_ms=error.duration_ms, **extra)
         return self.apply(move, params, rows) is not None

@@ -12,14 +12,15 @@ two reapers at once move a row once, and a live lease is never touched.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Boolean, ColumnElement, Integer, Select, and_, bindparam, func, or_, select
 
 from ..core.jobs import Job, JobStatus
+from ..core.moves import StaleRun, StallCutoffs
 from .clock import db_time
+from .engines import Applying
 from .models import UTCDateTime, events, jobs
 from .statements import CURRENT, GRACE_S, LAPSED, MESSAGE, NOW, UNCANCELLED, Move
 from .translate import reconnecting, translated
@@ -192,33 +193,19 @@ SELECT_STALLED_PENDING = _oldest(_STALLED_PENDING)
 SELECT_STALLED_RETRYING = _oldest(_STALLED_RETRYING)
 
 
-class Reaping:
+class Reaping(Applying):
     """The reaper's side of :class:`~celery_tracked.store.JobStore` (``Moves.apply``)."""
 
-    if TYPE_CHECKING:  # provided by ``Moves`` and ``Engines``
-        from .engines import Engines
-
-        engines: Engines
-
-        def apply(self, move: Move, params: Mapping[str, Any]) -> tuple[int, int] | None: ...
-
     @reconnecting
-    def stalled(
-        self,
-        *,
-        grace_s: float,
-        run_cutoff: datetime,
-        pending_cutoff: datetime,
-        retrying_cutoff: datetime,
-        limit: int,
-    ) -> list[tuple[Job, int]]:
+    def stalled(self, cutoffs: StallCutoffs, limit: int) -> list[tuple[Job, int]]:
         """The jobs that look stalled by their row, each with its rescue count, oldest
-        first: ``processing`` whose lease lapsed ``grace_s`` ago on the database's clock (or
-        was released) and expired (or was released) before ``run_cutoff`` (at most
-        ``limit``), then ``pending`` handed over before ``pending_cutoff`` and ``retrying``
-        due before ``retrying_cutoff`` (at most ``limit`` more)."""
-        params = {"grace_s": grace_s, "run_cutoff": run_cutoff, "limit": limit}
-        params.update(pending_cutoff=pending_cutoff, retrying_cutoff=retrying_cutoff)
+        first: ``processing`` whose lease lapsed ``cutoffs.grace_s`` ago on the database's
+        clock (or was released) and expired (or was released) before ``cutoffs.run_cutoff``
+        (at most ``limit``), then ``pending`` handed over before ``cutoffs.pending_cutoff``
+        and ``retrying`` due before ``cutoffs.retrying_cutoff`` (at most ``limit`` more)."""
+        params = {"grace_s": cutoffs.grace_s, "run_cutoff": cutoffs.run_cutoff, "limit": limit}
+        params.update(pending_cutoff=cutoffs.pending_cutoff)
+        params.update(retrying_cutoff=cutoffs.retrying_cutoff)
         with translated("reading stalled jobs"), self.engines.transaction() as conn:
             runs = conn.execute(SELECT_STALLED_RUNS, params).mappings().all()
             waiting = [
@@ -230,44 +217,23 @@ class Reaping:
         return [(Job.from_row(row), int(row["rescues"])) for row in rows]
 
     @reconnecting
-    def rescue_run(
-        self,
-        job: Job,
-        *,
-        grace_s: float,
-        run_cutoff: datetime,
-        message: str,
-        now: datetime,
-    ) -> bool:
+    def rescue_run(self, job: Job, stale: StaleRun) -> bool:
         """processing → retrying (due now, a new revision) while the row is still ``job``'s
-        attempt and revision, stalled as :meth:`stalled` says; attempts remain."""
-        params = _run_params(job, grace_s, run_cutoff, message, now)
-        return self.apply(RESCUE_RUN, params) is not None
+        attempt and revision, stalled as :meth:`stalled` says (``stale.grace_s``,
+        ``stale.run_cutoff``); attempts remain."""
+        return self.apply(RESCUE_RUN, _run_params(job, stale)) is not None
 
     @reconnecting
-    def abandon_run(
-        self,
-        job: Job,
-        *,
-        grace_s: float,
-        run_cutoff: datetime,
-        message: str,
-        now: datetime,
-        retries_exhausted: bool,
-    ) -> bool:
+    def abandon_run(self, job: Job, stale: StaleRun, retries_exhausted: bool) -> bool:
         """processing → failed (``abandoned``), fenced like :meth:`rescue_run`."""
-        params = _run_params(job, grace_s, run_cutoff, message, now)
-        params["retries_exhausted"] = retries_exhausted
+        params = {**_run_params(job, stale), "retries_exhausted": retries_exhausted}
         return self.apply(ABANDON_RUN, params) is not None
 
     @reconnecting
-    def cancel_stalled_run(
-        self, job: Job, *, grace_s: float, run_cutoff: datetime, message: str, now: datetime
-    ) -> bool:
+    def cancel_stalled_run(self, job: Job, stale: StaleRun) -> bool:
         """processing → cancelled for a stalled run a cancel was requested of, fenced like
         :meth:`rescue_run`."""
-        params = _run_params(job, grace_s, run_cutoff, message, now)
-        return self.apply(CANCEL_STALLED_RUN, params) is not None
+        return self.apply(CANCEL_STALLED_RUN, _run_params(job, stale)) is not None
 
     @reconnecting
     def rescue_waiting(self, job: Job, *, cutoff: datetime, message: str, now: datetime) -> bool:
@@ -288,17 +254,15 @@ class Reaping:
         return self.apply(move, params) is not None
 
 
-def _run_params(
-    job: Job, grace_s: float, run_cutoff: datetime, message: str, now: datetime
-) -> dict[str, Any]:
+def _run_params(job: Job, stale: StaleRun) -> dict[str, Any]:
     return {
         "job_id": job.id,
         "attempt": job.attempts_made,
         "at_revision": job.revision,
-        "grace_s": grace_s,
-        "run_cutoff": run_cutoff,
-        "message": message,
-        "now": now,
+        "grace_s": stale.grace_s,
+        "run_cutoff": stale.run_cutoff,
+        "message": stale.message,
+        "now": stale.now,
     }
 
 

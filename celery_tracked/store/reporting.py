@@ -13,14 +13,12 @@ writes no history. Its ``status`` and ``attempt`` are the row's.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Insert, Integer, String, func, insert, literal, select
 
 from ..core.jobs import Claim, JobStatus
-from .engines import Engines
+from .engines import Applying
 from .models import events, jobs
 from .statements import HELD, JOB_ID, MESSAGE, NOW, Move, param
 from .translate import reconnecting, translated
@@ -63,14 +61,8 @@ def log_line_returning() -> Insert:
     return LOG_LINE.returning(events.c.id)
 
 
-class Reporting:
+class Reporting(Applying):
     """The reporting side of :class:`~celery_tracked.store.JobStore` (``Moves.apply``)."""
-
-    engines: Engines
-
-    if TYPE_CHECKING:  # provided by ``Moves``
-
-        def apply(self, move: Move, params: Mapping[str, Any]) -> tuple[int, int] | None: ...
 
     @reconnecting
     def report_progress(

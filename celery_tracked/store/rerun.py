@@ -14,14 +14,14 @@ moves on to a newer one, left to the relay (``keys.undo_replace``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Boolean, Integer, String, Text, exists, or_, select
 
 from ..core.jobs import RETRY_UNDONE, Job, JobStatus
-from .engines import Engines
+from ..core.keys import UndoneReplace
+from ..core.moves import RetryUndo
+from .engines import Applying
 from .models import UTCDateTime, events, jobs
 from .statements import JOB_ID, NOW, RELAY_CLAIM, RELAYED, REVISION, Move, param
 from .translate import reconnecting, translated
@@ -126,14 +126,8 @@ SELECT_FAIL_SOFT = (
 )
 
 
-class Rerun:
+class Rerun(Applying):
     """The message side of :class:`~celery_tracked.store.JobStore` (``Moves.apply``)."""
-
-    engines: Engines
-
-    if TYPE_CHECKING:  # provided by ``Moves``
-
-        def apply(self, move: Move, params: Mapping[str, Any]) -> tuple[int, int] | None: ...
 
     @reconnecting
     def replace_arguments(
@@ -147,20 +141,13 @@ class Rerun:
 
     @reconnecting
     def undo_replace(
-        self,
-        job_id: str,
-        *,
-        made: int,
-        revision: int,
-        payload_json: str | None,
-        now: datetime,
-        message: str,
+        self, job_id: str, made: int, undo: UndoneReplace, *, now: datetime, message: str
     ) -> bool:
-        """pending at revision ``made`` → pending at ``revision`` (newer) with
-        ``payload_json`` and no message handed over (the relay's), if nobody handed
+        """pending at revision ``made`` → pending at ``undo.revision`` (newer) with
+        ``undo.payload_json`` and no message handed over (the relay's), if nobody handed
         ``made`` over."""
-        params = {"job_id": job_id, "made": made, "at_revision": revision, "now": now}
-        params.update(payload_json=payload_json, message=message)
+        params = {"job_id": job_id, "made": made, "at_revision": undo.revision, "now": now}
+        params.update(payload_json=undo.payload_json, message=message)
         return self.apply(UNDO_REPLACE, params) is not None
 
     @reconnecting
@@ -174,23 +161,13 @@ class Rerun:
         return self.apply(RETRY, params) is not None
 
     @reconnecting
-    def undo_retry(
-        self,
-        job_id: str,
-        *,
-        made: int,
-        status: JobStatus,
-        max_attempts: int,
-        finished_at: datetime | None,
-        now: datetime,
-        message: str,
-        retries_exhausted: bool = False,
-    ) -> bool:
-        """Back to ``status`` if nobody handed revision ``made`` over."""
-        params = {"job_id": job_id, "made": made, "old_max_attempts": max_attempts, "now": now}
-        params.update(old_finished_at=finished_at, message=message)
-        params.update(old_retries_exhausted=retries_exhausted)
-        return self.apply(UNDO_RETRY[status], params) is not None
+    def undo_retry(self, job_id: str, undo: RetryUndo, *, now: datetime, message: str) -> bool:
+        """Back to ``undo.status`` (failed or cancelled) and the values before the retry,
+        if nobody handed revision ``undo.made`` over."""
+        params = {"job_id": job_id, "made": undo.made, "now": now, "message": message}
+        params.update(old_max_attempts=undo.max_attempts, old_finished_at=undo.finished_at)
+        params.update(old_retries_exhausted=undo.retries_exhausted)
+        return self.apply(UNDO_RETRY[undo.status], params) is not None
 
     @reconnecting
     def retry_rounds(self, job_id: str) -> list[tuple[str, int]]:

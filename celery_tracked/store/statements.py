@@ -222,33 +222,23 @@ _RETRY_RUN = {**_END_RUN, **_ERROR, "not_before": db_time(DELAY_S)}  # after the
 _FAILED_RUN = {**_END_RUN, **_ERROR, "finished_at": NOW}
 #: A failure written by the run itself says whether it used up the retries.
 _EXHAUSTED = param("retries_exhausted", Boolean)
-RETRYING = Move(
-    "retrying", _PROCESSING, JobStatus.RETRYING, _RETRY_RUN, HELD, "retrying", True, UNCANCELLED
-)
-FAIL = Move(
-    "fail",
-    _PROCESSING,
-    JobStatus.FAILED,
-    {**_FAILED_RUN, "retries_exhausted": _EXHAUSTED},
-    HELD,
-    "failed",
-    extra_where=UNCANCELLED,
-)
+
+
+def _run_ends(
+    name: str, target: JobStatus, values: Mapping[str, Any], fence: tuple[ColumnElement[bool], ...]
+) -> Move:
+    """processing → ``target`` (retrying or failed) under ``fence``, while no cancel was
+    requested; the event is named after the status."""
+    return Move(name, _PROCESSING, target, values, fence, target.value, True, UNCANCELLED)
+
+
+RETRYING = _run_ends("retrying", JobStatus.RETRYING, _RETRY_RUN, HELD)
+FAIL = _run_ends("fail", JobStatus.FAILED, {**_FAILED_RUN, "retries_exhausted": _EXHAUSTED}, HELD)
 # A run that died outside its call path (killed by the hard time limit, terminated by a
 # revoke) is ended from the worker's main process once its holder is dead: fenced like a
 # takeover (the attempt last seen, and a lease that lapsed or whose owner is dead).
-RETRY_DEAD = Move(
-    "retry_dead", _PROCESSING, JobStatus.RETRYING, _RETRY_RUN, LAPSED, "retrying", True, UNCANCELLED
-)
-FAIL_DEAD = Move(
-    "fail_dead",
-    _PROCESSING,
-    JobStatus.FAILED,
-    {**_FAILED_RUN, **_LOST},
-    LAPSED,
-    "failed",
-    extra_where=UNCANCELLED,
-)
+RETRY_DEAD = _run_ends("retry_dead", JobStatus.RETRYING, _RETRY_RUN, LAPSED)
+FAIL_DEAD = _run_ends("fail_dead", JobStatus.FAILED, {**_FAILED_RUN, **_LOST}, LAPSED)
 #: Not in the design's first list of moves: ``revoke(terminate=True)`` ends a running job.
 CANCEL_DEAD = Move(
     "cancel_dead",

@@ -23,6 +23,7 @@ from tracked_app import QUEUE, create_app
 from celery_tracked import JobStatus, Tracker
 from celery_tracked.adapter.maintenance import REAP_TASK
 from celery_tracked.core.jobs import Claim, utcnow
+from celery_tracked.core.moves import AttemptError, Lease
 from celery_tracked.services.reaper import ReapReport
 from tests.conftest import wait_for
 
@@ -327,15 +328,12 @@ def test_two_reapers_at_once_rescue_each_job_exactly_once(
     runs = [succeed.enqueue(x=f"run{i}").job_id for i in range(3)]
     env.redis.delete(QUEUE)
     for job_id in runs:  # a run whose worker died: a lease nobody renews, no message
-        assert store.claim(job_id, owner="gone:host:0:1", lease_s=0.0, **who) is not None
+        assert store.claim(job_id, Lease(owner="gone:host:0:1", lease_s=0.0, **who)) is not None
     retry = runs.pop()
     assert store.retrying(
         Claim(retry, 1, 3),
-        error_type="E",
-        error_message="m",
+        AttemptError(error_type="E", error_message="m", duration_ms=None, now=utcnow()),
         delay_ms=0,
-        duration_ms=None,
-        now=utcnow(),
     )  # a retry whose message the broker lost
     stalled = [*lost, *runs, retry]
     let_pass(env, 2.0)  # past the thresholds (runs: a 5 s lease's grace, 1.25 s, + 0.5 s)

@@ -19,6 +19,7 @@ from sqlalchemy import event
 
 from celery_tracked.backends.memory import MemoryStore
 from celery_tracked.core.jobs import Claim, utcnow
+from celery_tracked.core.moves import Lease
 from celery_tracked.core.ports import Store
 from celery_tracked.store import JobStore, migrate
 
@@ -116,7 +117,7 @@ def job_row(**values: Any) -> dict[str, Any]:
 def claimed(store: Store, job_id: str, lease_s: float = 60, **kw: Any) -> Claim:
     """Claim ``job_id`` (it must be claimable)."""
     kw.setdefault("now", utcnow())
-    claim = store.claim(job_id, owner=kw.pop("owner", OWNER), worker=WORKER, lease_s=lease_s, **kw)
+    claim = store.claim(job_id, Lease(kw.pop("owner", OWNER), WORKER, lease_s=lease_s, **kw))
     assert claim is not None, f"{job_id} was not claimable"
     return claim
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from celery_tracked.core.jobs import PURGE_START, JobStatus, NewRow, utcnow
+from celery_tracked.core.moves import AttemptError, Completion, RetryUndo
 from celery_tracked.core.ports import Store
 from celery_tracked.core.retention import Sweep
 from tests.contract.conftest import claimed, event_names, job_row, later, new_job
@@ -14,7 +15,7 @@ def _completed(store: Store, seconds_ago: float, **values: object) -> str:
     job_id = new_job(store, **values)
     claim = claimed(store, job_id)
     done = utcnow() - timedelta(seconds=seconds_ago)
-    assert store.complete(claim, result_json=None, now=done, duration_ms=1)
+    assert store.complete(claim, Completion(result_json=None, now=done, duration_ms=1))
     return job_id
 
 
@@ -23,7 +24,8 @@ def test_cleanup_removes_a_sweep_in_batches_with_the_rows_events(store: Store) -
     other_queue = _completed(store, 400, queue_name="other")
     failed = new_job(store)
     assert store.fail(
-        claimed(store, failed), error_type="E", error_message="m", duration_ms=1, now=utcnow()
+        claimed(store, failed),
+        AttemptError(error_type="E", error_message="m", duration_ms=1, now=utcnow()),
     )
     pending = new_job(store)
     sweep = Sweep("completed", before=later(1), tasks=("app.t",))
@@ -62,10 +64,8 @@ def test_keep_newest_boundaries_per_queue_and_status(store: Store) -> None:
 
 def test_a_retry_sends_an_ended_job_again_and_its_undo_restores_it(store: Store) -> None:
     job_id = new_job(store, idempotency_key="k-1", max_attempts=1)
-    assert store.fail(
-        claimed(store, job_id), error_type="E", error_message="m", duration_ms=1, now=utcnow(),
-        retries_exhausted=True,
-    )  # fmt: skip
+    error = AttemptError(error_type="E", error_message="m", duration_ms=1, now=utcnow())
+    assert store.fail(claimed(store, job_id), error, retries_exhausted=True)
     failed = store.get(job_id)
     assert failed is not None
     assert not store.retry(job_id, seen_revision=1, budget=2, now=utcnow(), message="stale")
@@ -75,10 +75,11 @@ def test_a_retry_sends_an_ended_job_again_and_its_undo_restores_it(store: Store)
     assert (job.revision, job.max_attempts, job.attempts_made) == (1, 3, 1)
     assert job.finished_at is None and job.started_at is None and not job.retries_exhausted
     assert store.retry_rounds(job_id) == [("retried", 1)]
-    assert store.undo_retry(
-        job_id, made=1, status=JobStatus.FAILED, max_attempts=1, finished_at=failed.finished_at,
-        now=utcnow(), message="publish failed", retries_exhausted=True,
+    undo = RetryUndo(
+        made=1, status=JobStatus.FAILED, max_attempts=1, finished_at=failed.finished_at,
+        retries_exhausted=True,
     )  # fmt: skip
+    assert store.undo_retry(job_id, undo, now=utcnow(), message="publish failed")
     job = store.get(job_id)
     assert job is not None and (job.status, job.max_attempts) == (JobStatus.FAILED, 1)
     assert job.retries_exhausted and job.finished_at == failed.finished_at
@@ -96,7 +97,9 @@ def test_the_fail_soft_successor_of_a_step_is_found_by_its_note(store: Store) ->
     later_one = job_row(correlation_id=step, parent_job_id=step)
     rows = [NewRow("background_jobs", later_one, new_job=True, message="fail-soft")]
     assert store.fail(
-        claim, error_type="E", error_message="m", duration_ms=1, now=utcnow(), rows=rows
+        claim,
+        AttemptError(error_type="E", error_message="m", duration_ms=1, now=utcnow()),
+        rows=rows,
     )
     found = store.fail_soft_successor(store.get(step), "fail-soft")  # type: ignore[arg-type]
     assert found is not None and found.id == later_one["id"]

@@ -6,6 +6,7 @@ import pytest
 
 from celery_tracked.core.errors import DuplicateJob
 from celery_tracked.core.jobs import JobStatus, utcnow
+from celery_tracked.core.keys import UndoneReplace
 from celery_tracked.core.ports import Store
 from tests.conftest import wait_for
 from tests.contract.conftest import event_names, new_job
@@ -92,10 +93,14 @@ def test_a_debounce_replaces_a_pending_job_and_its_undo_moves_on(store: Store) -
         job_id, seen_revision=0, payload_json="{}", now=now, message="stale"
     )
     assert not store.undo_replace(  # revision 0's message is not the one made
-        job_id, made=0, revision=2, payload_json="{}", now=now, message="x"
+        job_id, 0, UndoneReplace(revision=2, payload_json="{}"), now=now, message="x"
     )
     assert store.undo_replace(
-        job_id, made=1, revision=2, payload_json='{"args": [1]}', now=now, message="undone"
+        job_id,
+        1,
+        UndoneReplace(revision=2, payload_json='{"args": [1]}'),
+        now=now,
+        message="undone",
     )
     job = store.get(job_id)
     assert job is not None and (job.revision, job.payload_json) == (2, '{"args": [1]}')

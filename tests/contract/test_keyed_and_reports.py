@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from celery_tracked.core.jobs import Claim, JobStatus, utcnow
+from celery_tracked.core.moves import AttemptError, Completion, Lease, Takeover
 from celery_tracked.core.ports import Store
 from tests.contract.conftest import (
     KEY_LOCKS,
@@ -28,11 +29,13 @@ def test_a_keyed_claim_waits_for_a_free_slot(backend: Backend) -> None:
     assert store.key_busy(third, *KEY)
     assert not store.key_busy(free, "tenant-2", 2)
     assert (
-        store.claim(third, owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60, concurrency=KEY)
+        store.claim(
+            third, Lease(owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60, concurrency=KEY)
+        )
         is None
     )
     claimed(store, free, concurrency=("tenant-2", 2))
-    assert store.complete(a, result_json=None, now=utcnow(), duration_ms=1)
+    assert store.complete(a, Completion(result_json=None, now=utcnow(), duration_ms=1))
     assert not store.key_busy(third, *KEY)
     assert claimed(store, third, concurrency=KEY).attempt == 1
     lock = KEY_LOCKS[backend.name]
@@ -64,10 +67,8 @@ def test_the_next_job_of_a_key_is_its_oldest_waiting_one_whose_message_is_out(
         store.handed_over(job_id, utcnow())
     for job_id, delay_ms in ((not_due, 600_000), (due, 0)):
         claim = claimed(store, job_id)
-        assert store.retrying(
-            claim, error_type="E", error_message="m", delay_ms=delay_ms, duration_ms=1,
-            now=utcnow(),
-        )  # fmt: skip
+        error = AttemptError(error_type="E", error_message="m", duration_ms=1, now=utcnow())
+        assert store.retrying(claim, error, delay_ms)
     found = store.next_waiting(key, after=ended)
     assert found is not None and found.id == due  # not the unpublished, nor the one not due
     assert store.next_waiting(key, after=due) is not None
@@ -80,11 +81,10 @@ def test_a_lapsed_lease_frees_its_slot(store: Store) -> None:
     assert not store.key_busy(waiting, "tenant-1", 1)
     assert claimed(store, waiting, concurrency=("tenant-1", 1)).attempt == 1
     assert store.key_busy(held, "tenant-1", 1)  # the waiting job now holds the only slot
-    args = {"owner": "h:1:2", "worker": "w", "lease_s": 60, "reason": "lapsed"}
+    lease = Lease("h:1:2", "w", utcnow(), lease_s=60, concurrency=("tenant-1", 1))
     taken = store.take_over(  # a takeover is keyed too: no slot for it now
-        held, seen_attempt=1, now=utcnow(), grace_s=0, stale_owner=None,
-        concurrency=("tenant-1", 1), **args,
-    )  # fmt: skip
+        held, lease, Takeover(seen_attempt=1, grace_s=0, stale_owner=None, reason="lapsed")
+    )
     assert taken is None
 
 
@@ -96,10 +96,8 @@ def test_concurrent_keyed_claims_never_exceed_the_limit(backend: Backend) -> Non
 
     def claim(job_id: str) -> None:
         start.wait()
-        got = store.claim(
-            job_id, owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60,
-            concurrency=("tenant-9", 2),
-        )  # fmt: skip
+        lease = Lease(OWNER, WORKER, utcnow(), lease_s=60, concurrency=("tenant-9", 2))
+        got = store.claim(job_id, lease)
         if got is not None:
             won.append(got)
 
@@ -129,7 +127,7 @@ def test_progress_and_log_lines_are_written_while_the_run_holds_the_job(store: S
         ("page 2 of 3", JobStatus.PROCESSING, 1),
     ]
     assert [e.event for e in store.events(job_id)] == ["enqueued", "started", "log", "log"]
-    assert store.complete(claim, result_json=None, now=utcnow(), duration_ms=3)
+    assert store.complete(claim, Completion(result_json=None, now=utcnow(), duration_ms=3))
     assert not store.log_line(claim, message="after the end", now=utcnow())
     assert not store.report_progress(claim, percent=10, stage=None, now=utcnow())
     assert store.log_lines(job_id) == 2
@@ -146,8 +144,10 @@ def test_a_cancel_request_ends_the_run_cancelled(store: Store) -> None:
     assert store.request_cancel(job_id, now=utcnow(), message="stop")
     assert not store.request_cancel(job_id, now=utcnow(), message="again")
     assert store.cancel_wanted(job_id)
-    assert not store.complete(claim, result_json="1", now=utcnow(), duration_ms=1)
-    assert not store.fail(claim, error_type="E", error_message="m", duration_ms=1, now=utcnow())
+    assert not store.complete(claim, Completion(result_json="1", now=utcnow(), duration_ms=1))
+    assert not store.fail(
+        claim, AttemptError(error_type="E", error_message="m", duration_ms=1, now=utcnow())
+    )
     assert store.cancel_run(claim, now=utcnow(), message="cancelled as asked")
     job = store.get(job_id)
     assert job is not None and job.status is JobStatus.CANCELLED and job.locked_by is None

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from celery_tracked.core.finder import JobFilter, Position
 from celery_tracked.core.jobs import JobStatus, utcnow
+from celery_tracked.core.moves import AttemptError
 from celery_tracked.core.ports import Store
 from tests.contract.conftest import ago, claimed, new_job
 
@@ -19,7 +20,8 @@ def test_find_filters_and_pages_newest_first(store: Store) -> None:
     new_job(store, now=base - timedelta(minutes=1), owner_id="u-1", job_type="other")
     failed = ids[4]
     assert store.fail(
-        claimed(store, failed), error_type="Boom", error_message="m", duration_ms=1, now=utcnow()
+        claimed(store, failed),
+        AttemptError(error_type="Boom", error_message="m", duration_ms=1, now=utcnow()),
     )
     everything = store.find(JobFilter(), None, 100)
     assert len(everything) == 7
@@ -57,7 +59,8 @@ def test_statistics_and_queue_health(store: Store) -> None:
     claimed(store, lapsed, lease_s=-10)
     failed = new_job(store, queue_name="ocr")
     assert store.fail(
-        claimed(store, failed), error_type="E", error_message="m", duration_ms=1, now=utcnow()
+        claimed(store, failed),
+        AttemptError(error_type="E", error_message="m", duration_ms=1, now=utcnow()),
     )
     stats = store.stats()
     assert stats["mail"]["counts"]["pending"] == 2 and stats["mail"]["total"] == 3

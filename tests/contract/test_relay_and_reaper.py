@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery_tracked.core.jobs import JobStatus, utcnow
+from celery_tracked.core.moves import AttemptError, Lease, StaleRun, StallCutoffs
 from celery_tracked.core.ports import Store
 from tests.contract.conftest import OWNER, WORKER, ago, claimed, event_names, later, new_job
 
@@ -22,7 +25,7 @@ def test_the_relay_claims_an_unpublished_job_and_hands_it_over(store: Store) -> 
     assert not store.relay_claim(job_id, owner=RELAY_B, now=utcnow(), lease_s=30, cutoff=ago(60))
     assert store.unpublished(cutoff=ago(60), now=utcnow()) == []
     # a delivery racing the relay waits for its claim
-    assert store.claim(job_id, owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60) is None
+    assert store.claim(job_id, Lease(owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60)) is None
     assert not store.relayed(job_id, owner=RELAY_B, now=utcnow(), message="relayed")
     assert not store.relayed(job_id, owner=RELAY_A, now=utcnow(), message="relayed", revision=1)
     assert store.relayed(job_id, owner=RELAY_A, now=utcnow(), message="relayed")
@@ -43,16 +46,15 @@ def test_a_lapsed_relay_claim_is_taken_by_another_relay(store: Store) -> None:
     assert store.relayed(job_id, owner=RELAY_B, now=utcnow(), message="relayed")
 
 
-def _stalled(store: Store, **cutoffs: object) -> list[tuple[str, int]]:
+def _stalled(store: Store, **cutoffs: Any) -> list[tuple[str, int]]:
     args = {
         "grace_s": 0.0,
         "run_cutoff": later(60),
         "pending_cutoff": ago(3600),
         "retrying_cutoff": ago(3600),
-        "limit": 10,
     }
     args.update(cutoffs)
-    return [(job.id, rescues) for job, rescues in store.stalled(**args)]  # type: ignore[arg-type]
+    return [(job.id, rescues) for job, rescues in store.stalled(StallCutoffs(**args), 10)]
 
 
 def test_a_lapsed_run_is_rescued_once_then_abandoned(store: Store) -> None:
@@ -63,10 +65,17 @@ def test_a_lapsed_run_is_rescued_once_then_abandoned(store: Store) -> None:
     assert _stalled(store) == [(job_id, 0)]
     assert _stalled(store, run_cutoff=ago(3600)) == []  # not stalled long enough
     [(seen, _)] = store.stalled(
-        grace_s=0, run_cutoff=later(60), pending_cutoff=ago(1), retrying_cutoff=ago(1), limit=5
+        StallCutoffs(
+            grace_s=0, run_cutoff=later(60), pending_cutoff=ago(1), retrying_cutoff=ago(1)
+        ),
+        5,
     )
-    assert store.rescue_run(seen, grace_s=0, run_cutoff=later(60), message="lost", now=utcnow())
-    assert not store.rescue_run(seen, grace_s=0, run_cutoff=later(60), message="x", now=utcnow())
+    assert store.rescue_run(
+        seen, StaleRun(grace_s=0, run_cutoff=later(60), message="lost", now=utcnow())
+    )
+    assert not store.rescue_run(
+        seen, StaleRun(grace_s=0, run_cutoff=later(60), message="x", now=utcnow())
+    )
     job = store.get(job_id)
     assert job is not None and (job.status, job.revision, job.error_type) == (
         JobStatus.RETRYING,
@@ -79,14 +88,17 @@ def test_a_lapsed_run_is_rescued_once_then_abandoned(store: Store) -> None:
     # its last attempt lapses too: no attempt left, it is abandoned
     claimed(store, job_id, lease_s=-30, revision=1)
     [(again, rescues)] = store.stalled(
-        grace_s=0, run_cutoff=later(60), pending_cutoff=ago(1), retrying_cutoff=ago(1), limit=5
+        StallCutoffs(
+            grace_s=0, run_cutoff=later(60), pending_cutoff=ago(1), retrying_cutoff=ago(1)
+        ),
+        5,
     )
     assert rescues == 1
-    assert not store.rescue_run(again, grace_s=0, run_cutoff=later(60), message="x", now=utcnow())
-    assert store.abandon_run(
-        again, grace_s=0, run_cutoff=later(60), message="gave up", now=utcnow(),
-        retries_exhausted=True,
-    )  # fmt: skip
+    assert not store.rescue_run(
+        again, StaleRun(grace_s=0, run_cutoff=later(60), message="x", now=utcnow())
+    )
+    stale = StaleRun(grace_s=0, run_cutoff=later(60), message="gave up", now=utcnow())
+    assert store.abandon_run(again, stale, retries_exhausted=True)
     job = store.get(job_id)
     assert job is not None and (job.status, job.error_type, job.error_message) == (
         JobStatus.FAILED,
@@ -101,14 +113,21 @@ def test_a_stalled_run_asked_to_stop_ends_cancelled(store: Store) -> None:
     claimed(store, job_id, lease_s=-30)
     assert store.request_cancel(job_id, now=utcnow(), message="stop")
     [(seen, _)] = store.stalled(
-        grace_s=0, run_cutoff=later(60), pending_cutoff=ago(1), retrying_cutoff=ago(1), limit=5
+        StallCutoffs(
+            grace_s=0, run_cutoff=later(60), pending_cutoff=ago(1), retrying_cutoff=ago(1)
+        ),
+        5,
     )
-    assert not store.rescue_run(seen, grace_s=0, run_cutoff=later(60), message="x", now=utcnow())
+    assert not store.rescue_run(
+        seen, StaleRun(grace_s=0, run_cutoff=later(60), message="x", now=utcnow())
+    )
     assert not store.abandon_run(
-        seen, grace_s=0, run_cutoff=later(60), message="x", now=utcnow(), retries_exhausted=False
+        seen,
+        StaleRun(grace_s=0, run_cutoff=later(60), message="x", now=utcnow()),
+        retries_exhausted=False,
     )
     assert store.cancel_stalled_run(
-        seen, grace_s=0, run_cutoff=later(60), message="cancelled", now=utcnow()
+        seen, StaleRun(grace_s=0, run_cutoff=later(60), message="cancelled", now=utcnow())
     )
     job = store.get(job_id)
     assert job is not None and job.status is JobStatus.CANCELLED and job.error_type is None
@@ -119,12 +138,17 @@ def test_waiting_jobs_long_past_their_hand_over_are_rescued_or_abandoned(store: 
     assert store.handed_over(pending, ago(7200))
     claim = claimed(store, retrying)
     assert store.retrying(
-        claim, error_type="E", error_message="m", delay_ms=0, duration_ms=1, now=utcnow()
+        claim,
+        AttemptError(error_type="E", error_message="m", duration_ms=1, now=utcnow()),
+        delay_ms=0,
     )
     cut = {"pending_cutoff": ago(3600), "retrying_cutoff": later(60)}
     assert sorted(_stalled(store, **cut)) == sorted([(pending, 0), (retrying, 0)])
     assert _stalled(store, pending_cutoff=ago(9000)) == []
-    rows = {job.id: job for job, _ in store.stalled(grace_s=0, run_cutoff=ago(1), limit=5, **cut)}
+    rows = {
+        job.id: job
+        for job, _ in store.stalled(StallCutoffs(grace_s=0, run_cutoff=ago(1), **cut), 5)
+    }
     assert not store.rescue_waiting(rows[pending], cutoff=ago(9000), message="x", now=utcnow())
     assert store.rescue_waiting(rows[pending], cutoff=ago(3600), message="lost", now=utcnow())
     job = store.get(pending)

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 from celery_tracked.core.jobs import JobStatus, NewRow, utcnow
+from celery_tracked.core.moves import AttemptError, Completion, DeadRun, Lease, Takeover
 from celery_tracked.core.ports import Store
 from tests.contract.conftest import OWNER, WORKER, claimed, event_names, new_job
 
-_FAILURE = {"error_type": "ValueError", "error_message": "smtp down", "duration_ms": 5}
+
+def failure(now: datetime) -> AttemptError:
+    return AttemptError(error_type="ValueError", error_message="smtp down", duration_ms=5, now=now)
 
 
 def test_a_claim_takes_the_lease_and_counts_the_attempt(store: Store) -> None:
     job_id = new_job(store)
     assert (
-        store.claim(job_id, owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60, revision=1)
+        store.claim(job_id, Lease(owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60, revision=1))
         is None
     )
     claim = claimed(store, job_id)
@@ -29,7 +33,10 @@ def test_a_claim_takes_the_lease_and_counts_the_attempt(store: Store) -> None:
     assert (job.locked_by, job.worker, job.attempts_made) == (OWNER, WORKER, 1)
     assert job.locked_until is not None and job.locked_until > store.clock()
     assert job.started_at is not None
-    assert store.claim(job_id, owner="other:1:2", worker=WORKER, now=utcnow(), lease_s=60) is None
+    assert (
+        store.claim(job_id, Lease(owner="other:1:2", worker=WORKER, now=utcnow(), lease_s=60))
+        is None
+    )
     [_, started] = store.events(job_id)
     assert (started.event, started.status, started.attempt) == ("started", JobStatus.PROCESSING, 1)
 
@@ -37,20 +44,19 @@ def test_a_claim_takes_the_lease_and_counts_the_attempt(store: Store) -> None:
 def test_a_stale_claim_is_refused_once_a_takeover_holds_the_job(store: Store) -> None:
     job_id = new_job(store)
     stale = claimed(store, job_id, lease_s=-30)  # its lease lapsed at once
-    taken = store.take_over(
-        job_id, seen_attempt=1, owner="host-b:1:7", worker="w2", now=utcnow(), lease_s=60,
-        grace_s=0, stale_owner=None, reason="lease lapsed",
-    )  # fmt: skip
+    lease = Lease(owner="host-b:1:7", worker="w2", now=utcnow(), lease_s=60)
+    fence = Takeover(seen_attempt=1, grace_s=0, stale_owner=None, reason="lease lapsed")
+    taken = store.take_over(job_id, lease, fence)
     assert taken is not None and (taken.attempt, taken.takeover) == (2, True)
     now = utcnow()
-    assert not store.complete(stale, result_json="1", now=now, duration_ms=1)
-    assert not store.retrying(stale, delay_ms=0, now=now, **_FAILURE)
-    assert not store.fail(stale, now=now, **_FAILURE)
+    assert not store.complete(stale, Completion(result_json="1", now=now, duration_ms=1))
+    assert not store.retrying(stale, failure(now), delay_ms=0)
+    assert not store.fail(stale, failure(now))
     assert not store.renew(stale, 60)
     assert not store.release(stale, now)
     assert not store.report_progress(stale, percent=10, stage=None, now=now)
     assert not store.log_line(stale, message="late", now=now)
-    assert store.complete(taken, result_json='{"ok": 1}', now=now, duration_ms=7)
+    assert store.complete(taken, Completion(result_json='{"ok": 1}', now=now, duration_ms=7))
     job = store.get(job_id)
     assert job is not None and job.status is JobStatus.COMPLETED
     assert (job.attempts_made, job.result_json, job.progress) == (2, '{"ok": 1}', 100)
@@ -63,29 +69,14 @@ def test_a_stale_claim_is_refused_once_a_takeover_holds_the_job(store: Store) ->
 def test_a_live_lease_is_not_taken_over_unless_its_owner_is_dead(store: Store) -> None:
     job_id = new_job(store, max_attempts=2)
     claimed(store, job_id)
-    args = {"owner": "host-b:1:7", "worker": "w2", "lease_s": 60, "reason": "redelivered"}
-    assert (
-        store.take_over(job_id, seen_attempt=1, now=utcnow(), grace_s=0, stale_owner=None, **args)
-        is None
-    )
-    assert (
-        store.take_over(job_id, seen_attempt=0, now=utcnow(), grace_s=0, stale_owner=OWNER, **args)
-        is None
-    )
-    taken = store.take_over(
-        job_id, seen_attempt=1, now=utcnow(), grace_s=0, stale_owner=OWNER, **args
-    )
+    lease = Lease(owner="host-b:1:7", worker="w2", now=utcnow(), lease_s=60)
+    assert store.take_over(job_id, lease, Takeover(1, 0, None, "redelivered")) is None
+    assert store.take_over(job_id, lease, Takeover(0, 0, OWNER, "redelivered")) is None
+    taken = store.take_over(job_id, lease, Takeover(1, 0, OWNER, "redelivered"))
     assert taken is not None and taken.attempt == 2
     # no attempt left: a takeover is refused, the lost last attempt fails the job
-    assert (
-        store.take_over(
-            job_id, seen_attempt=2, now=utcnow(), grace_s=0, stale_owner="host-b:1:7", **args
-        )
-        is None
-    )
-    assert store.fail_lost(
-        job_id, seen_attempt=2, now=utcnow(), grace_s=0, stale_owner="host-b:1:7", message="lost"
-    )
+    assert store.take_over(job_id, lease, Takeover(2, 0, "host-b:1:7", "redelivered")) is None
+    assert store.fail_lost(job_id, Takeover(2, 0, "host-b:1:7", "lost"), utcnow())
     job = store.get(job_id)
     assert job is not None and (job.status, job.error_type) == (JobStatus.FAILED, "WorkerLost")
     assert job.retries_exhausted and job.error_message == "lost"
@@ -95,12 +86,12 @@ def test_a_retrying_job_is_not_claimed_before_its_backoff_is_due(store: Store) -
     waiting, due = new_job(store), new_job(store)
     for job_id, delay_ms in ((waiting, 60_000), (due, 0)):
         claim = claimed(store, job_id)
-        assert store.retrying(claim, delay_ms=delay_ms, now=utcnow(), **_FAILURE)
+        assert store.retrying(claim, failure(utcnow()), delay_ms=delay_ms)
     job = store.get(waiting)
     assert job is not None and job.status is JobStatus.RETRYING and job.locked_until is None
     assert job.not_before is not None and job.not_before > store.clock()
     assert (job.error_type, job.error_message) == ("ValueError", "smtp down")
-    assert store.claim(waiting, owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60) is None
+    assert store.claim(waiting, Lease(owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60)) is None
     again = claimed(store, due)
     assert again.attempt == 2
     job = store.get(due)
@@ -110,8 +101,8 @@ def test_a_retrying_job_is_not_claimed_before_its_backoff_is_due(store: Store) -
 
 def test_a_failure_records_whether_it_used_up_the_retries(store: Store) -> None:
     stopped, exhausted = new_job(store), new_job(store)
-    assert store.fail(claimed(store, stopped), now=utcnow(), **_FAILURE)
-    assert store.fail(claimed(store, exhausted), now=utcnow(), retries_exhausted=True, **_FAILURE)
+    assert store.fail(claimed(store, stopped), failure(utcnow()))
+    assert store.fail(claimed(store, exhausted), failure(utcnow()), retries_exhausted=True)
     for job_id, used_up in ((stopped, False), (exhausted, True)):
         job = store.get(job_id)
         assert job is not None and job.status is JobStatus.FAILED and job.finished_at is not None
@@ -147,7 +138,7 @@ def test_a_claim_given_back_leaves_the_row_as_it_was(store: Store) -> None:
     assert not store.give_back(claim, owner=OWNER, claimed_at=at, now=utcnow(), message="twice")
     # a retrying row's claim goes back to retrying, due at once
     claim = claimed(store, job_id)
-    assert store.retrying(claim, delay_ms=0, now=utcnow(), **_FAILURE)
+    assert store.retrying(claim, failure(utcnow()), delay_ms=0)
     again = claimed(store, job_id, now=utcnow())
     assert store.give_back(again, owner=OWNER, claimed_at=utcnow(), now=utcnow(), message="r")
     job = store.get(job_id)
@@ -160,12 +151,12 @@ def test_a_dead_run_is_ended_only_once_its_lease_lapsed_or_its_owner_died(store:
     claimed(store, job_id)
     end = {"error_type": "TimeLimitExceeded", "error_message": "hard limit", "message": "killed"}
     assert not store.end_dead_run(
-        job_id, seen_attempt=1, stale_owner=None, status=JobStatus.RETRYING, now=utcnow(),
-        delay_ms=60_000, **end,
+        job_id, DeadRun(seen_attempt=1, stale_owner=None, status=JobStatus.RETRYING, now=utcnow(),
+        delay_ms=60_000, **end),
     )  # fmt: skip
     assert store.end_dead_run(
-        job_id, seen_attempt=1, stale_owner=OWNER, status=JobStatus.RETRYING, now=utcnow(),
-        delay_ms=60_000, **end,
+        job_id, DeadRun(seen_attempt=1, stale_owner=OWNER, status=JobStatus.RETRYING, now=utcnow(),
+        delay_ms=60_000, **end),
     )  # fmt: skip
     job = store.get(job_id)
     assert job is not None and (job.status, job.error_type) == (
@@ -177,11 +168,13 @@ def test_a_dead_run_is_ended_only_once_its_lease_lapsed_or_its_owner_died(store:
     claimed(store, cancelled, lease_s=-5)
     assert store.end_dead_run(  # as its callers send it: no error for a cancel
         cancelled,
-        seen_attempt=1,
-        stale_owner=None,
-        status=JobStatus.CANCELLED,
-        now=utcnow(),
-        **{**end, "error_type": None, "error_message": None},
+        DeadRun(
+            seen_attempt=1,
+            stale_owner=None,
+            status=JobStatus.CANCELLED,
+            now=utcnow(),
+            **{**end, "error_type": None, "error_message": None},
+        ),
     )
     job = store.get(cancelled)
     assert job is not None and (job.status, job.error_type, job.error_message) == (
@@ -215,7 +208,7 @@ def test_rows_given_with_a_completion_are_written_with_it(store: Store) -> None:
         NewRow("background_jobs", taken, new_job=True, message="twice"),
         NewRow("background_job_events", note),
     ]
-    assert store.complete(claim, result_json=None, now=now, duration_ms=1, rows=rows)
+    assert store.complete(claim, Completion(result_json=None, now=now, duration_ms=1, rows=rows))
     made = store.get(successor)
     assert made is not None and made.status is JobStatus.PENDING and made.parent_job_id == step
     assert [(e.event, e.message) for e in store.events(successor)] == [("enqueued", "from step")]

@@ -14,6 +14,7 @@ import pytest
 from celery_tracked import JobStatus, Settings
 from celery_tracked.core.hooks import Hooks
 from celery_tracked.core.jobs import Job, utcnow
+from celery_tracked.core.moves import DeadRun, Lease, Takeover
 from celery_tracked.services import aftermath as aftermath_module
 from celery_tracked.services.aftermath import Aftermath
 from celery_tracked.services.lease import owner_id
@@ -116,14 +117,8 @@ def test_a_run_that_moved_on_is_never_overwritten(store: JobStore, aftermath: Af
     now = utcnow()
     taken = store.take_over(
         job_id,
-        seen_attempt=1,
-        owner=owner_id(),
-        worker="w",
-        now=now,
-        lease_s=60,
-        grace_s=0,
-        stale_owner=owner,
-        reason="dead",
+        Lease(owner=owner_id(), worker="w", now=now, lease_s=60),
+        Takeover(seen_attempt=1, grace_s=0, stale_owner=owner, reason="dead"),
     )
     assert taken is not None and taken.attempt == 2
     aftermath.end_time_limited(*found, "hard time limit", _SECOND, lambda j, c: None)
@@ -131,13 +126,15 @@ def test_a_run_that_moved_on_is_never_overwritten(store: JobStore, aftermath: Af
     assert job is not None and job.status is JobStatus.PROCESSING and job.attempts_made == 2
     assert not store.end_dead_run(
         job_id,
-        seen_attempt=1,
-        stale_owner=owner,
-        status=JobStatus.CANCELLED,
-        error_type=None,
-        error_message=None,
-        message="late",
-        now=utcnow(),
+        DeadRun(
+            seen_attempt=1,
+            stale_owner=owner,
+            status=JobStatus.CANCELLED,
+            error_type=None,
+            error_message=None,
+            message="late",
+            now=utcnow(),
+        ),
     )
 
 

@@ -14,6 +14,7 @@ from celery_tracked import JobStatus, Tracker, Unrecoverable
 from celery_tracked.core.attempt import Attempt
 from celery_tracked.core.jobs import utcnow
 from celery_tracked.core.messages import TrackedHeaders
+from celery_tracked.core.moves import AttemptError, Completion, Lease, Takeover
 from celery_tracked.core.outcome import Completed, Skipped
 from celery_tracked.core.run import Run
 from celery_tracked.services import progress
@@ -91,22 +92,20 @@ def test_the_request_fences_out_every_other_end_of_the_run(tracker: Tracker) -> 
     assert held is not None
     assert store.request_cancel(job_id, now=utcnow(), message="x")
     assert not store.request_cancel(job_id, now=utcnow(), message="again")  # once
-    assert not store.complete(held, result_json=None, now=utcnow(), duration_ms=1)
+    assert not store.complete(held, Completion(result_json=None, now=utcnow(), duration_ms=1))
     assert not store.retrying(
-        held, error_type="E", error_message="e", delay_ms=0, duration_ms=1, now=utcnow()
+        held,
+        AttemptError(error_type="E", error_message="e", duration_ms=1, now=utcnow()),
+        delay_ms=0,
     )
-    assert not store.fail(held, error_type="E", error_message="e", duration_ms=1, now=utcnow())
+    assert not store.fail(
+        held, AttemptError(error_type="E", error_message="e", duration_ms=1, now=utcnow())
+    )
     assert store.release(held, utcnow())  # lease dropped: a takeover would be due...
     taken = store.take_over(
         job_id,
-        seen_attempt=1,
-        owner="h:2",
-        worker="w",
-        now=utcnow(),
-        lease_s=60,
-        grace_s=0,
-        stale_owner=None,
-        reason="lost",
+        Lease(owner="h:2", worker="w", now=utcnow(), lease_s=60),
+        Takeover(seen_attempt=1, grace_s=0, stale_owner=None, reason="lost"),
     )
     assert taken is None  # ...but a job asked to stop is never run again
     assert store.cancel_run(held, now=utcnow(), message="cancelled while running")
@@ -175,7 +174,7 @@ def test_cancel_running_keeps_the_meaning_of_cancel_for_other_statuses(
     done = new_job(store)
     held = claim(store, done)
     assert held is not None
-    assert store.complete(held, result_json=None, now=utcnow(), duration_ms=1)
+    assert store.complete(held, Completion(result_json=None, now=utcnow(), duration_ms=1))
     assert tracker.cancel(done, running=True) is False
     assert tracker.cancel("no-such-job", running=True) is False
     running = new_job(store)

@@ -16,6 +16,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from celery_tracked.core.jobs import NewRow, utcnow
+from celery_tracked.core.moves import Completion, Lease
 from celery_tracked.store import JobStore
 
 from .conftest import insert_job
@@ -75,11 +76,11 @@ def test_the_writes_a_caller_is_told_about_commit_durably(recorded: JobStore) ->
     assert store.cancel(job_id, now=now, reason="by hand")  # Tracker.cancel
     assert store.retry(job_id, seen_revision=1, budget=3, now=now, message="retried")
     assert store.handed_over(job_id, now, revision=2)
-    c = store.claim(job_id, owner="h:1", worker="w", now=now, lease_s=60, revision=2)
+    c = store.claim(job_id, Lease(owner="h:1", worker="w", now=now, lease_s=60, revision=2))
     assert c is not None
     successor = {"job_id": job_id, "event": "x", "status": "completed", "attempt": 1}
     rows = [NewRow("background_job_events", {**successor, "created_at": now})]
-    assert store.complete(c, result_json=None, now=now, duration_ms=0, rows=rows)
+    assert store.complete(c, Completion(result_json=None, now=now, duration_ms=0, rows=rows))
     undone = insert_job(store)
     assert store.undo(undone)  # the publish failed: the caller is told nothing exists
     assert _commit_modes(store.url) == [

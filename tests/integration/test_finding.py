@@ -11,6 +11,7 @@ from celery import Celery
 
 from celery_tracked import InvalidFilter, JobStatus, Tracker, tracked_task
 from celery_tracked.core.jobs import utcnow
+from celery_tracked.core.moves import AttemptError, Completion, Lease
 from celery_tracked.store import JobStore
 from tests.conftest import wait_for
 
@@ -23,15 +24,17 @@ pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTask
 
 
 def failed(store: JobStore, job_id: str, error_type: str = "ValueError") -> None:
-    claim = store.claim(job_id, owner="h:1", worker="w", now=utcnow(), lease_s=30)
+    claim = store.claim(job_id, Lease(owner="h:1", worker="w", now=utcnow(), lease_s=30))
     assert claim is not None
-    assert store.fail(claim, error_type=error_type, error_message="x", duration_ms=1, now=utcnow())
+    assert store.fail(
+        claim, AttemptError(error_type=error_type, error_message="x", duration_ms=1, now=utcnow())
+    )
 
 
 def completed(store: JobStore, job_id: str) -> None:
-    claim = store.claim(job_id, owner="h:1", worker="w", now=utcnow(), lease_s=30)
+    claim = store.claim(job_id, Lease(owner="h:1", worker="w", now=utcnow(), lease_s=30))
     assert claim is not None
-    assert store.complete(claim, result_json=None, now=utcnow(), duration_ms=1)
+    assert store.complete(claim, Completion(result_json=None, now=utcnow(), duration_ms=1))
 
 
 def ids(page: Any) -> list[str]:
@@ -142,9 +145,9 @@ def test_stats_keep_their_fields_and_add_failures_and_expired_leases(
     tracker, _ = seeded
     store = tracker.store
     stuck = insert_job(store, queue_name="ocr")
-    assert store.claim(stuck, owner="h:1", worker="w", now=utcnow(), lease_s=0.01)
+    assert store.claim(stuck, Lease(owner="h:1", worker="w", now=utcnow(), lease_s=0.01))
     live = insert_job(store, queue_name="ocr")
-    assert store.claim(live, owner="h:1", worker="w", now=utcnow(), lease_s=60)
+    assert store.claim(live, Lease(owner="h:1", worker="w", now=utcnow(), lease_s=60))
     old = insert_job(store, queue_name="mail")
     failed(store, old)
     store.engines.execute(
@@ -236,7 +239,7 @@ def test_cancel_many_cancels_waiting_jobs_and_leaves_running_ones_unless_asked(
     store = tracker.store
     waiting = [plain.enqueue(n).job_id for n in range(4)]
     running = plain.enqueue(10).job_id
-    claim = store.claim(running, owner="h:1", worker="w@x", now=utcnow(), lease_s=60)
+    claim = store.claim(running, Lease(owner="h:1", worker="w@x", now=utcnow(), lease_s=60))
     assert claim is not None
 
     report = tracker.cancel_many(queue="bulk", reason="maintenance")
@@ -252,6 +255,6 @@ def test_cancel_many_cancels_waiting_jobs_and_leaves_running_ones_unless_asked(
     job = tracker.get_job(running)
     assert job is not None and job.status is JobStatus.PROCESSING  # its run goes on...
     assert job.cancel_requested_at is not None  # ...asked to stop
-    assert not store.complete(claim, result_json=None, now=utcnow(), duration_ms=1)
+    assert not store.complete(claim, Completion(result_json=None, now=utcnow(), duration_ms=1))
     assert store.cancel_run(claim, now=utcnow(), message="cancelled while running")
     assert tracker.get_job(running).status is JobStatus.CANCELLED  # type: ignore[union-attr]

@@ -16,6 +16,7 @@ import redis
 
 from celery_tracked.backends.limiter import RedisLimiter
 from celery_tracked.core.jobs import Claim, JobStatus, utcnow
+from celery_tracked.core.moves import AttemptError, Lease, Takeover
 from celery_tracked.store import JobStore, migrate
 
 from .conftest import insert_job
@@ -37,7 +38,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JobStore]:
 
 def claim(store: JobStore, job_id: str, **kwargs: Any) -> tuple[Claim, datetime]:
     now = utcnow()
-    found = store.claim(job_id, owner=OWNER, worker="w1@h", now=now, lease_s=60, **kwargs)
+    found = store.claim(job_id, Lease(OWNER, "w1@h", now, lease_s=60, **kwargs))
     assert found is not None
     return found, now
 
@@ -77,7 +78,9 @@ def test_a_retrying_job_given_back_stays_retrying_and_due(store: JobStore) -> No
     job_id = insert_job(store)
     first, _ = claim(store, job_id)
     retried = store.retrying(
-        first, error_type="E", error_message="boom", delay_ms=0, duration_ms=1, now=utcnow()
+        first,
+        AttemptError(error_type="E", error_message="boom", duration_ms=1, now=utcnow()),
+        delay_ms=0,
     )
     assert retried
     started_at = store.get(job_id).started_at  # type: ignore[union-attr]
@@ -102,14 +105,8 @@ def test_a_takeover_given_back_leaves_its_lapsed_lease_released(store: JobStore)
     claim(store, job_id)
     taken = store.take_over(
         job_id,
-        seen_attempt=1,
-        owner=OWNER,
-        worker="w2@h",
-        now=utcnow(),
-        lease_s=60,
-        grace_s=0,
-        stale_owner=OWNER,  # its holder died
-        reason="attempt 1 lost",
+        Lease(owner=OWNER, worker="w2@h", now=utcnow(), lease_s=60),
+        Takeover(seen_attempt=1, grace_s=0, stale_owner=OWNER, reason="attempt 1 lost"),
     )
     assert taken is not None and taken.takeover and taken.attempt == 2
     assert give_back(store, taken, utcnow())
@@ -128,7 +125,9 @@ def test_a_claim_given_back_frees_its_concurrency_key(store: JobStore) -> None:
     first, second = insert_job(store, concurrency_key="k"), insert_job(store, concurrency_key="k")
     held, claimed_at = claim(store, first, concurrency=("k", 1))
     assert (
-        store.claim(second, owner=OWNER, worker="w", now=utcnow(), lease_s=60, concurrency=("k", 1))
+        store.claim(
+            second, Lease(owner=OWNER, worker="w", now=utcnow(), lease_s=60, concurrency=("k", 1))
+        )
         is None
     )
     assert give_back(store, held, claimed_at)

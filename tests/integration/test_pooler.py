@@ -27,6 +27,7 @@ from sqlalchemy.pool import NullPool
 
 from celery_tracked import Tracker, tracked_task
 from celery_tracked.core.jobs import utcnow
+from celery_tracked.core.moves import AttemptError, Completion, Lease
 from celery_tracked.store import JobStore
 from celery_tracked.store.fastpath import prepare_only_if_direct
 
@@ -101,7 +102,7 @@ FIRST = ("renew", "log_line", "progress", "release")
 def _warm_up(store: JobStore, job_id: str, tag: str, first: str) -> dict[str, Any]:
     """Claim ``job_id``, run ``first`` 8 times, complete it; what its row must be."""
     now = utcnow()
-    c = store.claim(job_id, owner=tag, worker=tag, now=now, lease_s=60)
+    c = store.claim(job_id, Lease(owner=tag, worker=tag, now=now, lease_s=60))
     assert c is not None and c.job_id == job_id
     for _ in range(8):
         if first == "renew":
@@ -112,7 +113,7 @@ def _warm_up(store: JobStore, job_id: str, tag: str, first: str) -> dict[str, An
             assert store.report_progress(c, percent=7, stage=job_id, now=now)
         else:
             assert store.release(c, now)
-    assert store.complete(c, result_json=json.dumps(job_id), now=now, duration_ms=0)
+    assert store.complete(c, Completion(result_json=json.dumps(job_id), now=now, duration_ms=0))
     logs = ["log"] * 8 if first == "log_line" else []
     stage = job_id if first == "progress" else None
     return {"payload": {"n": -1, "tag": tag}, "status": "completed", "error_message": None,
@@ -128,9 +129,9 @@ def _run(store: JobStore, job_id: str, n: int, tag: str) -> dict[str, Any]:
     row: dict[str, Any] = {"payload": {"n": n, "tag": tag}, "error_message": job_id}
     if kind == 3:
         assert store.cancel(job_id, now=now, reason=job_id)
-        assert store.claim(job_id, owner=tag, worker=tag, now=now, lease_s=60) is None
+        assert store.claim(job_id, Lease(owner=tag, worker=tag, now=now, lease_s=60)) is None
         return {**row, "status": "cancelled", "events": ["enqueued", "cancelled"]}
-    c = store.claim(job_id, owner=tag, worker=tag, now=now, lease_s=60)
+    c = store.claim(job_id, Lease(owner=tag, worker=tag, now=now, lease_s=60))
     assert c is not None and c.job_id == job_id and c.attempt == 1
     assert store.renew(c, 60)
     assert store.report_progress(c, percent=n, stage=job_id, now=now)
@@ -138,16 +139,18 @@ def _run(store: JobStore, job_id: str, n: int, tag: str) -> dict[str, Any]:
     row.update(progress=n, stage=job_id)
     events = ["enqueued", "started", "log"]
     if kind == 0:
-        assert store.complete(c, result_json=json.dumps(job_id), now=now, duration_ms=n)
+        assert store.complete(c, Completion(result_json=json.dumps(job_id), now=now, duration_ms=n))
         return {**row, "status": "completed", "progress": 100, "error_message": None,
                 "result": job_id, "events": [*events, "completed"]}  # fmt: skip
     if kind == 1:
         assert store.retrying(
-            c, error_type="E", error_message=job_id, delay_ms=0, duration_ms=n, now=now
+            c,
+            AttemptError(error_type="E", error_message=job_id, duration_ms=n, now=now),
+            delay_ms=0,
         )
         return {**row, "status": "retrying", "events": [*events, "retrying"]}
     assert store.release(c, now)
-    assert store.fail(c, error_type="E", error_message=job_id, duration_ms=n, now=now)
+    assert store.fail(c, AttemptError(error_type="E", error_message=job_id, duration_ms=n, now=now))
     return {**row, "status": "failed", "events": [*events, "failed"]}
 
 

@@ -17,6 +17,7 @@ import pytest
 from celery_tracked import JobStatus, Tracker, tracked_task
 from celery_tracked.adapter.maintenance import REAP_TASK
 from celery_tracked.core.jobs import Claim, Job, utcnow
+from celery_tracked.core.moves import AttemptError, Completion, Lease
 from celery_tracked.core.redact import REDACTED
 from celery_tracked.services.reaper import Reaper, ReapReport
 from celery_tracked.store import JobStore
@@ -85,7 +86,7 @@ def handed_over(store: JobStore, **values: Any) -> str:
 def running(store: JobStore, lease_s: float, **values: Any) -> Job:
     job_id = handed_over(store, **values)
     who = {"owner": OWNER, "worker": "w1@dead", "now": utcnow()}
-    assert store.claim(job_id, lease_s=lease_s, **who) is not None
+    assert store.claim(job_id, Lease(lease_s=lease_s, **who)) is not None
     job = store.get(job_id)
     assert job is not None
     return job
@@ -120,8 +121,8 @@ def test_a_lapsed_run_is_rescued_and_the_old_message_runs_nothing(tracker: Track
         (job.id, job.revision + 1, JobStatus.RETRYING)
     ]
     who = {"owner": "w2", "worker": "w2", "now": utcnow(), "lease_s": 30.0}
-    assert store.claim(job.id, revision=job.revision, **who) is None  # the old message
-    claim = store.claim(job.id, revision=job.revision + 1, **who)
+    assert store.claim(job.id, Lease(revision=job.revision, **who)) is None  # the old message
+    claim = store.claim(job.id, Lease(revision=job.revision + 1, **who))
     assert claim is not None and claim.attempt == 2
 
 
@@ -216,11 +217,8 @@ def test_a_retrying_job_is_rescued_only_long_past_due(tracker: Tracker) -> None:
     held = Claim(job.id, 1, job.max_attempts)
     assert store.retrying(
         held,
-        error_type="E",
-        error_message="m",
+        AttemptError(error_type="E", error_message="m", duration_ms=None, now=utcnow()),
         delay_ms=3_600_000,
-        duration_ms=None,
-        now=utcnow(),
     )
     report, _ = reap(tracker, now=utcnow() + timedelta(minutes=30))  # due in an hour
     assert report.rescued == [] and report.left == []
@@ -297,7 +295,8 @@ def test_an_ended_or_unpublished_job_is_never_touched(tracker: Tracker) -> None:
     unpublished = insert_job(store)  # the relay's
     done = running(store, lease_s=30.0)
     assert store.complete(
-        Claim(done.id, 1, done.max_attempts), result_json=None, now=utcnow(), duration_ms=1
+        Claim(done.id, 1, done.max_attempts),
+        Completion(result_json=None, now=utcnow(), duration_ms=1),
     )
     report, _ = reap(tracker, now=utcnow() + timedelta(days=30))
     assert report.as_dict()["rescued"] == [] and report.left == []

@@ -13,6 +13,8 @@ import pytest
 
 from celery_tracked import JobStatus
 from celery_tracked.core.jobs import utcnow
+from celery_tracked.core.keys import UndoneReplace
+from celery_tracked.core.moves import AttemptError, Lease, RetryUndo
 from celery_tracked.store import DuplicateJob, JobStore
 
 from .conftest import insert_job
@@ -35,7 +37,9 @@ def new_job(store: JobStore, key: str | None = None, key_round: int = 0) -> str:
 
 
 def claim(store: JobStore, job_id: str, revision: int = 0) -> object:
-    return store.claim(job_id, owner="h:1", worker="w", now=utcnow(), lease_s=60, revision=revision)
+    return store.claim(
+        job_id, Lease(owner="h:1", worker="w", now=utcnow(), lease_s=60, revision=revision)
+    )
 
 
 def replace_args(store: JobStore, job_id: str, seen: int, n: int) -> bool:
@@ -100,8 +104,8 @@ def test_an_undone_replacement_gives_the_arguments_back_at_a_newer_revision(
     before = store.get(job_id)
     assert before is not None and before.published_at is not None
     assert replace_args(store, job_id, seen=0, n=5)
-    undo = dict(made=1, revision=2, payload_json=before.payload_json, message="undone")
-    assert store.undo_replace(job_id, now=utcnow(), **undo)
+    undo = UndoneReplace(revision=2, payload_json=before.payload_json)
+    assert store.undo_replace(job_id, 1, undo, now=utcnow(), message="undone")
     after = store.get(job_id)
     assert after is not None
     assert (after.revision, after.payload_json) == (2, before.payload_json)
@@ -111,23 +115,25 @@ def test_an_undone_replacement_gives_the_arguments_back_at_a_newer_revision(
     assert claim(store, job_id, revision=1) is None, "nor the replacement's"
     later = utcnow() + timedelta(seconds=5)
     assert job_id in store.unpublished(cutoff=later, now=later), "the relay's to send"
-    assert not store.undo_replace(job_id, now=utcnow(), **undo), "undone once"
+    assert not store.undo_replace(job_id, 1, undo, now=utcnow(), message="undone"), "undone once"
     assert claim(store, job_id, revision=2) is not None
     # an undo never applies once that revision was handed over
     other = new_job(store)
     assert replace_args(store, other, seen=0, n=5) and store.handed_over(other, utcnow(), 1)
-    assert not store.undo_replace(other, now=utcnow(), **undo)
+    assert not store.undo_replace(other, 1, undo, now=utcnow(), message="undone")
     # nor once a relay took the row
     third = new_job(store)
     assert replace_args(store, third, seen=0, n=5)
     assert store.relay_claim(third, owner="relay", now=later, lease_s=30, cutoff=later)
-    assert not store.undo_replace(third, now=utcnow(), **undo)
+    assert not store.undo_replace(third, 1, undo, now=utcnow(), message="undone")
 
 
 def fail(store: JobStore, job_id: str) -> None:
-    c = store.claim(job_id, owner="h:1", worker="w", now=utcnow(), lease_s=60)
+    c = store.claim(job_id, Lease(owner="h:1", worker="w", now=utcnow(), lease_s=60))
     assert c is not None
-    assert store.fail(c, error_type="E", error_message="boom", duration_ms=1, now=utcnow())
+    assert store.fail(
+        c, AttemptError(error_type="E", error_message="boom", duration_ms=1, now=utcnow())
+    )
 
 
 def test_retry_moves_a_failed_job_back_with_more_attempts(store: JobStore) -> None:
@@ -159,10 +165,12 @@ def test_an_undone_retry_is_failed_again(store: JobStore) -> None:
     assert store.retry(job_id, seen_revision=0, budget=3, now=utcnow(), message="retried")
     assert store.undo_retry(
         job_id,
-        made=1,
-        status=JobStatus.FAILED,
-        max_attempts=failed.max_attempts,
-        finished_at=failed.finished_at,
+        RetryUndo(
+            made=1,
+            status=JobStatus.FAILED,
+            max_attempts=failed.max_attempts,
+            finished_at=failed.finished_at,
+        ),
         now=utcnow(),
         message="retry undone",
     )
@@ -185,8 +193,10 @@ def test_a_jobs_rounds_are_its_retries_and_their_undos(store: JobStore) -> None:
     failed = store.get(job_id)
     assert failed is not None
     assert store.retry(job_id, seen_revision=0, budget=3, now=utcnow(), message="retried")
-    undo = dict(made=1, status=JobStatus.FAILED, max_attempts=2, finished_at=failed.finished_at)
-    assert store.undo_retry(job_id, now=utcnow(), message="retry undone", **undo)
+    undo = RetryUndo(
+        made=1, status=JobStatus.FAILED, max_attempts=2, finished_at=failed.finished_at
+    )
+    assert store.undo_retry(job_id, undo, now=utcnow(), message="retry undone")
     assert store.retry(job_id, seen_revision=1, budget=5, now=utcnow(), message="retried")
     assert store.retry_rounds(job_id) == [("retried", 1), ("retry_undone", 1), ("retried", 1)]
     job = store.get(job_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import redis
 
 from celery_tracked.backends.limiter import RedisLimiter
 from celery_tracked.core.jobs import Claim, utcnow
+from celery_tracked.core.moves import Completion, Lease, Takeover
 from celery_tracked.store import JobStore, migrate
 
 from .conftest import insert_job
@@ -37,7 +39,8 @@ def new_job(store: JobStore, key: str | None) -> str:
 
 def claim(store: JobStore, job_id: str, key: str, limit: int, lease_s: float = 60) -> Any:
     return store.claim(
-        job_id, owner="h:1", worker="w", now=utcnow(), lease_s=lease_s, concurrency=(key, limit)
+        job_id,
+        Lease(owner="h:1", worker="w", now=utcnow(), lease_s=lease_s, concurrency=(key, limit)),
     )
 
 
@@ -52,7 +55,7 @@ def test_a_key_admits_its_limit_of_running_jobs(store: JobStore) -> None:
     assert not store.key_busy(a, "course:1", 2)  # a job never waits for itself
     assert isinstance(claim(store, other, "course:2", 1), Claim)
     # the slot is the lease: a completed job frees it
-    done = store.complete(Claim(a, 1, 3), result_json=None, now=utcnow(), duration_ms=1)
+    done = store.complete(Claim(a, 1, 3), Completion(result_json=None, now=utcnow(), duration_ms=1))
     assert done and isinstance(claim(store, c, "course:1", 2), Claim)
 
 
@@ -66,10 +69,10 @@ def test_a_lapsed_lease_frees_its_slot_and_its_own_takeover_is_not_blocked(
     assert not store.key_busy(waiting, "k", 1)
     assert isinstance(claim(store, waiting, "k", 1), Claim)
     # the dead job's redelivery may not take its own row over while another holds the key
-    kwargs: dict[str, Any] = dict(owner="h:2", worker="w", now=utcnow(), lease_s=60)
-    kwargs.update(grace_s=0.0, stale_owner=None, reason="lost")
-    assert store.take_over(dead, seen_attempt=1, concurrency=("k", 1), **kwargs) is None
-    assert store.take_over(dead, seen_attempt=1, concurrency=("k", 2), **kwargs) is not None
+    lease = Lease(owner="h:2", worker="w", now=utcnow(), lease_s=60)
+    fence = Takeover(seen_attempt=1, grace_s=0.0, stale_owner=None, reason="lost")
+    assert store.take_over(dead, replace(lease, concurrency=("k", 1)), fence) is None
+    assert store.take_over(dead, replace(lease, concurrency=("k", 2)), fence) is not None
 
 
 def test_concurrent_claims_of_one_key_never_both_pass(store: JobStore) -> None:
@@ -90,7 +93,9 @@ def test_concurrent_claims_of_one_key_never_both_pass(store: JobStore) -> None:
         for t in threads:
             t.join()
         assert len(won) == 1, won
-        store.complete(Claim(won[0], 1, 3), result_json=None, now=utcnow(), duration_ms=1)
+        store.complete(
+            Claim(won[0], 1, 3), Completion(result_json=None, now=utcnow(), duration_ms=1)
+        )
 
 
 def test_the_lua_limiter_reserves_slots_on_redis_time(redis_url: str) -> None:

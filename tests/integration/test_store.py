@@ -14,6 +14,7 @@ from sqlalchemy.pool import NullPool
 
 from celery_tracked import JobStatus, StoreError
 from celery_tracked.core.jobs import Claim, NewRow, utcnow
+from celery_tracked.core.moves import AttemptError, Completion, Lease, Takeover
 from celery_tracked.store import JobStore, Refused
 
 from ..conftest import wait_for
@@ -36,7 +37,7 @@ def new_job(store: JobStore, max_attempts: int = 3) -> str:
 
 
 def claim(store: JobStore, job_id: str, owner: str = "h:1", lease_s: float = 60) -> Claim | None:
-    return store.claim(job_id, owner=owner, worker="w", now=utcnow(), lease_s=lease_s)
+    return store.claim(job_id, Lease(owner=owner, worker="w", now=utcnow(), lease_s=lease_s))
 
 
 def test_exactly_one_of_many_concurrent_claims_wins(store: JobStore) -> None:
@@ -62,19 +63,13 @@ def test_outcome_is_fenced_by_the_attempt(store: JobStore) -> None:
     now = utcnow()
     second = store.take_over(
         job_id,
-        seen_attempt=1,
-        owner="h:2",
-        worker="w",
-        now=now,
-        lease_s=60,
-        grace_s=0,
-        stale_owner=None,
-        reason="lease expired",
+        Lease(owner="h:2", worker="w", now=now, lease_s=60),
+        Takeover(seen_attempt=1, grace_s=0, stale_owner=None, reason="lease expired"),
     )
     assert second is not None and second.attempt == 2 and second.takeover
     # the first run wakes up late: its outcome is refused
-    assert not store.complete(first, result_json='"late"', now=utcnow(), duration_ms=1)
-    assert store.complete(second, result_json='"ok"', now=utcnow(), duration_ms=1)
+    assert not store.complete(first, Completion(result_json='"late"', now=utcnow(), duration_ms=1))
+    assert store.complete(second, Completion(result_json='"ok"', now=utcnow(), duration_ms=1))
     job = store.get(job_id)
     assert job is not None and job.result == "ok" and job.attempts_made == 2
     assert [e.event for e in store.events(job_id)] == [
@@ -91,14 +86,8 @@ def test_live_lease_cannot_be_taken_over(store: JobStore) -> None:
     now = utcnow()
     taken = store.take_over(
         job_id,
-        seen_attempt=1,
-        owner="h:2",
-        worker="w",
-        now=now,
-        lease_s=0,
-        grace_s=0,
-        stale_owner=None,
-        reason="",
+        Lease(owner="h:2", worker="w", now=now, lease_s=0),
+        Takeover(seen_attempt=1, grace_s=0, stale_owner=None, reason=""),
     )
     assert taken is None
 
@@ -107,9 +96,9 @@ def test_terminal_jobs_are_not_claimed(store: JobStore) -> None:
     job_id = new_job(store)
     c = claim(store, job_id)
     assert c is not None
-    assert store.complete(c, result_json=None, now=utcnow(), duration_ms=0)
+    assert store.complete(c, Completion(result_json=None, now=utcnow(), duration_ms=0))
     assert claim(store, job_id) is None
-    assert not store.complete(c, result_json=None, now=utcnow(), duration_ms=0)
+    assert not store.complete(c, Completion(result_json=None, now=utcnow(), duration_ms=0))
 
 
 def test_retrying_then_failed(store: JobStore) -> None:
@@ -117,12 +106,16 @@ def test_retrying_then_failed(store: JobStore) -> None:
     c1 = claim(store, job_id)
     assert c1 is not None
     assert store.retrying(
-        c1, error_type="E", error_message="m", delay_ms=300, duration_ms=1, now=utcnow()
+        c1,
+        AttemptError(error_type="E", error_message="m", duration_ms=1, now=utcnow()),
+        delay_ms=300,
     )
     assert claim(store, job_id) is None  # not before its backoff is due
     c2 = wait_for(lambda: claim(store, job_id), timeout=10, what="the backoff to be due")
     assert c2.attempt == 2
-    assert store.fail(c2, error_type="E", error_message="m2", duration_ms=1, now=utcnow())
+    assert store.fail(
+        c2, AttemptError(error_type="E", error_message="m2", duration_ms=1, now=utcnow())
+    )
     job = store.get(job_id)
     assert job is not None and job.status is JobStatus.FAILED and job.error_message == "m2"
     assert job.finished_at is not None
@@ -139,11 +132,13 @@ def test_joined_rows_exist_only_if_the_completion_committed(store: JobStore) -> 
     broken = [successor, NewRow("background_job_events", joined)]
 
     with pytest.raises(StoreError):
-        store.complete(c, result_json=None, now=utcnow(), duration_ms=0, rows=broken)
+        store.complete(c, Completion(result_json=None, now=utcnow(), duration_ms=0, rows=broken))
     job = store.get(job_id)
     assert job is not None and job.status is JobStatus.PROCESSING
     assert "joined" not in [e.event for e in store.events(job_id)]
-    assert store.complete(c, result_json=None, now=utcnow(), duration_ms=0, rows=[successor])
+    assert store.complete(
+        c, Completion(result_json=None, now=utcnow(), duration_ms=0, rows=[successor])
+    )
     assert [e.event for e in store.events(job_id)][-2:] == ["completed", "joined"]
 
 
@@ -226,14 +221,18 @@ def test_a_completion_whose_connection_died_is_saved_when_resent(pg_database_url
     goes out on a fresh one."""
     store = JobStore(pg_database_url)
     try:
-        assert store.complete(_claimed(store), result_json=None, now=utcnow(), duration_ms=0)
+        assert store.complete(
+            _claimed(store), Completion(result_json=None, now=utcnow(), duration_ms=0)
+        )
         c = _claimed(store)
         terminate_other_backends(pg_database_url)  # during the body
         with pytest.raises(StoreError):
-            store.complete(c, result_json=None, now=utcnow(), duration_ms=0)
+            store.complete(c, Completion(result_json=None, now=utcnow(), duration_ms=0))
         job = store.get(c.job_id)
         assert job is not None and job.status is JobStatus.PROCESSING
-        assert store.complete(c, result_json="1", now=utcnow(), duration_ms=0, resent=True)
+        assert store.complete(
+            c, Completion(result_json="1", now=utcnow(), duration_ms=0), resent=True
+        )
         job = store.get(c.job_id)
         assert job is not None and job.status is JobStatus.COMPLETED and job.result == 1
     finally:
@@ -246,11 +245,15 @@ def test_a_resent_completion_whose_first_send_committed_is_saved(pg_database_url
     store = JobStore(pg_database_url)
     try:
         c = _claimed(store)
-        assert store.complete(c, result_json=None, now=utcnow(), duration_ms=0)
-        assert store.complete(c, result_json=None, now=utcnow(), duration_ms=0, resent=True)
-        assert not store.complete(c, result_json=None, now=utcnow(), duration_ms=0)
+        assert store.complete(c, Completion(result_json=None, now=utcnow(), duration_ms=0))
+        assert store.complete(
+            c, Completion(result_json=None, now=utcnow(), duration_ms=0), resent=True
+        )
+        assert not store.complete(c, Completion(result_json=None, now=utcnow(), duration_ms=0))
         other = Claim(c.job_id, c.attempt + 1, c.max_attempts)
-        assert not store.complete(other, result_json=None, now=utcnow(), duration_ms=0, resent=True)
+        assert not store.complete(
+            other, Completion(result_json=None, now=utcnow(), duration_ms=0), resent=True
+        )
     finally:
         store.dispose()
 
@@ -268,7 +271,9 @@ def test_a_forked_child_never_closes_the_parents_connections(pg_database_url: st
         opened.set()
         release.wait(30)
         # a plain send (no re-send): it needs the old session
-        results.append(store.complete(mine, result_json=None, now=utcnow(), duration_ms=0))
+        results.append(
+            store.complete(mine, Completion(result_json=None, now=utcnow(), duration_ms=0))
+        )
 
     thread = threading.Thread(target=other_thread)
     try:
@@ -282,9 +287,9 @@ def test_a_forked_child_never_closes_the_parents_connections(pg_database_url: st
             finally:
                 os._exit(0)
         os.waitpid(pid, 0)
-        assert store.complete(main_claim, result_json=None, now=utcnow(), duration_ms=0), (
-            "the main thread's session survived"
-        )
+        assert store.complete(
+            main_claim, Completion(result_json=None, now=utcnow(), duration_ms=0)
+        ), "the main thread's session survived"
         release.set()
         thread.join(30)
         assert results == [True], "the other thread's session survived"
@@ -307,6 +312,6 @@ def test_completion_rows_the_database_refuses_raise_refused(store: JobStore) -> 
         [NewRow("background_job_events", {"job_id": job_id, "no_such_column": 1})],
     ):
         with pytest.raises(Refused):
-            store.complete(c, result_json=None, now=now, duration_ms=0, rows=rows)
+            store.complete(c, Completion(result_json=None, now=now, duration_ms=0, rows=rows))
         job = store.get(job_id)
         assert job is not None and job.status is JobStatus.PROCESSING

@@ -9,6 +9,7 @@ import pytest
 
 from celery_tracked import JobFailed, JobNotFound, Tracker, WaitTimeout, tracked_task
 from celery_tracked.core.jobs import utcnow
+from celery_tracked.core.moves import AttemptError, Completion, Lease
 
 from ..conftest import wait_for
 from .conftest import AppFactory, tracker_of
@@ -22,13 +23,20 @@ def finish_later(app: object, job_id: str, ok: bool) -> threading.Thread:
         channel = tracker.backend.key("job", job_id)
         client = tracker.backend.client  # type: ignore[union-attr]
         wait_for(lambda: client.pubsub_numsub(channel)[0][1] > 0, what="a subscriber")
-        claim = tracker.store.claim(job_id, owner="h:1", worker="w", now=utcnow(), lease_s=30)
+        claim = tracker.store.claim(
+            job_id, Lease(owner="h:1", worker="w", now=utcnow(), lease_s=30)
+        )
         assert claim is not None
         if ok:
-            tracker.store.complete(claim, result_json='{"pages": 3}', now=utcnow(), duration_ms=1)
+            tracker.store.complete(
+                claim, Completion(result_json='{"pages": 3}', now=utcnow(), duration_ms=1)
+            )
         else:
             tracker.store.fail(
-                claim, error_type="ValueError", error_message="bad", duration_ms=1, now=utcnow()
+                claim,
+                AttemptError(
+                    error_type="ValueError", error_message="bad", duration_ms=1, now=utcnow()
+                ),
             )
         tracker.notifier.publish(job_id, "done")
 
@@ -109,12 +117,14 @@ def test_wait_reads_the_row_while_redis_is_unreachable(
     # a second app on the same database whose Redis does not answer
     blind = make_app(tracked_redis_url="redis://127.0.0.1:1/0")
     tracker = tracker_of(app)
-    claim = tracker.store.claim(job_id, owner="h:1", worker="w", now=utcnow(), lease_s=30)
+    claim = tracker.store.claim(job_id, Lease(owner="h:1", worker="w", now=utcnow(), lease_s=30))
     assert claim is not None
 
     def finish() -> None:
         time.sleep(0.5)
-        tracker.store.complete(claim, result_json='{"pages": 3}', now=utcnow(), duration_ms=1)
+        tracker.store.complete(
+            claim, Completion(result_json='{"pages": 3}', now=utcnow(), duration_ms=1)
+        )
 
     thread = threading.Thread(target=finish)
     thread.start()

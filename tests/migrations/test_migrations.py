@@ -13,6 +13,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
+from celery_tracked.core.moves import Completion, Lease
 from celery_tracked.store import migrate
 from celery_tracked.store.models import metadata
 
@@ -166,9 +167,11 @@ def test_store_round_trip_on_mariadb(mariadb_url: str) -> None:
                 "updated_at": now,
             }
         )
-        claim = store.claim("job-1", owner="h:1", worker="w", now=utcnow(), lease_s=9)
+        claim = store.claim("job-1", Lease(owner="h:1", worker="w", now=utcnow(), lease_s=9))
         assert claim is not None and claim.attempt == 1
-        assert store.complete(claim, result_json='{"ok":true}', now=utcnow(), duration_ms=1)
+        assert store.complete(
+            claim, Completion(result_json='{"ok":true}', now=utcnow(), duration_ms=1)
+        )
         job = store.get("job-1")
         assert job is not None and job.status is JobStatus.COMPLETED
         assert job.created_at == now, "microseconds and UTC survive the round trip"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
 
 from celery_tracked.backends.memory import MemoryStore, conforms
 from celery_tracked.core.errors import Refused, StoreError
+from celery_tracked.core.moves import AttemptError, Lease, Takeover
 from tests.contract.conftest import job_row
 from tests.unit.job_rows import NOW
 
@@ -25,20 +27,23 @@ def test_leases_and_backoffs_follow_the_injected_clock() -> None:
     store = MemoryStore(now=clock)
     row = job_row(now=NOW)
     store.insert(row)
-    claim = store.claim(row["id"], owner="h:1:1", worker="w", now=NOW, lease_s=30)
+    claim = store.claim(row["id"], Lease(owner="h:1:1", worker="w", now=NOW, lease_s=30))
     assert claim is not None and store.clock() == NOW
     job = store.get(row["id"])
     assert job is not None and job.locked_until == NOW + timedelta(seconds=30)
-    args = {"owner": "h:1:2", "worker": "w", "lease_s": 30, "stale_owner": None, "reason": "r"}
-    assert store.take_over(row["id"], seen_attempt=1, now=NOW, grace_s=5, **args) is None
+    fence = Takeover(seen_attempt=1, grace_s=5, stale_owner=None, reason="r")
+    lease = Lease(owner="h:1:2", worker="w", now=NOW, lease_s=30)
+    assert store.take_over(row["id"], lease, fence) is None
     clock.now = NOW + timedelta(seconds=36)  # expired more than the grace ago
-    taken = store.take_over(row["id"], seen_attempt=1, now=clock.now, grace_s=5, **args)
+    taken = store.take_over(row["id"], replace(lease, now=clock.now), fence)
     assert taken is not None and taken.attempt == 2
-    failure = {"error_type": "E", "error_message": "m", "duration_ms": 1}
-    assert store.retrying(taken, delay_ms=10_000, now=clock.now, **failure)
-    assert store.claim(row["id"], owner="h:1:3", worker="w", now=clock.now, lease_s=30) is None
+    failure = AttemptError(error_type="E", error_message="m", duration_ms=1, now=clock.now)
+    assert store.retrying(taken, failure, delay_ms=10_000)
+    assert (
+        store.claim(row["id"], Lease(owner="h:1:3", worker="w", now=clock.now, lease_s=30)) is None
+    )
     clock.now += timedelta(seconds=10)
-    again = store.claim(row["id"], owner="h:1:3", worker="w", now=clock.now, lease_s=30)
+    again = store.claim(row["id"], Lease(owner="h:1:3", worker="w", now=clock.now, lease_s=30))
     assert again is not None and again.attempt == 3
     assert store.events(row["id"])[-1].created_at == clock.now
 

@@ -23,6 +23,7 @@ from celery_tracked.core.hooks import Delivery, HookChain, Hooks, Transition
 from celery_tracked.core.jobs import Claim, Job, JobStatus, NewRow, utcnow
 from celery_tracked.core.limits import DeliveryLimits
 from celery_tracked.core.messages import HEADER_PENDING_FAILURE, PendingFailure, TrackedHeaders
+from celery_tracked.core.moves import AttemptError, Completion, Rows
 from celery_tracked.core.outcome import (
     EARLY_MS,
     Completed,
@@ -98,18 +99,20 @@ class MemoryStore(LibraryMemoryStore):
             self.fail_times[name] -= 1
             raise StoreError(f"{name}: server closed the connection unexpectedly")
 
-    def complete(self, claim: Claim, **kwargs: Any) -> bool:
+    def complete(self, claim: Claim, done: Completion, resent: bool = False) -> bool:
         self.call("complete")
-        done = super().complete(claim, **kwargs)
-        if done:
-            self.completion_rows.extend(kwargs.get("rows", ()))
-        return done
+        saved = super().complete(claim, done, resent)
+        if saved:
+            self.completion_rows.extend(done.rows)
+        return saved
 
-    def fail(self, claim: Claim, **kwargs: Any) -> bool:
+    def fail(
+        self, claim: Claim, error: AttemptError, rows: Rows = (), retries_exhausted: bool = False
+    ) -> bool:
         self.call("fail")
-        self.failure_rows = list(kwargs.get("rows", ()))
-        self.retries_exhausted = kwargs.get("retries_exhausted", False)
-        return super().fail(claim, **kwargs)
+        self.failure_rows = list(rows)
+        self.retries_exhausted = retries_exhausted
+        return super().fail(claim, error, rows, retries_exhausted)
 
 
 def _watched(name: str) -> Callable[..., Any]:
