@@ -5,10 +5,18 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from sqlalchemy import Connection
+
 from ..core.jobs import Job, JobEvent, JobStatus, utcnow
+from ..core.retention import ENDED
 from . import selects
 from .engines import Engines
 from .translate import reconnecting, translated
+
+#: PostgreSQL tables estimated at this many rows or more get estimated ended counts.
+ESTIMATE_ABOVE = 1_000_000
+#: About this many rows are sampled for the estimate (1 % of 10M rows).
+SAMPLE_ROWS = 100_000
 
 
 class Reads:
@@ -61,10 +69,15 @@ class Reads:
 
     @reconnecting
     def stats(self, now: datetime | None = None) -> dict[str, dict[str, Any]]:
-        """Counts per queue and status, and the age of the oldest pending job per queue."""
+        """Counts per queue and status, and the age of the oldest pending job per queue.
+
+        Exact, except on PostgreSQL for a table the planner estimates at
+        :data:`ESTIMATE_ABOVE` rows or more: there the ended statuses' counts are
+        estimated from a block sample (the active ones stay exact; see
+        :meth:`_counts`)."""
         now = now or utcnow()
         with translated("reading queue statistics"), self.engines.transaction() as conn:
-            count_rows = conn.execute(selects.COUNT_BY_STATUS).all()
+            count_rows = self._counts(conn)
             oldest_rows = conn.execute(selects.OLDEST_PENDING).all()
         out: dict[str, dict[str, Any]] = {}
         for queue, status, n in count_rows:
@@ -80,6 +93,27 @@ class Reads:
                 0.0, (now - created).total_seconds()
             )
         return out
+
+    def _counts(self, conn: Connection) -> list[tuple[str, str, int]]:
+        """``(queue, status, count)`` rows. An exact ``GROUP BY`` reads every row (an
+        index-only scan: ~0.2 s per million rows here), so on a big PostgreSQL table the
+        active statuses are counted exactly from their index and the ended ones (the
+        bulk of the table, growing until the cleanup removes them) are estimated: the
+        counts of a ~:data:`SAMPLE_ROWS`-row block sample, scaled to the planner's row
+        estimate. Nothing is maintained on the hot path for this."""
+        estimated = -1.0
+        if self.engines.is_postgres:
+            estimated = float(conn.execute(selects.ESTIMATED_ROWS).scalar() or -1)
+        if estimated < ESTIMATE_ABOVE:
+            return [(q, s, int(n)) for q, s, n in conn.execute(selects.COUNT_BY_STATUS)]
+        rows = [(q, s, int(n)) for q, s, n in conn.execute(selects.COUNT_ACTIVE_BY_STATUS)]
+        percent = min(100.0, 100.0 * SAMPLE_ROWS / estimated)
+        for queue, status, n, sampled in conn.execute(
+            selects.SAMPLE_ENDED_BY_STATUS, {"percent": percent}
+        ):
+            if status in ENDED:
+                rows.append((queue, status, max(1, round(n * estimated / int(sampled)))))
+        return rows
 
 
 def _empty_stats() -> dict[str, Any]:
