@@ -17,7 +17,8 @@ through the library's public API on an app configured like ``bench/app.py``
 - ``get_job``: 1,000 calls on random existing ids;
 - ``Tracker.jobs`` first page (50): no filter, ``status=failed``, ``queue=queue_3``,
   ``owner_id=user_123`` (median of 20 calls each);
-- ``Tracker.stats()`` (median of 5);
+- ``Tracker.stats()`` (median of 5), and the same with the exact ``GROUP BY`` of every
+  row that it ran before (median of 3);
 - enqueue: ``--jobs`` ``bench.tracked_noop`` ``apply_async`` calls (the real path: Redis
   guard, row ``INSERT``, publish, handed-over mark), p50 and p99, while no worker listens;
 - drain: then one ``celery worker -P prefork -c 2`` drains them; throughput from the first
@@ -26,7 +27,9 @@ through the library's public API on an app configured like ``bench/app.py``
   sweep at the default 7-day retention, 5,000 rows, then the guard release), median of 3;
 - one reaper pass: ``Tracker.reap()``, median of 3.
 
-Prints the table (small, big, big/small) and writes ``bench/results/scale-latest.json``.
+``--repeat`` rounds (default 3; the small database is re-created for each, the big one
+only freshened), each measuring small then big. Prints the medians (small, big,
+big/small) and writes ``bench/results/scale-latest.json``.
 Flushes Redis DB 1 like ``bench/run.py``. See ``bench/README.md``, "Flat at scale".
 """
 
@@ -149,6 +152,13 @@ def _reads(tracker: Any, rows: int) -> dict[str, float]:
     ):
         out[label] = _median_ms(lambda f=filters: tracker.jobs(limit=50, **f), 20)  # type: ignore[misc]
     out["stats() ms"] = _median_ms(tracker.stats, 5)
+    from celery_tracked.store import reads
+
+    exact_above, reads.ESTIMATE_ABOVE = reads.ESTIMATE_ABOVE, 1 << 62
+    try:  # the exact GROUP BY of every row (what stats() did before 0.x)
+        out["stats() exact ms"] = _median_ms(tracker.stats, 3)
+    finally:
+        reads.ESTIMATE_ABOVE = exact_above
     return out
 
 
@@ -268,6 +278,7 @@ def main() -> int:
     parser.add_argument("--small-rows", type=int, default=20_000)
     parser.add_argument("--events-per-job", type=int, default=2)
     parser.add_argument("--jobs", type=int, default=2000, help="jobs enqueued and drained")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds (medians reported)")
     parser.add_argument("--reuse", action="store_true", help="keep a filled ct_bench_scale")
     parser.add_argument("--measure", metavar="DATABASE", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -275,11 +286,17 @@ def main() -> int:
         print(json.dumps(measure(args.measure, args.rows, args.jobs)))
         return 0
     started = time.monotonic()
-    infos = [
-        prepare(SMALL, args.small_rows, args.events_per_job, reuse=False),
-        prepare(BIG, args.rows, args.events_per_job, reuse=args.reuse),
-    ]
-    results = [measured(info["database"], int(info["rows"]), args.jobs) for info in infos]
+    infos = [{}, prepare(BIG, args.rows, args.events_per_job, reuse=args.reuse)]
+    rounds: list[list[dict[str, float]]] = [[], []]
+    for n in range(args.repeat):
+        log(f"round {n + 1} of {args.repeat}")
+        # the small table afresh each round: the cleanup batches remove most of it
+        infos[0] = prepare(SMALL, args.small_rows, args.events_per_job, reuse=False)
+        if n:
+            prepare(BIG, args.rows, args.events_per_job, reuse=True)  # freshen
+        for info, done in zip(infos, rounds, strict=True):
+            done.append(measured(info["database"], int(info["rows"]), args.jobs))
+    results = [{key: statistics.median(r[key] for r in done) for key in done[0]} for done in rounds]
     text_table = table(results[0], results[1], (args.small_rows, int(infos[1]["rows"])))
     print(text_table)
     total = time.monotonic() - started
@@ -292,6 +309,7 @@ def main() -> int:
                 "databases": infos,
                 "small": results[0],
                 "big": results[1],
+                "rounds": rounds,
                 "total_s": total,
             },
             indent=2,

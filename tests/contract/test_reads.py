@@ -105,3 +105,7 @@ def test_statistics_of_a_big_postgresql_table_sample_the_ended_statuses(
         assert sampled[queue]["total"] == exact[queue]["total"]
     assert sampled["ocr"]["counts"]["failed"] == 1 and sampled["mail"]["counts"]["pending"] == 2
     assert sampled["mail"]["counts"]["completed"] == 1 and sampled["mail"]["total"] == 3
+    monkeypatch.setattr(reads, "EXACT_BELOW", 0)  # every ended group from the sample
+    assert {q: e["counts"] for q, e in store.stats().items()} == {
+        q: e["counts"] for q, e in exact.items()
+    }
