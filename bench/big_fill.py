@@ -146,7 +146,8 @@ def fill(
         started = time.monotonic()
         conn.execute(text(statement), params or {})
         timings[phase] = timings.get(phase, 0.0) + time.monotonic() - started
-        log(f"{phase}: {time.monotonic() - started:.1f} s ({statement.split(' ON ')[0][:60]})")
+        what = " ".join(statement.split(" ON ")[0].split())[:60]
+        log(f"{phase}: {time.monotonic() - started:.1f} s ({what})")
 
     conn.execute(text("SET maintenance_work_mem = '1GB'"))
     conn.execute(text("SET synchronous_commit = off"))

@@ -11,8 +11,9 @@ processing, retrying) are made recent (leases and retry times 10 minutes ahead),
 reaper finds nothing to do and measures only its reads.
 
 Then, on each database, in a process of its own with the same code (``--measure URL``),
-through the library's public API on an app configured like ``bench/app.py``
-(``tracked_database_url`` on that database, Redis DB 1 as broker and tracking Redis):
+through the library's public API on ``bench/app.py``'s app (``tracked_database_url`` on
+that database; broker and tracking Redis: a Redis database of its own, see
+:func:`_own_redis_db`):
 
 - ``get_job``: 1,000 calls on random existing ids;
 - ``Tracker.jobs`` first page (50): no filter, ``status=failed``, ``queue=queue_3``,
@@ -30,7 +31,7 @@ through the library's public API on an app configured like ``bench/app.py``
 ``--repeat`` rounds (default 3; the small database is re-created for each, the big one
 only freshened), each measuring small then big. Prints the medians (small, big,
 big/small) and writes ``bench/results/scale-latest.json``.
-Flushes Redis DB 1 like ``bench/run.py``. See ``bench/README.md``, "Flat at scale".
+Flushes the Redis database it holds. See ``bench/README.md``, "Flat at scale".
 """
 
 from __future__ import annotations
@@ -260,6 +261,32 @@ def measured(name: str, rows: int, jobs: int) -> dict[str, float]:
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
+def _own_redis_db() -> Any:
+    """Unless ``BENCH_SCALE_REDIS_URL`` names one: a Redis database (15 down to 2) held
+    under the tests' host-wide file lock for the whole run, so neither a test nor this
+    bench flushes the other's data (``bench/run.py`` flushes DB 1 at each phase: two
+    benches at once on DB 1 lose each other's counters). Returns the lock's handle."""
+    import fcntl
+
+    chosen = os.environ.get("BENCH_SCALE_REDIS_URL")
+    handle = None
+    while chosen is None:
+        for db in range(15, 1, -1):
+            handle = open(f"/tmp/celery-tracked-test-redis-db-{db}.lock", "w")  # noqa: SIM115
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            chosen = f"redis://127.0.0.1:6379/{db}"
+            break
+        else:
+            time.sleep(0.5)
+    os.environ["BENCH_BROKER_URL"] = os.environ["BENCH_REDIS_URL"] = chosen
+    log(f"broker and tracking Redis: {chosen}")
+    return handle
+
+
 def table(small: dict[str, float], big: dict[str, float], rows: tuple[int, int]) -> str:
     lines = [
         f"| measurement | {rows[0]:,} rows | {rows[1]:,} rows | ratio |",
@@ -285,6 +312,7 @@ def main() -> int:
     if args.measure:
         print(json.dumps(measure(args.measure, args.rows, args.jobs)))
         return 0
+    handle = _own_redis_db()
     started = time.monotonic()
     infos = [{}, prepare(BIG, args.rows, args.events_per_job, reuse=args.reuse)]
     rounds: list[list[dict[str, float]]] = [[], []]
@@ -315,6 +343,7 @@ def main() -> int:
             indent=2,
         )
     )
+    del handle  # the Redis database's lock is released with it
     return 0
 
 
