@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv check test demo bench bench-progress bench-cleanup bench-fleet clean
+.PHONY: venv check test demo bench bench-progress bench-cleanup bench-fleet bench-scale clean
 
 venv: $(STAMP)
 
@@ -37,6 +37,9 @@ bench-cleanup: venv
 
 bench-fleet: venv
 	$(PY) bench/fleet.py
+
+bench-scale: venv
+	$(PY) bench/big_table.py
 
 clean:
 	rm -rf $(VENV) .demo dist build .pytest_cache .mypy_cache .ruff_cache

@@ -304,7 +304,11 @@ class Wiring:
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per queue: ``counts`` per status, ``total``, ``oldest_pending_age_s``,
         ``failed_last_hour`` (jobs that ended ``failed`` in the last hour) and
-        ``expired_leases`` (``processing`` jobs no live run holds)."""
+        ``expired_leases`` (``processing`` jobs no live run holds).
+
+        Counts are exact, except on a PostgreSQL table of 1M rows or more, where the
+        ``completed``/``failed``/``cancelled`` groups over 100,000 rows (and so ``total``)
+        are estimated from a block sample (docs/operations.md, "Statistics")."""
         stats = self.store.stats()
         health = self.store.queue_health()
         for queue, entry in stats.items():

@@ -5,10 +5,22 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from sqlalchemy import Connection
+
 from ..core.jobs import Job, JobEvent, JobStatus, utcnow
+from ..core.retention import ENDED
 from . import selects
 from .engines import Engines
 from .translate import reconnecting, translated
+
+#: PostgreSQL tables estimated at this many rows or more get estimated ended counts.
+ESTIMATE_ABOVE = 1_000_000
+#: About this many rows are sampled for the estimate (1 % of 10M rows).
+SAMPLE_ROWS = 100_000
+#: Ended groups estimated under this many rows are counted exactly...
+EXACT_BELOW = 100_000
+#: ...while the rows so counted (as estimated) stay under this many per call.
+EXACT_BUDGET = 1_000_000
 
 
 class Reads:
@@ -61,10 +73,15 @@ class Reads:
 
     @reconnecting
     def stats(self, now: datetime | None = None) -> dict[str, dict[str, Any]]:
-        """Counts per queue and status, and the age of the oldest pending job per queue."""
+        """Counts per queue and status, and the age of the oldest pending job per queue.
+
+        Exact, except on PostgreSQL for a table the planner estimates at
+        :data:`ESTIMATE_ABOVE` rows or more: there the ended statuses' counts are
+        estimated from a block sample (the active ones stay exact; see
+        :meth:`_counts`)."""
         now = now or utcnow()
         with translated("reading queue statistics"), self.engines.transaction() as conn:
-            count_rows = conn.execute(selects.COUNT_BY_STATUS).all()
+            count_rows = self._counts(conn)
             oldest_rows = conn.execute(selects.OLDEST_PENDING).all()
         out: dict[str, dict[str, Any]] = {}
         for queue, status, n in count_rows:
@@ -80,6 +97,48 @@ class Reads:
                 0.0, (now - created).total_seconds()
             )
         return out
+
+    def _counts(self, conn: Connection) -> list[tuple[str, str, int]]:
+        """``(queue, status, count)`` rows: an exact ``GROUP BY`` reads every row (an
+        index-only scan: ~0.2 s per million rows here, more with several cores busy), so
+        a big PostgreSQL table is counted by :func:`_big_table_counts` instead."""
+        estimated = -1.0
+        if self.engines.is_postgres:
+            estimated = float(conn.execute(selects.ESTIMATED_ROWS).scalar() or -1)
+        if estimated < ESTIMATE_ABOVE:
+            return [(q, s, int(n)) for q, s, n in conn.execute(selects.COUNT_BY_STATUS)]
+        return _big_table_counts(conn, estimated)
+
+
+def _big_table_counts(conn: Connection, estimated: float) -> list[tuple[str, str, int]]:
+    """Counts that read a bounded number of rows, without anything maintained on the hot
+    path: the active statuses exactly (from their index); every ``(queue, status)``
+    group present found by a loose index scan; each ended group estimated from a block
+    sample of ~:data:`SAMPLE_ROWS` rows scaled to the planner's row estimate, except
+    that the groups estimated under :data:`EXACT_BELOW` rows (where a sample's relative
+    error is large) are counted exactly, smallest first, while their estimates sum to
+    less than :data:`EXACT_BUDGET` rows. So small and rare groups are exact and never
+    missing; only big ended groups are estimates (within a few percent)."""
+    rows = [(q, s, int(n)) for q, s, n in conn.execute(selects.COUNT_ACTIVE_BY_STATUS)]
+    percent = min(100.0, 100.0 * SAMPLE_ROWS / estimated)
+    sample: dict[tuple[str, str], float] = {}
+    for queue, status, n, sampled in conn.execute(
+        selects.SAMPLE_ENDED_BY_STATUS, {"percent": percent}
+    ):
+        sample[(queue, status)] = n * estimated / int(sampled)
+    ended = [(q, s) for q, s in conn.execute(selects.GROUPS) if s in ENDED]
+    budget = float(EXACT_BUDGET)
+    for queue, status in sorted(ended, key=lambda group: sample.get(group, 0.0)):
+        guess = sample.get((queue, status), 0.0)
+        if guess < EXACT_BELOW and guess < budget:
+            budget -= guess
+            params = {"queue_name": queue, "status": status}
+            rows.append(
+                (queue, status, int(conn.execute(selects.COUNT_GROUP, params).scalar_one()))
+            )
+        else:
+            rows.append((queue, status, max(1, round(guess))))
+    return rows
 
 
 def _empty_stats() -> dict[str, Any]:

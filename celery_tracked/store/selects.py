@@ -4,12 +4,15 @@ as a Core statement, beside the moves of ``statements``."""
 
 from __future__ import annotations
 
-from sqlalchemy import Delete, String, delete, func, select
+from sqlalchemy import Delete, String, TextClause, delete, func, select, text
 
 from ..core.jobs import JobStatus
 from .clock import db_time
 from .models import events, jobs
 from .statements import JOB_ID, UNPUBLISHED, param
+
+#: The statuses of jobs not ended yet.
+ACTIVE = (JobStatus.PENDING, JobStatus.PROCESSING, JobStatus.RETRYING)
 
 SELECT_JOB = select(jobs).where(jobs.c.id == JOB_ID)
 #: The key's newest job (its latest round).
@@ -35,6 +38,50 @@ SELECT_ATTEMPTS_STATUS = select(jobs.c.attempts_made, jobs.c.status).where(jobs.
 SELECT_EVENTS = select(events).where(events.c.job_id == JOB_ID).order_by(events.c.id)
 COUNT_BY_STATUS = select(jobs.c.queue_name, jobs.c.status, func.count()).group_by(
     jobs.c.queue_name, jobs.c.status
+)
+#: Exact counts of the active statuses only (a few thousand rows, from the
+#: ``(status, created_at)`` index however big the table is).
+COUNT_ACTIVE_BY_STATUS = (
+    select(jobs.c.queue_name, jobs.c.status, func.count())
+    .where(jobs.c.status.in_([s.value for s in ACTIVE]))
+    .group_by(jobs.c.queue_name, jobs.c.status)
+)
+#: PostgreSQL: the table's row count as the planner estimates it (the density of the last
+#: ``ANALYZE``/``VACUUM`` times the table's current size, as the planner does); -1: never
+#: analysed.
+ESTIMATED_ROWS: TextClause = text(
+    "SELECT CASE WHEN c.relpages > 0 AND c.reltuples >= 0 THEN c.reltuples / c.relpages"
+    " * (pg_relation_size(c.oid) / current_setting('block_size')::int) ELSE -1 END"
+    " FROM pg_class AS c WHERE c.oid = to_regclass('background_jobs')"
+)
+#: PostgreSQL: the ended statuses counted in a block sample of ``:percent`` % of the table
+#: (the same blocks on every call while the table keeps its size: a gauge does not jitter),
+#: with the number of rows sampled, to scale them by.
+SAMPLE_ENDED_BY_STATUS: TextClause = text(
+    "SELECT queue_name, status, count(*), CAST(sum(count(*)) OVER () AS bigint)"
+    " FROM background_jobs TABLESAMPLE SYSTEM (:percent) REPEATABLE (15)"
+    " GROUP BY queue_name, status"
+)
+#: PostgreSQL: every ``(queue, status)`` present, one index descent each on
+#: ``ix_background_jobs_queue_name_status`` (a "loose index scan"): no group is missed,
+#: however rare, and no row is read twice.
+GROUPS: TextClause = text(
+    "WITH RECURSIVE g AS ("
+    " (SELECT queue_name, status FROM background_jobs ORDER BY queue_name, status LIMIT 1)"
+    " UNION ALL SELECT n.queue_name, n.status FROM g CROSS JOIN LATERAL ("
+    " SELECT j.queue_name, j.status FROM background_jobs AS j"
+    " WHERE (j.queue_name, j.status) > (g.queue_name, g.status)"
+    " ORDER BY j.queue_name, j.status LIMIT 1) AS n"
+    ") SELECT queue_name, status FROM g"
+)
+#: One group's exact count (an index-only scan of that group's entries).
+COUNT_GROUP = (
+    select(func.count())
+    .select_from(jobs)
+    .where(
+        jobs.c.queue_name == param("queue_name", String),
+        jobs.c.status == param("status", String),
+    )
 )
 OLDEST_PENDING = (
     select(jobs.c.queue_name, func.min(jobs.c.created_at))

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+from sqlalchemy import text
+
 from celery_tracked.core.finder import JobFilter, Position
 from celery_tracked.core.jobs import JobStatus, utcnow
 from celery_tracked.core.moves import AttemptError
 from celery_tracked.core.ports import Store
-from tests.contract.conftest import ago, claimed, new_job
+from celery_tracked.store import JobStore, reads
+from tests.contract.conftest import Backend, ago, claimed, new_job
 
 
 def test_find_filters_and_pages_newest_first(store: Store) -> None:
@@ -74,3 +78,37 @@ def test_statistics_and_queue_health(store: Store) -> None:
     assert store.queue_health(since_s=-60).get("ocr", {}).get("failed_last_hour", 0) == 0
     clock = store.clock()
     assert abs((clock - utcnow()).total_seconds()) < 5 and clock.tzinfo is not None
+
+
+def test_statistics_of_a_big_postgresql_table_sample_the_ended_statuses(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above ``ESTIMATE_ABOVE`` rows the ended counts come from a block sample scaled to
+    the planner's estimate, the active ones from an exact count; a sample of the whole
+    table (a small one) gives the exact answer, so both ways agree here."""
+    if not backend.name.startswith("postgres"):
+        pytest.skip("estimates are PostgreSQL's only")
+    store = backend.store
+    for queue in ("mail", "mail", "ocr"):
+        new_job(store, queue_name=queue)
+    failed = new_job(store, queue_name="ocr")
+    assert store.fail(
+        claimed(store, failed), error_type="E", error_message="m", duration_ms=1, now=utcnow()
+    )
+    done = new_job(store, queue_name="mail")
+    assert store.complete(claimed(store, done), result_json=None, duration_ms=1, now=utcnow())
+    exact = store.stats()
+    assert isinstance(store, JobStore)
+    with store.engines.transaction() as conn:
+        conn.execute(text("ANALYZE background_jobs"))
+    monkeypatch.setattr(reads, "ESTIMATE_ABOVE", 0)
+    sampled = store.stats()
+    for queue in ("mail", "ocr"):
+        assert sampled[queue]["counts"] == exact[queue]["counts"]
+        assert sampled[queue]["total"] == exact[queue]["total"]
+    assert sampled["ocr"]["counts"]["failed"] == 1 and sampled["mail"]["counts"]["pending"] == 2
+    assert sampled["mail"]["counts"]["completed"] == 1 and sampled["mail"]["total"] == 3
+    monkeypatch.setattr(reads, "EXACT_BELOW", 0)  # every ended group from the sample
+    assert {q: e["counts"] for q, e in store.stats().items()} == {
+        q: e["counts"] for q, e in exact.items()
+    }
