@@ -9,7 +9,7 @@ from sqlalchemy import text
 
 from celery_tracked.core.finder import JobFilter, Position
 from celery_tracked.core.jobs import JobStatus, utcnow
-from celery_tracked.core.moves import AttemptError
+from celery_tracked.core.moves import AttemptError, Completion
 from celery_tracked.core.ports import Store
 from celery_tracked.store import JobStore, reads
 from tests.contract.conftest import Backend, ago, claimed, new_job
@@ -93,10 +93,13 @@ def test_statistics_of_a_big_postgresql_table_sample_the_ended_statuses(
         new_job(store, queue_name=queue)
     failed = new_job(store, queue_name="ocr")
     assert store.fail(
-        claimed(store, failed), error_type="E", error_message="m", duration_ms=1, now=utcnow()
+        claimed(store, failed),
+        AttemptError(error_type="E", error_message="m", duration_ms=1, now=utcnow()),
     )
     done = new_job(store, queue_name="mail")
-    assert store.complete(claimed(store, done), result_json=None, duration_ms=1, now=utcnow())
+    assert store.complete(
+        claimed(store, done), Completion(result_json=None, duration_ms=1, now=utcnow())
+    )
     exact = store.stats()
     assert isinstance(store, JobStore)
     with store.engines.transaction() as conn:
