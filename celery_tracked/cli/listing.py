@@ -9,15 +9,8 @@ import click
 from celery.bin.base import CeleryCommand
 
 from ..core.jobs import Job, JobEvent, utcnow
-from .common import (
-    NotFound,
-    emit_json,
-    filter_options,
-    filters_from,
-    friendly,
-    json_option,
-    tracker_of,
-)
+from . import common
+from .common import NotFound, emit_json, friendly, tracker_of
 from .common import style as output_style
 from .group import tracked
 from .render import (
@@ -35,10 +28,10 @@ from .render import (
 
 
 @tracked.command(cls=CeleryCommand)
-@filter_options
+@common.filter_options
 @click.option("--limit", default=50, show_default=True, help="Jobs per page (1-1000).")
 @click.option("--cursor", default=None, help="The next page: a listing's next cursor.")
-@json_option
+@common.json_option
 @click.pass_context
 def jobs(
     ctx: click.Context, /, limit: int, cursor: str | None, as_json: bool, **options: Any
@@ -51,7 +44,7 @@ def jobs(
     """
     tracker = tracker_of(ctx)
     with friendly("listing jobs"):
-        page = tracker.jobs(limit=limit, cursor=cursor, **filters_from(options))
+        page = tracker.jobs(limit=limit, cursor=cursor, **common.filters_from(options))
     if as_json:
         emit_json({"jobs": [job_dict(j) for j in page.jobs], "next_cursor": page.next_cursor})
         return
@@ -66,7 +59,7 @@ def jobs(
 @tracked.command(cls=CeleryCommand)
 @click.argument("job_id")
 @click.option("--history/--no-history", default=True, help="Show the job's events.")
-@json_option
+@common.json_option
 @click.pass_context
 def show(ctx: click.Context, job_id: str, history: bool, as_json: bool) -> None:
     """Show one job (with its progress and stage, never its payload or result) and its
@@ -139,7 +132,7 @@ def _event_rows(events: list[JobEvent]) -> list[list[Cell]]:
 
 @tracked.command(cls=CeleryCommand)
 @click.argument("correlation_id")
-@json_option
+@common.json_option
 @click.pass_context
 def pipeline(ctx: click.Context, correlation_id: str, as_json: bool) -> None:
     """Show a pipeline (the jobs sharing a correlation id) as a tree, and its state."""
