@@ -21,9 +21,13 @@ harness computes throughput from those two, which leaves worker boot out of it.
 
 from __future__ import annotations
 
+import logging
+import os
 import time
+from typing import Any
 
 from celery import Celery
+from celery.signals import worker_process_init
 
 from bench.common import BROKER_URL, DATABASE_URL, REDIS_URL, SLEEP_S
 from bench.common import count as _count
@@ -31,6 +35,16 @@ from celery_tracked import tracked_task
 
 app = Celery("bench", broker=BROKER_URL)
 app.conf.update(tracked_database_url=DATABASE_URL, tracked_redis_url=REDIS_URL)
+
+#: bench-only knob (not a user setting): ``BENCH_TRACKED_LOG_LEVEL=WARNING`` silences the
+#: library's per-job INFO lines, to measure what they cost a worker running at ``-l INFO``
+_TRACKED_LOG_LEVEL = os.environ.get("BENCH_TRACKED_LOG_LEVEL")
+
+
+@worker_process_init.connect
+def _tracked_log_level(**_: Any) -> None:
+    if _TRACKED_LOG_LEVEL:
+        logging.getLogger("celery_tracked").setLevel(_TRACKED_LOG_LEVEL.upper())
 
 
 @app.task(name="bench.plain_noop", acks_late=True)
