@@ -198,35 +198,50 @@ def _upkeep(tracker: Any) -> dict[str, float]:
     }
 
 
+def _completed(task_name: str) -> int:
+    """This bench's completed jobs (the fill's rows have other task names)."""
+    from bench import common
+
+    engine = create_engine(common.DATABASE_URL)
+    try:
+        with engine.connect() as conn:
+            query = (
+                "SELECT count(*) FROM background_jobs WHERE task_name = :n AND status = 'completed'"
+            )
+            return int(conn.execute(text(query), {"n": task_name}).scalar_one())
+    finally:
+        engine.dispose()
+
+
 def _enqueue_drain(jobs: int) -> dict[str, float]:
+    """The real ``apply_async`` path from a publisher process, then one worker drains (as
+    ``bench/run.py``'s tracked contender; never its ``reset_rows``: the table stays)."""
     import redis
 
-    from bench import app as bench
-    from bench.run import count_completed, publish, start_worker, stop_worker
+    from bench import common, contenders
 
-    name = bench.TRACKED_NOOP
-    queue = bench.QUEUES[name]
-    client = redis.Redis.from_url(bench.REDIS_URL)
+    name = common.TASKS[("tracked", "noop")]
+    client = redis.Redis.from_url(common.REDIS_URL)
     client.flushdb()
-    client.set(bench.target_key(name), jobs)
-    before = count_completed(name)
-    enqueue = publish(bench.app.tasks[name], jobs)
+    client.set(common.target_key(name), jobs)
+    before = _completed(name)
+    enqueue = contenders.publish("tracked", name, jobs)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    worker = start_worker(queue, RESULTS / "worker-scale.log")
+    worker = contenders.start_worker("tracked", "WARNING", RESULTS / "worker-scale.log")
     deadline = time.monotonic() + 120 + jobs / 20
     try:
-        while int(client.get(bench.counter_key(name)) or 0) < jobs:
+        while int(client.get(common.counter_key(name)) or 0) < jobs:
             if worker.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit("drain: the worker exited or the deadline passed")
             time.sleep(0.1)
         until = time.monotonic() + 30
-        while count_completed(name) - before < jobs and time.monotonic() < until:
+        while _completed(name) - before < jobs and time.monotonic() < until:
             time.sleep(0.1)
-        completed = count_completed(name) - before
+        completed = _completed(name) - before
     finally:
-        stop_worker(worker)
-    first = float(client.get(bench.stamp_key(name, 1)) or "nan")
-    last = float(client.get(bench.stamp_key(name, jobs)) or "nan")
+        contenders.stop_worker(worker)
+    first = float(client.get(common.stamp_key(name, 1)) or "nan")
+    last = float(client.get(common.stamp_key(name, jobs)) or "nan")
     client.close()
     if completed != jobs:
         raise SystemExit(f"drain: {completed}/{jobs} rows completed")
