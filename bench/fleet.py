@@ -34,30 +34,19 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import redis  # noqa: E402
-from sqlalchemy import create_engine, make_url, text  # noqa: E402
+from sqlalchemy import create_engine, text  # noqa: E402
 
-from celery_tracked import migrate  # noqa: E402
+from bench.contenders import fresh_database  # noqa: E402
 
 CELERY = Path(sys.executable).with_name("celery")
 BROKERS = {"redis": "redis://127.0.0.1:6379/1", "amqp": "amqp://guest:guest@127.0.0.1:5672//"}
 DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/ct_bench_fleet"
-ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 REDIS_URL = "redis://127.0.0.1:6379/1"
 KEYED_SHARE = 0.25
 
 
 def log(message: str) -> None:
     print(f"[fleet] {message}", file=sys.stderr, flush=True)
-
-
-def fresh_database() -> None:
-    name = make_url(DATABASE_URL).database
-    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    migrate.upgrade(DATABASE_URL)
 
 
 def environment(broker: str) -> dict[str, str]:
@@ -166,7 +155,7 @@ def wait_drained(expected: int, deadline_s: float) -> list[Any]:
 
 def one_broker(name: str, producers: int, jobs: int, workers: int) -> dict[str, Any]:
     broker = BROKERS[name]
-    fresh_database()
+    fresh_database(DATABASE_URL)
     client = redis.Redis.from_url(REDIS_URL)
     client.flushdb()
     if name == "amqp":
