@@ -46,7 +46,6 @@ from .services.aftermath import Aftermath
 from .services.cancelling import Stopper
 from .services.cleanup import Cleanup, CleanupReport, task_retentions
 from .services.enqueuer import Enqueuer
-from .services.handoff import KeyHandoff
 from .services.lease import LeaseKeeper
 from .services.reaper import Reaper, ReapReport
 from .services.relay import Relay
@@ -101,7 +100,6 @@ class Wiring:
                 self.successors,
                 GlobalRateLimit(limiter),
                 Reports(self.store, settings),
-                KeyHandoff(self.store, publisher(platform)),
             ]
         )
         if settings.metrics:

@@ -53,23 +53,6 @@ class MemoryRuns(MemoryCore):
         with self.lock:
             return limit <= self.holders(key, job_id)
 
-    def next_waiting(self, key: str, after: str) -> Job | None:
-        """``slots.NEXT_WAITING``."""
-        now = self.time()
-
-        def waiting(j: Job) -> bool:
-            if j.concurrency_key != key or j.id == after:
-                return False
-            if j.status is JobStatus.PENDING:
-                return j.published_at is not None
-            return j.status is JobStatus.RETRYING and (j.not_before is None or j.not_before <= now)
-
-        with self.lock:
-            found = sorted(
-                (j for j in self.rows.values() if waiting(j)), key=lambda j: j.created_at
-            )
-        return found[0] if found else None
-
     def key_waiting(self, key: str) -> int:
         """``slots.KEY_WAITING``."""
         waiting = (JobStatus.PENDING, JobStatus.RETRYING)

@@ -26,8 +26,7 @@ Roles (who calls them): :class:`EnqueueStore` (``Enqueuer``), :class:`RunStore` 
 :class:`DeadRunStore` (``Aftermath``), :class:`RelayStore` (``Relay``),
 :class:`ReapStore` (``Reaper``), :class:`PurgeStore` (``Cleanup``), :class:`SuccessorStore`
 (``Successors``), :class:`RerunStore` (``Tracker.retry``, cancels), :class:`FindStore`
-(``Tracker``'s reads, bulk actions, statistics, metrics), :class:`HandoffStore`
-(``KeyHandoff``).
+(``Tracker``'s reads, bulk actions, statistics, metrics).
 """
 
 from __future__ import annotations
@@ -140,14 +139,6 @@ class ClaimStore(Reader, EndsDeadRuns, Protocol):
     def give_back(
         self, claim: Claim, *, owner: str, claimed_at: datetime, now: datetime, message: str
     ) -> bool: ...
-
-
-class HandoffStore(Protocol):
-    """A freed concurrency slot's next taker (``services/handoff.py``)."""
-
-    def next_waiting(self, key: str, after: str) -> Job | None:
-        """The oldest job of ``key`` waiting for a slot with its message out (pending and
-        handed over, or retrying and due), other than ``after``."""
 
 
 class OutcomeStore(Reader, Protocol):
@@ -297,7 +288,6 @@ class Store(
     SuccessorStore,
     CancelStore,
     FindStore,
-    HandoffStore,
     Protocol,
 ):
     """The whole store, as ``Tracker`` wires it."""

@@ -19,15 +19,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
-from sqlalchemy import Connection, Integer, and_, bindparam, func, or_, select
+from sqlalchemy import Connection, Integer, bindparam, func, select
 from sqlalchemy.exc import DBAPIError
 
 from ..core.errors import StoreError
-from ..core.jobs import Job, JobStatus
-from .clock import db_time
+from ..core.jobs import JobStatus
 from .engines import Engines
 from .models import jobs
-from .statements import CONCURRENCY_KEY, HOLDERS, JOB_ID
+from .statements import CONCURRENCY_KEY, HOLDERS
 from .translate import reconnecting, translated
 
 #: dialects whose key lock is a named lock of the connection (``GET_LOCK``)
@@ -45,24 +44,6 @@ KEY_WAITING = (
         jobs.c.concurrency_key == CONCURRENCY_KEY,
         jobs.c.status.in_([JobStatus.PENDING.value, JobStatus.RETRYING.value]),
     )
-)
-#: The key's oldest job waiting for a slot whose message is out (pending and handed over,
-#: or retrying and due), other than the one that just ended: the next to hand the slot to.
-NEXT_WAITING = (
-    select(jobs)
-    .where(
-        jobs.c.concurrency_key == CONCURRENCY_KEY,
-        jobs.c.id != JOB_ID,
-        or_(
-            and_(jobs.c.status == JobStatus.PENDING.value, jobs.c.published_at.is_not(None)),
-            and_(
-                jobs.c.status == JobStatus.RETRYING.value,
-                or_(jobs.c.not_before.is_(None), jobs.c.not_before <= db_time()),
-            ),
-        ),
-    )
-    .order_by(jobs.c.created_at)
-    .limit(1)
 )
 #: The key's lock for the rest of the transaction (PostgreSQL; PgBouncer-safe).
 KEY_LOCK_PG = select(func.pg_advisory_xact_lock(func.hashtext(CONCURRENCY_KEY)))
@@ -126,12 +107,3 @@ class Slots:
         with translated("reading the concurrency key"):
             row = self.engines.execute(KEY_WAITING, {"limited_key": key})
         return int(row[0]) if row is not None else 0
-
-    @reconnecting
-    def next_waiting(self, key: str, after: str) -> Job | None:
-        """The oldest job of ``key`` waiting for a slot with its message out (other than
-        ``after``, whose run just ended), or None."""
-        params = {"limited_key": key, "job_id": after}
-        with translated("reading the concurrency key"), self.engines.transaction() as conn:
-            row = conn.execute(NEXT_WAITING, params).mappings().first()
-        return None if row is None else Job.from_row(row)

@@ -7,15 +7,7 @@ import threading
 from celery_tracked.core.jobs import Claim, JobStatus, utcnow
 from celery_tracked.core.moves import AttemptError, Completion, Lease, Takeover
 from celery_tracked.core.ports import Store
-from tests.contract.conftest import (
-    KEY_LOCKS,
-    OWNER,
-    WORKER,
-    Backend,
-    ago,
-    claimed,
-    new_job,
-)
+from tests.contract.conftest import KEY_LOCKS, OWNER, WORKER, Backend, claimed, new_job
 
 KEY = ("tenant-1", 2)
 
@@ -51,28 +43,6 @@ def test_the_jobs_waiting_on_a_key_are_counted(store: Store) -> None:
     claimed(store, held, concurrency=("tenant-1", 1))
     assert store.key_waiting("tenant-1") == 3  # the one processing holds a slot
     assert store.key_waiting("tenant-2") == 1 and store.key_waiting("nobody") == 0
-
-
-def test_the_next_job_of_a_key_is_its_oldest_waiting_one_whose_message_is_out(
-    store: Store,
-) -> None:
-    key = "tenant-9"
-    ended = new_job(store, concurrency_key=key, now=ago(60))
-    store.handed_over(ended, utcnow())
-    unpublished = new_job(store, concurrency_key=key, now=ago(50))  # its producer publishes
-    not_due = new_job(store, concurrency_key=key, now=ago(40))
-    due, newest = (new_job(store, concurrency_key=key, now=ago(s)) for s in (30, 20))
-    new_job(store, concurrency_key="other", now=ago(70))
-    for job_id in (not_due, due, newest):
-        store.handed_over(job_id, utcnow())
-    for job_id, delay_ms in ((not_due, 600_000), (due, 0)):
-        claim = claimed(store, job_id)
-        error = AttemptError(error_type="E", error_message="m", duration_ms=1, now=utcnow())
-        assert store.retrying(claim, error, delay_ms)
-    found = store.next_waiting(key, after=ended)
-    assert found is not None and found.id == due  # not the unpublished, nor the one not due
-    assert store.next_waiting(key, after=due) is not None
-    assert unpublished != ended and store.next_waiting("nobody", after=ended) is None
 
 
 def test_a_lapsed_lease_frees_its_slot(store: Store) -> None:
