@@ -14,6 +14,10 @@ completed per second by the two nodes together, from the first ``started_at`` to
 Checked (a failure exits non-zero): one row per key; every call's job id exists and every
 row is ``completed`` with one attempt and exactly one ``completed`` event; every body ran
 exactly once (the body counts its runs per job in Redis). Not a test: see bench/README.md.
+
+**Drops and re-creates ``FLEET_DATABASE_URL``'s database (``ct_bench_fleet``), flushes
+``FLEET_REDIS_URL``'s Redis database (DB 1, as ``bench/run.py``) and purges the RabbitMQ
+queue ``fleet``.** Brokers: ``FLEET_REDIS_BROKER_URL``, ``FLEET_AMQP_BROKER_URL``.
 """
 
 from __future__ import annotations
@@ -39,9 +43,14 @@ from sqlalchemy import create_engine, text  # noqa: E402
 from bench.contenders import fresh_database  # noqa: E402
 
 CELERY = Path(sys.executable).with_name("celery")
-BROKERS = {"redis": "redis://127.0.0.1:6379/1", "amqp": "amqp://guest:guest@127.0.0.1:5672//"}
-DATABASE_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/ct_bench_fleet"
-REDIS_URL = "redis://127.0.0.1:6379/1"
+BROKERS = {
+    "redis": os.environ.get("FLEET_REDIS_BROKER_URL", "redis://127.0.0.1:6379/1"),
+    "amqp": os.environ.get("FLEET_AMQP_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//"),
+}
+DATABASE_URL = os.environ.get(
+    "FLEET_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/ct_bench_fleet"
+)
+REDIS_URL = os.environ.get("FLEET_REDIS_URL", "redis://127.0.0.1:6379/1")
 KEYED_SHARE = 0.25
 
 
