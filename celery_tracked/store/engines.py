@@ -99,8 +99,13 @@ class Engines:
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
-        """One transaction (also on the autocommit engine of PostgreSQL)."""
-        with self.get().engine.connect() as conn:
+        """One transaction (also on the autocommit engine of PostgreSQL), after this
+        thread's write sent without waiting was answered (``FastPath.settle``): a thread
+        reads its own writes."""
+        engines = self.get()
+        if engines.fastpath is not None:
+            engines.fastpath.settle()
+        with engines.engine.connect() as conn:
             if self.is_postgres:
                 conn = conn.execution_options(isolation_level="READ COMMITTED")
             with conn.begin():

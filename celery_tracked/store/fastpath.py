@@ -206,6 +206,13 @@ class FastPath:
             found = self._numbered_sql[key] = (str(compiled).encode(), positions, fixed)
         return found
 
+    def settle(self) -> None:
+        """Read the answer of the statement this thread sent without waiting, if any, so
+        that what this thread reads next (on any connection) sees that write."""
+        slot: _ThreadConnection | None = getattr(self._local, "slot", None)
+        if slot is not None:
+            self._read_answer(slot)
+
     def _read_answer(self, slot: _ThreadConnection) -> None:
         """Read the answer of the statement this thread sent without waiting, if any."""
         key, conn = slot.unread, slot.conn

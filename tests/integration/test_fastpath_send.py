@@ -47,6 +47,14 @@ def test_a_mark_lands_though_this_thread_sends_nothing_after_it(
     wait_for(lambda: published(pg_database_url, job_id), timeout=10)
 
 
+def test_the_thread_that_sent_the_mark_reads_it_at_once(store: JobStore) -> None:
+    for _ in range(50):
+        job_id = insert_job(store)
+        store.note_handed_over(job_id, utcnow())
+        job = store.get(job_id)  # a read of this thread waits for the mark's answer first
+        assert job is not None and job.published_at is not None
+
+
 def test_a_failed_statement_sent_without_waiting_is_logged_and_the_next_one_runs(
     store: JobStore, caplog: pytest.LogCaptureFixture
 ) -> None:
