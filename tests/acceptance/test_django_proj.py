@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,8 @@ from sqlalchemy.pool import NullPool
 
 from celery_tracked import JobStatus, Tracker
 from tests.conftest import wait_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
 PROJ = Path(__file__).resolve().parent.parent / "django_proj"
 CELERY = [sys.executable, "-m", "celery", "-A", "djproj"]
@@ -100,8 +103,15 @@ def worker(environ: dict[str, str], tmp_path: Path) -> Iterator[subprocess.Popen
 
 @pytest.fixture
 def migrated(environ: dict[str, str]) -> None:
-    run(environ, "-m", "django", "migrate", "--no-input")  # the project's own tables
-    run(environ, "-m", "celery", "-A", "djproj", "tracked", "migrate")  # the tracking tables
+    """The project's own tables (Django's ``migrate``) and the tracking tables (``tracked
+    migrate``), both at once: they are independent."""
+    with ThreadPoolExecutor(2) as pool:
+        done = [
+            pool.submit(run, environ, "-m", "django", "migrate", "--no-input"),
+            pool.submit(run, environ, *CELERY[1:], "tracked", "migrate"),
+        ]
+        for future in done:
+            future.result()
 
 
 def test_a_view_enqueues_on_commit_and_a_real_worker_completes_the_job(
