@@ -42,3 +42,10 @@ def test_the_readmes_links_to_the_docs_resolve() -> None:
     links = re.findall(r"\]\((docs/[^)#]+)", (ROOT / "README.md").read_text())
     assert links
     assert [link for link in links if not (ROOT / link).is_file()] == []
+
+
+def test_the_sites_quick_start_is_the_readmes() -> None:
+    """docs/index.md repeats README.md's example: the same code, not a drifting copy."""
+    readme = (ROOT / "README.md").read_text()
+    example = re.findall(r"```python\n(.*?)```", readme, re.S)[0]
+    assert example in (ROOT / "docs" / "index.md").read_text()
