@@ -23,7 +23,7 @@ check: venv
 
 # The documentation site (mkdocs.yml): no warning allowed; into the git-ignored site/.
 docs: venv
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 test: check
 	$(VENV)/bin/pytest

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_docs_build_strict_and_the_api_page_has_every_public_name(tmp_path: Path) -> None:
     site = tmp_path / "site"
     done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(site)],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
         cwd=str(ROOT),
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
         capture_output=True,
