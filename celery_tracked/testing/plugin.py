@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from .apps import MEMORY, tracked_settings, tracked_test_app
+from .apps import MEMORY, SqliteTemplate, tracked_settings, tracked_test_app
 from .helpers import TrackedTesting
 
 #: The name pytest-celery registers Celery's fixtures under (``celery.contrib.pytest``).
@@ -43,10 +43,18 @@ def tracked_database() -> str:
     return MEMORY
 
 
+@pytest.fixture(scope="session")
+def tracked_sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> SqliteTemplate:
+    """The migrated SQLite file each ``"sqlite"`` test gets a copy of (migrated once)."""
+    return SqliteTemplate(tmp_path_factory.mktemp("tracked-template"))
+
+
 @pytest.fixture
-def tracked_config(tracked_database: str, tmp_path: Path) -> dict[str, Any]:
+def tracked_config(
+    tracked_database: str, tmp_path: Path, tracked_sqlite_template: SqliteTemplate
+) -> dict[str, Any]:
     """The ``tracked_*`` settings of the test (a fresh guard, the chosen store)."""
-    return tracked_settings(tracked_database, tmp_path)
+    return tracked_settings(tracked_database, tmp_path, tracked_sqlite_template)
 
 
 @pytest.fixture
