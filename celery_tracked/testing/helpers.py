@@ -19,6 +19,7 @@ from celery.contrib.testing.worker import start_worker
 from celery.worker import state as worker_state
 
 from ..adapter.celery_tracker import Tracker
+from ..adapter.task import TrackedTask
 from ..core.jobs import Job, JobEvent, JobStatus
 from ..core.pipelines import Pipeline
 
@@ -149,10 +150,13 @@ class TrackedTesting:
         return [job for job in self.jobs() if job.id not in before and job.status not in OPEN]
 
     @contextmanager
-    def worker(self, **options: Any) -> Iterator[Any]:
+    def worker(self, **extra: Any) -> Iterator[Any]:
         """Celery's in-process worker for the app (``start_worker``: a thread, the
-        ``solo`` pool, no ping task), stopped on exit. ``options`` go to ``start_worker``."""
-        options = {"pool": "solo", "perform_ping_check": False, **options}
+        ``solo`` pool, no ping task), stopped on exit; it consumes from every queue the
+        app knows of (:meth:`queues`). ``extra`` options go to ``start_worker``."""
+        options: dict[str, Any] = {"pool": "solo", "perform_ping_check": False}
+        options["queues"] = self.queues()
+        options.update(extra)
         with start_worker(self.app, **options) as worker:
             self._worker = worker
             try:
@@ -160,6 +164,20 @@ class TrackedTesting:
             finally:
                 self._worker = None
                 self._wake_to_stop()
+
+    def queues(self) -> list[str]:
+        """The queues a test's worker consumes from: the app's default queue and its
+        ``task_queues``, the queue each tracked task of the app sends to (routed without
+        arguments) and the queue of every job not run yet."""
+        names = {str(self.app.conf.task_default_queue), *map(str, self.app.amqp.queues)}
+        for task in list(self.app.tasks.values()):
+            if isinstance(task, TrackedTask):
+                try:
+                    names.add(task.description.queue({}, (), {}))
+                except (LookupError, TypeError, ValueError):  # a route that needs arguments
+                    continue
+        names.update(job.queue_name for job in self.jobs(status=list(OPEN)))
+        return sorted(names)
 
     def _wake_to_stop(self) -> None:
         """Ask the worker to stop, then wake it with Celery's ``ping`` task, twice: its

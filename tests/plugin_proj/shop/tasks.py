@@ -7,7 +7,7 @@ from typing import Any
 from celery_tracked import Unrecoverable, tracked_task
 
 
-@tracked_task(idempotency_key="invoice:{order_id}")
+@tracked_task(queue="mail", idempotency_key="invoice:{order_id}")
 def send_invoice(order_id: str, amount: int, currency: str = "EUR") -> dict[str, Any]:
     return {"order_id": order_id, "total": f"{amount} {currency}"}
 

@@ -24,6 +24,7 @@ def test_an_invoice_is_enqueued_then_sent(tracked):
     assert job.result == {"order_id": "o-1", "total": "30 EUR"}
     assert tracked.events(result) == ["enqueued", "started", "completed"]
     assert tracked.enqueued() == []
+    assert job.queue_name == "mail"  # a queue of its own: the worker consumes it too
 
 
 def test_the_same_key_is_one_job(tracked):
