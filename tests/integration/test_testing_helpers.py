@@ -128,3 +128,37 @@ def test_importing_the_package_imports_no_pytest() -> None:
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+
+
+class TestAUsersOwnFixtures:
+    """A user's ``celery_config`` keeps configuring the test app; the plugin's
+    ``tracked_config`` wins for the ``tracked_*`` settings; an override of
+    ``tracked_config`` built on the plugin's (a real Redis guard) keeps the per-test key
+    prefix."""
+
+    @pytest.fixture
+    def celery_config(self) -> dict[str, Any]:
+        return {
+            "task_default_queue": "mine",
+            "tracked_database_url": "postgresql+psycopg://nobody@127.0.0.1:1/none",
+        }
+
+    @pytest.fixture
+    def tracked_config(self, tracked_config: dict[str, Any], redis_url: str) -> dict[str, Any]:
+        return {**tracked_config, "tracked_redis_url": redis_url}
+
+    def test_both_apply(self, tracked: TrackedTesting, redis_url: str) -> None:
+        from celery_tracked.backends.guard import RedisGuard
+
+        @tracked_task(app=tracked.app, shared=False, idempotency_key="same")
+        def job() -> str:
+            return "done"
+
+        settings = tracked.tracker.settings
+        assert (settings.database_url, settings.redis_url) == ("memory://", redis_url)
+        assert settings.key_prefix.startswith("test-")
+        assert isinstance(tracked.tracker.guard, RedisGuard)
+        first, again = job.enqueue(), job.enqueue()
+        assert first.created and not again.created
+        assert tracked.assert_enqueued(job).queue_name == "mine"
+        assert [j.result for j in tracked.run_enqueued()] == ["done"]
