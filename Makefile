@@ -24,7 +24,7 @@ test: check
 	$(VENV)/bin/pytest
 
 demo: venv
-	$(PY) example_project/demo.py
+	$(PY) -m example_project.demo
 
 bench: venv
 	$(PY) bench/run.py
