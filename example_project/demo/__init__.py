@@ -6,7 +6,7 @@ SQLite (``.demo/demo.sqlite3``), the in-memory broker, the in-process guard
 ``DEMO_BROKER_URL``, ``CELERY_TRACKED_DATABASE_URL`` and ``CELERY_TRACKED_REDIS_URL`` all
 set, the same story runs against those services and real ``celery worker`` processes.
 
-- :mod:`.app`: the Celery app, configured for one mode or the other;
+- :mod:`.config`: the mode, and the Celery app for it (:mod:`.app` makes it);
 - :mod:`.tasks`: the story's tracked tasks (the course reuses ``example_project.courses``);
 - :mod:`.workers`: the in-process worker, or the worker subprocesses;
 - :mod:`.story`: what is enqueued and what each job is expected to end as;

@@ -19,7 +19,7 @@ from celery_tracked import Tracker
 from celery_tracked.store import migrate
 
 from . import report, story, workers
-from .app import DemoConfigError, data_dir, uses_services
+from .config import DemoConfigError, data_dir, uses_services
 
 #: The whole story must end within this many seconds.
 STORY_TIMEOUT_S = 45.0
@@ -52,6 +52,7 @@ def run(services: bool) -> bool:
     from .app import app  # configured from the environment, as the worker processes are
 
     app.set_current()
+    app.loader.import_default_modules()  # the story's tasks (``include``), as a worker does
     tag = uuid.uuid4().hex[:6]
     mode = "services" if services else "embedded"
     print(f"celery-tracked demo ({mode}: {_describe(services)})", flush=True)

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
 
-from .app import QUEUES, ROOT
+from .config import QUEUES, ROOT, data_dir
 
 #: The worker processes of services mode: one for documents and jobs, one for courses.
 GROUPS = {"docs": "documents,jobs", "courses": "courses"}
@@ -33,12 +33,18 @@ def in_process(app: Celery) -> Iterator[None]:
 def _spawn(
     group: str, queues: str, tag: str, environ: Mapping[str, str]
 ) -> subprocess.Popen[bytes]:
+    """A worker of ``group``, its output in ``<data dir>/worker-<group>.log``."""
     command = [
         *(sys.executable, "-m", "celery", "-A", "example_project.demo.app", "worker"),
         *("-Q", queues, "-c", "2", "-n", f"demo-{group}-{tag}@%h", "--loglevel=WARNING"),
     ]
     env = {**environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
+    folder = data_dir(environ)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"worker-{group}.log", "wb") as log:
+        return subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 def _wait_ready(app: Celery, names: set[str]) -> None:
@@ -69,7 +75,8 @@ def subprocesses(app: Celery, tag: str, environ: Mapping[str, str]) -> Iterator[
     procs = [_spawn(group, queues, tag, environ) for group, queues in GROUPS.items()]
     try:
         _wait_ready(app, {f"demo-{group}-{tag}" for group in GROUPS})
-        print(f"  {len(procs)} celery worker processes ready", flush=True)
+        logs = data_dir(environ) / "worker-*.log"
+        print(f"  {len(procs)} celery worker processes ready (their logs: {logs})", flush=True)
         yield
     finally:
         for proc in procs:
