@@ -13,6 +13,10 @@ from pathlib import Path
 
 from celery import Celery
 
+# the course's steps are shared tasks; importing them creates the courses app (as the
+# current app): done first, so that the demo's app, created after it, is the current one
+import example_project.courses.tasks  # noqa: F401
+
 #: The repository's root (``make demo`` runs from it).
 ROOT = Path(__file__).resolve().parents[2]
 #: All three set: run against real services; none set: embedded.
