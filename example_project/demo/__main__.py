@@ -32,8 +32,10 @@ def _workers(app: Celery, services: bool, tag: str) -> contextlib.AbstractContex
 def _database_url(app: Celery, services: bool) -> str:
     if services:
         return os.environ["CELERY_TRACKED_DATABASE_URL"]
-    data_dir(os.environ).mkdir(parents=True, exist_ok=True)
-    (data_dir(os.environ) / "demo.sqlite3").unlink(missing_ok=True)  # a fresh story
+    folder = data_dir(os.environ)
+    folder.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal", "-shm", "-journal"):  # a fresh story
+        (folder / f"demo.sqlite3{suffix}").unlink(missing_ok=True)
     return str(app.conf.tracked_database_url)
 
 
