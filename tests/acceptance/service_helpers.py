@@ -92,6 +92,7 @@ def service_environ(config: ServiceConfig) -> dict[str, str]:
             "SMTP_HOST": config.smtp_host,
             "SMTP_PORT": str(config.smtp_port),
             "JOB_QUEUE_DEFAULT_BACKOFF_MS": "200",
+            "JOB_QUEUE_COURSE_GEN_LIMITER_MS": "1",
             "COURSE_AI_LATENCY_MS": "0",
             "PYTHONPATH": os.pathsep.join(
                 p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p

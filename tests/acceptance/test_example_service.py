@@ -238,3 +238,28 @@ def test_the_admin_lists_cancels_and_retries_through_the_tracker(
     assert client.get(f"/jobs/{job_id}", headers=ALICE).json()["status"] == "pending"
     view = client.get(f"/admin/pipelines/{job_id}", headers=ADMIN).json()
     assert view["state"] and [j["job_id"] for j in view["jobs"]] == [job_id]
+
+
+def test_a_course_runs_as_a_pipeline_the_admin_can_view(
+    config: ServiceConfig, client: AsgiClient, start_worker: Callable[..., ServiceWorker]
+) -> None:
+    start_worker(config, QUEUES.course)
+    answer = client.post("/jobs/course", json={"course_id": "c1", "modules": 1}, headers=ALICE)
+    assert answer.status_code == 202, answer.text
+    first = answer.json()["job_id"]
+
+    def ended() -> Any:
+        view = client.get(f"/admin/pipelines/{first}", headers=ADMIN).json()
+        return view if view["state"] != "running" else None
+
+    view = wait_for(ended, timeout=30, what="the course to end")
+    assert view["state"] == "completed", view
+    steps = [job["type"] for job in view["jobs"]]
+    assert steps == [
+        "courses.outline",
+        "courses.module_lessons",
+        "courses.module_exam",
+        "courses.final_exam",
+        "courses.mastery_analysis",
+    ]
+    assert client.get(f"/jobs/{first}", headers=ALICE).json()["status"] == "completed"
