@@ -92,7 +92,6 @@ class Service:
         task = self.tasks[queue]
         if queue == "notification":
             kwargs = {**kwargs, "user_id": user}
-        self.tracker()
         try:
             return task.with_options(
                 owner_id=user, idempotency_key=None if key is None else f"{user}:{key}"

@@ -161,11 +161,13 @@ def test_an_unknown_queue_or_an_invalid_body_is_400_and_creates_nothing(
     nothing_created(config)
 
 
-def test_a_broker_that_is_down_is_503_without_details(config: ServiceConfig) -> None:
-    down = make_config(config.redis_url, config.database_url)
+@pytest.mark.parametrize("down", ["broker_url", "redis_url"])
+def test_a_broker_or_redis_that_is_down_is_503_without_details(
+    config: ServiceConfig, down: str
+) -> None:
     closed = free_port()
-    down = ServiceConfig(**{**vars(down), "broker_url": f"redis://127.0.0.1:{closed}/0"})
-    for client in open_client(down):
+    broken = ServiceConfig(**{**vars(config), down: f"redis://127.0.0.1:{closed}/0"})
+    for client in open_client(broken):
         answer = client.post("/jobs/ocr", json={"document_id": "d-1"}, headers=ALICE)
         assert answer.status_code == 503
         assert answer.json() == {"detail": UNAVAILABLE}
