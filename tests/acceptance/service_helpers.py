@@ -136,8 +136,9 @@ class ServiceWorker:
         return [int(pid) for pid in path.read_text().split()]
 
     def stop(self) -> None:
+        """A cold shutdown (SIGQUIT): the test's database and Redis DB go away after it."""
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            os.killpg(self.proc.pid, signal.SIGQUIT)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
         with contextlib.suppress(ProcessLookupError):
