@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,8 @@ def test_a_broker_or_redis_that_is_down_is_503_without_details(
 
 def test_a_caller_over_its_limit_gets_429(config: ServiceConfig) -> None:
     limited = ServiceConfig(**{**vars(config), "rate_limit_per_minute": 2})
+    # the limit's window is the wall clock's minute: never straddle two
+    wait_for(lambda: time.time() % 60 < 55, timeout=10, what="a fresh minute")
     for client in open_client(limited):
         codes = [
             client.post("/jobs/notification", json={"message": str(n)}, headers=ALICE).status_code
