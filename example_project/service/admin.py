@@ -57,7 +57,7 @@ def admin_router(tracker: Callable[[], Tracker], admin_token: str | None) -> API
         limit: int = 50,
         cursor: str | None = None,
     ) -> dict[str, Any]:
-        filters = {
+        filters: dict[str, Any] = {
             k: v
             for k, v in (("status", status), ("queue", queue), ("owner_id", owner_id))
             if v is not None

@@ -81,7 +81,8 @@ class Service:
         key = f"service:rate:{user}:{int(time.time() // 60)}"
         try:
             pipe = self.redis.pipeline()
-            pipe.incr(key).expire(key, 120)
+            pipe.incr(key)
+            pipe.expire(key, 120)
             count = pipe.execute()[0]
         except redis.RedisError as exc:
             raise Unavailable from exc
