@@ -20,6 +20,8 @@ from uuid import UUID
 
 from .backends.guard import MemoryGuard, RedisGuard
 from .backends.limiter import GlobalRateLimit, MemoryLimiter, RedisLimiter
+from .backends.memory import MemoryStore
+from .core.conversions import MEMORY_URL
 from .core.errors import ConfigurationError, GuardError, JobFailed, JobNotFound, WaitTimeout
 from .core.finder import (
     DEFAULT_PAGE,
@@ -72,7 +74,12 @@ class Wiring:
     def __init__(self, settings: Settings, platform: Platform) -> None:
         self.settings = settings
         self.platform = platform
-        self.store: Store = JobStore(settings.database_url, settings.database_pooler == "pgbouncer")
+        # ``memory://``: the in-memory store, for tests and embedded use (nothing survives)
+        self.store: Store = (
+            MemoryStore()
+            if settings.database_url == MEMORY_URL
+            else JobStore(settings.database_url, settings.database_pooler == "pgbouncer")
+        )
         backend: RedisGuard | MemoryGuard
         if settings.memory_guard:
             backend = MemoryGuard(settings.key_prefix)

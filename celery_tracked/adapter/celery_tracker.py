@@ -113,3 +113,13 @@ class Tracker(Wiring):
                     tracker = cls(app, settings_for(app))
                     setattr(app, _ATTR, tracker)
         return tracker
+
+    @classmethod
+    def forget(cls, app: Celery) -> None:
+        """Close the app's tracker, if one was made, and drop it: the next
+        :meth:`for_app` builds a new one from ``app.conf`` (what a test does between two
+        configurations; ``celery_tracked.testing``)."""
+        with _create_lock:
+            tracker: Tracker | None = app.__dict__.pop(_ATTR, None)
+        if tracker is not None:
+            tracker.close()

@@ -7,6 +7,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
+from ..core.conversions import MEMORY_URL
 from ..core.redact import mask_url
 
 VERSION_TABLE = "celery_tracked_alembic_version"
@@ -30,12 +31,18 @@ def alembic_config(database_url: str) -> Config:
 
 
 def upgrade(database_url: str, revision: str = "head") -> None:
-    """Upgrade the tracking tables to ``revision`` (default: the newest)."""
+    """Upgrade the tracking tables to ``revision`` (default: the newest). Nothing for
+    ``memory://``: the in-memory store has no tables."""
+    if database_url == MEMORY_URL:
+        return
     command.upgrade(alembic_config(database_url), revision)
 
 
 def downgrade(database_url: str, revision: str) -> None:
-    """Downgrade the tracking tables to ``revision`` (``base`` drops them)."""
+    """Downgrade the tracking tables to ``revision`` (``base`` drops them). Nothing for
+    ``memory://``."""
+    if database_url == MEMORY_URL:
+        return
     command.downgrade(alembic_config(database_url), revision)
 
 

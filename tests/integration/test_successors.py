@@ -4,31 +4,29 @@ cannot be declared fails its step at once (issue 8)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from celery import Celery
 
 from celery_tracked import JobStatus, NotInAStep, Tracker, Unrecoverable, tracked_task
-from celery_tracked.store.migrate import upgrade
+from celery_tracked.testing import TrackedTesting
+
+#: the testing plugin's app (docs/testing.md), eager, on a SQLite file of each test's own
+pytestmark = pytest.mark.celery(task_always_eager=True)
 
 
 @pytest.fixture
-def app(tmp_path: Path) -> Iterator[Celery]:
-    app = Celery("successors", broker="memory://", set_as_current=False)
-    app.conf.update(
-        task_always_eager=True,
-        tracked_database_url=f"sqlite:///{tmp_path / 'jobs.sqlite3'}",
-        tracked_redis_url="memory://",
-    )
-    upgrade(app.conf.tracked_database_url)
-    yield app
-    Tracker.for_app(app).close()
+def tracked_database() -> str:
+    return "sqlite"
 
 
-def test_an_eager_pipeline_of_any_length_runs_inline(app: Celery) -> None:
+@pytest.fixture
+def app(tracked_app: Celery) -> Celery:
+    return tracked_app
+
+
+def test_an_eager_pipeline_of_any_length_runs_inline(app: Celery, tracked: TrackedTesting) -> None:
     @tracked_task(app=app, bind=True, shared=False)
     def step(self: Any, n: int, total: int) -> int:
         if n < total:
@@ -36,8 +34,9 @@ def test_an_eager_pipeline_of_any_length_runs_inline(app: Celery) -> None:
         return n
 
     first = step.delay(1, 250)
-    pipeline = Tracker.for_app(app).pipeline(first.id)
+    pipeline = tracked.pipeline(first)
     assert len(pipeline.jobs) == 250 and pipeline.state == "completed"
+    assert [job.parent_job_id for job in tracked.successors(first)] == [first.id]
     assert [depth for depth, _ in pipeline.tree()] == list(range(250))
 
 
@@ -60,7 +59,9 @@ def test_a_successor_takes_the_next_round_of_a_freed_key(app: Celery) -> None:
     assert latest.status is JobStatus.COMPLETED
 
 
-def test_a_successor_that_cannot_be_declared_fails_its_step_at_once(app: Celery) -> None:
+def test_a_successor_that_cannot_be_declared_fails_its_step_at_once(
+    app: Celery, tracked: TrackedTesting
+) -> None:
     @tracked_task(app=app, bind=True, shared=False)
     def takes_text(self: Any, text: str) -> str:
         return text
@@ -72,17 +73,12 @@ def test_a_successor_that_cannot_be_declared_fails_its_step_at_once(app: Celery)
         else:
             self.then(takes_text, bogus=1)
 
-    tracker = Tracker.for_app(app)
     for what, text in (("plain", "must be a tracked task"), ("args", "missing a required")):
-        job = tracker.get_job(bad.delay(what).id)
-        assert job is not None
-        assert (job.status, job.attempts_made, job.error_type) == (
-            JobStatus.FAILED,
-            1,
-            "InvalidSuccessor",
-        )
+        job = tracked.assert_status(bad.delay(what), JobStatus.FAILED)
+        assert (job.attempts_made, job.error_type) == (1, "InvalidSuccessor")
         assert text in (job.error_message or "")
-        assert tracker.pipeline(job.id).state == "halted"
+        assert tracked.pipeline(job).state == "halted"
+        assert tracked.successors(job) == []
 
 
 def test_then_outside_a_running_task_is_refused(app: Celery) -> None:

@@ -1,0 +1,46 @@
+"""The service's Celery app, built by :func:`create_celery` from a :class:`ServiceConfig`.
+
+The workers, beat and flower use :mod:`.worker` (built from the environment); the tests
+build their own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from .config import ServiceConfig
+from .processors import QUEUES, declare
+
+
+def create_celery(config: ServiceConfig) -> Celery:
+    """A Celery app on ``config``'s broker, with the processors and the course steps."""
+    app = Celery("service", broker=config.broker_url, set_as_current=False)
+    app.conf.update(config.celery_settings())
+    app.conf.update(
+        task_default_queue=QUEUES.course,  # the course steps name no queue
+        worker_prefetch_multiplier=1,
+        broker_connection_retry_on_startup=True,
+        # an API call must not hang on a broker that is down: fail fast, answer 503
+        broker_connection_timeout=2,
+        broker_connection_max_retries=1,
+        task_publish_retry_policy={"max_retries": 1, "interval_start": 0.2},
+    )
+    declare(app, config)
+    import example_project.courses.tasks  # noqa: F401 (shared tasks: they bind to this app)
+
+    return app
+
+
+def processors(app: Celery) -> dict[str, Any]:
+    """The app's tasks by the API's queue name."""
+    names = {
+        "ocr": "service.ocr",
+        "ai": "service.ai",
+        "indexing": "service.index",
+        "email": "service.email",
+        "notification": "service.notify",
+        "course": "courses.outline",
+    }
+    return {queue: app.tasks[name] for queue, name in names.items()}
