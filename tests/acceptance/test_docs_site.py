@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,37 @@ def test_the_docs_build_strict_and_the_api_page_has_every_public_name(tmp_path: 
     public = {name for name in celery_tracked.__all__ if not name.startswith("_")}
     assert public - documented == set()
     assert 'class="mermaid"' in (site / "concepts" / "index.html").read_text()
+
+
+def build(config: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config)],
+        cwd=str(config.parent),
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_an_orphan_page_or_a_broken_link_fails_the_build(tmp_path: Path) -> None:
+    """The strict build is strict: mkdocs.yml's own settings (without mkdocstrings, to be
+    quick) on a copy of docs/ with a page missing from the nav, then a broken link."""
+    docs = tmp_path / "docs"
+    shutil.copytree(ROOT / "docs", docs)
+    config = tmp_path / "mkdocs.yml"
+    config.write_text(
+        f"INHERIT: {ROOT / 'mkdocs.yml'}\ndocs_dir: {docs}\nsite_dir: {tmp_path / 'site'}\n"
+        "plugins: [search]\n"
+    )
+    (docs / "orphan.md").write_text("# Not in the nav\n")
+    orphan = build(config)
+    assert orphan.returncode == 1 and "orphan.md" in orphan.stderr, orphan.stderr
+    (docs / "orphan.md").unlink()
+    page = docs / "concepts.md"
+    page.write_text(page.read_text() + "\nSee [nothing](missing.md#anchor).\n")
+    broken = build(config)
+    assert broken.returncode == 1 and "missing.md" in broken.stderr, broken.stderr
 
 
 def test_the_readmes_links_to_the_docs_resolve() -> None:
