@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 
-.PHONY: venv check test demo bench bench-progress bench-cleanup bench-fleet bench-scale clean
+.PHONY: venv check docs test demo bench bench-progress bench-cleanup bench-fleet bench-scale clean
 
 venv: $(STAMP)
 
@@ -27,6 +27,11 @@ check: venv
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict celery_tracked
 	$(VENV)/bin/lint-imports
+	$(MAKE) docs
+
+# The documentation site (mkdocs.yml): no warning allowed; into the git-ignored site/.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 test: check
 	$(VENV)/bin/pytest
@@ -50,4 +55,4 @@ bench-scale: venv
 	$(PY) bench/big_table.py
 
 clean:
-	rm -rf $(VENV) .demo dist build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .demo dist build site .pytest_cache .mypy_cache .ruff_cache

@@ -92,7 +92,7 @@ class CeleryPlatform:
 
 
 class Tracker(Wiring):
-    """The tracking side of one Celery app. Get it with :meth:`Tracker.for_app`."""
+    """The tracking side of one Celery app. Get it with ``Tracker.for_app(app)``."""
 
     def __init__(self, app: Celery, settings: Settings) -> None:
         self.app = app

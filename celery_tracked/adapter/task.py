@@ -133,7 +133,7 @@ class TrackedTask(Task[P, R_co]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult[R_co]:
         """Create the job (or find the duplicate) and publish it. The body's arguments;
-        control options: :meth:`with_options` (or the untyped ``_idempotency_key=``...).
+        control options: ``with_options()`` (or the untyped ``_idempotency_key=``...).
 
         Raises:
             InvalidPayload: the arguments were refused (nothing was created).
@@ -291,7 +291,7 @@ class TrackedTask(Task[P, R_co]):
         return progress.cancel_requested(part(self.request, ProgressReporter, self.name))
 
     def update_state(self, *args: Any, **kwargs: Any) -> None:
-        """Celery's, then ``state="PROGRESS"`` feeds :meth:`set_progress` (backend first)."""
+        """Celery's, then ``state="PROGRESS"`` feeds ``set_progress()`` (backend first)."""
         try:
             super().update_state(*args, **kwargs)
         finally:

@@ -156,7 +156,7 @@ class Settings:
     def database_url_from_conf(
         cls, conf: Mapping[str, Any], environ: Mapping[str, str] | None = None
     ) -> str:
-        """Only ``tracked_database_url``, read and validated as :meth:`from_conf` does
+        """Only ``tracked_database_url``, read and validated as ``from_conf()`` does
         (what ``tracked migrate`` needs: no Redis setting)."""
         return str(_read(conf, os.environ if environ is None else environ, "database_url"))
 

@@ -1,0 +1,1 @@
+"""Small helpers for frameworks around Celery (``celery_tracked.contrib.django``)."""
