@@ -14,15 +14,20 @@
 
 from __future__ import annotations
 
+import random
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import Reject, Retry
 
 from ..core.attempt import Attempt
-from ..core.jobs import utcnow
+from ..core.jobs import Job, utcnow
+from ..core.messages import TrackedHeaders
+
+if TYPE_CHECKING:
+    from .task import TrackedTask
 
 #: Celery's ``max_retries`` of the tracker's own re-publishes: attempts are the tracker's.
 UNLIMITED = sys.maxsize
@@ -79,3 +84,22 @@ def requeue_refused() -> Iterator[None]:
         if getattr(reject, "requeue", False):
             raise
         raise Reject(getattr(reject, "reason", None), requeue=True) from None
+
+
+def retry_delay(task: TrackedTask[Any, Any], attempt: int) -> int:
+    """The delay after failed attempt ``attempt`` by ``task``'s retry policy, ms."""
+    settings = task.tracker.settings
+    policy = task.description.retry
+    return policy.delay_ms(
+        attempt, settings.default_backoff_ms, settings.max_backoff_ms, random.random
+    )
+
+
+def publish_again(
+    task: TrackedTask[Any, Any], args: Any, kwargs: Any, job: Job, countdown: float
+) -> None:
+    """Publish ``job``'s message again from the worker's main process (no request there:
+    the tracked headers come from the row; ``retries``: the attempts made)."""
+    headers = TrackedHeaders.of(job).to_headers()
+    queue, made = job.queue_name, job.attempts_made
+    task.apply_async(args, kwargs, headers=headers, countdown=countdown, queue=queue, retries=made)

@@ -110,6 +110,22 @@ class DuplicateInCanvas(EnqueueError):
         )
 
 
+class NotInTrackingDatabase(EnqueueError, ValueError):
+    """``enqueue_in`` was given a connection or session of another database than the
+    tracking database (``tracked_database_url``): the job's row could not share its
+    transaction. Nothing was written."""
+
+    retryable = False
+
+
+class NotTransactional(EnqueueError, ValueError):
+    """``enqueue_in`` cannot honour this call inside a caller's transaction: a key
+    lifetime other than the default (``ended``, a throttle, a debounce), eager mode, or a
+    store without SQL (the memory store). Nothing was written."""
+
+    retryable = False
+
+
 class RetryRefused(TrackedError, ValueError):
     """``Tracker.retry`` cannot re-run this job as asked (nothing was changed): its stored
     arguments hold redacted values not passed again, values were given for arguments that
