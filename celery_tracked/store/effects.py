@@ -89,8 +89,12 @@ def insert_in(conn: Connection, row: dict[str, object]) -> Job | None:
     """
     params = {**inserts.NEW_JOB_DEFAULTS, **row, "now": row["created_at"]}
     with translated("inserting the job row"):
-        result = conn.execute(inserts.job_insert_if_absent(conn.dialect.name), params)
-        if result.rowcount == 1:
+        insert = inserts.job_insert_if_absent(conn.dialect.name)
+        if conn.dialect.name in ("postgresql", "sqlite"):
+            inserted = conn.execute(insert.returning(jobs.c.id), params).first() is not None
+        else:
+            inserted = conn.execute(insert, params).rowcount == 1
+        if inserted:
             event_row = sql.event_insert(jobs, "enqueued", JobStatus.PENDING)
             conn.execute(event_row, {"job_id": row["id"], "now": row["created_at"]})
             return None
