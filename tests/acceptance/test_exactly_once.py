@@ -113,9 +113,7 @@ def test_refusals_are_loud_and_leave_nothing(env: Any, tmp_path: Path) -> None:
     assert env.sql("SELECT count(*) FROM background_jobs")[0][0] == 0
 
 
-def test_eight_concurrent_transactions_with_one_key_make_one_job(
-    env: Any, engine: Engine
-) -> None:
+def test_eight_concurrent_transactions_with_one_key_make_one_job(env: Any, engine: Engine) -> None:
     keyed, results, errors = env.task("acc.keyed"), [], []
     start = threading.Barrier(8)
 
@@ -233,8 +231,9 @@ def test_two_hundred_jobs_with_random_kills_write_each_increment_once(
         time.sleep(0.02)
     assert not alive, f"victims that never wrote: {sorted(alive)}"
     wait_for(
-        lambda: env.sql("SELECT count(*) FROM background_jobs WHERE status = 'completed'")[0][0]
-        == JOBS,
+        lambda: (
+            env.sql("SELECT count(*) FROM background_jobs WHERE status = 'completed'")[0][0] == JOBS
+        ),
         timeout=120,
         what="every job to complete",
     )

@@ -1,0 +1,91 @@
+"""Exactly-once effects on PostgreSQL and SQLite, in-process: ``enqueue_in`` commits or
+rolls back with the caller's transaction; ``self.transaction()`` writes commit with the
+completion, and nothing of a failed or retried attempt remains (runs inline: ``apply``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.orm import Session
+
+from celery_tracked import JobStatus, NotInAStep, tracked_task
+
+from .conftest import AppFactory, queue_messages, tracker_of
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    made = create_engine(database_url)
+    with made.begin() as conn:
+        conn.execute(text("CREATE TABLE ledger (k VARCHAR(50) PRIMARY KEY, n INTEGER)"))
+        conn.execute(text("INSERT INTO ledger (k, n) VALUES ('a', 0), ('b', 0), ('c', 0)"))
+    yield made
+    made.dispose()
+
+
+def ledger(engine: Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return {k: n for k, n in conn.execute(text("SELECT k, n FROM ledger"))}
+
+
+def test_enqueue_in_follows_the_callers_transaction(
+    make_app: AppFactory, engine: Engine, broker: redis.Redis
+) -> None:
+    app = make_app()
+
+    @tracked_task(app=app, queue="tx_q", idempotency_key="{x}")
+    def job(x: str) -> str:
+        return x
+
+    with Session(engine) as session:
+        job.enqueue_in(session, x="gone")
+        session.rollback()
+    assert queue_messages(broker, "tx_q") == []
+    with Session(engine) as session:
+        made = job.enqueue_in(session, x="gone")
+        assert made.created and queue_messages(broker, "tx_q") == []
+        session.commit()
+    assert len(queue_messages(broker, "tx_q")) == 1
+    found = tracker_of(app).get_job(made.job_id)
+    assert found is not None and found.published_at is not None
+    assert [e.event for e in tracker_of(app).history(made.job_id)] == ["enqueued"]
+
+
+def run_ledger_task(app: Celery, engine: Engine) -> Any:
+    seen: list[int] = []
+
+    @tracked_task(app=app, bind=True, queue="tx_q", max_attempts=2, backoff_ms=1)
+    def add(self: Any, k: str, fail: str = "") -> int:
+        seen.append(self.request.retries)
+        with self.transaction() as conn:
+            conn.execute(text("UPDATE ledger SET n = n + 1 WHERE k = :k"), {"k": k})
+        if fail == "always" or (fail == "first" and self.request.retries == 0):
+            raise Boom(k)
+        return len(seen)
+
+    return add
+
+
+def test_the_bodys_writes_commit_with_the_completion_only(
+    make_app: AppFactory, engine: Engine
+) -> None:
+    app = make_app(task_eager_propagates=True)
+    add = run_ledger_task(app, engine)
+    done = add.apply(kwargs={"k": "a"})
+    assert tracker_of(app).get_job(done.id).status is JobStatus.COMPLETED
+    retried = add.apply(kwargs={"k": "b", "fail": "first"})  # attempt 1's write is undone
+    assert tracker_of(app).get_job(retried.id).attempts_made == 2
+    with pytest.raises(Boom):
+        add.apply(kwargs={"k": "c", "fail": "always"})
+    assert ledger(engine) == {"a": 1, "b": 1, "c": 0}
+    with pytest.raises(NotInAStep), add.transaction():
+        pass
