@@ -21,7 +21,6 @@ from conftest import HERE, worker_environ
 from effects_tasks import LEDGER_DDL
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.orm import Session
-from sqlalchemy.pool import NullPool
 
 from celery_tracked import JobStatus, NotInTrackingDatabase, NotTransactional
 from tests.conftest import wait_for
