@@ -18,16 +18,13 @@ import random
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from celery.exceptions import Reject, Retry
 
 from ..core.attempt import Attempt
 from ..core.jobs import Job, utcnow
 from ..core.messages import TrackedHeaders
-
-if TYPE_CHECKING:
-    from .task import TrackedTask
 
 #: Celery's ``max_retries`` of the tracker's own re-publishes: attempts are the tracker's.
 UNLIMITED = sys.maxsize
@@ -86,7 +83,7 @@ def requeue_refused() -> Iterator[None]:
         raise Reject(getattr(reject, "reason", None), requeue=True) from None
 
 
-def retry_delay(task: TrackedTask[Any, Any], attempt: int) -> int:
+def retry_delay(task: Any, attempt: int) -> int:
     """The delay after failed attempt ``attempt`` by ``task``'s retry policy, ms."""
     settings = task.tracker.settings
     policy = task.description.retry
@@ -96,7 +93,7 @@ def retry_delay(task: TrackedTask[Any, Any], attempt: int) -> int:
 
 
 def publish_again(
-    task: TrackedTask[Any, Any], args: Any, kwargs: Any, job: Job, countdown: float
+    task: Any, args: Any, kwargs: Any, job: Job, countdown: float
 ) -> None:
     """Publish ``job``'s message again from the worker's main process (no request there:
     the tracked headers come from the row; ``retries``: the attempts made)."""

@@ -31,7 +31,6 @@ from .request_state import attempt_of
 
 if TYPE_CHECKING:
     from .celery_tracker import Tracker
-    from .task import TrackedTask
 
 logger = logging.getLogger("celery_tracked")
 
@@ -44,7 +43,7 @@ def _sql_store(tracker: Tracker, what: str) -> JobStore:
 
 
 def enqueue_in(
-    task: TrackedTask[Any, Any], target: Any, args: Sequence[Any], kwargs: dict[str, Any]
+    task: Any, target: Any, args: Sequence[Any], kwargs: dict[str, Any]
 ) -> EnqueueResult[Any]:
     """Create ``task``'s job in ``target``'s transaction (``TrackedTask.enqueue_in``)."""
     tracker = task.tracker
@@ -109,7 +108,7 @@ def _hand_over(tracker: Tracker, job: NewJob, publish: Publish) -> None:
 
 
 @contextmanager
-def transaction(task: TrackedTask[Any, Any]) -> Iterator[Connection]:
+def transaction(task: Any) -> Iterator[Connection]:
     """The running body's transaction on the tracking database (``TrackedTask.transaction``):
     left open at the block's end and committed with the run's completion; rolled back when
     the block raises, or the run ends any other way. A second block continues it."""
