@@ -92,9 +92,7 @@ def retry_delay(task: Any, attempt: int) -> int:
     )
 
 
-def publish_again(
-    task: Any, args: Any, kwargs: Any, job: Job, countdown: float
-) -> None:
+def publish_again(task: Any, args: Any, kwargs: Any, job: Job, countdown: float) -> None:
     """Publish ``job``'s message again from the worker's main process (no request there:
     the tracked headers come from the row; ``retries``: the attempts made)."""
     headers = TrackedHeaders.of(job).to_headers()
