@@ -25,6 +25,7 @@ from celery.exceptions import Reject, Retry
 from ..core.attempt import Attempt
 from ..core.jobs import Job, utcnow
 from ..core.messages import TrackedHeaders
+from ..core.retry_policy import RetryPolicy
 
 #: Celery's ``max_retries`` of the tracker's own re-publishes: attempts are the tracker's.
 UNLIMITED = sys.maxsize
@@ -86,7 +87,7 @@ def requeue_refused() -> Iterator[None]:
 def retry_delay(task: Any, attempt: int) -> int:
     """The delay after failed attempt ``attempt`` by ``task``'s retry policy, ms."""
     settings = task.tracker.settings
-    policy = task.description.retry
+    policy: RetryPolicy = task.description.retry
     return policy.delay_ms(
         attempt, settings.default_backoff_ms, settings.max_backoff_ms, random.random
     )
