@@ -14,6 +14,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.orm import Session
 
 from celery_tracked import JobStatus, NotInAStep, tracked_task
+from tests.conftest import wait_for
 
 from .conftest import AppFactory, queue_messages, tracker_of
 
@@ -89,3 +90,30 @@ def test_the_bodys_writes_commit_with_the_completion_only(
     assert ledger(engine) == {"a": 1, "b": 1, "c": 0}
     with pytest.raises(NotInAStep), add.transaction():
         pass
+
+
+def test_a_job_enqueued_in_the_bodys_transaction_follows_its_completion(
+    make_app: AppFactory, engine: Engine, broker: redis.Redis
+) -> None:
+    app = make_app(task_eager_propagates=True)
+
+    @tracked_task(app=app, queue="outbox_q", idempotency_key="{x}")
+    def webhook(x: str) -> str:
+        return x
+
+    @tracked_task(app=app, bind=True, queue="tx_q", max_attempts=1)
+    def ship(self: Any, x: str, fail: bool = False) -> str:
+        with self.transaction() as conn:
+            made = webhook.enqueue_in(conn, x=x)
+        if fail:
+            raise Boom(x)
+        return str(made.job_id)
+
+    sent = ship.apply(kwargs={"x": "yes"}).get()
+    with pytest.raises(Boom):
+        ship.apply(kwargs={"x": "no", "fail": True})
+    tracker = tracker_of(app)
+    found = tracker.get_job(sent)
+    assert found is not None
+    wait_for(lambda: len(queue_messages(broker, "outbox_q")) == 1, timeout=10)
+    assert [j.id for j in tracker.jobs(job_type=webhook.tracked_job_type)] == [sent]
