@@ -3,13 +3,31 @@ completion is written in it; every other outcome rolls it back before it is writ
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from celery_tracked.core.attempt import Attempt
+from celery_tracked.core.hooks import HookChain
 from celery_tracked.core.jobs import Claim, JobStatus
 from celery_tracked.core.moves import Completion
 from celery_tracked.core.outcome import Completed, Retrying, Skipped
-from tests.unit.test_runner import World, world  # noqa: F401 (the fixture)
+from celery_tracked.core.settings import Settings
+from celery_tracked.services.lease import LeaseKeeper
+from celery_tracked.services.runner import Runner
+from tests.unit.test_runner import MemoryStore, Recorder, World
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    """``test_runner``'s world: a memory store, a recording hook, a runner."""
+    store = MemoryStore()
+    recorder = Recorder()
+    keeper = LeaseKeeper(store, lease_seconds=60)  # type: ignore[arg-type]
+    runner = Runner(store, keeper, HookChain([recorder]), Settings(redis_url="memory://"))  # type: ignore[arg-type]
+    yield World(store, recorder, runner)
+    keeper.stop()
 
 
 class Held:
