@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, SessionTransaction
 
 from ..core.errors import NotInTrackingDatabase, StoreError
 from ..core.jobs import Claim, Job, JobStatus
@@ -124,7 +124,8 @@ def after_commit(
             pending = _PENDING[target] = []
             if isinstance(target, Session):
                 event.listen(target, "after_commit", _session_committed)
-                event.listen(target, "after_rollback", _rolled_back)
+                # after its ``after_commit``; also when it is closed without a commit
+                event.listen(target, "after_transaction_end", _session_ended)
             else:
                 event.listen(target, "commit", lambda conn: _connection_committing(conn, engines))
                 event.listen(target, "rollback", _rolled_back)
@@ -143,6 +144,11 @@ def _taken(target: object) -> list[tuple[str, Action]]:
 
 def _rolled_back(target: object) -> None:
     _taken(target)
+
+
+def _session_ended(session: Session, transaction: SessionTransaction) -> None:
+    if transaction.parent is None:
+        _taken(session)
 
 
 def _session_committed(session: Session) -> None:

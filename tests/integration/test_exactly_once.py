@@ -51,6 +51,12 @@ def test_enqueue_in_follows_the_callers_transaction(
         job.enqueue_in(session, x="gone")
         session.rollback()
     assert queue_messages(broker, "tx_q") == []
+    with Session(engine) as session:  # closed without a commit, then used again
+        job.enqueue_in(session, x="closed")
+        session.close()
+        session.execute(text("SELECT 1"))
+        session.commit()
+    assert queue_messages(broker, "tx_q") == []
     with Session(engine) as session:
         made = job.enqueue_in(session, x="gone")
         assert made.created and queue_messages(broker, "tx_q") == []
