@@ -123,3 +123,25 @@ def test_a_job_enqueued_in_the_bodys_transaction_follows_its_completion(
     assert found is not None
     wait_for(lambda: len(queue_messages(broker, "outbox_q")) == 1, timeout=10)
     assert [j.id for j in tracker.jobs(job_type=webhook.tracked_job_type)] == [sent]
+
+
+def test_successors_are_created_with_a_completion_in_the_bodys_transaction(
+    make_app: AppFactory, engine: Engine, broker: redis.Redis
+) -> None:
+    app = make_app(task_eager_propagates=True)
+
+    @tracked_task(app=app, queue="next_q")
+    def after(k: str) -> str:
+        return k
+
+    @tracked_task(app=app, bind=True, queue="tx_q", max_attempts=1)
+    def step(self: Any, k: str) -> str:
+        with self.transaction() as conn:
+            conn.execute(text("UPDATE ledger SET n = n + 1 WHERE k = :k"), {"k": k})
+        return str(self.then(after, k))
+
+    successor = step.apply(kwargs={"k": "a"}).get()
+    found = tracker_of(app).get_job(successor)
+    assert found is not None and found.status is JobStatus.PENDING
+    assert ledger(engine)["a"] == 1
+    wait_for(lambda: len(queue_messages(broker, "next_q")) == 1, timeout=10)
