@@ -89,6 +89,10 @@ def test_a_rollback_leaves_nothing_and_the_key_is_free_at_once(env: Any, engine:
         session.commit()
     assert fresh.created and fresh.job_id != gone
     assert keyed.enqueue(x="rollback") == (fresh.job_id, JobStatus.PENDING, False)
+    with Session(engine) as session:  # an ordinary enqueue right after a rollback creates
+        keyed.enqueue_in(session, x="rolled-back")
+        session.rollback()
+    assert keyed.enqueue(x="rolled-back").created
     with engine.connect() as conn:  # a Connection: published once its commit is visible
         other = keyed.enqueue_in(conn, x="connection")
         conn.commit()
@@ -96,8 +100,8 @@ def test_a_rollback_leaves_nothing_and_the_key_is_free_at_once(env: Any, engine:
     with engine.connect() as conn:
         keyed.enqueue_in(conn, x="connection-rolled-back")
         conn.rollback()
-    assert env.sql("SELECT count(*) FROM background_jobs")[0][0] == 2
-    assert len(env.broker_messages()) == 2
+    assert env.sql("SELECT count(*) FROM background_jobs")[0][0] == 3
+    assert len(env.broker_messages()) == 3
 
 
 def test_refusals_are_loud_and_leave_nothing(env: Any, tmp_path: Path) -> None:
