@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import random
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,7 +23,9 @@ from typing import Any
 from celery.exceptions import Reject, Retry
 
 from ..core.attempt import Attempt
-from ..core.jobs import utcnow
+from ..core.jobs import Job, utcnow
+from ..core.messages import TrackedHeaders
+from ..core.retry_policy import RetryPolicy
 
 #: Celery's ``max_retries`` of the tracker's own re-publishes: attempts are the tracker's.
 UNLIMITED = sys.maxsize
@@ -79,3 +82,20 @@ def requeue_refused() -> Iterator[None]:
         if getattr(reject, "requeue", False):
             raise
         raise Reject(getattr(reject, "reason", None), requeue=True) from None
+
+
+def retry_delay(task: Any, attempt: int) -> int:
+    """The delay after failed attempt ``attempt`` by ``task``'s retry policy, ms."""
+    settings = task.tracker.settings
+    policy: RetryPolicy = task.description.retry
+    return policy.delay_ms(
+        attempt, settings.default_backoff_ms, settings.max_backoff_ms, random.random
+    )
+
+
+def publish_again(task: Any, args: Any, kwargs: Any, job: Job, countdown: float) -> None:
+    """Publish ``job``'s message again from the worker's main process (no request there:
+    the tracked headers come from the row; ``retries``: the attempts made)."""
+    headers = TrackedHeaders.of(job).to_headers()
+    queue, made = job.queue_name, job.attempts_made
+    task.apply_async(args, kwargs, headers=headers, countdown=countdown, queue=queue, retries=made)

@@ -20,9 +20,9 @@ Celery's ``Ignore``/``Retry``/``Reject``.
 from __future__ import annotations
 
 import logging
-import random
 import socket
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any, ClassVar, NoReturn, ParamSpec, TypeVar, cast
 
@@ -30,9 +30,10 @@ from celery import Celery, Task
 from celery.exceptions import Ignore, Retry, TimeLimitExceeded
 from celery.result import AsyncResult
 from celery.utils.saferepr import saferepr
+from sqlalchemy import Connection
 
 from ..core.description import TaskDescription
-from ..core.jobs import EnqueueResult, Job
+from ..core.jobs import EnqueueResult
 from ..core.keys import KeyRule
 from ..core.limits import Limits
 from ..core.messages import CONTROL_OPTIONS, Control, TrackedHeaders
@@ -43,7 +44,7 @@ from ..core.run import Run
 from ..services import progress, successors
 from ..services.reporter import ProgressReporter
 from ..services.successors import Step
-from . import eager, producer, retries
+from . import eager, producer, retries, transactional
 from .celery_signals import CELERY_SIGNALS
 from .celery_tracker import Tracker
 from .maintenance import install_beat_entries
@@ -140,6 +141,12 @@ class TrackedTask(Task[P, R_co]):
             EnqueueError: Redis, the database or the broker failed (nothing left behind).
         """
         return self.with_options(**Control.underscored(kwargs))(*args, **kwargs)
+
+    def enqueue_in(self, conn: Any, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult[R_co]:
+        """``enqueue`` inside the caller's transaction (a SQLAlchemy ``Session`` or
+        ``Connection`` to the tracking database): published once it commits, gone if it
+        rolls back (``transactional.py``, ``docs/exactly-once.md``)."""
+        return transactional.enqueue_in(self, conn, args, dict(kwargs))
 
     def with_options(
         self,
@@ -276,6 +283,11 @@ class TrackedTask(Task[P, R_co]):
         call = body_call(request, body, args, kwargs)  # given its attempt by the runner
         return cast(R_co, self._settle(tracker.runner.run(run, call)))
 
+    def transaction(self) -> AbstractContextManager[Connection]:
+        """The body's transaction on the tracking database, committed with the run's
+        completion, rolled back otherwise (``transactional.py``)."""
+        return transactional.transaction(self)
+
     def set_progress(self, percent: float, stage: str | None = None) -> bool:
         """The running job's ``progress`` (0-100) and ``stage``: ``progress.set_progress``."""
         return progress.set_progress(
@@ -361,19 +373,10 @@ class TrackedTask(Task[P, R_co]):
         """Worker main process: a run killed by the hard time limit wrote nothing and its
         message is acknowledged: retry or fail its job (``aftermath.py``)."""
         if isinstance(exc, TimeLimitExceeded):
-            republish = partial(_publish_again, self, args, kwargs)
+            republish = partial(retries.publish_again, self, args, kwargs)
             limit = exc.args[0] if exc.args else "?"
-            delay = partial(_retry_delay, self)
+            delay = partial(retries.retry_delay, self)
             self.tracker.aftermath.time_limited(task_id, limit, delay, republish)
-
-
-def _retry_delay(task: TrackedTask[Any, Any], attempt: int) -> int:
-    """The delay after failed attempt ``attempt`` by ``task``'s retry policy, ms."""
-    settings = task.tracker.settings
-    policy = task.description.retry
-    return policy.delay_ms(
-        attempt, settings.default_backoff_ms, settings.max_backoff_ms, random.random
-    )
 
 
 def _hide_arguments(task: TrackedTask[Any, Any]) -> None:
@@ -386,13 +389,3 @@ def _hide_arguments(task: TrackedTask[Any, Any]) -> None:
 def _send(task: TrackedTask[Any, Any], args: Any, kwargs: Any, options: Any) -> None:
     """Publish a message of an existing job (its headers in ``options``): no new row."""
     task.apply_async(args, kwargs, **options)
-
-
-def _publish_again(
-    task: TrackedTask[Any, Any], args: Any, kwargs: Any, job: Job, countdown: float
-) -> None:
-    """Publish ``job``'s message again from the worker's main process (no request there:
-    the tracked headers come from the row; ``retries``: the attempts made)."""
-    headers = TrackedHeaders.of(job).to_headers()
-    queue, made = job.queue_name, job.attempts_made
-    task.apply_async(args, kwargs, headers=headers, countdown=countdown, queue=queue, retries=made)

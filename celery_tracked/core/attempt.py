@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import TypeVar
 
 from .jobs import Claim
+from .moves import HeldTransaction
 from .run import Run
 
 T = TypeVar("T")
@@ -46,6 +47,9 @@ class Attempt:
     #: the status its outcome write recorded (``completed``, ``retrying``, ``failed``),
     #: once that write committed; None while none did
     recorded: str | None = None
+    #: the body's own transaction, parked at the end of its ``transaction()`` block: the
+    #: completion commits it, any other outcome rolls it back
+    held: HeldTransaction | None = None
     _parts: dict[type, object] = field(default_factory=dict, repr=False)
 
     @property
@@ -87,6 +91,12 @@ class Attempt:
     def retrying(self, sent: datetime) -> None:
         """The body's own retry published the next attempt's message at ``sent``."""
         self.retry_sent = sent
+
+    def drop_held(self) -> None:
+        """Roll back the body's parked transaction, if any (before another outcome)."""
+        held, self.held = self.held, None
+        if held is not None:
+            held.abandon()
 
     def gave_up_with(self, error: BaseException | None) -> bool:
         """Whether the body ended with the exception of a retry that gave up."""

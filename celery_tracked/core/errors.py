@@ -12,7 +12,9 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
     │   ├── PayloadTooLarge
     │   └── InvalidSuccessor      a successor a step declared was refused (also Unrecoverable)
     ├── EnqueueError              Redis, database or broker failed at enqueue (retryable)
-    │   └── DuplicateInCanvas     a canvas member's idempotency key is taken (not retryable)
+    │   ├── DuplicateInCanvas     a canvas member's idempotency key is taken (not retryable)
+    │   ├── NotInTrackingDatabase ``enqueue_in`` given another database's connection
+    │   └── NotTransactional      ``enqueue_in`` cannot decide this call in a transaction
     ├── RetryRefused              ``Tracker.retry`` cannot re-run the job as asked
     ├── StoreError                the tracking database failed outside enqueue
     │   ├── Disconnected          (internal) its pooled connection was dead
@@ -21,7 +23,8 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
     ├── JobNotFound
     ├── InvalidFilter             ``Tracker.jobs``/bulk actions: a bad filter, limit or cursor
     ├── InvalidProgress           ``set_progress``/``log`` given a value it cannot record
-    ├── NotInAStep                ``then``/``otherwise`` called outside a running tracked task
+    ├── NotInAStep                ``then``/``otherwise``/``transaction`` outside a running
+    │                             tracked task
     ├── WaitTimeout               (also a ``TimeoutError``)
     ├── JobFailed                 ``Tracker.wait`` on a failed or cancelled job
     └── Unrecoverable             raised by a task body: fail now, no further attempts
@@ -108,6 +111,22 @@ class DuplicateInCanvas(EnqueueError):
             f"{task_name}: idempotency key already used by job {job_id}; inside a canvas "
             f"its signature (task id {task_id}) would never run, refused"
         )
+
+
+class NotInTrackingDatabase(EnqueueError, ValueError):
+    """``enqueue_in`` was given a connection or session of another database than the
+    tracking database (``tracked_database_url``): the job's row could not share its
+    transaction. Nothing was written."""
+
+    retryable = False
+
+
+class NotTransactional(EnqueueError, ValueError):
+    """``enqueue_in`` cannot honour this call inside a caller's transaction: a key
+    lifetime other than the default (``ended``, a throttle, a debounce), eager mode, or a
+    store without SQL (the memory store). Nothing was written."""
+
+    retryable = False
 
 
 class RetryRefused(TrackedError, ValueError):

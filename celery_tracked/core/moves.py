@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
-from .jobs import JobStatus, NewRow
+from .jobs import Claim, JobStatus, NewRow
 
 __all__ = [
     "AttemptError",
@@ -65,6 +66,27 @@ class Completion:
     now: datetime
     duration_ms: int
     rows: Rows = ()
+
+
+class HeldTransaction(Protocol):
+    """The body's own transaction on the tracking database (``TrackedTask.transaction``),
+    left open when its block ended: the completion is written in it and commits the
+    body's writes with it, or it is rolled back (any other outcome, a lost lease)."""
+
+    def complete(self, claim: Claim, done: Completion) -> bool:
+        """Write the fenced completion (and ``done.rows``) in this transaction and commit
+        it; False, rolled back, when the run no longer holds the lease.
+
+        Raises:
+            StoreError: the database failed (rolled back, unless the commit is known to
+                have happened: then True).
+            Refused: the database refused a row (rolled back).
+        """
+        ...
+
+    def abandon(self) -> None:
+        """Roll it back and close it (nothing it wrote remains)."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -107,10 +107,15 @@ class Recorder:
         try:
             rows = self.hooks.completion_rows(attempt, result)
         except Exception as exc:
+            attempt.drop_held()
             return self.job_error(attempt, exc, started)
         duration = int((time.monotonic() - started) * 1000)
         try:
-            saved = self._save_completion(run, claim, result_json, duration, rows)
+            held, attempt.held = attempt.held, None
+            if held is not None:  # the body's own transaction: commits with it, once
+                saved = held.complete(claim, Completion(result_json, utcnow(), duration, rows))
+            else:
+                saved = self._save_completion(run, claim, result_json, duration, rows)
         except Refused as exc:
             return self.job_error(attempt, exc, started)
         except StoreError as exc:  # the database stayed away: the attempt is retried

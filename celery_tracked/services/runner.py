@@ -225,7 +225,10 @@ class Runner:
             error = exc
             mask_exception(exc, run.secrets(), self.settings.redact_keys)  # and its cause
         self.leases.body_ended(claim)
-        verdict = self._record(attempt, error, result, result_json, started)
+        try:
+            verdict = self._record(attempt, error, result, result_json, started)
+        finally:
+            attempt.drop_held()  # not completed: nothing the body's transaction wrote stays
         self.hooks.after_attempt(attempt)
         return verdict
 
@@ -243,6 +246,7 @@ class Runner:
         plan = recorder.plan(attempt.run, claim, error, attempt)
         if plan.write is Write.COMPLETE:
             return recorder.complete(attempt, plan, error, result, result_json, started)
+        attempt.drop_held()  # first: on SQLite it holds the only write lock
         if plan.write is Write.RELEASE:
             recorder.release(claim)
             return after_write(plan, error, attempt.run.signals)

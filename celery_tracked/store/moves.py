@@ -53,13 +53,13 @@ class Moves:
                 return None if found is None else (int(found[0]), int(found[1]))
             locked = key_locked(engines, key) if key is not None else engines.transaction()
             with locked as conn:
-                found = self._apply_in(conn, move, params, engines.is_postgres)
+                found = self.apply_in(conn, move, params, engines.is_postgres)
                 if found is not None:
-                    _insert_rows(conn, rows)
+                    insert_rows(conn, rows)
                 return found
 
     @staticmethod
-    def _apply_in(
+    def apply_in(
         conn: Connection, move: sql.Move, params: Mapping[str, Any], postgres: bool
     ) -> Moved | None:
         values = dict(params)
@@ -208,7 +208,7 @@ class Moves:
         return self.apply(sql.RELEASE, params) is not None
 
 
-def _insert_rows(conn: Connection, rows: Sequence[NewRow]) -> None:
+def insert_rows(conn: Connection, rows: Sequence[NewRow]) -> None:
     for row in rows:
         if not row.new_job:
             conn.execute(insert(metadata.tables[row.table]).values(dict(row.values)))

@@ -40,6 +40,7 @@ from typing import Any
 import redis
 from celery import Celery
 from celery.exceptions import Ignore, Reject
+from effects_tasks import add_effects_tasks
 from key_tasks import add_key_tasks
 from limit_tasks import add_limit_tasks
 from ops_tasks import add_ops_tasks
@@ -146,6 +147,7 @@ def create_app(config: Mapping[str, Any]) -> Celery:
     add_limit_tasks(app, QUEUE, _begin, _end)
     add_ops_tasks(app, QUEUE, _begin, _end)
     add_retry_tasks(app, QUEUE, _begin, _end)
+    add_effects_tasks(app, QUEUE, _begin, _end)
 
     @tracked_task(app=app, bind=True, shared=False, name="acc.succeed", queue=QUEUE, max_attempts=3)
     def succeed(self: Any, x: Any, sleep: float = 0.0) -> dict[str, Any]:

@@ -21,6 +21,8 @@ EXPECTED = {
     "JobStatus",
     "KeyLifetime",
     "NotInAStep",
+    "NotInTrackingDatabase",
+    "NotTransactional",
     "PayloadNotSerializable",
     "PayloadTooLarge",
     "Pipeline",

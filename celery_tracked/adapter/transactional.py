@@ -1,0 +1,131 @@
+"""Exactly-once effects on the tracking database (``docs/exactly-once.md``).
+
+:func:`enqueue_in`: a job created in the caller's own transaction (a SQLAlchemy
+``Session`` or ``Connection`` to the tracking database), published once it commits;
+nothing remains after a rollback. No Redis guard is taken: the unique key constraint
+decides, inside the transaction.
+
+:func:`transaction`: the body's own transaction on the tracking database, committed with
+the run's fenced completion (``store/effects.py``, ``HeldCompletion``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from celery import Task
+from sqlalchemy import Connection
+
+from ..core.errors import EnqueueError, NotInAStep, NotTransactional, StoreError
+from ..core.hooks import Transition
+from ..core.jobs import EnqueueResult, Event, JobStatus, utcnow
+from ..core.messages import Control
+from ..services.enqueuer import NewJob, Publish
+from ..store import JobStore, effects
+from . import eager, producer
+from .request_state import attempt_of
+
+if TYPE_CHECKING:
+    from .celery_tracker import Tracker
+
+logger = logging.getLogger("celery_tracked")
+
+
+def _sql_store(tracker: Tracker, what: str) -> JobStore:
+    store = tracker.store
+    if not isinstance(store, JobStore):
+        raise NotTransactional(f"{what} needs the SQL store (tracked_database_url)")
+    return store
+
+
+def enqueue_in(
+    task: Any, target: Any, args: Sequence[Any], kwargs: dict[str, Any]
+) -> EnqueueResult[Any]:
+    """Create ``task``'s job in ``target``'s transaction (``TrackedTask.enqueue_in``)."""
+    tracker = task.tracker
+    store = _sql_store(tracker, "enqueue_in")
+    chosen = Control.underscored(kwargs)
+    options = dict(chosen.pop("options", None) or {})
+    control = Control(**chosen)
+    if task.app.conf.task_always_eager:
+        raise NotTransactional(f"enqueue_in of {task.name}: not in eager mode (use enqueue)")
+    task_id = options.pop("task_id", None)
+    job = producer.new_job(
+        task.description, tracker.settings, args, kwargs, task_id, control, options
+    )
+    if job.rule.reused or job.rule.debounce_s:
+        raise NotTransactional(
+            f"enqueue_in of {task.name}: only the default key lifetime (one job per key) "
+            f"can be decided in a transaction, not {job.rule.lifetime.value!r}"
+        )
+    conn = effects.connection_of(target, store.engines)
+    try:
+        found = effects.insert_in(conn, job.row())
+    except StoreError as exc:
+        raise EnqueueError(f"enqueue of {task.name} failed (database): {exc}") from None
+    hooks = tracker.enqueuer.hooks
+    if found is not None:
+        message = f"job {found.id} deduplicated (key already used)"
+        hooks.after_transition(
+            Transition.of(
+                Event.DEDUPLICATED, found.id, message, found.status, job.queue, job.job_type, 0
+            )
+        )
+        return EnqueueResult(found.id, found.status, False)
+    send = partial(Task.apply_async, task)
+    publish = eager.sender(send, args, kwargs, job.call, options)
+    effects.after_commit(
+        target, job.job_id, partial(_hand_over, tracker, job, publish), store.engines
+    )
+    return EnqueueResult(job.job_id, JobStatus.PENDING, True)
+
+
+def _hand_over(tracker: Tracker, job: NewJob, publish: Publish) -> None:
+    """Publish a job whose transaction committed and mark it handed over; a failure is
+    left to the relay (the row stays unpublished)."""
+    try:
+        publish(job.headers(), job.celery_task_id or job.job_id)
+    except Exception as exc:
+        logger.warning(
+            "job %s committed but not published (%s): the relay publishes it after "
+            "tracked_relay_grace_seconds",
+            job.job_id,
+            type(exc).__name__,
+        )
+        return
+    try:
+        tracker.store.note_handed_over(job.job_id, utcnow(), 0)
+    except StoreError as exc:  # the relay may publish it again: a duplicate never runs
+        logger.warning("could not record that job %s was published: %s", job.job_id, exc)
+    message = f"job {job.job_id} enqueued on {job.queue} (after its transaction committed)"
+    tracker.enqueuer.hooks.after_transition(
+        Transition.of(Event.ENQUEUED, job.job_id, message, "pending", job.queue, job.job_type, 0)
+    )
+
+
+@contextmanager
+def transaction(task: Any) -> Iterator[Connection]:
+    """The running body's transaction on the tracking database (``TrackedTask.transaction``):
+    left open at the block's end and committed with the run's completion; rolled back when
+    the block raises, or the run ends any other way. A second block continues it."""
+    attempt = attempt_of(task.request)
+    if attempt is None:
+        raise NotInAStep(f"{task.name}: self.transaction() is only for a running tracked body")
+    held = attempt.held
+    if isinstance(held, effects.HeldCompletion):
+        conn = held.conn
+    else:
+        store = _sql_store(task.tracker, "self.transaction()")
+        conn = effects.begin(store.engines)
+        held = effects.HeldCompletion(store.engines, conn)
+    try:
+        yield conn
+    except BaseException:
+        attempt.held = None
+        held.abandon()
+        raise
+    attempt.held = held

@@ -1,0 +1,147 @@
+"""Exactly-once effects on PostgreSQL and SQLite, in-process: ``enqueue_in`` commits or
+rolls back with the caller's transaction; ``self.transaction()`` writes commit with the
+completion, and nothing of a failed or retried attempt remains (runs inline: ``apply``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.orm import Session
+
+from celery_tracked import JobStatus, NotInAStep, tracked_task
+from tests.conftest import wait_for
+
+from .conftest import AppFactory, queue_messages, tracker_of
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    made = create_engine(database_url)
+    with made.begin() as conn:
+        conn.execute(text("CREATE TABLE ledger (k VARCHAR(50) PRIMARY KEY, n INTEGER)"))
+        conn.execute(text("INSERT INTO ledger (k, n) VALUES ('a', 0), ('b', 0), ('c', 0)"))
+    yield made
+    made.dispose()
+
+
+def ledger(engine: Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return {k: n for k, n in conn.execute(text("SELECT k, n FROM ledger"))}
+
+
+def test_enqueue_in_follows_the_callers_transaction(
+    make_app: AppFactory, engine: Engine, broker: redis.Redis
+) -> None:
+    app = make_app()
+
+    @tracked_task(app=app, queue="tx_q", idempotency_key="{x}")
+    def job(x: str) -> str:
+        return x
+
+    with Session(engine) as session:
+        job.enqueue_in(session, x="gone")
+        session.rollback()
+    assert queue_messages(broker, "tx_q") == []
+    with Session(engine) as session:  # closed without a commit, then used again
+        job.enqueue_in(session, x="closed")
+        session.close()
+        session.execute(text("SELECT 1"))
+        session.commit()
+    assert queue_messages(broker, "tx_q") == []
+    with Session(engine) as session:
+        made = job.enqueue_in(session, x="gone")
+        assert made.created and queue_messages(broker, "tx_q") == []
+        session.commit()
+    assert len(queue_messages(broker, "tx_q")) == 1
+    found = tracker_of(app).get_job(made.job_id)
+    assert found is not None and found.published_at is not None
+    assert [e.event for e in tracker_of(app).history(made.job_id)] == ["enqueued"]
+
+
+def run_ledger_task(app: Celery, engine: Engine) -> Any:
+    seen: list[int] = []
+
+    @tracked_task(app=app, bind=True, queue="tx_q", max_attempts=2, backoff_ms=1)
+    def add(self: Any, k: str, fail: str = "") -> int:
+        seen.append(self.request.retries)
+        with self.transaction() as conn:
+            conn.execute(text("UPDATE ledger SET n = n + 1 WHERE k = :k"), {"k": k})
+        if fail == "always" or (fail == "first" and self.request.retries == 0):
+            raise Boom(k)
+        return len(seen)
+
+    return add
+
+
+def test_the_bodys_writes_commit_with_the_completion_only(
+    make_app: AppFactory, engine: Engine
+) -> None:
+    app = make_app(task_eager_propagates=True)
+    add = run_ledger_task(app, engine)
+    done = add.apply(kwargs={"k": "a"})
+    assert tracker_of(app).get_job(done.id).status is JobStatus.COMPLETED
+    retried = add.apply(kwargs={"k": "b", "fail": "first"})  # attempt 1's write is undone
+    assert tracker_of(app).get_job(retried.id).attempts_made == 2
+    with pytest.raises(Boom):
+        add.apply(kwargs={"k": "c", "fail": "always"})
+    assert ledger(engine) == {"a": 1, "b": 1, "c": 0}
+    with pytest.raises(NotInAStep), add.transaction():
+        pass
+
+
+def test_a_job_enqueued_in_the_bodys_transaction_follows_its_completion(
+    make_app: AppFactory, engine: Engine, broker: redis.Redis
+) -> None:
+    app = make_app(task_eager_propagates=True)
+
+    @tracked_task(app=app, queue="outbox_q", idempotency_key="{x}")
+    def webhook(x: str) -> str:
+        return x
+
+    @tracked_task(app=app, bind=True, queue="tx_q", max_attempts=1)
+    def ship(self: Any, x: str, fail: bool = False) -> str:
+        with self.transaction() as conn:
+            made = webhook.enqueue_in(conn, x=x)
+        if fail:
+            raise Boom(x)
+        return str(made.job_id)
+
+    sent = ship.apply(kwargs={"x": "yes"}).get()
+    with pytest.raises(Boom):
+        ship.apply(kwargs={"x": "no", "fail": True})
+    tracker = tracker_of(app)
+    found = tracker.get_job(sent)
+    assert found is not None
+    wait_for(lambda: len(queue_messages(broker, "outbox_q")) == 1, timeout=10)
+    assert [j.id for j in tracker.jobs(job_type=webhook.tracked_job_type)] == [sent]
+
+
+def test_successors_are_created_with_a_completion_in_the_bodys_transaction(
+    make_app: AppFactory, engine: Engine, broker: redis.Redis
+) -> None:
+    app = make_app(task_eager_propagates=True)
+
+    @tracked_task(app=app, queue="next_q")
+    def after(k: str) -> str:
+        return k
+
+    @tracked_task(app=app, bind=True, queue="tx_q", max_attempts=1)
+    def step(self: Any, k: str) -> str:
+        with self.transaction() as conn:
+            conn.execute(text("UPDATE ledger SET n = n + 1 WHERE k = :k"), {"k": k})
+        return str(self.then(after, k))
+
+    successor = step.apply(kwargs={"k": "a"}).get()
+    found = tracker_of(app).get_job(successor)
+    assert found is not None and found.status is JobStatus.PENDING
+    assert ledger(engine)["a"] == 1
+    wait_for(lambda: len(queue_messages(broker, "next_q")) == 1, timeout=10)
