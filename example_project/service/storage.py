@@ -132,6 +132,8 @@ def insert_ignoring_duplicate(engine: Engine, table: Table, **values: Any) -> bo
         statement = sqlite_insert(table).values(**values).on_conflict_do_nothing()
     else:  # MySQL/MariaDB: INSERT IGNORE
         statement = insert(table).values(**values).prefix_with("IGNORE")
+    # an INSERT's rowcount is kept only when asked for (SQLAlchemy 2.1 and psycopg give -1)
+    statement = statement.execution_options(preserve_rowcount=True)
     with engine.begin() as conn:
         return conn.execute(statement).rowcount == 1
 

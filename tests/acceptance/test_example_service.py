@@ -219,6 +219,19 @@ def test_a_crash_inside_the_smtp_conversation_resends_the_same_message_id(
     assert mailbox.received == [message_id_of(job_id)] * 2  # received twice
     assert list(mailbox.delivered) == [message_id_of(job_id)]  # one after deduplication
     assert email_state(cfg, job_id, "sent")
+    resent = {"message_id": message_id_of(job_id), "sent": True, "resent": True}
+    assert job_result(cfg, job_id) == resent
+
+
+def job_result(config: ServiceConfig, job_id: str) -> Any:
+    """The job's result, as the worker stored it (the API never shows it)."""
+    engine = engine_for(config.database_url)
+    try:
+        with engine.connect() as conn:
+            query = text("SELECT result_json FROM background_jobs WHERE id = :j")
+            return json.loads(conn.execute(query, {"j": job_id}).scalar_one())
+    finally:
+        engine.dispose()
 
 
 def email_state(config: ServiceConfig, job_id: str, state: str) -> bool:
@@ -264,10 +277,9 @@ def test_an_email_whose_job_runs_again_after_it_was_sent_reaches_the_server_once
             wait_for(partial(email_state, cfg, job_id, "sent"), timeout=20, what="sent")
             kill_while_completion_waits(worker, hold)
             job = poll(client, job_id, "completed", "failed")
-            result = hold.scalar("SELECT result_json FROM background_jobs WHERE id = :j", j=job_id)
     assert job["status"] == "completed" and job["attempts"] == 2, job
     assert mailbox.received == [message_id_of(job_id)]  # one DATA at the server
-    assert json.loads(result) == {"message_id": message_id_of(job_id), "sent": False}
+    assert job_result(cfg, job_id) == {"message_id": message_id_of(job_id), "sent": False}
 
 
 def test_a_notification_whose_job_runs_again_after_its_insert_is_stored_once(
@@ -296,6 +308,7 @@ def test_a_notification_whose_job_runs_again_after_its_insert_is_stored_once(
         owner = key_hold.scalar("SELECT user_id FROM example_notifications")
     assert job["status"] == "completed" and job["attempts"] == 2, job
     assert rows == 1 and owner == "alice"
+    assert job_result(config, job_id) == {"inserted": False}  # the second run's
 
 
 def test_a_deleted_document_fails_its_job_with_no_further_attempt(
