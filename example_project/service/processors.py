@@ -7,15 +7,20 @@ before a crash, since delivery is at least once:
 - OCR, AI and indexing write to a document with one conditional UPDATE that checks its
   current state (not deleted, same revision); a deleted document ends the job at once as
   ``Unrecoverable`` (failed, no further attempts);
-- email is sent with a ``Message-ID`` derived from the job id, and recorded once sent: a
-  run after the record sends nothing, and a run after a crash between the SMTP server's
-  acceptance and the record sends the same ``Message-ID`` again, which the receiving side
-  can recognise (the test's server keeps one message per ``Message-ID``);
+- email has a ``Message-ID`` derived from the job id and a row in
+  ``example_sent_emails``: ``sending`` is committed before the SMTP conversation,
+  ``sent`` after the server accepted the message. A run that finds ``sent`` sends
+  nothing (a crash after the send, before the job's completion, delivers once). A run
+  that finds ``sending`` sends again with the same ``Message-ID``: the one
+  at-least-once window, a crash inside the SMTP conversation or before ``sent`` is
+  written (SMTP has no transaction), where a receiver that deduplicates by
+  ``Message-ID`` shows one message;
 - a notification is one row per job (primary key ``job_id``, ``ON CONFLICT DO NOTHING``).
 """
 
 from __future__ import annotations
 
+import logging
 import smtplib
 from dataclasses import dataclass
 from email.message import EmailMessage
@@ -28,6 +33,8 @@ from example_project.courses import ai
 
 from . import storage
 from .config import ServiceConfig
+
+logger = logging.getLogger(__name__)
 
 
 class DocumentGone(Unrecoverable):
@@ -132,23 +139,19 @@ def declare(app: Celery, config: ServiceConfig) -> dict[str, Any]:
     )
     def send_email(self: Any, to: str, subject: str, body: str) -> dict[str, Any]:
         message_id = message_id_of(self.request.id)
-        if storage.was_sent(docs.engine, message_id):
+        recorded, state = storage.email_state(docs.engine, message_id, self.request.id, to)
+        if state == storage.SENT:
             return {"message_id": message_id, "sent": False}
+        if not recorded:  # an earlier run died inside the SMTP conversation, or just after
+            logger.warning("resending %s: an earlier run may have delivered it", message_id)
         message = EmailMessage()
         message["From"], message["To"], message["Subject"] = config.mail_from, to, subject
         message["Message-ID"] = message_id
         message.set_content(body)
         with smtplib.SMTP(config.smtp_host, config.smtp_port, timeout=30) as smtp:
             smtp.send_message(message)
-        storage.insert_ignoring_duplicate(
-            docs.engine,
-            storage.sent_emails,
-            message_id=message_id,
-            job_id=self.request.id,
-            recipient=to,
-            sent_at=storage.now(),
-        )
-        return {"message_id": message_id, "sent": True}
+        storage.mark_sent(docs.engine, message_id)
+        return {"message_id": message_id, "sent": True, "resent": not recorded}
 
     @tracked_task(
         app=app,

@@ -43,15 +43,19 @@ documents = Table(
     Column("deleted_at", DateTime(timezone=True)),
 )
 
-#: One row per email handed to the SMTP server (its Message-ID is derived from the job id).
+#: One row per email (its Message-ID is derived from the job id), committed before the
+#: SMTP conversation in state ``sending`` and set to ``sent`` once the server accepted it.
 sent_emails = Table(
     "example_sent_emails",
     metadata,
     Column("message_id", String(255), primary_key=True),
     Column("job_id", String(36), nullable=False),
     Column("recipient", String(255), nullable=False),
-    Column("sent_at", DateTime(timezone=True), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("sent_at", DateTime(timezone=True)),
 )
+
+SENDING, SENT = "sending", "sent"
 
 #: A notification per job, at most: ``job_id`` is the primary key.
 notifications = Table(
@@ -128,13 +132,31 @@ def insert_ignoring_duplicate(engine: Engine, table: Table, **values: Any) -> bo
         statement = sqlite_insert(table).values(**values).on_conflict_do_nothing()
     else:  # MySQL/MariaDB: INSERT IGNORE
         statement = insert(table).values(**values).prefix_with("IGNORE")
+    # an INSERT's rowcount is kept only when asked for (SQLAlchemy 2.1 and psycopg give -1)
+    statement = statement.execution_options(preserve_rowcount=True)
     with engine.begin() as conn:
         return conn.execute(statement).rowcount == 1
 
 
-def was_sent(engine: Engine, message_id: str) -> bool:
+def email_state(engine: Engine, message_id: str, job_id: str, recipient: str) -> tuple[bool, str]:
+    """Record the intent to send ``message_id`` (state ``sending``, committed) unless its
+    row exists; returns whether this call recorded it, and the row's state: ``sending``
+    (just recorded, or an earlier run died inside the SMTP conversation or before marking
+    it) or ``sent``."""
+    values = {"message_id": message_id, "job_id": job_id, "recipient": recipient}
+    recorded = insert_ignoring_duplicate(engine, sent_emails, state=SENDING, **values)
     with engine.connect() as conn:
-        found = conn.execute(
-            select(sent_emails.c.message_id).where(sent_emails.c.message_id == message_id)
-        ).first()
-    return found is not None
+        state = conn.execute(
+            select(sent_emails.c.state).where(sent_emails.c.message_id == message_id)
+        ).scalar_one()
+    return recorded, str(state)
+
+
+def mark_sent(engine: Engine, message_id: str) -> None:
+    """``sending`` → ``sent``, once the SMTP server accepted the message."""
+    with engine.begin() as conn:
+        conn.execute(
+            update(sent_emails)
+            .where(sent_emails.c.message_id == message_id)
+            .values(state=SENT, sent_at=now())
+        )

@@ -7,15 +7,18 @@ PostgreSQL database; emails go to a real SMTP server on loopback (aiosmtpd).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from pg_holds import Hold, check_dead_clients
 from service_helpers import AsgiClient, Mailbox, ServiceWorker, SmtpServer, asgi_client, free_port
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
@@ -191,11 +194,14 @@ def test_a_caller_over_its_limit_gets_429(config: ServiceConfig) -> None:
         )
 
 
-def test_an_email_is_delivered_once_although_its_job_ran_twice(
+def test_a_crash_inside_the_smtp_conversation_resends_the_same_message_id(
     config: ServiceConfig, start_worker: Callable[..., ServiceWorker]
 ) -> None:
-    """The worker's pool process is SIGKILLed after the SMTP server took the message,
-    before the job completed: the job runs again, and the reader gets one message."""
+    """The worker's pool process is SIGKILLed while the SMTP server holds its answer to
+    DATA (the message is received, ``sent`` is not written): the next run finds
+    ``sending`` and sends again with the same ``Message-ID``. The server receives the
+    message twice (SMTP has no transaction); a mailbox that deduplicates by
+    ``Message-ID`` shows one."""
     mailbox = Mailbox(hold_first=True)
     with SmtpServer(mailbox) as smtp:
         cfg = ServiceConfig(**{**vars(config), "smtp_port": smtp.port})
@@ -204,13 +210,105 @@ def test_an_email_is_delivered_once_although_its_job_ran_twice(
             mail = {"to": "bob@example.com", "subject": "Report", "body": "ready"}
             job_id = client.post("/jobs/email", json=mail, headers=ALICE).json()["job_id"]
             wait_for(lambda: mailbox.received, timeout=20, what="the first delivery")
+            assert email_state(cfg, job_id, "sending")
             (child,) = worker.children()
             os.kill(child, signal.SIGKILL)
             mailbox.release()
             job = poll(client, job_id, "completed", "failed")
     assert job["status"] == "completed" and job["attempts"] == 2, job
-    assert mailbox.received == [message_id_of(job_id)] * 2  # it ran twice
-    assert list(mailbox.delivered) == [message_id_of(job_id)]  # delivered once
+    assert mailbox.received == [message_id_of(job_id)] * 2  # received twice
+    assert list(mailbox.delivered) == [message_id_of(job_id)]  # one after deduplication
+    assert email_state(cfg, job_id, "sent")
+    resent = {"message_id": message_id_of(job_id), "sent": True, "resent": True}
+    assert job_result(cfg, job_id) == resent
+
+
+def job_result(config: ServiceConfig, job_id: str) -> Any:
+    """The job's result, as the worker stored it (the API never shows it)."""
+    engine = engine_for(config.database_url)
+    try:
+        with engine.connect() as conn:
+            query = text("SELECT result_json FROM background_jobs WHERE id = :j")
+            return json.loads(conn.execute(query, {"j": job_id}).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def email_state(config: ServiceConfig, job_id: str, state: str) -> bool:
+    """The job's email row is in ``state``."""
+    engine = engine_for(config.database_url)
+    try:
+        with engine.connect() as conn:
+            query = text("SELECT state FROM example_sent_emails WHERE message_id = :m")
+            return conn.execute(query, {"m": message_id_of(job_id)}).scalar() == state
+    finally:
+        engine.dispose()
+
+
+def kill_while_completion_waits(worker: ServiceWorker, hold: Hold) -> None:
+    """The run's completion UPDATE waits on ``hold``'s row lock: SIGKILL the pool process,
+    wait until its waiting backends noticed, then release the lock (the redelivered run's
+    claim is not held up by the test)."""
+    blocked = wait_for(hold.waiting, timeout=20, what="the completion to wait on the lock")
+    (child,) = worker.children()
+    os.kill(child, signal.SIGKILL)
+    wait_for(lambda: hold.gone(blocked), timeout=20, what="the killed run's backends to end")
+    hold.release()
+
+
+def test_an_email_whose_job_runs_again_after_it_was_sent_reaches_the_server_once(
+    config: ServiceConfig, start_worker: Callable[..., ServiceWorker]
+) -> None:
+    """The first run sends and writes ``sent``; its completion waits on the test's row
+    lock on the job, and its pool process is SIGKILLed there. The job is redelivered and
+    runs again: it finds ``sent`` and sends nothing. The server received one DATA."""
+    check_dead_clients(config.database_url)
+    mailbox = Mailbox(hold_first=True)
+    with SmtpServer(mailbox) as smtp, Hold(config.database_url) as hold:
+        cfg = ServiceConfig(**{**vars(config), "smtp_port": smtp.port})
+        worker = start_worker(cfg, QUEUES.email)
+        for client in open_client(cfg):
+            mail = {"to": "bob@example.com", "subject": "Report", "body": "ready"}
+            job_id = client.post("/jobs/email", json=mail, headers=ALICE).json()["job_id"]
+            # the run is inside the SMTP conversation (the server holds its answer)
+            wait_for(lambda: mailbox.received, timeout=20, what="the first delivery")
+            hold.lock_job(job_id)
+            mailbox.release()
+            wait_for(partial(email_state, cfg, job_id, "sent"), timeout=20, what="sent")
+            kill_while_completion_waits(worker, hold)
+            job = poll(client, job_id, "completed", "failed")
+    assert job["status"] == "completed" and job["attempts"] == 2, job
+    assert mailbox.received == [message_id_of(job_id)]  # one DATA at the server
+    assert job_result(cfg, job_id) == {"message_id": message_id_of(job_id), "sent": False}
+
+
+def test_a_notification_whose_job_runs_again_after_its_insert_is_stored_once(
+    config: ServiceConfig, client: AsgiClient, start_worker: Callable[..., ServiceWorker]
+) -> None:
+    """The first run inserts its row (the test's uncommitted row of the same key holds
+    the insert until the test takes a row lock on the job); its completion waits on that
+    lock and its pool process is SIGKILLed there. The job runs again: one row."""
+    check_dead_clients(config.database_url)
+    job_id = client.post("/jobs/notification", json={"message": "hi"}, headers=ALICE).json()[
+        "job_id"
+    ]
+    count = "SELECT count(*) FROM example_notifications WHERE job_id = :j"
+    with Hold(config.database_url) as key_hold, Hold(config.database_url) as row_hold:
+        key_hold.execute(
+            "INSERT INTO example_notifications VALUES (:j, 'test', 'test', now())", j=job_id
+        )
+        worker = start_worker(config, QUEUES.notification)
+        wait_for(key_hold.waiting, timeout=20, what="the body's insert to wait on the key")
+        row_hold.lock_job(job_id)  # the job is processing: its claim committed
+        key_hold.release()
+        wait_for(lambda: row_hold.scalar(count, j=job_id) == 1, timeout=20, what="the insert")
+        kill_while_completion_waits(worker, row_hold)
+        job = poll(client, job_id, "completed", "failed")
+        rows = key_hold.scalar(count, j=job_id)
+        owner = key_hold.scalar("SELECT user_id FROM example_notifications")
+    assert job["status"] == "completed" and job["attempts"] == 2, job
+    assert rows == 1 and owner == "alice"
+    assert job_result(config, job_id) == {"inserted": False}  # the second run's
 
 
 def test_a_deleted_document_fails_its_job_with_no_further_attempt(
