@@ -19,7 +19,15 @@ from typing import Any
 import pytest
 import redis
 from pg_holds import Hold, check_dead_clients
-from service_helpers import AsgiClient, Mailbox, ServiceWorker, SmtpServer, asgi_client, free_port
+from service_helpers import (
+    AsgiClient,
+    Mailbox,
+    ServiceWorker,
+    SmtpServer,
+    asgi_client,
+    black_hole,
+    free_port,
+)
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
@@ -176,6 +184,31 @@ def test_a_broker_or_redis_that_is_down_is_503_without_details(
         assert answer.status_code == 503
         assert answer.json() == {"detail": UNAVAILABLE}
         assert str(closed) not in answer.text and "127.0.0.1" not in answer.text
+    nothing_created(config)
+
+
+BLACK_HOLES = {
+    "broker_url": "redis://127.0.0.1:{port}/0",
+    "redis_url": "redis://127.0.0.1:{port}/0",
+    "database_url": "postgresql+psycopg://postgres@127.0.0.1:{port}/x",
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("down", sorted(BLACK_HOLES))
+def test_a_broker_redis_or_database_that_never_answers_is_503_within_seconds(
+    config: ServiceConfig, down: str
+) -> None:
+    """Each accepts the connection and never answers: the API answers 503, not hangs."""
+    with black_hole() as port:
+        broken = ServiceConfig(**{**vars(config), down: BLACK_HOLES[down].format(port=port)})
+        for client in open_client(broken):
+            started = time.monotonic()
+            answer = client.post("/jobs/notification", json={"message": "m"}, headers=ALICE)
+            took = time.monotonic() - started
+            assert answer.status_code == 503, answer.text
+            assert answer.json() == {"detail": UNAVAILABLE}
+            assert took < 12, took
     nothing_created(config)
 
 
