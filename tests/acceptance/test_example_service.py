@@ -372,6 +372,8 @@ def test_the_admin_lists_cancels_and_retries_through_the_tracker(
     assert client.get(f"/jobs/{job_id}", headers=ALICE).json()["status"] == "cancelled"
     assert client.post(f"/admin/jobs/{job_id}/retry", headers=ADMIN).json() == {"retried": True}
     assert client.get(f"/jobs/{job_id}", headers=ALICE).json()["status"] == "pending"
+    refused = client.post(f"/admin/jobs/{job_id}/retry", headers=ADMIN)  # pending: refused
+    assert refused.status_code == 409, refused.text
     view = client.get(f"/admin/pipelines/{job_id}", headers=ADMIN).json()
     assert view["state"] and [j["job_id"] for j in view["jobs"]] == [job_id]
 
