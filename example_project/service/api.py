@@ -6,7 +6,10 @@
   over the caller's per-minute limit; 503, with a generic message, when the broker, Redis
   or the database does not answer.
 - ``GET /jobs/{job_id}``: the job's status, timestamps, attempts, progress and stage,
-  never its payload; 404 when no job has this id or it belongs to another caller.
+  never its payload; for a pipeline's first step (a course's outline, an OCR job and its
+  indexing successor), ``pipeline``: the whole pipeline's state, counts and steps
+  (``Tracker.pipeline``; the later steps have no owner of their own); 404 when no job has
+  this id or it belongs to another caller.
 
 Callers authenticate with ``Authorization: Bearer <token>``; the token maps to the user id
 stored as the job's ``owner_id``.
@@ -24,7 +27,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from celery_tracked import InvalidPayload, Job, TrackedError, Tracker
+from celery_tracked import InvalidPayload, Job, JobNotFound, Pipeline, TrackedError, Tracker
 
 from .admin import admin_router
 from .bodies import BODIES
@@ -57,6 +60,24 @@ def job_view(job: Job) -> dict[str, Any]:
         "finished_at": job.finished_at and job.finished_at.isoformat(),
         "updated_at": job.updated_at.isoformat(),
     }
+
+
+def pipeline_view(pipeline: Pipeline | None) -> dict[str, Any] | None:
+    """A pipeline's overall state and its steps, as its first step's owner sees them."""
+    if pipeline is None:
+        return None
+    steps = [
+        {
+            "job_id": job.id,
+            "parent_job_id": job.parent_job_id,
+            "type": job.job_type,
+            "status": job.status.value,
+            "progress": job.progress,
+            "stage": job.stage,
+        }
+        for job in pipeline.jobs
+    ]
+    return {"state": pipeline.state, "counts": pipeline.counts, "steps": steps}
 
 
 class Service:
@@ -110,6 +131,17 @@ class Service:
     def get(self, job_id: str) -> Job | None:
         try:
             return self.tracker().get_job(job_id)
+        except TrackedError as exc:
+            raise Unavailable from exc
+
+    def pipeline_of(self, job: Job) -> Pipeline | None:
+        """The pipeline ``job`` starts (its id is the correlation id), else None."""
+        if job.correlation_id not in (None, job.id):
+            return None  # a later step: the first step's owner sees the pipeline
+        try:
+            return self.tracker().pipeline(job.id)
+        except JobNotFound:
+            return None
         except TrackedError as exc:
             raise Unavailable from exc
 
@@ -167,7 +199,8 @@ def create_api(config: ServiceConfig, celery: Celery | None = None) -> FastAPI:
         job = await run_in_threadpool(service.get, job_id)
         if job is None or job.owner_id != user:
             raise HTTPException(404, "no such job")  # another caller's job is not revealed
-        return job_view(job)
+        pipeline = await run_in_threadpool(service.pipeline_of, job)
+        return {**job_view(job), "pipeline": pipeline_view(pipeline)}
 
     api.include_router(admin_router(service.tracker, config.admin_token))
     return api

@@ -400,4 +400,13 @@ def test_a_course_runs_as_a_pipeline_the_admin_can_view(
         "courses.final_exam",
         "courses.mastery_analysis",
     ]
-    assert client.get(f"/jobs/{first}", headers=ALICE).json()["status"] == "completed"
+    polled = client.get(f"/jobs/{first}", headers=ALICE).json()
+    assert polled["status"] == "completed"
+    # the caller (the owner of the first step) sees the whole course through it
+    assert polled["pipeline"]["state"] == "completed"
+    assert [step["type"] for step in polled["pipeline"]["steps"]] == steps
+    assert {step["status"] for step in polled["pipeline"]["steps"]} == {"completed"}
+    later = polled["pipeline"]["steps"][1]["job_id"]
+    answer = client.get(f"/jobs/{later}", headers=ALICE)
+    assert answer.status_code == 404  # a later step has no owner: its state is read above
+    assert client.get(f"/jobs/{first}", headers=BOB).status_code == 404
