@@ -11,6 +11,9 @@
   (``Tracker.pipeline``; the later steps have no owner of their own); 404 when no job has
   this id or it belongs to another caller.
 
+- ``POST /documents``: 201 ``{document_id}``, a document (owned by the caller) for the
+  ``ocr``, ``ai`` and ``indexing`` jobs; 409 when the id exists; 422 for an invalid body.
+
 Callers authenticate with ``Authorization: Bearer <token>``; the token maps to the user id
 stored as the job's ``owner_id``.
 """
@@ -26,14 +29,16 @@ from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from celery_tracked import InvalidPayload, Job, JobNotFound, Pipeline, TrackedError, Tracker
 
 from .admin import admin_router
-from .bodies import BODIES
+from .bodies import BODIES, NewDocument
 from .celery_app import create_celery, processors
 from .config import ServiceConfig
 from .errors import UNAVAILABLE, Unavailable
+from .storage import Documents, engine_for
 
 MAX_KEY = 200
 
@@ -90,6 +95,7 @@ class Service:
         self.redis = redis.Redis.from_url(
             config.redis_url, socket_timeout=2, socket_connect_timeout=2
         )
+        self.documents = Documents(engine_for(config.database_url))
 
     def tracker(self) -> Tracker:
         try:
@@ -127,6 +133,15 @@ class Service:
         """Close the tracker's and the limiter's connections (the app stays usable)."""
         Tracker.for_app(self.celery).close()
         self.redis.close()
+        self.documents.engine.dispose()
+
+    def add_document(self, document: NewDocument, user: str) -> None:
+        try:
+            self.documents.add(document.document_id, user, document.body)
+        except IntegrityError:
+            raise HTTPException(409, "a document with this id exists") from None
+        except SQLAlchemyError as exc:
+            raise Unavailable from exc
 
     def get(self, job_id: str) -> Job | None:
         try:
@@ -189,6 +204,13 @@ def create_api(config: ServiceConfig, celery: Celery | None = None) -> FastAPI:
         )
         answer = {"job_id": result.job_id, "status": result.status.value, "created": result.created}
         return JSONResponse(answer, status_code=202 if result.created else 200)
+
+    @api.post("/documents", status_code=201)
+    async def add_document(
+        document: NewDocument, user: Annotated[str, Depends(caller)]
+    ) -> dict[str, str]:
+        await run_in_threadpool(service.add_document, document, user)
+        return {"document_id": document.document_id}
 
     @api.get("/jobs/{job_id}")
     async def get_job(job_id: str, user: Annotated[str, Depends(caller)]) -> dict[str, Any]:

@@ -11,10 +11,10 @@ from typing import Any
 from celery import Celery
 
 from .config import ServiceConfig
+from .processors import QUEUES, declare
 
 #: seconds the broker has to accept a connection, or to answer one command
 BROKER_TIMEOUT = 2
-from .processors import QUEUES, declare
 
 
 def create_celery(config: ServiceConfig) -> Celery:

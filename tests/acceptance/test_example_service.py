@@ -134,6 +134,27 @@ def test_a_job_is_accepted_polled_to_completed_and_only_its_owner_sees_it(
     assert client.get(f"/jobs/{job_id}").status_code == 401
 
 
+def test_a_caller_creates_a_document_then_ocrs_it(
+    config: ServiceConfig, client: AsgiClient, start_worker: Callable[..., ServiceWorker]
+) -> None:
+    start_worker(config, QUEUES.ocr)
+    doc = {"document_id": "d-new", "body": "  page   one "}
+    created = client.post("/documents", json=doc, headers=ALICE)
+    assert created.status_code == 201, created.text
+    assert created.json() == {"document_id": "d-new"}
+    assert client.post("/documents", json=doc, headers=BOB).status_code == 409
+    assert client.post("/documents", json={"document_id": "x"}, headers=ALICE).status_code == 422
+    assert client.post("/documents", json=doc).status_code == 401
+    stored = Documents(engine_for(config.database_url)).get("d-new")
+    assert stored is not None and stored["owner_id"] == "alice"
+    job_id = client.post("/jobs/ocr", json={"document_id": "d-new"}, headers=ALICE).json()[
+        "job_id"
+    ]
+    poll(client, job_id, "completed")
+    stored = Documents(engine_for(config.database_url)).get("d-new")
+    assert stored is not None and stored["ocr_text"] == "page one"
+
+
 def test_the_same_idempotency_key_is_the_same_job(
     config: ServiceConfig, client: AsgiClient, start_worker: Callable[..., ServiceWorker]
 ) -> None:
