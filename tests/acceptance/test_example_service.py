@@ -147,9 +147,7 @@ def test_a_caller_creates_a_document_then_ocrs_it(
     assert client.post("/documents", json=doc).status_code == 401
     stored = Documents(engine_for(config.database_url)).get("d-new")
     assert stored is not None and stored["owner_id"] == "alice"
-    job_id = client.post("/jobs/ocr", json={"document_id": "d-new"}, headers=ALICE).json()[
-        "job_id"
-    ]
+    job_id = client.post("/jobs/ocr", json={"document_id": "d-new"}, headers=ALICE).json()["job_id"]
     poll(client, job_id, "completed")
     stored = Documents(engine_for(config.database_url)).get("d-new")
     assert stored is not None and stored["ocr_text"] == "page one"
