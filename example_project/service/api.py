@@ -3,7 +3,7 @@
 - ``POST /jobs/{queue}``: 202 ``{job_id, status, created}`` for a new job; with an
   ``Idempotency-Key`` header already used by this caller, 200 and the same job
   (``created=false``); 400 for an unknown queue or an invalid body (nothing created); 429
-  over the caller's per-minute limit; 503, with a generic message, when the broker, Redis
+  over the caller's per-minute limit (``Retry-After``: the seconds to the next minute); 503, with a generic message, when the broker, Redis
   or the database does not answer.
 - ``GET /jobs/{job_id}``: the job's status, timestamps, attempts, progress and stage,
   never its payload; for a pipeline's first step (a course's outline, an OCR job and its
@@ -19,6 +19,7 @@ stored as the job's ``owner_id``.
 """
 
 import json
+import logging
 import time
 import uuid
 from typing import Annotated, Any
@@ -41,6 +42,8 @@ from .errors import UNAVAILABLE, Unavailable
 from .storage import Documents, engine_for
 
 MAX_KEY = 200
+
+log = logging.getLogger(__name__)
 
 
 def bearer(authorization: str | None) -> str | None:
@@ -105,16 +108,24 @@ class Service:
 
     def check_rate(self, user: str) -> None:
         """A fixed window per caller and minute: one ``INCR`` (and ``EXPIRE``) in Redis."""
-        key = f"service:rate:{user}:{int(time.time() // 60)}"
+        now = time.time()
+        key = f"service:rate:{user}:{int(now // 60)}"
         try:
             pipe = self.redis.pipeline()
             pipe.incr(key)
             pipe.expire(key, 120)
             count = pipe.execute()[0]
         except redis.RedisError as exc:
+            # one line, like the broker's and the database's: the error's type, no URL
+            log.error("the rate limiter's Redis did not answer (%s): 503", type(exc).__name__)
             raise Unavailable from exc
         if count > self.config.rate_limit_per_minute:
-            raise HTTPException(429, "too many jobs submitted; try again in a minute")
+            retry_after = str(60 - int(now) % 60)  # the seconds left in this window
+            raise HTTPException(
+                429,
+                "too many jobs submitted; try again in a minute",
+                headers={"Retry-After": retry_after},
+            )
 
     def submit(self, queue: str, kwargs: dict[str, Any], user: str, key: str | None) -> Any:
         task = self.tasks[queue]

@@ -194,7 +194,7 @@ def test_an_unknown_queue_or_an_invalid_body_is_400_and_creates_nothing(
 
 @pytest.mark.parametrize("down", ["broker_url", "redis_url"])
 def test_a_broker_or_redis_that_is_down_is_503_without_details(
-    config: ServiceConfig, down: str
+    config: ServiceConfig, down: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     closed = free_port()
     broken = ServiceConfig(**{**vars(config), down: f"redis://127.0.0.1:{closed}/0"})
@@ -203,6 +203,9 @@ def test_a_broker_or_redis_that_is_down_is_503_without_details(
         assert answer.status_code == 503
         assert answer.json() == {"detail": UNAVAILABLE}
         assert str(closed) not in answer.text and "127.0.0.1" not in answer.text
+    if down == "redis_url":
+        lines = [r for r in caplog.records if r.name == "example_project.service.api"]
+        assert len(lines) == 1 and str(closed) not in lines[0].getMessage(), lines
     nothing_created(config)
 
 
@@ -241,6 +244,8 @@ def test_a_caller_over_its_limit_gets_429(config: ServiceConfig) -> None:
             for n in range(3)
         ]
         assert codes == [202, 202, 429]
+        over = client.post("/jobs/notification", json={"message": "3"}, headers=ALICE)
+        assert over.status_code == 429 and 1 <= int(over.headers["Retry-After"]) <= 60
         assert (
             client.post("/jobs/notification", json={"message": "x"}, headers=BOB).status_code == 202
         )
