@@ -3,14 +3,13 @@
 - ``POST /jobs/{queue}``: 202 ``{job_id, status, created}`` for a new job; with an
   ``Idempotency-Key`` header already used by this caller, 200 and the same job
   (``created=false``); 400 for an unknown queue or an invalid body (nothing created); 429
-  over the caller's per-minute limit (``Retry-After``: the seconds to the next minute); 503, with a generic message, when the broker, Redis
-  or the database does not answer.
+  over the caller's per-minute limit (``Retry-After``: the seconds to the next minute);
+  503, with a generic message, when the broker, Redis or the database does not answer.
 - ``GET /jobs/{job_id}``: the job's status, timestamps, attempts, progress and stage,
-  never its payload; for a pipeline's first step (a course's outline, an OCR job and its
-  indexing successor), ``pipeline``: the whole pipeline's state, counts and steps
+  never its payload; for a pipeline's first step (a course's outline), ``pipeline``: the
+  whole pipeline's state, counts and steps
   (``Tracker.pipeline``; the later steps have no owner of their own); 404 when no job has
   this id or it belongs to another caller.
-
 - ``POST /documents``: 201 ``{document_id}``, a document (owned by the caller) for the
   ``ocr``, ``ai`` and ``indexing`` jobs; 409 when the id exists; 422 for an invalid body.
 
