@@ -15,11 +15,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-# `make demo` needs only the runtime dependencies (no dev extra: a fresh clone runs it in
-# about 40 s); nothing to install when `make venv` already installed everything.
+# `make demo` needs only the runtime dependencies and psycopg (the `postgres` extra, for
+# the story against services; no dev extra: a fresh clone runs it in about 40 s); nothing
+# to install when `make venv` already installed everything.
 $(RUNTIME_STAMP): pyproject.toml
 	test -f $(STAMP) -a $(STAMP) -nt pyproject.toml || \
-		{ $(PYTHON) -m venv $(VENV) && $(PY) -m pip install -q -e . ; }
+		{ $(PYTHON) -m venv $(VENV) && $(PY) -m pip install -q -e ".[postgres]" ; }
 	touch $@
 
 check: venv

@@ -5,6 +5,7 @@ wrap these; a ``unittest`` suite can use them directly).
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from collections.abc import Iterator, Mapping
@@ -40,31 +41,31 @@ class SqliteTemplate:
     """A SQLite file migrated once (on first use), copied for each test that wants one:
     a copy takes a millisecond, the migrations a quarter of a second."""
 
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
         self._migrated: Path | None = None
 
-    def copy(self, directory: Path) -> str:
+    def copy(self, directory: str | os.PathLike[str]) -> str:
         """The URL of a new SQLite file in ``directory`` holding the migrated tables."""
         if self._migrated is None:
             migrated = self.directory / "tracked-template.sqlite3"
             upgrade(f"sqlite:///{migrated}")
             self._migrated = migrated
-        target = directory / f"tracked-{uuid.uuid4().hex}.sqlite3"
+        target = Path(directory) / f"tracked-{uuid.uuid4().hex}.sqlite3"
         shutil.copyfile(self._migrated, target)
         return f"sqlite:///{target}"
 
 
 def tracked_settings(
     database: str = MEMORY,
-    directory: Path | None = None,
+    directory: str | os.PathLike[str] | None = None,
     template: SqliteTemplate | None = None,
 ) -> dict[str, Any]:
     """The ``tracked_*`` settings of one test.
 
     ``database``: ``"memory"`` (the in-memory store), ``"sqlite"`` (a new SQLite file in
     ``directory``, its tables created with the migrations, or copied from ``template``'s
-    file when given) or a database URL (its tables
+    file when given; ``directory`` a ``str`` or a path) or a database URL (its tables
     brought up to date; isolating its rows between tests is then yours). The guard is the
     in-process one (``memory://``) under a key prefix of its own, so no idempotency key
     carries over from another test or run; retries are due at once (no backoff).

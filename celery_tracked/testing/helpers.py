@@ -15,7 +15,7 @@ from typing import Any
 
 from celery import Celery
 from celery.contrib.testing import tasks as celery_test_tasks
-from celery.contrib.testing.worker import start_worker
+from celery.contrib.testing.worker import TestWorkController, start_worker
 from celery.worker import state as worker_state
 
 from ..adapter.celery_tracker import Tracker
@@ -139,7 +139,8 @@ class TrackedTesting:
         oldest first.
 
         Raises:
-            AssertionError: jobs still open after ``timeout`` seconds (listed).
+            AssertionError: jobs still open after ``timeout`` seconds (listed), or the
+                in-process worker died (its error as the cause).
         """
         before = {job.id for job in self.jobs() if job.status not in OPEN}
         if self._worker is None:
@@ -154,7 +155,11 @@ class TrackedTesting:
         """Celery's in-process worker for the app (``start_worker``: a thread, the
         ``solo`` pool, no ping task), stopped on exit; it consumes from every queue the
         app knows of (:meth:`queues`). ``extra`` options go to ``start_worker``."""
-        options: dict[str, Any] = {"pool": "solo", "perform_ping_check": False}
+        options: dict[str, Any] = {
+            "pool": "solo",
+            "perform_ping_check": False,
+            "WorkController": _RecordingWorker,
+        }
         options["queues"] = self.queues()
         options.update(extra)
         with start_worker(self.app, **options) as worker:
@@ -193,10 +198,37 @@ class TrackedTesting:
             still = self.jobs(status=list(OPEN))
             if not still:
                 return
+            died_of = getattr(self._worker, "died_of", None)
+            if died_of is not None:
+                raise AssertionError(f"the in-process worker died: {died_of!r}") from died_of
             if time.monotonic() >= deadline:
                 shown = [(job.id, job.task_name, job.status.value) for job in still]
                 raise AssertionError(f"jobs still open after {timeout} s: {shown}")
             time.sleep(self.POLL_S)
+
+
+class _RecordingWorker(TestWorkController):
+    """Celery's test worker, keeping the error that stopped it (``died_of``): Celery only
+    logs it ("Unrecoverable error") and stops the worker's thread. A worker that dies
+    before it is ready no longer leaves ``start_worker`` waiting for it."""
+
+    died_of: BaseException | None = None
+
+    def start(self) -> None:
+        blueprint: Any = self.blueprint
+        started = blueprint.start
+
+        def recording(parent: Any) -> None:
+            try:
+                started(parent)
+            except Exception as exc:
+                self.died_of = exc
+                started_event: Any = getattr(self, "_on_started")  # noqa: B009  # untyped
+                started_event.set()  # else ``ensure_started`` waits for good
+                raise
+
+        blueprint.start = recording
+        super().start()
 
 
 def _id_of(value: Any) -> str:

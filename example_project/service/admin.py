@@ -67,15 +67,17 @@ def admin_router(tracker: Callable[[], Tracker], admin_token: str | None) -> API
 
     @router.post("/jobs/{job_id}/retry")
     def retry(job_id: str) -> dict[str, bool]:
-        return {"retried": call(lambda t: t.retry(job_id))}
+        if not call(lambda t: t.retry(job_id)):
+            raise HTTPException(409, "only a failed or cancelled job can be retried")
+        return {"retried": True}
 
     @router.post("/jobs/{job_id}/cancel")
     def cancel(job_id: str, running: bool = False) -> dict[str, bool]:
         if call(lambda t: t.get_job(job_id)) is None:
             raise HTTPException(404, "no such job")
-        return {
-            "cancelled": call(lambda t: t.cancel(job_id, "cancelled by an admin", running=running))
-        }
+        if not call(lambda t: t.cancel(job_id, "cancelled by an admin", running=running)):
+            raise HTTPException(409, "this job cannot be cancelled in its status")
+        return {"cancelled": True}
 
     @router.get("/pipelines/{correlation_id}")
     def pipeline(correlation_id: str) -> dict[str, Any]:

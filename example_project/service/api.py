@@ -3,16 +3,22 @@
 - ``POST /jobs/{queue}``: 202 ``{job_id, status, created}`` for a new job; with an
   ``Idempotency-Key`` header already used by this caller, 200 and the same job
   (``created=false``); 400 for an unknown queue or an invalid body (nothing created); 429
-  over the caller's per-minute limit; 503, with a generic message, when the broker, Redis
-  or the database does not answer.
+  over the caller's per-minute limit (``Retry-After``: the seconds to the next minute);
+  503, with a generic message, when the broker, Redis or the database does not answer.
 - ``GET /jobs/{job_id}``: the job's status, timestamps, attempts, progress and stage,
-  never its payload; 404 when no job has this id or it belongs to another caller.
+  never its payload; for a pipeline's first step (a course's outline), ``pipeline``: the
+  whole pipeline's state, counts and steps
+  (``Tracker.pipeline``; the later steps have no owner of their own); 404 when no job has
+  this id or it belongs to another caller.
+- ``POST /documents``: 201 ``{document_id}``, a document (owned by the caller) for the
+  ``ocr``, ``ai`` and ``indexing`` jobs; 409 when the id exists; 422 for an invalid body.
 
 Callers authenticate with ``Authorization: Bearer <token>``; the token maps to the user id
 stored as the job's ``owner_id``.
 """
 
 import json
+import logging
 import time
 import uuid
 from typing import Annotated, Any
@@ -23,16 +29,20 @@ from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from celery_tracked import InvalidPayload, Job, TrackedError, Tracker
+from celery_tracked import InvalidPayload, Job, JobNotFound, Pipeline, TrackedError, Tracker
 
 from .admin import admin_router
-from .bodies import BODIES
+from .bodies import BODIES, NewDocument
 from .celery_app import create_celery, processors
 from .config import ServiceConfig
 from .errors import UNAVAILABLE, Unavailable
+from .storage import Documents, engine_for
 
 MAX_KEY = 200
+
+log = logging.getLogger(__name__)
 
 
 def bearer(authorization: str | None) -> str | None:
@@ -59,6 +69,24 @@ def job_view(job: Job) -> dict[str, Any]:
     }
 
 
+def pipeline_view(pipeline: Pipeline | None) -> dict[str, Any] | None:
+    """A pipeline's overall state and its steps, as its first step's owner sees them."""
+    if pipeline is None:
+        return None
+    steps = [
+        {
+            "job_id": job.id,
+            "parent_job_id": job.parent_job_id,
+            "type": job.job_type,
+            "status": job.status.value,
+            "progress": job.progress,
+            "stage": job.stage,
+        }
+        for job in pipeline.jobs
+    ]
+    return {"state": pipeline.state, "counts": pipeline.counts, "steps": steps}
+
+
 class Service:
     """The API's dependencies: the Celery app, its tracker and the limiter's Redis."""
 
@@ -69,6 +97,7 @@ class Service:
         self.redis = redis.Redis.from_url(
             config.redis_url, socket_timeout=2, socket_connect_timeout=2
         )
+        self.documents = Documents(engine_for(config.database_url))
 
     def tracker(self) -> Tracker:
         try:
@@ -78,16 +107,24 @@ class Service:
 
     def check_rate(self, user: str) -> None:
         """A fixed window per caller and minute: one ``INCR`` (and ``EXPIRE``) in Redis."""
-        key = f"service:rate:{user}:{int(time.time() // 60)}"
+        now = time.time()
+        key = f"service:rate:{user}:{int(now // 60)}"
         try:
             pipe = self.redis.pipeline()
             pipe.incr(key)
             pipe.expire(key, 120)
             count = pipe.execute()[0]
         except redis.RedisError as exc:
+            # one line, like the broker's and the database's: the error's type, no URL
+            log.error("the rate limiter's Redis did not answer (%s): 503", type(exc).__name__)
             raise Unavailable from exc
         if count > self.config.rate_limit_per_minute:
-            raise HTTPException(429, "too many jobs submitted; try again in a minute")
+            retry_after = str(60 - int(now) % 60)  # the seconds left in this window
+            raise HTTPException(
+                429,
+                "too many jobs submitted; try again in a minute",
+                headers={"Retry-After": retry_after},
+            )
 
     def submit(self, queue: str, kwargs: dict[str, Any], user: str, key: str | None) -> Any:
         task = self.tasks[queue]
@@ -106,10 +143,30 @@ class Service:
         """Close the tracker's and the limiter's connections (the app stays usable)."""
         Tracker.for_app(self.celery).close()
         self.redis.close()
+        self.documents.engine.dispose()
+
+    def add_document(self, document: NewDocument, user: str) -> None:
+        try:
+            self.documents.add(document.document_id, user, document.body)
+        except IntegrityError:
+            raise HTTPException(409, "a document with this id exists") from None
+        except SQLAlchemyError as exc:
+            raise Unavailable from exc
 
     def get(self, job_id: str) -> Job | None:
         try:
             return self.tracker().get_job(job_id)
+        except TrackedError as exc:
+            raise Unavailable from exc
+
+    def pipeline_of(self, job: Job) -> Pipeline | None:
+        """The pipeline ``job`` starts (its id is the correlation id), else None."""
+        if job.correlation_id not in (None, job.id):
+            return None  # a later step: the first step's owner sees the pipeline
+        try:
+            return self.tracker().pipeline(job.id)
+        except JobNotFound:
+            return None
         except TrackedError as exc:
             raise Unavailable from exc
 
@@ -158,6 +215,13 @@ def create_api(config: ServiceConfig, celery: Celery | None = None) -> FastAPI:
         answer = {"job_id": result.job_id, "status": result.status.value, "created": result.created}
         return JSONResponse(answer, status_code=202 if result.created else 200)
 
+    @api.post("/documents", status_code=201)
+    async def add_document(
+        document: NewDocument, user: Annotated[str, Depends(caller)]
+    ) -> dict[str, str]:
+        await run_in_threadpool(service.add_document, document, user)
+        return {"document_id": document.document_id}
+
     @api.get("/jobs/{job_id}")
     async def get_job(job_id: str, user: Annotated[str, Depends(caller)]) -> dict[str, Any]:
         try:
@@ -167,7 +231,8 @@ def create_api(config: ServiceConfig, celery: Celery | None = None) -> FastAPI:
         job = await run_in_threadpool(service.get, job_id)
         if job is None or job.owner_id != user:
             raise HTTPException(404, "no such job")  # another caller's job is not revealed
-        return job_view(job)
+        pipeline = await run_in_threadpool(service.pipeline_of, job)
+        return {**job_view(job), "pipeline": pipeline_view(pipeline)}
 
     api.include_router(admin_router(service.tracker, config.admin_token))
     return api

@@ -38,6 +38,13 @@ class CourseJob(Body):
     modules: int = Field(ge=1, le=20)
 
 
+class NewDocument(Body):
+    """``POST /documents``: a document for the OCR, AI and indexing jobs to work on."""
+
+    document_id: str = Field(min_length=1, max_length=64)
+    body: str = Field(min_length=1, max_length=100_000)
+
+
 #: The API's queues and their bodies (the processors have the same names).
 BODIES: dict[str, type[Body]] = {
     "ocr": DocumentJob,

@@ -13,6 +13,9 @@ from celery import Celery
 from .config import ServiceConfig
 from .processors import QUEUES, declare
 
+#: seconds the broker has to accept a connection, or to answer one command
+BROKER_TIMEOUT = 2
+
 
 def create_celery(config: ServiceConfig) -> Celery:
     """A Celery app on ``config``'s broker, with the processors and the course steps."""
@@ -22,10 +25,21 @@ def create_celery(config: ServiceConfig) -> Celery:
         task_default_queue=QUEUES.course,  # the course steps name no queue
         worker_prefetch_multiplier=1,
         broker_connection_retry_on_startup=True,
-        # an API call must not hang on a broker that is down: fail fast, answer 503
-        broker_connection_timeout=2,
+        # an API call must not hang on a broker that is down or never answers (a black
+        # hole: the connection accepted, no reply): bounded connect, reads and retries,
+        # then 503
+        broker_connection_timeout=BROKER_TIMEOUT,
         broker_connection_max_retries=1,
-        task_publish_retry_policy={"max_retries": 1, "interval_start": 0.2},
+        broker_transport_options={
+            "socket_timeout": BROKER_TIMEOUT,
+            "socket_connect_timeout": BROKER_TIMEOUT,
+        },
+        task_publish_retry_policy={
+            "max_retries": 1,
+            "interval_start": 0.2,
+            "interval_step": 0.2,
+            "interval_max": 0.5,
+        },
     )
     declare(app, config)
     import example_project.courses.tasks  # noqa: F401 (shared tasks: they bind to this app)

@@ -15,6 +15,10 @@ environment variable                   setting
 ``CELERY_BROKER_URL``                  the broker (default: ``REDIS_URL``)
 =====================================  ============================
 
+A PostgreSQL ``DATABASE_URL`` without ``connect_timeout`` gets ``connect_timeout=3``
+(:func:`with_connect_timeout`); the broker has 2 s to connect or answer a command
+(``celery_app.py``): a dependency that never answers is a 503, not a hung request.
+
 The service's own: ``SERVICE_API_TOKENS`` (``token=user_id`` pairs separated by commas:
 a caller's bearer token and the user id its jobs are owned by), ``SERVICE_ADMIN_TOKEN``
 (the admin routes' bearer token; unset: no admin routes answer),
@@ -29,10 +33,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy.engine import make_url
+
 from example_project.courses.settings import seed_settings
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 DEFAULT_DATABASE = "sqlite:///service.sqlite3"
+#: seconds PostgreSQL has to accept a connection (``connect_timeout``, unless the URL has one)
+DATABASE_CONNECT_TIMEOUT = 3
+
+
+def with_connect_timeout(url: str) -> str:
+    """A PostgreSQL URL with ``connect_timeout`` (if it has none): a database that accepts
+    the connection and never answers must not hang a request; other URLs as they are."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql" or "connect_timeout" in parsed.query:
+        return url
+    return parsed.update_query_dict(
+        {"connect_timeout": str(DATABASE_CONNECT_TIMEOUT)}
+    ).render_as_string(hide_password=False)
 
 
 def parse_tokens(text: str) -> dict[str, str]:
@@ -56,6 +75,9 @@ class ServiceConfig:
     mail_from: str = "service@example.com"
     #: more ``tracked_*`` settings (the seed's ``JOB_QUEUE_*`` names)
     tracked: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "database_url", with_connect_timeout(self.database_url))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ServiceConfig:

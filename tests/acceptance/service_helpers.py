@@ -33,6 +33,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@contextlib.contextmanager
+def black_hole() -> Iterator[int]:
+    """A port on loopback that accepts connections (the kernel's backlog) and never
+    answers: a broker or a database that hangs. Yields the port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        yield int(sock.getsockname()[1])
+
+
 class Mailbox:
     """An aiosmtpd handler: every DATA it received (``received``, by Message-ID) and the
     mailbox a reader sees (``delivered``: one message per Message-ID, as a receiving

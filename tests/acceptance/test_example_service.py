@@ -19,7 +19,15 @@ from typing import Any
 import pytest
 import redis
 from pg_holds import Hold, check_dead_clients
-from service_helpers import AsgiClient, Mailbox, ServiceWorker, SmtpServer, asgi_client, free_port
+from service_helpers import (
+    AsgiClient,
+    Mailbox,
+    ServiceWorker,
+    SmtpServer,
+    asgi_client,
+    black_hole,
+    free_port,
+)
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
@@ -126,6 +134,25 @@ def test_a_job_is_accepted_polled_to_completed_and_only_its_owner_sees_it(
     assert client.get(f"/jobs/{job_id}").status_code == 401
 
 
+def test_a_caller_creates_a_document_then_ocrs_it(
+    config: ServiceConfig, client: AsgiClient, start_worker: Callable[..., ServiceWorker]
+) -> None:
+    start_worker(config, QUEUES.ocr)
+    doc = {"document_id": "d-new", "body": "  page   one "}
+    created = client.post("/documents", json=doc, headers=ALICE)
+    assert created.status_code == 201, created.text
+    assert created.json() == {"document_id": "d-new"}
+    assert client.post("/documents", json=doc, headers=BOB).status_code == 409
+    assert client.post("/documents", json={"document_id": "x"}, headers=ALICE).status_code == 422
+    assert client.post("/documents", json=doc).status_code == 401
+    stored = Documents(engine_for(config.database_url)).get("d-new")
+    assert stored is not None and stored["owner_id"] == "alice"
+    job_id = client.post("/jobs/ocr", json={"document_id": "d-new"}, headers=ALICE).json()["job_id"]
+    poll(client, job_id, "completed")
+    stored = Documents(engine_for(config.database_url)).get("d-new")
+    assert stored is not None and stored["ocr_text"] == "page one"
+
+
 def test_the_same_idempotency_key_is_the_same_job(
     config: ServiceConfig, client: AsgiClient, start_worker: Callable[..., ServiceWorker]
 ) -> None:
@@ -167,7 +194,7 @@ def test_an_unknown_queue_or_an_invalid_body_is_400_and_creates_nothing(
 
 @pytest.mark.parametrize("down", ["broker_url", "redis_url"])
 def test_a_broker_or_redis_that_is_down_is_503_without_details(
-    config: ServiceConfig, down: str
+    config: ServiceConfig, down: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     closed = free_port()
     broken = ServiceConfig(**{**vars(config), down: f"redis://127.0.0.1:{closed}/0"})
@@ -176,6 +203,34 @@ def test_a_broker_or_redis_that_is_down_is_503_without_details(
         assert answer.status_code == 503
         assert answer.json() == {"detail": UNAVAILABLE}
         assert str(closed) not in answer.text and "127.0.0.1" not in answer.text
+    if down == "redis_url":
+        lines = [r for r in caplog.records if r.name == "example_project.service.api"]
+        assert len(lines) == 1 and str(closed) not in lines[0].getMessage(), lines
+    nothing_created(config)
+
+
+BLACK_HOLES = {
+    "broker_url": "redis://127.0.0.1:{port}/0",
+    "redis_url": "redis://127.0.0.1:{port}/0",
+    "database_url": "postgresql+psycopg://postgres@127.0.0.1:{port}/x",
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("down", sorted(BLACK_HOLES))
+def test_a_broker_redis_or_database_that_never_answers_is_503_within_seconds(
+    config: ServiceConfig, down: str
+) -> None:
+    """Each accepts the connection and never answers: the API answers 503, not hangs."""
+    with black_hole() as port:
+        broken = ServiceConfig(**{**vars(config), down: BLACK_HOLES[down].format(port=port)})
+        for client in open_client(broken):
+            started = time.monotonic()
+            answer = client.post("/jobs/notification", json={"message": "m"}, headers=ALICE)
+            took = time.monotonic() - started
+            assert answer.status_code == 503, answer.text
+            assert answer.json() == {"detail": UNAVAILABLE}
+            assert took < 12, took
     nothing_created(config)
 
 
@@ -189,6 +244,8 @@ def test_a_caller_over_its_limit_gets_429(config: ServiceConfig) -> None:
             for n in range(3)
         ]
         assert codes == [202, 202, 429]
+        over = client.post("/jobs/notification", json={"message": "3"}, headers=ALICE)
+        assert over.status_code == 429 and 1 <= int(over.headers["Retry-After"]) <= 60
         assert (
             client.post("/jobs/notification", json={"message": "x"}, headers=BOB).status_code == 202
         )
@@ -339,6 +396,8 @@ def test_the_admin_lists_cancels_and_retries_through_the_tracker(
     assert client.get(f"/jobs/{job_id}", headers=ALICE).json()["status"] == "cancelled"
     assert client.post(f"/admin/jobs/{job_id}/retry", headers=ADMIN).json() == {"retried": True}
     assert client.get(f"/jobs/{job_id}", headers=ALICE).json()["status"] == "pending"
+    refused = client.post(f"/admin/jobs/{job_id}/retry", headers=ADMIN)  # pending: refused
+    assert refused.status_code == 409, refused.text
     view = client.get(f"/admin/pipelines/{job_id}", headers=ADMIN).json()
     assert view["state"] and [j["job_id"] for j in view["jobs"]] == [job_id]
 
@@ -365,4 +424,13 @@ def test_a_course_runs_as_a_pipeline_the_admin_can_view(
         "courses.final_exam",
         "courses.mastery_analysis",
     ]
-    assert client.get(f"/jobs/{first}", headers=ALICE).json()["status"] == "completed"
+    polled = client.get(f"/jobs/{first}", headers=ALICE).json()
+    assert polled["status"] == "completed"
+    # the caller (the owner of the first step) sees the whole course through it
+    assert polled["pipeline"]["state"] == "completed"
+    assert [step["type"] for step in polled["pipeline"]["steps"]] == steps
+    assert {step["status"] for step in polled["pipeline"]["steps"]} == {"completed"}
+    later = polled["pipeline"]["steps"][1]["job_id"]
+    answer = client.get(f"/jobs/{later}", headers=ALICE)
+    assert answer.status_code == 404  # a later step has no owner: its state is read above
+    assert client.get(f"/jobs/{first}", headers=BOB).status_code == 404

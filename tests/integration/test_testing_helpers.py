@@ -108,6 +108,33 @@ def test_run_enqueued_fails_listing_the_jobs_still_open(tracked: TrackedTesting)
         tracked.run_enqueued(timeout=0.2)
 
 
+def test_run_enqueued_raises_the_error_of_a_worker_that_died(
+    tracked: TrackedTesting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from celery.worker import loops
+
+    def broken_loop(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("the worker's own error")
+
+    monkeypatch.setattr(loops, "synloop", broken_loop)
+    monkeypatch.setattr(loops, "asynloop", broken_loop)
+
+    @tracked_task(app=tracked.app, shared=False)
+    def never_run() -> None:
+        return None
+
+    never_run.delay()
+    with pytest.raises(AssertionError, match="worker died: RuntimeError") as raised:
+        tracked.run_enqueued(timeout=5)
+    assert isinstance(raised.value.__cause__, RuntimeError)
+
+
+def test_sqlite_settings_take_a_str_or_a_path_directory(tmp_path: Path) -> None:
+    for directory in (str(tmp_path), tmp_path):
+        url = tracked_settings(SQLITE, directory)["tracked_database_url"]
+        assert url.startswith(f"sqlite:///{tmp_path}/")
+
+
 def test_memory_has_no_tables_to_migrate() -> None:
     upgrade("memory://")  # nothing to do, no error: a suite's "create the tables" step
     downgrade("memory://", "base")

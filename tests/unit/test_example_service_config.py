@@ -7,7 +7,7 @@ from __future__ import annotations
 from celery_tracked import Settings
 from example_project.service.bodies import BODIES
 from example_project.service.celery_app import create_celery, processors
-from example_project.service.config import ServiceConfig, parse_tokens
+from example_project.service.config import ServiceConfig, parse_tokens, with_connect_timeout
 
 
 def test_the_seed_names_become_tracked_settings() -> None:
@@ -48,3 +48,14 @@ def test_every_queue_of_the_api_has_a_body_and_a_processor() -> None:
     finally:
         app.close()
     assert parse_tokens("") == {}
+
+
+def test_a_postgresql_url_gets_a_connect_timeout_unless_it_has_one() -> None:
+    assert (
+        with_connect_timeout("postgresql+psycopg://u:p%40ss@h:5444/x")
+        == "postgresql+psycopg://u:p%40ss@h:5444/x?connect_timeout=3"
+    )
+    assert with_connect_timeout("postgresql://h/x?connect_timeout=9").endswith("=9")
+    assert with_connect_timeout("sqlite:///a.sqlite3") == "sqlite:///a.sqlite3"
+    config = ServiceConfig.from_env({"DATABASE_URL": "postgresql+psycopg://h/db"})
+    assert config.database_url == "postgresql+psycopg://h/db?connect_timeout=3"
