@@ -78,8 +78,10 @@ class HeldTransaction(Protocol):
         it; False, rolled back, when the run no longer holds the lease.
 
         Raises:
-            StoreError: the database failed (rolled back, unless the commit is known to
-                have happened: then True).
+            TransactionFailed: it failed (the server ended it, a statement of the body
+                aborted it, the server refused the commit): rolled back; the attempt failed.
+            StoreError: the connection died during the commit, which did not happen (True
+                if the row reads it did): the database went away.
             Refused: the database refused a row (rolled back).
         """
         ...

@@ -25,7 +25,13 @@ from sqlalchemy import Connection, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, SessionTransaction
 
-from ..core.errors import NotInTrackingDatabase, StoreError
+from ..core.errors import (
+    Disconnected,
+    NotInTrackingDatabase,
+    Refused,
+    StoreError,
+    TransactionFailed,
+)
 from ..core.jobs import Claim, Job, JobStatus
 from ..core.moves import Completion
 from . import inserts, selects
@@ -195,6 +201,8 @@ def begin(engines: Engines) -> Connection:
         if engines.is_postgres:
             conn = conn.execution_options(isolation_level="READ COMMITTED")
         conn.begin()
+        if conn.dialect.name == "sqlite":  # pysqlite defers it: a savepoint would commit
+            conn.exec_driver_sql("BEGIN")
     return conn
 
 
@@ -204,6 +212,8 @@ class HeldCompletion:
     def __init__(self, engines: Engines, conn: Connection) -> None:
         self.engines = engines
         self.conn = conn
+        #: how many ``transaction()`` blocks are open on it now (nested: savepoints)
+        self.depth = 0
 
     def complete(self, claim: Claim, done: Completion) -> bool:
         params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": done.now}
@@ -215,19 +225,27 @@ class HeldCompletion:
                     self.abandon()
                     return False
                 insert_rows(self.conn, done.rows)
+        except Refused:
+            self.abandon()
+            raise
+        except StoreError as exc:  # the server ended it, or the body's own error aborted it
+            self.abandon()
+            raise TransactionFailed(f"the body's transaction failed: {exc}") from None
         except BaseException:
             self.abandon()
             raise
         try:
             with translated("committing the job's transaction"):
                 self.conn.commit()
-        except StoreError:
+        except StoreError as exc:
             self.abandon()
             with translated("reading the job"):  # did the commit happen before it failed?
                 row = self.engines.execute(selects.SELECT_ATTEMPTS_STATUS, {"job_id": claim.job_id})
             if row is not None and tuple(row) == (claim.attempt, JobStatus.COMPLETED.value):
                 return True
-            raise
+            if isinstance(exc, (Disconnected, Refused)):  # the database went away; a refusal
+                raise
+            raise TransactionFailed(f"the body's transaction failed: {exc}") from None
         self.conn.close()
         return True
 
