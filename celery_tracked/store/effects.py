@@ -46,6 +46,8 @@ logger = logging.getLogger("celery_tracked")
 #: How long a publish after a ``Connection``'s commit waits for the row to be visible (a
 #: ``Connection`` tells its commit just before it happens): then the relay's.
 VISIBLE_WAIT_S = 10.0
+#: The first and the longest pause between two reads of that row.
+POLL_FIRST_S, POLL_MAX_S = 0.01, 0.2
 Action = Callable[[], None]
 #: The publishes waiting for the commit of a caller's session or connection.
 _PENDING: weakref.WeakKeyDictionary[Any, list[tuple[str, Action]]] = weakref.WeakKeyDictionary()
@@ -123,7 +125,8 @@ def after_commit(
     A ``Session`` says so after its commit. A ``Connection`` only tells its commit just
     before the database commits: ``action`` then runs in a thread once the row
     ``job_id`` is visible (at most :data:`VISIBLE_WAIT_S`; a commit that failed leaves no
-    row, and nothing runs)."""
+    row, and nothing runs). That thread is not a daemon: a process exiting right after the
+    commit publishes before it exits."""
     with _LOCK:
         pending = _PENDING.get(target)
         if pending is None:
@@ -164,16 +167,17 @@ def _session_committed(session: Session) -> None:
 
 def _connection_committing(conn: Connection, engines: Engines) -> None:
     taken = _taken(conn)
-    if taken:
+    if taken:  # not a daemon: a process exiting right after the commit publishes first
         thread = threading.Thread(
             target=_when_visible, args=(taken, engines), name="celery-tracked-publish"
         )
-        thread.daemon = True
+        thread.daemon = False
         thread.start()
 
 
 def _when_visible(taken: list[tuple[str, Action]], engines: Engines) -> None:
     deadline = time.monotonic() + VISIBLE_WAIT_S
+    pause = POLL_FIRST_S
     while taken and time.monotonic() < deadline:
         waiting = []
         for job_id, action in taken:
@@ -188,7 +192,8 @@ def _when_visible(taken: list[tuple[str, Action]], engines: Engines) -> None:
                 waiting.append((job_id, action))
         taken = waiting
         if taken:
-            time.sleep(0.01)
+            time.sleep(pause)
+            pause = min(pause * 2, POLL_MAX_S)
 
 
 def begin(engines: Engines) -> Connection:

@@ -4,6 +4,8 @@ completion, and nothing of a failed or retried attempt remains (runs inline: ``a
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -145,3 +147,41 @@ def test_successors_are_created_with_a_completion_in_the_bodys_transaction(
     assert found is not None and found.status is JobStatus.PENDING
     assert ledger(engine)["a"] == 1
     wait_for(lambda: len(queue_messages(broker, "next_q")) == 1, timeout=10)
+
+
+EXITS_AFTER_COMMIT = """
+import sys
+from celery import Celery
+from sqlalchemy import create_engine
+from celery_tracked import tracked_task
+
+database_url, redis_url = sys.argv[1:3]
+app = Celery("exiting", broker=redis_url, set_as_current=False)
+app.conf.tracked_database_url = database_url
+app.conf.tracked_redis_url = redis_url
+
+@tracked_task(app=app, queue="exit_q")
+def job(x: str) -> str:
+    return x
+
+engine = create_engine(database_url)
+with engine.begin() as conn:
+    made = job.enqueue_in(conn, x="bye")
+print(made.job_id)
+"""
+
+
+def test_a_process_exiting_right_after_its_commit_publishes_first(
+    make_app: AppFactory, database_url: str, redis_url: str, broker: redis.Redis
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", EXITS_AFTER_COMMIT, database_url, redis_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    job_id = done.stdout.strip().splitlines()[-1]
+    assert len(queue_messages(broker, "exit_q")) == 1  # published before the exit
+    found = tracker_of(make_app()).get_job(job_id)
+    assert found is not None and found.published_at is not None
