@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Task
 from sqlalchemy import Connection
+from sqlalchemy.orm import scoped_session
 
 from ..core.errors import EnqueueError, NotInAStep, NotTransactional, StoreError
 from ..core.hooks import Transition
@@ -49,6 +50,8 @@ def enqueue_in(
     """Create ``task``'s job in ``target``'s transaction (``TrackedTask.enqueue_in``)."""
     tracker = task.tracker
     store = _sql_store(tracker, "enqueue_in")
+    if isinstance(target, scoped_session):  # Flask-SQLAlchemy's ``db.session``
+        target = target()
     chosen = Control.underscored(kwargs)
     options = dict(chosen.pop("options", None) or {})
     control = Control(**chosen)

@@ -13,7 +13,7 @@ import pytest
 import redis
 from celery import Celery
 from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
 from celery_tracked import JobStatus, NotInAStep, tracked_task
 from tests.conftest import wait_for
@@ -185,3 +185,20 @@ def test_a_process_exiting_right_after_its_commit_publishes_first(
     assert len(queue_messages(broker, "exit_q")) == 1  # published before the exit
     found = tracker_of(make_app()).get_job(job_id)
     assert found is not None and found.published_at is not None
+
+
+def test_enqueue_in_takes_a_scoped_session(
+    make_app: AppFactory, engine: Engine, broker: redis.Redis
+) -> None:
+    app = make_app()
+
+    @tracked_task(app=app, queue="scoped_q")
+    def job(x: str) -> str:
+        return x
+
+    scoped = scoped_session(sessionmaker(engine))  # as Flask-SQLAlchemy's ``db.session``
+    made = job.enqueue_in(scoped, x="s")
+    assert queue_messages(broker, "scoped_q") == []
+    scoped.commit()
+    scoped.remove()
+    assert made.created and len(queue_messages(broker, "scoped_q")) == 1
