@@ -73,6 +73,10 @@ class HeldTransaction(Protocol):
     left open when its block ended: the completion is written in it and commits the
     body's writes with it, or it is rolled back (any other outcome, a lost lease)."""
 
+    #: it holds the database's only write lock (SQLite): no other write of this process
+    #: can succeed until it ends
+    locks_writer: bool
+
     def complete(self, claim: Claim, done: Completion) -> bool:
         """Write the fenced completion (and ``done.rows``) in this transaction and commit
         it; False, rolled back, when the run no longer holds the lease.

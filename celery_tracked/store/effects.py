@@ -219,6 +219,7 @@ class HeldCompletion:
         self.conn = conn
         #: how many ``transaction()`` blocks are open on it now (nested: savepoints)
         self.depth = 0
+        self.locks_writer = conn.dialect.name == "sqlite"
 
     def complete(self, claim: Claim, done: Completion) -> bool:
         params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": done.now}

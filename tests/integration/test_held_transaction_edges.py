@@ -4,6 +4,7 @@ server ended or the body's own error aborted fails the attempt (counted, bounded
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -61,10 +62,8 @@ def test_a_transaction_aborted_by_the_bodys_caught_error_fails_the_attempt(
         runs.append(self.request.retries)
         with self.transaction() as conn:
             conn.execute(UP, {"k": "a"})
-            try:
+            with contextlib.suppress(IntegrityError):  # swallowed: the transaction is aborted
                 conn.execute(text("INSERT INTO ledger (k, n) VALUES ('a', 0)"))
-            except IntegrityError:
-                pass  # swallowed: the transaction stays aborted
 
     with pytest.raises(TransactionFailed):
         dup.apply(task_id="dup-1")
@@ -108,12 +107,9 @@ def test_nested_blocks_share_one_transaction_and_an_inner_error_undoes_its_own_w
                 assert inner is outer
                 inner.execute(UP, {"k": "a"})  # the same row: no wait on itself
                 inner.execute(UP, {"k": "b"})
-            try:
-                with self.transaction() as failing:
-                    failing.execute(UP, {"k": "c"})
-                    raise Boom()
-            except Boom:
-                pass  # only that block's write is undone
+            with contextlib.suppress(Boom), self.transaction() as failing:
+                failing.execute(UP, {"k": "c"})  # undone: only this block's write
+                raise Boom()
         return "ok"
 
     assert nested.apply(task_id="nested-1").get() == "ok"
@@ -143,3 +139,27 @@ def test_an_outer_block_that_raises_undoes_its_inner_blocks(
 
     assert outer_fails.apply(task_id="outer-1").get() == "ok"
     assert ledger(engine) == {"a": 0, "b": 0, "c": 1}
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_on_sqlite_progress_and_log_wait_for_no_lock_of_their_own_body(
+    make_app: AppFactory, engine: Engine
+) -> None:
+    app = make_app(task_eager_propagates=True)
+
+    @tracked_task(app=app, bind=True, queue="tx_q", max_attempts=1)
+    def progress_after(self: Any) -> bool:
+        assert self.log("before the block")
+        with self.transaction() as conn:
+            conn.execute(UP, {"k": "a"})
+        self.set_progress(50)  # not written: the body's transaction holds the write lock
+        return bool(self.log("after the block"))
+
+    started = time.monotonic()
+    assert progress_after.apply(task_id="sq-1").get() is False
+    assert time.monotonic() - started < 5  # no wait on the 30 s busy_timeout
+    found = tracker_of(app).get_job("sq-1")
+    assert found is not None and found.status is JobStatus.COMPLETED
+    logged = [e.message for e in tracker_of(app).history("sq-1") if e.event == "log"]
+    assert logged == ["before the block"]
+    assert ledger(engine)["a"] == 1

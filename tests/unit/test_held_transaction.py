@@ -31,6 +31,8 @@ def world() -> Iterator[World]:
 
 
 class Held:
+    locks_writer = False
+
     def __init__(self, world: World, saved: bool = True) -> None:
         self.world, self.saved = world, saved
         self.calls: list[str] = []
