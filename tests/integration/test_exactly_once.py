@@ -45,7 +45,7 @@ def test_enqueue_in_follows_the_callers_transaction(
 ) -> None:
     app = make_app()
 
-    @tracked_task(app=app, queue="tx_q", idempotency_key="{x}")
+    @tracked_task(app=app, shared=False, queue="tx_q", idempotency_key="{x}")
     def job(x: str) -> str:
         return x
 
@@ -72,7 +72,7 @@ def test_enqueue_in_follows_the_callers_transaction(
 def run_ledger_task(app: Celery, engine: Engine) -> Any:
     seen: list[int] = []
 
-    @tracked_task(app=app, bind=True, queue="tx_q", max_attempts=2, backoff_ms=1)
+    @tracked_task(app=app, shared=False, bind=True, queue="tx_q", max_attempts=2, backoff_ms=1)
     def add(self: Any, k: str, fail: str = "") -> int:
         seen.append(self.request.retries)
         with self.transaction() as conn:
@@ -105,11 +105,11 @@ def test_a_job_enqueued_in_the_bodys_transaction_follows_its_completion(
 ) -> None:
     app = make_app(task_eager_propagates=True)
 
-    @tracked_task(app=app, queue="outbox_q", idempotency_key="{x}")
+    @tracked_task(app=app, shared=False, queue="outbox_q", idempotency_key="{x}")
     def webhook(x: str) -> str:
         return x
 
-    @tracked_task(app=app, bind=True, queue="tx_q", max_attempts=1)
+    @tracked_task(app=app, shared=False, bind=True, queue="tx_q", max_attempts=1)
     def ship(self: Any, x: str, fail: bool = False) -> str:
         with self.transaction() as conn:
             made = webhook.enqueue_in(conn, x=x)
@@ -132,11 +132,11 @@ def test_successors_are_created_with_a_completion_in_the_bodys_transaction(
 ) -> None:
     app = make_app(task_eager_propagates=True)
 
-    @tracked_task(app=app, queue="next_q")
+    @tracked_task(app=app, shared=False, queue="next_q")
     def after(k: str) -> str:
         return k
 
-    @tracked_task(app=app, bind=True, queue="tx_q", max_attempts=1)
+    @tracked_task(app=app, shared=False, bind=True, queue="tx_q", max_attempts=1)
     def step(self: Any, k: str) -> str:
         with self.transaction() as conn:
             conn.execute(text("UPDATE ledger SET n = n + 1 WHERE k = :k"), {"k": k})
@@ -160,7 +160,7 @@ app = Celery("exiting", broker=redis_url, set_as_current=False)
 app.conf.tracked_database_url = database_url
 app.conf.tracked_redis_url = redis_url
 
-@tracked_task(app=app, queue="exit_q")
+@tracked_task(app=app, shared=False, queue="exit_q")
 def job(x: str) -> str:
     return x
 
@@ -192,7 +192,7 @@ def test_enqueue_in_takes_a_scoped_session(
 ) -> None:
     app = make_app()
 
-    @tracked_task(app=app, queue="scoped_q")
+    @tracked_task(app=app, shared=False, queue="scoped_q")
     def job(x: str) -> str:
         return x
 

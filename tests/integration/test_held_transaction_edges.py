@@ -57,7 +57,7 @@ def test_a_transaction_aborted_by_the_bodys_caught_error_fails_the_attempt(
     app = make_app(task_eager_propagates=True)
     runs: list[int] = []
 
-    @tracked_task(app=app, bind=True, queue="tx_q", max_attempts=3, backoff_ms=1)
+    @tracked_task(app=app, shared=False, bind=True, queue="tx_q", max_attempts=3, backoff_ms=1)
     def dup(self: Any) -> None:
         runs.append(self.request.retries)
         with self.transaction() as conn:
@@ -79,7 +79,7 @@ def test_a_transaction_the_server_ended_fails_the_attempt(
     app = make_app(task_eager_propagates=True)
     runs: list[int] = []
 
-    @tracked_task(app=app, bind=True, queue="tx_q", max_attempts=2, backoff_ms=1)
+    @tracked_task(app=app, shared=False, bind=True, queue="tx_q", max_attempts=2, backoff_ms=1)
     def idle(self: Any) -> None:
         runs.append(self.request.retries)
         with self.transaction() as conn:
@@ -99,7 +99,7 @@ def test_nested_blocks_share_one_transaction_and_an_inner_error_undoes_its_own_w
 ) -> None:
     app = make_app(task_eager_propagates=True)
 
-    @tracked_task(app=app, bind=True, queue="tx_q", max_attempts=1)
+    @tracked_task(app=app, shared=False, bind=True, queue="tx_q", max_attempts=1)
     def nested(self: Any) -> str:
         with self.transaction() as outer:
             outer.execute(UP, {"k": "a"})
@@ -123,7 +123,7 @@ def test_an_outer_block_that_raises_undoes_its_inner_blocks(
 ) -> None:
     app = make_app(task_eager_propagates=True)
 
-    @tracked_task(app=app, bind=True, queue="tx_q", max_attempts=1)
+    @tracked_task(app=app, shared=False, bind=True, queue="tx_q", max_attempts=1)
     def outer_fails(self: Any) -> str:
         try:
             with self.transaction() as outer:
@@ -147,7 +147,7 @@ def test_on_sqlite_progress_and_log_wait_for_no_lock_of_their_own_body(
 ) -> None:
     app = make_app(task_eager_propagates=True)
 
-    @tracked_task(app=app, bind=True, queue="tx_q", max_attempts=1)
+    @tracked_task(app=app, shared=False, bind=True, queue="tx_q", max_attempts=1)
     def progress_after(self: Any) -> bool:
         assert self.log("before the block")
         with self.transaction() as conn:
