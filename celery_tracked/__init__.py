@@ -24,6 +24,7 @@ from .core.errors import (
     RetryRefused,
     StoreError,
     TrackedError,
+    TransactionFailed,
     Unrecoverable,
     WaitTimeout,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "TrackedError",
     "TrackedTask",
     "Tracker",
+    "TransactionFailed",
     "Unrecoverable",
     "WaitTimeout",
     "__version__",

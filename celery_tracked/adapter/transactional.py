@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Task
 from sqlalchemy import Connection
+from sqlalchemy.orm import scoped_session
 
 from ..core.errors import EnqueueError, NotInAStep, NotTransactional, StoreError
 from ..core.hooks import Transition
@@ -26,6 +27,7 @@ from ..core.jobs import EnqueueResult, Event, JobStatus, utcnow
 from ..core.messages import Control
 from ..services.enqueuer import NewJob, Publish
 from ..store import JobStore, effects
+from ..store.translate import translated
 from . import eager, producer
 from .request_state import attempt_of
 
@@ -48,6 +50,8 @@ def enqueue_in(
     """Create ``task``'s job in ``target``'s transaction (``TrackedTask.enqueue_in``)."""
     tracker = task.tracker
     store = _sql_store(tracker, "enqueue_in")
+    if isinstance(target, scoped_session):  # Flask-SQLAlchemy's ``db.session``
+        target = target()
     chosen = Control.underscored(kwargs)
     options = dict(chosen.pop("options", None) or {})
     control = Control(**chosen)
@@ -111,21 +115,48 @@ def _hand_over(tracker: Tracker, job: NewJob, publish: Publish) -> None:
 def transaction(task: Any) -> Iterator[Connection]:
     """The running body's transaction on the tracking database (``TrackedTask.transaction``):
     left open at the block's end and committed with the run's completion; rolled back when
-    the block raises, or the run ends any other way. A second block continues it."""
+    the block raises, or the run ends any other way. A later block continues it; a block
+    inside an open one is a savepoint: when it raises, only what it wrote is undone."""
     attempt = attempt_of(task.request)
     if attempt is None:
         raise NotInAStep(f"{task.name}: self.transaction() is only for a running tracked body")
     held = attempt.held
-    if isinstance(held, effects.HeldCompletion):
-        conn = held.conn
-    else:
+    if not isinstance(held, effects.HeldCompletion):
         store = _sql_store(task.tracker, "self.transaction()")
-        conn = effects.begin(store.engines)
-        held = effects.HeldCompletion(store.engines, conn)
+        held = effects.HeldCompletion(store.engines, effects.begin(store.engines))
+        attempt.held = held  # now: a block inside this one continues it
+    if held.depth:
+        with _savepoint(held):
+            yield held.conn
+        return
+    held.depth = 1
     try:
-        yield conn
+        yield held.conn
     except BaseException:
         attempt.held = None
         held.abandon()
         raise
-    attempt.held = held
+    finally:
+        held.depth = 0
+
+
+@contextmanager
+def _savepoint(held: effects.HeldCompletion) -> Iterator[None]:
+    with translated("opening a savepoint"):
+        nested = held.conn.begin_nested()
+    held.depth += 1
+    try:
+        yield
+    except BaseException:
+        if nested.is_active:
+            try:
+                nested.rollback()
+            except Exception as exc:  # the outer transaction is then aborted: its completion fails
+                logger.warning("could not roll back to the savepoint: %s", exc)
+        raise
+    else:
+        if nested.is_active:
+            with translated("releasing a savepoint"):
+                nested.commit()
+    finally:
+        held.depth -= 1

@@ -18,7 +18,8 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
     ├── RetryRefused              ``Tracker.retry`` cannot re-run the job as asked
     ├── StoreError                the tracking database failed outside enqueue
     │   ├── Disconnected          (internal) its pooled connection was dead
-    │   └── Refused               (internal) a constraint or a column refused a value
+    │   ├── Refused               (internal) a constraint or a column refused a value
+    │   └── TransactionFailed     the body's ``self.transaction()`` failed before its commit
     ├── GuardError                Redis (the idempotency guard) failed
     ├── JobNotFound
     ├── InvalidFilter             ``Tracker.jobs``/bulk actions: a bad filter, limit or cursor
@@ -154,6 +155,13 @@ class Refused(StoreError):
     sending it again cannot help."""
 
     internal = True  # recorded as a StoreError
+
+
+class TransactionFailed(StoreError):
+    """The body's own transaction (``self.transaction()``) failed before its completion
+    committed (the server ended it, or a statement of the body aborted it): nothing of it
+    remains, and the attempt fails like a body that raised (it counts against
+    ``max_attempts``)."""
 
 
 class DuplicateJob(Exception):

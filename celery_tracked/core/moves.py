@@ -73,13 +73,19 @@ class HeldTransaction(Protocol):
     left open when its block ended: the completion is written in it and commits the
     body's writes with it, or it is rolled back (any other outcome, a lost lease)."""
 
+    #: it holds the database's only write lock (SQLite): no other write of this process
+    #: can succeed until it ends
+    locks_writer: bool
+
     def complete(self, claim: Claim, done: Completion) -> bool:
         """Write the fenced completion (and ``done.rows``) in this transaction and commit
         it; False, rolled back, when the run no longer holds the lease.
 
         Raises:
-            StoreError: the database failed (rolled back, unless the commit is known to
-                have happened: then True).
+            TransactionFailed: it failed (the server ended it, a statement of the body
+                aborted it, the server refused the commit): rolled back; the attempt failed.
+            StoreError: the connection died during the commit, which did not happen (True
+                if the row reads it did): the database went away.
             Refused: the database refused a row (rolled back).
         """
         ...

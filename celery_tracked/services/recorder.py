@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 from ..core.attempt import Attempt
-from ..core.errors import Refused, StoreError
+from ..core.errors import Refused, StoreError, TransactionFailed
 from ..core.hooks import Hooks, Transition
 from ..core.jobs import CLAIMABLE, Claim, Event, JobStatus, NewRow, utcnow
 from ..core.messages import HEADER_PENDING_FAILURE, HEADER_PENDING_RETRY, PendingFailure
@@ -118,6 +118,8 @@ class Recorder:
                 saved = self._save_completion(run, claim, result_json, duration, rows)
         except Refused as exc:
             return self.job_error(attempt, exc, started)
+        except TransactionFailed as exc:
+            return self.transaction_failed(attempt, exc, started)
         except StoreError as exc:  # the database stayed away: the attempt is retried
             delay = 0 if run.inline else self.delay(run, claim.attempt)
             lost = self.record_failure(attempt, exc, started, delay, secret=False, carry=True)
@@ -193,6 +195,20 @@ class Recorder:
         plan = self.plan(attempt.run, attempt.claim, error)
         if plan.write not in (Write.RETRY, Write.FAIL):  # Celery's own signals from a hook
             plan = Plan(Write.FAIL, reraise=True)
+        return self.fail_attempt(attempt, plan, error, started)
+
+    def transaction_failed(
+        self, attempt: Attempt, error: TransactionFailed, started: float
+    ) -> Verdict:
+        """The body's own transaction failed before its completion committed (rolled back):
+        the attempt failed, whatever the task retries on; retried after its backoff while
+        attempts remain, else ``failed``."""
+        run, claim = attempt.run, attempt.claim
+        if claim.attempt < claim.max_attempts:
+            delay = 0 if run.inline else self.delay(run, claim.attempt)
+            plan = Plan(Write.RETRY, delay_ms=delay)
+        else:
+            plan = Plan(Write.FAIL, reraise=True, used_up=True)
         return self.fail_attempt(attempt, plan, error, started)
 
     def record_failure(

@@ -82,9 +82,18 @@ class ProgressReporter:
     """Writes one running attempt's progress and log lines (a ``progress.ProgressSink``)."""
 
     def __init__(
-        self, store: ReportStore, claim: Claim, run: Run, settings: Settings, flusher: Flusher
+        self,
+        store: ReportStore,
+        claim: Claim,
+        run: Run,
+        settings: Settings,
+        flusher: Flusher,
+        blocked: Callable[[], bool] = lambda: False,
     ) -> None:
         self._store = store
+        #: True while the body's own transaction holds SQLite's only write lock: a write
+        #: would wait on this very process (``exactly-once.md``)
+        self._blocked = blocked
         self._claim = claim
         self._run = run
         self._settings = settings
@@ -143,6 +152,9 @@ class ProgressReporter:
         return due
 
     def _write(self, value: Value, now: float) -> None:
+        if self._blocked():  # kept pending: a later write carries it
+            self._coalescer.sent(value, now, written=False)
+            return
         percent, stage = value
         if stage is not None:
             stage = self._mask(stage)[: progress.MAX_STAGE_CHARS]
@@ -193,7 +205,7 @@ class ProgressReporter:
         extra.update(job_type=run.job_type, status="processing", attempt=claim.attempt)
         logger.log(_LEVELS[level], "job %s: %s", claim.job_id, text, extra=extra)
         with self._lock:
-            if self._lost:
+            if self._lost or self._blocked():  # blocked: the logger has it, not the history
                 return False
             limit = self._settings.log_lines_per_job
             try:
@@ -246,8 +258,13 @@ class Reports(Hooks):
         """Attach the attempt's reporter for its body (``self.set_progress`` and the like
         reach it); when the body ends, the newest progress is written and the reporter
         retired."""
+
+        def blocked() -> bool:
+            held = attempt.held
+            return held is not None and held.locks_writer
+
         reporter = ProgressReporter(
-            self.store, attempt.claim, attempt.run, self.settings, self.flusher
+            self.store, attempt.claim, attempt.run, self.settings, self.flusher, blocked
         )
         attempt.attach(reporter)
         try:

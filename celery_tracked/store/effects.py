@@ -25,7 +25,13 @@ from sqlalchemy import Connection, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, SessionTransaction
 
-from ..core.errors import NotInTrackingDatabase, StoreError
+from ..core.errors import (
+    Disconnected,
+    NotInTrackingDatabase,
+    Refused,
+    StoreError,
+    TransactionFailed,
+)
 from ..core.jobs import Claim, Job, JobStatus
 from ..core.moves import Completion
 from . import inserts, selects
@@ -40,6 +46,8 @@ logger = logging.getLogger("celery_tracked")
 #: How long a publish after a ``Connection``'s commit waits for the row to be visible (a
 #: ``Connection`` tells its commit just before it happens): then the relay's.
 VISIBLE_WAIT_S = 10.0
+#: The first and the longest pause between two reads of that row.
+POLL_FIRST_S, POLL_MAX_S = 0.01, 0.2
 Action = Callable[[], None]
 #: The publishes waiting for the commit of a caller's session or connection.
 _PENDING: weakref.WeakKeyDictionary[Any, list[tuple[str, Action]]] = weakref.WeakKeyDictionary()
@@ -117,7 +125,8 @@ def after_commit(
     A ``Session`` says so after its commit. A ``Connection`` only tells its commit just
     before the database commits: ``action`` then runs in a thread once the row
     ``job_id`` is visible (at most :data:`VISIBLE_WAIT_S`; a commit that failed leaves no
-    row, and nothing runs)."""
+    row, and nothing runs). That thread is not a daemon: a process exiting right after the
+    commit publishes before it exits."""
     with _LOCK:
         pending = _PENDING.get(target)
         if pending is None:
@@ -158,16 +167,17 @@ def _session_committed(session: Session) -> None:
 
 def _connection_committing(conn: Connection, engines: Engines) -> None:
     taken = _taken(conn)
-    if taken:
+    if taken:  # not a daemon: a process exiting right after the commit publishes first
         thread = threading.Thread(
             target=_when_visible, args=(taken, engines), name="celery-tracked-publish"
         )
-        thread.daemon = True
+        thread.daemon = False
         thread.start()
 
 
 def _when_visible(taken: list[tuple[str, Action]], engines: Engines) -> None:
     deadline = time.monotonic() + VISIBLE_WAIT_S
+    pause = POLL_FIRST_S
     while taken and time.monotonic() < deadline:
         waiting = []
         for job_id, action in taken:
@@ -182,7 +192,8 @@ def _when_visible(taken: list[tuple[str, Action]], engines: Engines) -> None:
                 waiting.append((job_id, action))
         taken = waiting
         if taken:
-            time.sleep(0.01)
+            time.sleep(pause)
+            pause = min(pause * 2, POLL_MAX_S)
 
 
 def begin(engines: Engines) -> Connection:
@@ -195,6 +206,8 @@ def begin(engines: Engines) -> Connection:
         if engines.is_postgres:
             conn = conn.execution_options(isolation_level="READ COMMITTED")
         conn.begin()
+        if conn.dialect.name == "sqlite":  # pysqlite defers it: a savepoint would commit
+            conn.exec_driver_sql("BEGIN")
     return conn
 
 
@@ -204,6 +217,9 @@ class HeldCompletion:
     def __init__(self, engines: Engines, conn: Connection) -> None:
         self.engines = engines
         self.conn = conn
+        #: how many ``transaction()`` blocks are open on it now (nested: savepoints)
+        self.depth = 0
+        self.locks_writer = conn.dialect.name == "sqlite"
 
     def complete(self, claim: Claim, done: Completion) -> bool:
         params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": done.now}
@@ -215,19 +231,27 @@ class HeldCompletion:
                     self.abandon()
                     return False
                 insert_rows(self.conn, done.rows)
+        except Refused:
+            self.abandon()
+            raise
+        except StoreError as exc:  # the server ended it, or the body's own error aborted it
+            self.abandon()
+            raise TransactionFailed(f"the body's transaction failed: {exc}") from None
         except BaseException:
             self.abandon()
             raise
         try:
             with translated("committing the job's transaction"):
                 self.conn.commit()
-        except StoreError:
+        except StoreError as exc:
             self.abandon()
             with translated("reading the job"):  # did the commit happen before it failed?
                 row = self.engines.execute(selects.SELECT_ATTEMPTS_STATUS, {"job_id": claim.job_id})
             if row is not None and tuple(row) == (claim.attempt, JobStatus.COMPLETED.value):
                 return True
-            raise
+            if isinstance(exc, (Disconnected, Refused)):  # the database went away; a refusal
+                raise
+            raise TransactionFailed(f"the body's transaction failed: {exc}") from None
         self.conn.close()
         return True
 

@@ -4,6 +4,8 @@ completion, and nothing of a failed or retried attempt remains (runs inline: ``a
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,7 +13,7 @@ import pytest
 import redis
 from celery import Celery
 from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
 from celery_tracked import JobStatus, NotInAStep, tracked_task
 from tests.conftest import wait_for
@@ -43,7 +45,7 @@ def test_enqueue_in_follows_the_callers_transaction(
 ) -> None:
     app = make_app()
 
-    @tracked_task(app=app, queue="tx_q", idempotency_key="{x}")
+    @tracked_task(app=app, shared=False, queue="tx_q", idempotency_key="{x}")
     def job(x: str) -> str:
         return x
 
@@ -70,7 +72,7 @@ def test_enqueue_in_follows_the_callers_transaction(
 def run_ledger_task(app: Celery, engine: Engine) -> Any:
     seen: list[int] = []
 
-    @tracked_task(app=app, bind=True, queue="tx_q", max_attempts=2, backoff_ms=1)
+    @tracked_task(app=app, shared=False, bind=True, queue="tx_q", max_attempts=2, backoff_ms=1)
     def add(self: Any, k: str, fail: str = "") -> int:
         seen.append(self.request.retries)
         with self.transaction() as conn:
@@ -103,11 +105,11 @@ def test_a_job_enqueued_in_the_bodys_transaction_follows_its_completion(
 ) -> None:
     app = make_app(task_eager_propagates=True)
 
-    @tracked_task(app=app, queue="outbox_q", idempotency_key="{x}")
+    @tracked_task(app=app, shared=False, queue="outbox_q", idempotency_key="{x}")
     def webhook(x: str) -> str:
         return x
 
-    @tracked_task(app=app, bind=True, queue="tx_q", max_attempts=1)
+    @tracked_task(app=app, shared=False, bind=True, queue="tx_q", max_attempts=1)
     def ship(self: Any, x: str, fail: bool = False) -> str:
         with self.transaction() as conn:
             made = webhook.enqueue_in(conn, x=x)
@@ -130,11 +132,11 @@ def test_successors_are_created_with_a_completion_in_the_bodys_transaction(
 ) -> None:
     app = make_app(task_eager_propagates=True)
 
-    @tracked_task(app=app, queue="next_q")
+    @tracked_task(app=app, shared=False, queue="next_q")
     def after(k: str) -> str:
         return k
 
-    @tracked_task(app=app, bind=True, queue="tx_q", max_attempts=1)
+    @tracked_task(app=app, shared=False, bind=True, queue="tx_q", max_attempts=1)
     def step(self: Any, k: str) -> str:
         with self.transaction() as conn:
             conn.execute(text("UPDATE ledger SET n = n + 1 WHERE k = :k"), {"k": k})
@@ -145,3 +147,58 @@ def test_successors_are_created_with_a_completion_in_the_bodys_transaction(
     assert found is not None and found.status is JobStatus.PENDING
     assert ledger(engine)["a"] == 1
     wait_for(lambda: len(queue_messages(broker, "next_q")) == 1, timeout=10)
+
+
+EXITS_AFTER_COMMIT = """
+import sys
+from celery import Celery
+from sqlalchemy import create_engine
+from celery_tracked import tracked_task
+
+database_url, redis_url = sys.argv[1:3]
+app = Celery("exiting", broker=redis_url, set_as_current=False)
+app.conf.tracked_database_url = database_url
+app.conf.tracked_redis_url = redis_url
+
+@tracked_task(app=app, shared=False, queue="exit_q")
+def job(x: str) -> str:
+    return x
+
+engine = create_engine(database_url)
+with engine.begin() as conn:
+    made = job.enqueue_in(conn, x="bye")
+print(made.job_id)
+"""
+
+
+def test_a_process_exiting_right_after_its_commit_publishes_first(
+    make_app: AppFactory, database_url: str, redis_url: str, broker: redis.Redis
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", EXITS_AFTER_COMMIT, database_url, redis_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    job_id = done.stdout.strip().splitlines()[-1]
+    assert len(queue_messages(broker, "exit_q")) == 1  # published before the exit
+    found = tracker_of(make_app()).get_job(job_id)
+    assert found is not None and found.published_at is not None
+
+
+def test_enqueue_in_takes_a_scoped_session(
+    make_app: AppFactory, engine: Engine, broker: redis.Redis
+) -> None:
+    app = make_app()
+
+    @tracked_task(app=app, shared=False, queue="scoped_q")
+    def job(x: str) -> str:
+        return x
+
+    scoped = scoped_session(sessionmaker(engine))  # as Flask-SQLAlchemy's ``db.session``
+    made = job.enqueue_in(scoped, x="s")
+    assert queue_messages(broker, "scoped_q") == []
+    scoped.commit()
+    scoped.remove()
+    assert made.created and len(queue_messages(broker, "scoped_q")) == 1

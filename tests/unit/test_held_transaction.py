@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from celery_tracked.core.attempt import Attempt
+from celery_tracked.core.errors import TransactionFailed
 from celery_tracked.core.hooks import HookChain
 from celery_tracked.core.jobs import Claim, JobStatus
 from celery_tracked.core.moves import Completion
-from celery_tracked.core.outcome import Completed, Retrying, Skipped
+from celery_tracked.core.outcome import Completed, Failed, Retrying, Skipped
 from celery_tracked.core.settings import Settings
 from celery_tracked.services.lease import LeaseKeeper
 from celery_tracked.services.runner import Runner
@@ -31,6 +32,8 @@ def world() -> Iterator[World]:
 
 
 class Held:
+    locks_writer = False
+
     def __init__(self, world: World, saved: bool = True) -> None:
         self.world, self.saved = world, saved
         self.calls: list[str] = []
@@ -89,3 +92,24 @@ def test_a_failing_completion_rows_hook_rolls_back_first(world: World) -> None:
     world.recorder.completion_rows = boom  # type: ignore[method-assign]
     world.run_attempt(holding(held, 1))
     assert held.calls == ["abandon"]
+
+
+class FailingHeld(Held):
+    def complete(self, claim: Claim, done: Completion) -> bool:
+        self.calls.append("complete")
+        raise TransactionFailed("the body's transaction failed: terminating connection")
+
+
+@pytest.mark.parametrize("max_attempts", [1, 2])
+def test_a_held_transaction_that_failed_is_a_counted_failure(
+    world: World, max_attempts: int
+) -> None:
+    world.store.add(max_attempts=max_attempts)
+    verdict = world.run_attempt(holding(FailingHeld(world), 1))
+    job = world.job()
+    assert job.error_type == "TransactionFailed" and job.attempts_made == 1
+    assert job.error_message is not None and "transaction failed" in job.error_message
+    if max_attempts == 1:
+        assert isinstance(verdict, Failed) and job.status is JobStatus.FAILED
+    else:
+        assert isinstance(verdict, Retrying) and job.status is JobStatus.RETRYING
