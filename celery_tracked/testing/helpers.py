@@ -8,6 +8,7 @@ pytest here: a failed assertion is a plain ``AssertionError`` (pytest shows it a
 from __future__ import annotations
 
 import inspect
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -162,13 +163,19 @@ class TrackedTesting:
         }
         options["queues"] = self.queues()
         options.update(extra)
-        with start_worker(self.app, **options) as worker:
-            self._worker = worker
-            try:
-                yield worker
-            finally:
-                self._worker = None
-                self._wake_to_stop()
+        root = logging.getLogger()
+        level, handlers = root.level, list(root.handlers)
+        try:
+            with start_worker(self.app, **options) as worker:
+                self._worker = worker
+                try:
+                    yield worker
+                finally:
+                    self._worker = None
+                    self._wake_to_stop()
+        finally:  # Celery's worker set up logging (root at its level): give the test's back
+            root.setLevel(level)
+            root.handlers[:] = handlers
 
     def queues(self) -> list[str]:
         """The queues a test's worker consumes from: the app's default queue and its

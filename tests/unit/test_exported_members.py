@@ -32,6 +32,7 @@ EXPECTED = {
     "StoreError",
     "TrackedError",
     "TrackedTask",
+    "TransactionFailed",
     "Tracker",
     "Unrecoverable",
     "WaitTimeout",
