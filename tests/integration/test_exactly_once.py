@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
 from celery_tracked import JobStatus, NotInAStep, tracked_task
 from tests.conftest import wait_for
 
 from .conftest import AppFactory, queue_messages, tracker_of
+from .ledger import ledger, ledger_table
 
 
 class Boom(Exception):
@@ -27,17 +28,8 @@ class Boom(Exception):
 
 @pytest.fixture
 def engine(database_url: str) -> Iterator[Engine]:
-    made = create_engine(database_url)
-    with made.begin() as conn:
-        conn.execute(text("CREATE TABLE ledger (k VARCHAR(50) PRIMARY KEY, n INTEGER)"))
-        conn.execute(text("INSERT INTO ledger (k, n) VALUES ('a', 0), ('b', 0), ('c', 0)"))
-    yield made
-    made.dispose()
-
-
-def ledger(engine: Engine) -> dict[str, int]:
-    with engine.connect() as conn:
-        return {k: n for k, n in conn.execute(text("SELECT k, n FROM ledger"))}
+    with ledger_table(database_url) as made:
+        yield made
 
 
 def test_enqueue_in_follows_the_callers_transaction(

@@ -10,12 +10,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, text
 from sqlalchemy.exc import IntegrityError
 
 from celery_tracked import JobStatus, TransactionFailed, tracked_task
 
 from .conftest import AppFactory, tracker_of
+from .ledger import ledger, ledger_table
 
 UP = text("UPDATE ledger SET n = n + 1 WHERE k = :k")
 PG_ONLY = pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
@@ -27,17 +28,8 @@ class Boom(Exception):
 
 @pytest.fixture
 def engine(database_url: str) -> Iterator[Engine]:
-    made = create_engine(database_url)
-    with made.begin() as conn:
-        conn.execute(text("CREATE TABLE ledger (k VARCHAR(50) PRIMARY KEY, n INTEGER)"))
-        conn.execute(text("INSERT INTO ledger (k, n) VALUES ('a', 0), ('b', 0), ('c', 0)"))
-    yield made
-    made.dispose()
-
-
-def ledger(engine: Engine) -> dict[str, int]:
-    with engine.connect() as conn:
-        return {k: n for k, n in conn.execute(text("SELECT k, n FROM ledger"))}
+    with ledger_table(database_url) as made:
+        yield made
 
 
 def assert_failed_counted(app: Any, job_id: str, attempts: int, cause: str) -> None:
