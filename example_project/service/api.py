@@ -2,7 +2,10 @@
 
 - ``POST /jobs/{queue}``: 202 ``{job_id, status, created}`` for a new job; with an
   ``Idempotency-Key`` header already used by this caller, 200 and the same job
-  (``created=false``); 400 for an unknown queue or an invalid body (nothing created); 429
+  (``created=false``); every key is scoped to the caller (:mod:`.keys`): without a header,
+  an OCR job's key is the caller's and the document's, never shared with another caller;
+  400 for an unknown queue or an invalid body (nothing created), a body nested too deep
+  included; 413 for a body over 1 MiB (:mod:`.limits`, never read whole); 429
   over the caller's per-minute limit (``Retry-After``: the seconds to the next minute);
   503, with a generic message, when the broker, Redis or the database does not answer.
 - ``GET /jobs/{job_id}``: the job's status, timestamps, attempts, progress and stage,
@@ -38,6 +41,8 @@ from .bodies import BODIES, NewDocument
 from .celery_app import create_celery, processors
 from .config import ServiceConfig
 from .errors import UNAVAILABLE, Unavailable
+from .keys import rate_key, scoped_key
+from .limits import TOO_LARGE, BodyLimit, BodyTooLarge
 from .storage import Documents, engine_for
 
 MAX_KEY = 200
@@ -108,7 +113,7 @@ class Service:
     def check_rate(self, user: str) -> None:
         """A fixed window per caller and minute: one ``INCR`` (and ``EXPIRE``) in Redis."""
         now = time.time()
-        key = f"service:rate:{user}:{int(now // 60)}"
+        key = rate_key(user, int(now // 60))
         try:
             pipe = self.redis.pipeline()
             pipe.incr(key)
@@ -130,10 +135,12 @@ class Service:
         task = self.tasks[queue]
         if queue == "notification":
             kwargs = {**kwargs, "user_id": user}
+        if key is not None:
+            key = scoped_key(user, "key", key)
+        elif queue == "ocr":  # one OCR job per caller and document (not per document)
+            key = scoped_key(user, "ocr", kwargs["document_id"])
         try:
-            return task.with_options(
-                owner_id=user, idempotency_key=None if key is None else f"{user}:{key}"
-            )(**kwargs)
+            return task.with_options(owner_id=user, idempotency_key=key)(**kwargs)
         except InvalidPayload as exc:
             raise HTTPException(400, "invalid job body") from exc
         except TrackedError as exc:
@@ -176,10 +183,15 @@ def create_api(config: ServiceConfig, celery: Celery | None = None) -> FastAPI:
     service = Service(config, celery or create_celery(config))
     api = FastAPI(title="celery-tracked example service")
     api.state.service = service
+    api.add_middleware(BodyLimit)
 
     @api.exception_handler(Unavailable)
     async def unavailable(request: Request, exc: Unavailable) -> JSONResponse:
         return JSONResponse({"detail": UNAVAILABLE}, status_code=503)
+
+    @api.exception_handler(BodyTooLarge)
+    async def too_large(request: Request, exc: BodyTooLarge) -> JSONResponse:
+        return JSONResponse({"detail": TOO_LARGE}, status_code=413)  # (BodyLimit answered)
 
     def caller(authorization: Annotated[str | None, Header()] = None) -> str:
         user = config.api_tokens.get(bearer(authorization) or "")
@@ -201,7 +213,7 @@ def create_api(config: ServiceConfig, celery: Celery | None = None) -> FastAPI:
             raise HTTPException(400, f"Idempotency-Key must have 1 to {MAX_KEY} characters")
         try:
             body = model.model_validate(json.loads(await request.body() or b"null"))
-        except (ValueError, ValidationError) as exc:
+        except (ValueError, ValidationError, RecursionError) as exc:  # nested too deep: 400
             errors = (
                 exc.errors(include_input=False, include_url=False, include_context=False)
                 if isinstance(exc, ValidationError)

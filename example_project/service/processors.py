@@ -4,7 +4,11 @@ Each is declared on the service's app by :func:`declare` (the course pipeline's 
 ``example_project.courses.tasks``, shared tasks). Bodies are idempotent for what they did
 before a crash, since delivery is at least once:
 
-- OCR, AI and indexing write to a document with one conditional UPDATE that checks its
+- OCR, AI and indexing act only on a document owned by their job's owner (the job row's
+  ``owner_id``, set by the API from the caller's token): a document of another owner, or a
+  job without an owner (a successor not given one, a call from outside the API) ends the
+  job at once like a missing one, without reading the document's text;
+- they write to a document with one conditional UPDATE that checks its
   current state (not deleted, same revision); a deleted document ends the job at once as
   ``Unrecoverable`` (failed, no further attempts);
 - email has a ``Message-ID`` derived from the job id and a row in
@@ -38,7 +42,9 @@ logger = logging.getLogger(__name__)
 
 
 class DocumentGone(Unrecoverable):
-    """The document was deleted (or never existed): the job fails, no further attempts."""
+    """The document was deleted, never existed or is not the job's owner's: the job fails,
+    no further attempts (the same error for the three: a caller learns nothing of
+    another's documents)."""
 
 
 @dataclass(frozen=True)
@@ -62,16 +68,22 @@ def message_id_of(job_id: str) -> str:
     return f"<{job_id}@service.example>"
 
 
-def _document(docs: storage.Documents, document_id: str) -> dict[str, Any]:
+def owner_of(task: Any) -> str | None:
+    """The running job's owner (its row's ``owner_id``)."""
+    job = task.tracker.get_job(task.request.id)
+    return None if job is None else job.owner_id
+
+
+def _document(docs: storage.Documents, document_id: str, owner: str | None) -> dict[str, Any]:
     doc = docs.get(document_id)
-    if doc is None or doc["deleted_at"] is not None:
-        raise DocumentGone(f"document {document_id} was deleted")
+    if doc is None or doc["deleted_at"] is not None or owner is None or doc["owner_id"] != owner:
+        raise DocumentGone(f"document {document_id} was deleted or is not the job owner's")
     return doc
 
 
 def _write(docs: storage.Documents, doc: dict[str, Any], **values: Any) -> None:
     if not docs.write(doc["id"], doc["revision"], **values):
-        _document(docs, doc["id"])  # raises if it was deleted meanwhile
+        _document(docs, doc["id"], doc["owner_id"])  # raises if it was deleted meanwhile
         raise ConnectionError(f"document {doc['id']} changed meanwhile; retried")
 
 
@@ -87,10 +99,10 @@ def declare(app: Celery, config: ServiceConfig) -> dict[str, Any]:
         queue=QUEUES.ocr,
         job_type="ocr",
         max_attempts=3,
-        idempotency_key="ocr:{document_id}",
     )
     def ocr(self: Any, document_id: str) -> dict[str, Any]:
-        doc = _document(docs, document_id)
+        # no key template: the API gives each job the caller's key (keys.py)
+        doc = _document(docs, document_id, owner_of(self))
         self.set_progress(30, stage="reading")
         text = " ".join(doc["body"].split())
         self.set_progress(80, stage="writing")
@@ -107,7 +119,7 @@ def declare(app: Celery, config: ServiceConfig) -> dict[str, Any]:
         max_attempts=3,
     )
     def summarize(self: Any, document_id: str, instructions: str = "summarize") -> dict[str, Any]:
-        doc = _document(docs, document_id)
+        doc = _document(docs, document_id, owner_of(self))
         self.set_progress(10, stage="calling the AI provider")
         summary = ai.generate(f"summary:{document_id}", f"{instructions}: {doc['body'][:200]}")
         _write(docs, doc, summary=summary)
@@ -123,7 +135,7 @@ def declare(app: Celery, config: ServiceConfig) -> dict[str, Any]:
         max_attempts=3,
     )
     def index(self: Any, document_id: str) -> dict[str, Any]:
-        doc = _document(docs, document_id)  # its current state, read now
+        doc = _document(docs, document_id, owner_of(self))  # its current state, read now
         self.set_progress(50, stage="indexing")
         _write(docs, doc, indexed_revision=doc["revision"])
         return {"document_id": document_id, "revision": doc["revision"]}
