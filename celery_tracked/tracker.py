@@ -216,18 +216,27 @@ class Wiring:
         return page_of(self.store.find(JobFilter.of(**filters), after, limit + 1), limit)
 
     def retry_many(
-        self, *, limit: int = bulk.DEFAULT_LIMIT, **filters: Unpack[Filters]
+        self,
+        *,
+        limit: int = bulk.DEFAULT_LIMIT,
+        include_unrecoverable: bool = True,
+        **filters: Unpack[Filters],
     ) -> BulkReport:
         """``retry`` each job matching ``filters`` (``failed`` ones unless ``status`` names
         failed and/or cancelled), newest first, at most ``limit``: a report of the jobs
         changed and those refused, with why (``bulk.py``). Jobs whose stored arguments
         hold redacted values are refused (retry them one by one with ``arguments=``).
+        With ``include_unrecoverable=False`` (the CLI's default), a failure whose error was
+        not to be retried (``Unrecoverable``, or not in its task's ``autoretry_for``) is
+        left alone and reported as ``skipped``.
 
         Raises:
             InvalidFilter: a bad filter or limit, or a status that is never retried.
         """
         limit = check_limit(limit, None)
-        return bulk.retry_many(self, self.store.find, JobFilter.of(**filters), limit)
+        return bulk.retry_many(
+            self, self.store.find, JobFilter.of(**filters), limit, include_unrecoverable
+        )
 
     def cancel_many(
         self,

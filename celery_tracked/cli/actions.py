@@ -16,6 +16,7 @@ from ..core.jobs import JobStatus
 from ..services.bulk import DEFAULT_LIMIT, RETRIABLE, why_not
 from .common import (
     Refused,
+    check_text,
     emit_json,
     filter_options,
     filters_from,
@@ -47,6 +48,12 @@ def _finish(report: BulkReport, as_json: bool, done: str) -> None:
     else:
         style = output_style()
         click.echo(f"{done} {len(report.changed)} of {report.matched} matching job(s)")
+        if report.skipped:
+            click.echo(
+                f"skipped {len(report.skipped)} failed by an error that is not retried "
+                "(Unrecoverable, or not in its task's autoretry_for): add "
+                "--include-unrecoverable to retry them"
+            )
         if report.refused:
             rows: list[list[Cell]] = [[i, (why, "refused")] for i, why in report.refused.items()]
             click.echo(f"refused {len(report.refused)}:")
@@ -65,6 +72,12 @@ def _finish(report: BulkReport, as_json: bool, done: str) -> None:
 @filter_options
 @click.option("--all", "everything", is_flag=True, help=_SELECTION_HELP)
 @click.option("--limit", default=DEFAULT_LIMIT, show_default=True, help="At most this many.")
+@click.option(
+    "--include-unrecoverable",
+    is_flag=True,
+    help="Also retry the jobs failed by an error that is not retried (Unrecoverable, or "
+    "not in their task's autoretry_for); skipped otherwise.",
+)
 @json_option
 @click.pass_context
 def retry(
@@ -73,17 +86,23 @@ def retry(
     job_id: str | None,
     everything: bool,
     limit: int,
+    include_unrecoverable: bool,
     as_json: bool,
     **options: Any,
 ) -> None:
     """Run failed (or cancelled) jobs again: one by id, or all the filters match (failed
-    ones unless --status says otherwise). Jobs with redacted arguments are refused: retry
-    them from Python with ``tracker.retry(job_id, arguments={...})``."""
+    ones unless --status says otherwise; those failed by an error that is not retried are
+    skipped unless --include-unrecoverable). Jobs with redacted arguments are refused:
+    retry them from Python with ``tracker.retry(job_id, arguments={...})``."""
     filters = _selection(job_id, everything, options)
+    if job_id is not None:
+        check_text("JOB_ID", job_id)
     tracker = tracker_of(ctx)
     with friendly("retrying"):
         if job_id is None:
-            report = tracker.retry_many(limit=limit, **filters)
+            report = tracker.retry_many(
+                limit=limit, include_unrecoverable=include_unrecoverable, **filters
+            )
         else:
             report = _retry_one(tracker, job_id)
     _finish(report, as_json, "retried")

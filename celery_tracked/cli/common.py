@@ -14,8 +14,10 @@ Exit codes (docs/operations.md, "The CLI"):
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
+from collections import ChainMap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
@@ -24,9 +26,12 @@ from typing import Any, TypeVar, cast
 import click
 
 from ..adapter.celery_tracker import Tracker
+from ..core.conversions import MEMORY_URL
 from ..core.errors import InvalidFilter, JobNotFound, TrackedError
 from ..core.finder import Filters
+from ..core.printable import visible
 from ..core.redact import first_line
+from ..core.settings import Settings
 from .render import Style
 
 EXIT_NOT_FOUND = 1
@@ -57,11 +62,11 @@ def friendly(action: str) -> Iterator[None]:
     except click.ClickException:
         raise
     except InvalidFilter as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(visible(str(exc))) from None
     except JobNotFound as exc:
-        raise NotFound(str(exc)) from None
+        raise NotFound(visible(str(exc))) from None
     except Exception as exc:
-        detail = first_line(str(exc), type(exc).__name__)
+        detail = visible(first_line(str(exc), type(exc).__name__))
         raise Failed(f"{action} failed: {detail}") from None
 
 
@@ -70,6 +75,24 @@ def tracker_of(ctx: click.Context) -> Tracker:
         return Tracker.for_app(ctx.obj.app)
     except TrackedError as exc:
         raise Failed(str(exc)) from None
+
+
+def reader_of(ctx: click.Context) -> Tracker:
+    """The tracker of a read-only command (``jobs``, ``show``, ``stats``, ``pipeline``):
+    the app's, unless no ``tracked_redis_url`` is set (an ops host with access to the
+    database only): then one of its own, reading the database alone (the in-process guard
+    in place of Redis, which a read never uses), closed with the command."""
+    app = ctx.obj.app
+    given = app.conf.get("tracked_redis_url") or os.environ.get("CELERY_TRACKED_REDIS_URL")
+    if given:
+        return tracker_of(ctx)
+    try:
+        settings = Settings.from_conf(ChainMap({"tracked_redis_url": MEMORY_URL}, app.conf))
+        reader = Tracker(app, settings)
+    except TrackedError as exc:
+        raise Failed(str(exc)) from None
+    ctx.call_on_close(reader.close)
+    return reader
 
 
 def style() -> Style:
@@ -100,17 +123,44 @@ def parse_time(value: str | None, now: datetime | None = None) -> datetime | tim
     """
     if value is None:
         return None
-    text = value.strip()
+    text = check_text("time", value).strip()
     match = _DURATION.match(text.lower())
     if match:
-        return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+        if seconds > MAX_AGO_S:
+            raise click.BadParameter(
+                f"{value!r}: a duration of at most {MAX_AGO_S // _UNITS['w']}w "
+                f"(about {MAX_AGO_S // (365 * 86400)} years) ago"
+            )
+        return timedelta(seconds=seconds)
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
         raise click.BadParameter(
-            f"{value!r}: give a duration ago (90s, 15m, 2h, 3d, 1w) or an ISO date/time"
+            f"{visible(repr(value))}: give a duration ago (90s, 15m, 2h, 3d, 1w) or an ISO "
+            "date/time"
         ) from None
     return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+
+
+#: The longest duration ago a time option takes: 1,000 years (further back than any job,
+#: and far from the first date a datetime can hold).
+MAX_AGO_S = 1000 * 365 * 86400
+
+
+def check_text(name: str, value: str) -> str:
+    """``value`` as given, if it is text a database can store (a non-UTF-8 argument reaches
+    Python as lone surrogates, ``\\udcff``).
+
+    Raises:
+        click.BadParameter: it is not valid UTF-8.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = value.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        raise click.BadParameter(f"{name}: {shown!r} is not valid UTF-8") from None
+    return value
 
 
 _FILTER_OPTIONS: list[tuple[str, str, dict[str, Any]]] = [
@@ -138,12 +188,19 @@ def filter_options(func: F) -> F:
 def filters_from(options: dict[str, Any]) -> Filters:
     """``Tracker.jobs``' keywords from the filter options given (the others left out)."""
     out: dict[str, Any] = {}
-    statuses = [s for given in options.get("status") or () for s in given.split(",") if s]
+    given_statuses = [check_text("--status", given) for given in options.get("status") or ()]
+    statuses = [s for given in given_statuses for s in given.split(",") if s]
     if statuses:
         out["status"] = statuses
-    for _, name, _ in _FILTER_OPTIONS[1:]:
+    for flag, name, _ in _FILTER_OPTIONS[1:]:
         value = options.get(name)
         if value is None:
             continue
-        out[name] = parse_time(value) if name.endswith(("_after", "_before")) else value
+        if name.endswith(("_after", "_before")):
+            try:
+                out[name] = parse_time(value)
+            except click.BadParameter as exc:
+                raise click.BadParameter(exc.message, param_hint=flag) from None
+        else:
+            out[name] = check_text(flag, value)
     return cast(Filters, out)

@@ -8,9 +8,9 @@ from typing import Any
 import click
 from celery.bin.base import CeleryCommand
 
-from ..core.jobs import Job, JobEvent, utcnow
-from . import common
-from .common import NotFound, emit_json, friendly, tracker_of
+from ..core.jobs import Job, JobEvent, JobStatus, utcnow
+from . import common, notes
+from .common import NotFound, check_text, emit_json, friendly, reader_of
 from .common import style as output_style
 from .group import tracked
 from .render import (
@@ -42,7 +42,7 @@ def jobs(
     celery -A proj tracked jobs --status failed --created-after 1d
     celery -A proj tracked jobs --queue emails --status pending,retrying --json
     """
-    tracker = tracker_of(ctx)
+    tracker = reader_of(ctx)
     with friendly("listing jobs"):
         page = tracker.jobs(limit=limit, cursor=cursor, **common.filters_from(options))
     if as_json:
@@ -56,6 +56,9 @@ def jobs(
         click.echo(f"\nmore: add --cursor {page.next_cursor}")
 
 
+PROCESSING = JobStatus.PROCESSING
+
+
 @tracked.command(cls=CeleryCommand)
 @click.argument("job_id")
 @click.option("--history/--no-history", default=True, help="Show the job's events.")
@@ -64,10 +67,12 @@ def jobs(
 def show(ctx: click.Context, job_id: str, history: bool, as_json: bool) -> None:
     """Show one job (with its progress and stage, never its payload or result) and its
     history (the body's ``self.log`` lines included, event ``log``)."""
-    tracker = tracker_of(ctx)
+    check_text("JOB_ID", job_id)
+    tracker = reader_of(ctx)
     with friendly("reading the job"):
         job = tracker.get_job(job_id)
         events = tracker.history(job_id) if history and job is not None else []
+        now = tracker.store.clock() if job is not None and job.status is PROCESSING else None
     if job is None:
         raise NotFound(f"no job {job_id}")
     if as_json:
@@ -76,7 +81,7 @@ def show(ctx: click.Context, job_id: str, history: bool, as_json: bool) -> None:
         emit_json(out)
         return
     style = output_style()
-    click.echo(fields(_job_fields(job), style))
+    click.echo(fields(_job_fields(job, notes.retry_note(job, ctx.obj.app), now), style))
     if history:
         click.echo("")
         click.echo(table(EVENT_HEADERS, _event_rows(events), style))
@@ -85,7 +90,7 @@ def show(ctx: click.Context, job_id: str, history: bool, as_json: bool) -> None:
 EVENT_HEADERS = ("AT", "EVENT", "STATUS", "ATTEMPT", "DURATION", "MESSAGE")
 
 
-def _job_fields(job: Job) -> list[tuple[str, Cell]]:
+def _job_fields(job: Job, retry_note: str | None, db_now: Any) -> list[tuple[str, Cell]]:
     now = utcnow()
 
     def at(when: Any) -> str:
@@ -98,7 +103,7 @@ def _job_fields(job: Job) -> list[tuple[str, Cell]]:
         ("queue", job.queue_name),
         ("job type", job.job_type),
         ("task", job.task_name),
-        ("attempts", f"{job.attempts_made}/{job.max_attempts}"),
+        ("attempts", f"{job.attempts_made}/{job.max_attempts}" + (retry_note or "")),
         ("progress", f"{job.progress}%" + (f"  {job.stage}" if job.stage else "")),
         ("error", (error, "failed" if job.error_type else None)),
         ("created", at(job.created_at)),
@@ -106,6 +111,7 @@ def _job_fields(job: Job) -> list[tuple[str, Cell]]:
         ("finished", at(job.finished_at)),
         ("duration", duration(None if job.duration_ms is None else job.duration_ms / 1000)),
         ("worker", job.worker or "-"),
+        *notes.lease_fields(job, db_now),
         ("correlation id", job.correlation_id or "-"),
         ("parent job", job.parent_job_id or "-"),
         ("owner", job.owner_id or "-"),
@@ -136,7 +142,8 @@ def _event_rows(events: list[JobEvent]) -> list[list[Cell]]:
 @click.pass_context
 def pipeline(ctx: click.Context, correlation_id: str, as_json: bool) -> None:
     """Show a pipeline (the jobs sharing a correlation id) as a tree, and its state."""
-    tracker = tracker_of(ctx)
+    check_text("CORRELATION_ID", correlation_id)
+    tracker = reader_of(ctx)
     with friendly("reading the pipeline"):
         found = tracker.pipeline(correlation_id)
     if as_json:

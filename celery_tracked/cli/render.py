@@ -2,7 +2,8 @@
 JSON form of a job and of an event (never its payload or result).
 
 Colour only on a terminal, and never when ``NO_COLOR`` is set to anything
-(https://no-color.org) or ``TERM=dumb``.
+(https://no-color.org) or ``TERM=dumb``. Every cell's text is shown with its control
+characters escaped (``core/printable.py``): job data never reaches a terminal raw.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from ..core.jobs import Job, JobEvent, JobStatus
+from ..core.printable import visible
 
 #: ANSI colour of each status (and of a few other words).
 COLOURS: Mapping[str, str] = {
@@ -85,14 +87,14 @@ def clip(text: str | None, width: int) -> str:
     """One line of at most ``width`` characters ("…" when cut); "" for None."""
     if not text:
         return ""
-    line = " ".join(text.split())
+    line = visible(" ".join(text.split()))
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Cell]], style: Style) -> str:
     """Rows aligned under their headers, two spaces apart; the last column is not padded.
     Widths are measured on the text, colour is added after padding."""
-    texts = [[c if isinstance(c, str) else c[0] for c in row] for row in rows]
+    texts = [[visible(c if isinstance(c, str) else c[0]) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in texts:
         for i, text in enumerate(row):
@@ -115,6 +117,7 @@ def fields(pairs: Sequence[tuple[str, Cell]], style: Style) -> str:
     out = []
     for name, cell in pairs:
         text, colour = (cell, None) if isinstance(cell, str) else cell
+        text = visible(text)
         out.append(f"{style.paint(name.ljust(width), 'bold')}  {style.paint(text, colour)}")
     return "\n".join(out)
 

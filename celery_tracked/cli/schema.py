@@ -33,10 +33,18 @@ def migrate(ctx: click.Context, revision: str) -> None:
 
 @tracked.command(cls=CeleryCommand)
 @click.argument("revision")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.pass_context
-def downgrade(ctx: click.Context, revision: str) -> None:
-    """Downgrade the tracking tables (``base`` drops them)."""
+def downgrade(ctx: click.Context, revision: str, yes: bool) -> None:
+    """Downgrade the tracking tables (``base`` drops them, and every job with them): asks
+    first, naming the database (its password masked); ``--yes`` skips the question."""
     url = _database_url(ctx)
-    with friendly("downgrade"):
+    where = migrations.describe(url)
+    what = "DROP the tracking tables and every job" if revision == "base" else "downgrade"
+    if not yes:
+        question = f"{what} on {where} (to revision {revision})?"
+        if not click.confirm(question, default=False, err=True):
+            raise click.exceptions.Exit(1)
+    with friendly(f"downgrade on {where}"):
         migrations.downgrade(url, revision)
-    click.echo(f"celery-tracked tables at {revision}")
+    click.echo(f"celery-tracked tables at {revision} on {where}")

@@ -7,7 +7,7 @@ import click
 from celery.bin.base import CeleryCommand
 
 from ..core.jobs import JobStatus
-from .common import emit_json, friendly, json_option, tracker_of
+from .common import emit_json, friendly, json_option, reader_of
 from .common import style as output_style
 from .group import tracked
 from .render import Cell, duration, table
@@ -28,7 +28,7 @@ HEADERS = (
 def stats(ctx: click.Context, as_json: bool) -> None:
     """Counts per queue and status, oldest pending age, failures in the last hour,
     expired leases."""
-    tracker = tracker_of(ctx)
+    tracker = reader_of(ctx)
     with friendly("reading statistics"):
         per_queue = tracker.stats()
     if as_json:

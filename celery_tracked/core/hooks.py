@@ -47,6 +47,7 @@ from .errors import TrackedError
 from .guards import Notifier
 from .jobs import Claim, Event, NewRow
 from .limits import DeliveryLimits
+from .printable import visible
 
 logger = logging.getLogger("celery_tracked")
 
@@ -181,10 +182,10 @@ class LogTransitions(Hooks):
     def after_transition(self, transition: Transition) -> None:
         logger.log(
             transition.level,
-            transition.message,
+            visible(transition.message),  # job data: never a raw control character
             extra={
-                "queue": transition.queue,
-                "job_type": transition.job_type,
+                "queue": transition.queue and visible(transition.queue),
+                "job_type": transition.job_type and visible(transition.job_type),
                 "job_id": transition.job_id,
                 "status": transition.status,
                 "attempt": transition.attempt,

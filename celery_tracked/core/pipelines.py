@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from .jobs import Job, JobStatus
+from .printable import visible
 
 RUNNING, COMPLETED, FAILED, HALTED = "running", "completed", "failed", "halted"
 
@@ -86,26 +87,46 @@ class Pipeline:
             yield depth, job
 
     def render(self) -> str:
-        """The pipeline as an indented tree, one job per line (never payloads)."""
+        """The pipeline as a tree, one job per line (never payloads): each job under its
+        parent, its siblings joined by ``├─`` and the last one by ``└─``."""
         counts = ", ".join(f"{status} {n}" for status, n in self.counts.items() if n)
         lines = [f"pipeline {self.correlation_id}: {self.state} ({counts})"]
-        for depth, job in self.tree():
+        for branch, job in self._drawn():
             error = f"  {job.error_type}: {job.error_message}" if job.error_type else ""
             if job.status is JobStatus.COMPLETED:
                 error = ""
             lines.append(
-                f"{_indent(depth)}└─ {job.job_type}  {job.status.value}  {job.id}  "
-                f"attempts {job.attempts_made}/{job.max_attempts}{error}"
+                branch
+                + visible(
+                    f"{job.job_type}  {job.status.value}  {job.id}  "
+                    f"attempts {job.attempts_made}/{job.max_attempts}{error}"
+                )
             )
         return "\n".join(lines)
+
+    def _drawn(self) -> Iterator[tuple[str, Job]]:
+        """``(branch, job)`` in tree order: ``branch`` draws the lines from the ancestors
+        (``│`` where an ancestor has a later sibling) and ``├─``/``└─``; deeper than
+        ``MAX_INDENT``, the depth in brackets instead of more indentation."""
+        children = self._children()
+        seen: set[str] = set()
+        roots = children.get(None, ())
+        stack = [("", i == len(roots) - 1, 0, job) for i, job in enumerate(roots)][::-1]
+        while stack:
+            prefix, last, depth, job = stack.pop()
+            if job.id in seen:
+                continue
+            seen.add(job.id)
+            mark = f"[{depth}] " if depth > MAX_INDENT else ""
+            yield f"{prefix}{mark}{'└─' if last else '├─'} ", job
+            under = prefix + ("   " if last else "│  ") if depth < MAX_INDENT else prefix
+            kids = children.get(job.id, ())
+            stack.extend(
+                (under, i == len(kids) - 1, depth + 1, kid)
+                for i, kid in reversed(list(enumerate(kids)))
+            )
 
 
 #: Deeper than this, a tree line shows its depth instead of indenting further (a chain of
 #: 10,000 steps would otherwise print 150 million spaces).
 MAX_INDENT = 24
-
-
-def _indent(depth: int) -> str:
-    if depth <= MAX_INDENT:
-        return "   " * depth
-    return "   " * MAX_INDENT + f"[{depth}] "

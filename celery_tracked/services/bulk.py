@@ -32,8 +32,32 @@ CANCELLABLE = (JobStatus.PENDING, JobStatus.RETRYING)
 
 #: ``find(filter, after, limit)``: the store's listing (``Queries.find``).
 Find = Callable[[JobFilter, "Position | None", int], Sequence[Job]]
-#: ``one(job)``: act on one job; None when it moved, else why not.
+#: ``one(job)``: act on one job; None when it moved, else why not (a :class:`Skip`: on
+#: purpose).
 One = Callable[[Job], "str | None"]
+
+
+class Skip(str):
+    """Why ``one`` left a job alone on purpose (reported as skipped, not refused)."""
+
+
+#: Why a bulk retry leaves a failure that no retry was meant for.
+UNRECOVERABLE = Skip(
+    "stopped by an error that is not retried (Unrecoverable, or not in its task's "
+    "autoretry_for): skipped, include it on purpose to retry it"
+)
+
+
+#: the ``error_type`` of a job the reaper gave up on (not its body's error)
+ABANDONED = "abandoned"
+
+
+def unrecoverable(job: Job) -> bool:
+    """A ``failed`` job that stopped before using up its retries by its body's error: one
+    not to be retried (``Unrecoverable``, or one its task does not retry)."""
+    return (
+        job.status is JobStatus.FAILED and not job.retries_exhausted and job.error_type != ABANDONED
+    )
 
 
 class Mover(Protocol):
@@ -50,6 +74,7 @@ def act(find: Find, filt: JobFilter, limit: int, action: str, one: One) -> BulkR
     """Call ``one`` on each job ``filt`` matches, newest first, at most ``limit`` jobs."""
     changed: list[str] = []
     refused: dict[str, str] = {}
+    skipped: dict[str, str] = {}
     after: Position | None = None
     done = 0
     while True:
@@ -59,20 +84,28 @@ def act(find: Find, filt: JobFilter, limit: int, action: str, one: One) -> BulkR
             why = one(job)
             if why is None:
                 changed.append(job.id)
+            elif isinstance(why, Skip):
+                skipped[job.id] = str(why)
             else:
                 refused[job.id] = why
         done += min(len(rows), want)
         more = len(rows) > want
         if not more or done >= limit:
-            return BulkReport(action, tuple(changed), refused, more)
+            return BulkReport(action, tuple(changed), refused, more, skipped)
         after = Position.of(rows[want - 1])
 
 
-def retry_many(tracker: Mover, find: Find, filt: JobFilter, limit: int) -> BulkReport:
-    """``Tracker.retry`` each matching job (failed ones unless ``filt`` names statuses)."""
+def retry_many(
+    tracker: Mover, find: Find, filt: JobFilter, limit: int, include_unrecoverable: bool = True
+) -> BulkReport:
+    """``Tracker.retry`` each matching job (failed ones unless ``filt`` names statuses);
+    without ``include_unrecoverable``, a failure whose error was not to be retried is
+    skipped."""
     filt = filt.restricted_to(RETRIABLE, "retry", default=(JobStatus.FAILED,))
 
     def one(job: Job) -> str | None:
+        if not include_unrecoverable and unrecoverable(job):
+            return UNRECOVERABLE
         try:
             if tracker.retry(job.id):
                 return None

@@ -47,6 +47,7 @@ from ..core.keys import Then, then
 from ..core.messages import Control
 from ..core.port import Platform
 from ..core.ports import SuccessorStore
+from ..core.printable import visible
 from ..core.redact import mask_secrets
 from ..core.settings import Settings
 from .enqueuer import NewJob
@@ -239,7 +240,7 @@ class Successors(Hooks):
                     "successor %s of %s not created: key %s is another job's",
                     job_id,
                     declared.job.parent_job_id,
-                    declared.job.call.key,
+                    visible(declared.job.call.key or ""),
                 )
                 return
             declared.publish()

@@ -42,7 +42,7 @@ def test_bulk_retry_of_100_failed_jobs_through_the_cli_runs_each_once_more(
 
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    assert set(report) == {"action", "matched", "changed", "refused", "more"}
+    assert set(report) == {"action", "matched", "changed", "refused", "skipped", "more"}
     assert report["action"] == "retry" and report["matched"] == 100
     assert sorted(report["changed"]) == sorted(ids)
     assert report["refused"] == {} and report["more"] is False

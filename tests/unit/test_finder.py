@@ -209,6 +209,7 @@ def test_a_bulk_report_as_a_dict_has_stable_keys() -> None:
         "matched": 3,
         "changed": ["a", "b"],
         "refused": {"c": "it is completed"},
+        "skipped": {},
         "more": True,
     }
 
