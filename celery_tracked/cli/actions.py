@@ -35,6 +35,8 @@ def _selection(job_id: str | None, everything: bool, options: dict[str, Any]) ->
     """The filters of a bulk action; a job id excludes filters, and a bulk action needs a
     filter or ``--all``."""
     filters = filters_from(options)
+    if job_id is not None:
+        check_text("JOB_ID", job_id)
     if job_id is not None and (filters or everything):
         raise click.UsageError("give a job id or filters, not both")
     if job_id is None and not filters and not everything:
@@ -95,8 +97,6 @@ def retry(
     skipped unless --include-unrecoverable). Jobs with redacted arguments are refused:
     retry them from Python with ``tracker.retry(job_id, arguments={...})``."""
     filters = _selection(job_id, everything, options)
-    if job_id is not None:
-        check_text("JOB_ID", job_id)
     tracker = tracker_of(ctx)
     with friendly("retrying"):
         if job_id is None:
@@ -145,6 +145,7 @@ def cancel(
     """Cancel waiting jobs (pending, retrying): one by id, or all the filters match;
     with --running, running ones too."""
     filters = _selection(job_id, everything, options)
+    check_text("--reason", reason)
     tracker = tracker_of(ctx)
     with friendly("cancelling"):
         if job_id is None:

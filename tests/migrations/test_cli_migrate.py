@@ -47,6 +47,6 @@ def test_migrate_and_downgrade_with_only_the_database_url(tmp_path: Path) -> Non
     assert out.returncode == 0, out.stderr
     assert "head" in out.stdout
     assert {"background_jobs", "background_job_events"} <= _tables(url)
-    out = _celery(tmp_path, env, "downgrade", "base")
+    out = _celery(tmp_path, env, "downgrade", "base", "--yes")
     assert out.returncode == 0, out.stderr
     assert not {"background_jobs", "background_job_events"} & _tables(url)
