@@ -9,7 +9,8 @@ a crash, a lost completion write) never creates a second one: only one completio
 is ever written. A process that dies between the commit and the publish leaves the row to
 the relay (``relay.py``), which publishes it after ``tracked_relay_grace_seconds``.
 
-A successor inherits the step's ``correlation_id`` and gets ``parent_job_id`` = the step;
+A successor inherits the step's ``correlation_id`` and ``owner_id`` and gets
+``parent_job_id`` = the step;
 its idempotency key is the one its task builds (its template, or a key given with
 ``self.successor(task, idempotency_key=...)``), else a deterministic one from the step,
 the successor's job type and its arguments. A successor whose key another job holds is not
@@ -78,6 +79,9 @@ class Step:
     declared: list[Declared] = field(default_factory=list)
     #: handed to the transaction that ends the step; published once it committed
     written: list[Declared] = field(default_factory=list)
+    #: the step's ``owner_id``, which its successors carry (read at the first declaration)
+    owner_id: str | None = None
+    owner_read: bool = False
 
 
 def declare(
@@ -106,7 +110,10 @@ def declare(
     if not isinstance(description, TaskDescription):
         raise InvalidSuccessor(f"a successor must be a tracked task, not {task!r}")
     maker: Successors = task.tracker.successors
-    control = Control(idempotency_key, step.correlation_id, step.job_id)
+    if not step.owner_read:  # one read per step, only when it declares a successor
+        row = maker.store.get(step.job_id)
+        step.owner_id, step.owner_read = (None if row is None else row.owner_id), True
+    control = Control(idempotency_key, step.correlation_id, step.job_id, step.owner_id)
     options: dict[str, Any] = {}
     job_id = str(uuid.uuid4())
     ids = Ids(job_id, job_id, False, step.job_id, step.correlation_id)

@@ -11,7 +11,7 @@
 - ``GET /jobs/{job_id}``: the job's status, timestamps, attempts, progress and stage,
   never its payload; for a pipeline's first step (a course's outline), ``pipeline``: the
   whole pipeline's state, counts and steps
-  (``Tracker.pipeline``; the later steps have no owner of their own); 404 when no job has
+  (``Tracker.pipeline``; the later steps carry the same owner); 404 when no job has
   this id or it belongs to another caller.
 - ``POST /documents``: 201 ``{document_id}``, a document (owned by the caller) for the
   ``ocr``, ``ai`` and ``indexing`` jobs; 409 when the id exists; 422 for an invalid body.
