@@ -65,6 +65,8 @@ class NewJob:
     concurrency_key: str | None = None
     #: the id was made for this call (no task id given): nobody else can hold it
     fresh_id: bool = False
+    #: the values under redacted names, encrypted (``sealing.py``; None: none, or no key)
+    sealed: str | None = None
 
     @property
     def rule(self) -> KeyRule:
@@ -92,6 +94,7 @@ class NewJob:
             "parent_job_id": self.parent_job_id,
             "owner_id": self.owner_id,
             "concurrency_key": self.concurrency_key,
+            "secrets_sealed": self.sealed,
             "created_at": now,
             "updated_at": now,
         }
@@ -308,6 +311,7 @@ class Enqueuer:
                 payload_json=job.call.payload_json,
                 now=utcnow(),
                 message=message,
+                secrets_sealed=job.sealed,
             ):
                 return None
             publish(
