@@ -8,8 +8,9 @@ Without a key nothing is sealed, and a row whose payload holds redacted values c
 sent again from the row alone (:func:`unsendable`).
 
 What is sealed: each top-level argument whose stored (redacted) value holds a redacted
-value, whole, by position (``args``) or name (``kwargs``), in the payload's JSON form
-(kombu's, its types kept), encrypted and authenticated (Fernet: AES-128-CBC + HMAC-SHA256).
+value (the marker, or a URL whose credentials were masked), whole, by position (``args``)
+or name (``kwargs``), in the payload's JSON form (kombu's, its types kept), encrypted and
+authenticated (Fernet: AES-128-CBC + HMAC-SHA256).
 Opening it back (:func:`unsealed`) puts those arguments in place of the stored ones; a row
 no key here can open (a key rotated away, another app's key, no key set) raises
 :class:`SealBroken`, and the job is ended with that reason, never sent with the marker.
@@ -25,7 +26,7 @@ from typing import Any
 from ..core.codec import PAYLOAD_DEPTH, decode, encode
 from ..core.errors import ConfigurationError
 from ..core.jobs import Job
-from ..core.redact import REDACTED, holds_redacted
+from ..core.redact import MASK, REDACTED, holds_redacted
 
 #: The extra that brings ``cryptography``.
 EXTRA = "celery-tracked[secrets]"
@@ -75,7 +76,7 @@ def seal_call(
 ) -> str | None:
     """The sealed form of a call's arguments whose stored value (``payload_json``, the
     redacted payload) holds a redacted value; None without a key or without such one."""
-    if sealer is None or REDACTED not in payload_json:  # the cheap test first
+    if sealer is None or not _may_hold(payload_json):
         return None
     stored = decode(payload_json)
     hidden_args = {
@@ -96,7 +97,13 @@ def seal_call(
 def needs_seal(payload_json: str, sealed: str | None) -> bool:
     """A new job's payload holds redacted values that were not sealed (no key): its row
     alone could not rebuild its message (``enqueue_in`` refuses such a call)."""
-    return sealed is None and REDACTED in payload_json and holds_redacted(decode(payload_json))
+    return sealed is None and _may_hold(payload_json) and holds_redacted(decode(payload_json))
+
+
+def _may_hold(payload_json: str) -> bool:
+    """The cheap test first: a payload without the marker nor a masked URL's ``***`` lost
+    nothing to redaction (:func:`~celery_tracked.core.redact.holds_redacted`)."""
+    return REDACTED in payload_json or MASK in payload_json
 
 
 def unsendable(job: Job) -> bool:

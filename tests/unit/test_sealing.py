@@ -79,6 +79,14 @@ def test_the_redacted_top_level_arguments_are_sealed_and_opened_back_with_their_
     assert job.payload["kwargs"]["password"] == "[redacted]"  # the row stays redacted
 
 
+def test_a_url_whose_credentials_were_masked_is_sealed_too() -> None:
+    dsn = "postgresql://app:s3cr3t-pw@db/x"
+    job = sealed_job(Sealer((K1,)), [dsn], {"note": "x"})
+    assert job.payload["args"] == ["postgresql://***@db/x"] and job.secrets_sealed
+    assert unsealed(job, Sealer((K1,))) == ([dsn], {"note": "x"})
+    assert needs_seal(sealed_job(None, [dsn], {}).payload_json or "", None)
+
+
 def test_nothing_is_sealed_without_a_key_or_without_a_redacted_value() -> None:
     assert (
         seal_call(None, [], {"password": "p"}, '{"args":[],"kwargs":{"password":"[redacted]"}}')
