@@ -65,8 +65,7 @@ class NewJob:
     concurrency_key: str | None = None
     #: the id was made for this call (no task id given): nobody else can hold it
     fresh_id: bool = False
-    #: the values under redacted names, encrypted (``sealing.py``; None: none, or no key)
-    sealed: str | None = None
+    sealed: str | None = None  #: the redacted values, encrypted (``sealing.py``)
 
     @property
     def rule(self) -> KeyRule:
@@ -360,11 +359,8 @@ class Enqueuer:
 
     def _tell(self, job: NewJob, event: Event, status: str, message: str) -> None:
         level = logging.ERROR if event is Event.ERROR else logging.INFO
-        self.hooks.after_transition(
-            Transition.of(
-                event, job.job_id, message, status, job.queue, job.job_type, 0, level=level
-            )
-        )
+        told = (event, job.job_id, message, status, job.queue, job.job_type, 0)
+        self.hooks.after_transition(Transition.of(*told, level=level))
 
     def _release(self, key: str | None, token: str) -> None:
         if key is None:
