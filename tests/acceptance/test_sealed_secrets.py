@@ -30,6 +30,10 @@ from celery_tracked.core.jobs import utcnow
 from tests.conftest import wait_for
 
 KEY1, KEY2, KEY3 = (Fernet.generate_key().decode() for _ in range(3))
+FAST_RELAY = {
+    "CELERY_TRACKED_RELAY_GRACE_SECONDS": "1",
+    "CELERY_TRACKED_RELAY_INTERVAL_SECONDS": "1",
+}
 #: Past the relay's grace period (the documented ``now=``).
 LATER = timedelta(seconds=600)
 SHORT_REAPER = {
@@ -62,6 +66,10 @@ def trackers(env: Env) -> Iterator[Callable[..., Tracker]]:
     for tracker in made:
         tracker.close()
         tracker.app.close()
+
+
+def with_key(key: str) -> dict[str, str]:
+    return {"CELERY_TRACKED_SECRET_KEY": key}
 
 
 def secret() -> str:
@@ -99,23 +107,27 @@ def test_a_committed_enqueue_whose_publish_failed_is_relayed_with_its_secret(
     env: Env,
     trackers: Callable[..., Tracker],
     start_worker: Callable[..., Worker],
+    start_beat: Callable[..., Any],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Was: ``created=True``, then the relay cancelled it ("arguments were redacted")."""
+    """Was: ``created=True``, then the relay cancelled it ("arguments were redacted"). The
+    relay here is the deployed one: Beat's entry, run by a worker holding the key."""
     caplog.set_level(logging.DEBUG)
     password = secret()
     cut = trackers(KEY1, broker=f"redis://127.0.0.1:{closed_port()}/0")
     job_id = committed_unpublished(cut, env, password)
     sealed = env.sql("SELECT secrets_sealed FROM background_jobs WHERE id = :id", id=job_id)
     assert sealed[0][0] and password not in sealed[0][0]
+    assert env.broker_messages() == []
 
-    relay = trackers(KEY1)
-    report = relay.relay.run(publisher(relay.app), now=utcnow() + LATER)
-    assert report.published == [job_id] and report.cancelled == []
-    worker = start_worker("w1", concurrency=1)
-    env.wait_status(job_id, "completed")
+    worker = start_worker("w1", concurrency=1, environ={**FAST_RELAY, **with_key(KEY1)})
+    beat_log = start_beat(FAST_RELAY)
+    env.wait_status(job_id, "completed", timeout=60)
+    assert "relayed" in [e.event for e in env.tracker.history(job_id)]
     assert got(env, job_id) == [digest(password)]
-    no_secret_anywhere(env, [job_id], password, caplog.text, worker.log())
+    no_secret_anywhere(
+        env, [job_id], password, caplog.text, worker.log(), beat_log.read_text(errors="replace")
+    )
 
 
 def test_enqueue_in_without_a_key_refuses_a_call_with_a_redacted_argument(env: Env) -> None:
