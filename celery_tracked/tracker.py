@@ -54,6 +54,7 @@ from .services.relay import Relay
 from .services.reporter import Reports
 from .services.resend import Resender, publisher
 from .services.runner import Runner
+from .services.sealing import sealer_for
 from .services.successors import Successors
 from .store import JobStore
 
@@ -117,7 +118,10 @@ class Wiring:
         self.runner = Runner(self.store, self.leases, self.hooks, settings)
         self.aftermath = Aftermath(self.store, self.hooks, settings)
         self.relay = Relay(self.store, settings.relay_grace_seconds, self.cancel)
-        self.resender = Resender(self.store, self.hooks, platform, settings.redact_keys)
+        self.sealer = sealer_for(settings.secret_key)  # ConfigurationError: no cryptography
+        self.resender = Resender(
+            self.store, self.hooks, platform, settings.redact_keys, self.sealer
+        )
         self.stopper = Stopper(self.store, self.hooks, self.leases, self.cancel, platform.terminate)
 
     def add_hook(self, hook: Hooks) -> None:
@@ -282,7 +286,7 @@ class Wiring:
             StoreError: the database failed (nothing half-done: each move is atomic).
         """
         reaper = Reaper(self.store, self.hooks, self.settings)
-        return reaper.run(publisher(self.platform), self.platform, now)
+        return reaper.run(publisher(self.platform, self.sealer), self.platform, now)
 
     def cleanup(
         self,

@@ -69,9 +69,9 @@ def cleanup(self: Task[Any, Any]) -> dict[str, Any]:
 
 def publisher(app: Celery) -> Callable[[Job], None]:
     """Sends a job's message from its row: same task id, tracking headers and queue (its
-    arguments as stored; a ``countdown``/``eta`` given at enqueue is not kept)."""
-
-    return resend.publisher(CeleryPlatform(app))
+    arguments as stored, the sealed ones opened with ``tracked_secret_key``; a
+    ``countdown``/``eta`` given at enqueue is not kept)."""
+    return resend.publisher(CeleryPlatform(app), Tracker.for_app(app).sealer)
 
 
 def install_beat_entries(app: Celery) -> None:

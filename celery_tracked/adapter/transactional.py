@@ -26,6 +26,7 @@ from ..core.hooks import Transition
 from ..core.jobs import EnqueueResult, Event, JobStatus, utcnow
 from ..core.messages import Control
 from ..services.enqueuer import NewJob, Publish
+from ..services.sealing import EXTRA, needs_seal
 from ..store import JobStore, effects
 from ..store.translate import translated
 from . import eager, producer
@@ -65,6 +66,14 @@ def enqueue_in(
         raise NotTransactional(
             f"enqueue_in of {task.name}: only the default key lifetime (one job per key) "
             f"can be decided in a transaction, not {job.rule.lifetime.value!r}"
+        )
+    if needs_seal(job.call.payload_json, job.sealed):
+        raise NotTransactional(
+            f"enqueue_in of {task.name}: its arguments hold values under redacted names "
+            "(tracked_redact_keys) and tracked_secret_key is not set, so if its publish "
+            "after your commit failed, nothing could send it again from its row (the relay "
+            f"would cancel it): set tracked_secret_key (pip install '{EXTRA}') to store "
+            "them encrypted, or use enqueue()"
         )
     conn = effects.connection_of(target, store.engines)
     try:

@@ -104,12 +104,20 @@ class MemoryMessages(MemoryCore):
         return moved is not None
 
     def replace_arguments(
-        self, job_id: str, *, seen_revision: int, payload_json: str, now: datetime, message: str
+        self,
+        job_id: str,
+        *,
+        seen_revision: int,
+        payload_json: str,
+        now: datetime,
+        message: str,
+        secrets_sealed: str | None = None,
     ) -> bool:
         """``REPLACE``."""
 
         def change(job: Job) -> Mapping[str, Any]:
-            return {**_new_message(job, now), "payload_json": payload_json}
+            sealed = {"secrets_sealed": secrets_sealed}
+            return {**_new_message(job, now), "payload_json": payload_json, **sealed}
 
         check = _at_revision(seen_revision)
         moved = self.move(job_id, _PENDING, check, change, "debounced", now=now, message=message)
@@ -121,6 +129,7 @@ class MemoryMessages(MemoryCore):
         """``UNDO_REPLACE``."""
         change = {
             "payload_json": undo.payload_json,
+            "secrets_sealed": undo.secrets_sealed,
             "revision": undo.revision,
             "published_at": None,
             "updated_at": now,
@@ -155,7 +164,14 @@ class MemoryMessages(MemoryCore):
         )
 
     def retry(
-        self, job_id: str, *, seen_revision: int, budget: int, now: datetime, message: str
+        self,
+        job_id: str,
+        *,
+        seen_revision: int,
+        budget: int,
+        now: datetime,
+        message: str,
+        secrets_sealed: str | None = None,
     ) -> bool:
         """``RETRY``: failed | cancelled → pending, unless a newer round holds the key."""
 
@@ -171,6 +187,7 @@ class MemoryMessages(MemoryCore):
                 "finished_at": None,
                 "retries_exhausted": False,
                 "cancel_requested_at": None,
+                "secrets_sealed": secrets_sealed,
             }
 
         moved = self.move(job_id, _ENDED, check, change, _RETRIED, now=now, message=message)
@@ -185,6 +202,7 @@ class MemoryMessages(MemoryCore):
             "max_attempts": undo.max_attempts,
             "finished_at": undo.finished_at,
             "retries_exhausted": undo.retries_exhausted,
+            "secrets_sealed": undo.secrets_sealed,
             "updated_at": now,
         }
         return self._undo(job_id, undo.made, change, RETRY_UNDONE, now, message)

@@ -94,8 +94,9 @@ def retry(
 ) -> None:
     """Run failed (or cancelled) jobs again: one by id, or all the filters match (failed
     ones unless --status says otherwise; those failed by an error that is not retried are
-    skipped unless --include-unrecoverable). Jobs with redacted arguments are refused:
-    retry them from Python with ``tracker.retry(job_id, arguments={...})``."""
+    skipped unless --include-unrecoverable). Jobs with redacted arguments are retried from
+    their sealed copy (tracked_secret_key); without one they are refused: retry them from
+    Python with ``tracker.retry(job_id, arguments={...})``."""
     filters = _selection(job_id, everything, options)
     tracker = tracker_of(ctx)
     with friendly("retrying"):

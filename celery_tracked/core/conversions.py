@@ -6,6 +6,8 @@ checked by the function given (``crontab.check_crontab``: Celery's reading, no C
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -173,6 +175,46 @@ def keys(source: str, value: Any) -> tuple[str, ...]:
             "set tracked_redaction = False (CELERY_TRACKED_REDACTION=false) instead",
         )
     return keys
+
+
+def secret_keys(source: str, value: Any) -> tuple[str, ...]:
+    """``tracked_secret_key``: one Fernet key, or several for rotation (a list, or one
+    comma-separated string; the first encrypts, all decrypt). Empty: off. A refusal never
+    shows a key, only its position."""
+    if isinstance(value, bytes):
+        value = value.decode("ascii", "replace")
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise ConfigurationError(
+            "tracked_secret_key",
+            f"must be a Fernet key, a list of them or a comma-separated string (from "
+            f"{source}), got {type(value).__name__}",
+        )
+    found: list[str] = []
+    for position, item in enumerate(items, 1):
+        key = item.decode("ascii", "replace") if isinstance(item, bytes) else item
+        if not isinstance(key, str):
+            raise ConfigurationError(
+                "tracked_secret_key", f"key {position} (from {source}) is not a string"
+            )
+        key = key.strip()
+        if key and not _fernet_shaped(key):
+            raise ConfigurationError(
+                "tracked_secret_key",
+                f"key {position} (from {source}) is not a Fernet key (32 url-safe "
+                'base64-encoded bytes): make one with `python -c "from cryptography.fernet '
+                'import Fernet; print(Fernet.generate_key().decode())"`',
+            )
+        if key:
+            found.append(key)
+    return tuple(found)
+
+
+def _fernet_shaped(key: str) -> bool:
+    try:
+        return len(base64.urlsafe_b64decode(key.encode("ascii"))) == 32
+    except (binascii.Error, ValueError, UnicodeEncodeError):
+        return False
 
 
 #: The words that turn the cleanup's default Beat entry off.

@@ -140,6 +140,7 @@ NEW_JOB_COLUMNS: tuple[str, ...] = (
     "parent_job_id",
     "owner_id",
     "concurrency_key",
+    "secrets_sealed",
     "progress",
     "created_at",
     "updated_at",
@@ -151,6 +152,7 @@ NEW_JOB_DEFAULTS: Mapping[str, Any] = {
     "key_round": 0,
     "revision": 0,
     "concurrency_key": None,
+    "secrets_sealed": None,
     "retries_exhausted": False,
 }
 #: The library's own tables: the only ones a completion may add rows to.
@@ -223,6 +225,8 @@ class Job:
     #: when a ``retrying`` job's next attempt is due (None: at once, or not retrying)
     not_before: datetime | None = None
     payload_json: str | None = field(default=None, repr=False)
+    #: the values under redacted names, encrypted (``tracked_secret_key``; never shown)
+    secrets_sealed: str | None = field(default=None, repr=False)
     result_json: str | None = field(default=None, repr=False)
 
     @classmethod

@@ -99,6 +99,8 @@ class UndoneReplace:
 
     revision: int
     payload_json: str | None
+    #: the sealed values of those arguments (``sealing.py``)
+    secrets_sealed: str | None = None
 
 
 def undo_replace(previous: Job, made: int) -> UndoneReplace:
@@ -122,7 +124,7 @@ def undo_replace(previous: Job, made: int) -> UndoneReplace:
     it only while nobody handed revision ``made`` over (not even a relay): else that message
     runs, with the new arguments, and the undo changes nothing.
     """
-    return UndoneReplace(revision=made + 1, payload_json=previous.payload_json)
+    return UndoneReplace(made + 1, previous.payload_json, previous.secrets_sealed)
 
 
 #: The tracked options that make a task's key rule.

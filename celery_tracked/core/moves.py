@@ -163,3 +163,5 @@ class RetryUndo:
     max_attempts: int
     finished_at: datetime | None
     retries_exhausted: bool = False
+    #: the sealed values it had (``sealing.py``)
+    secrets_sealed: str | None = None

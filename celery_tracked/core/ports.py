@@ -108,7 +108,14 @@ class EnqueueStore(Reader, Handing, KeyReader, Protocol):
         """Remove a job (and its history) whose message nobody handed over."""
 
     def replace_arguments(
-        self, job_id: str, *, seen_revision: int, payload_json: str, now: datetime, message: str
+        self,
+        job_id: str,
+        *,
+        seen_revision: int,
+        payload_json: str,
+        now: datetime,
+        message: str,
+        secrets_sealed: str | None = None,
     ) -> bool: ...
 
     def undo_replace(
@@ -239,7 +246,14 @@ class RerunStore(Reader, Handing, KeyReader, Protocol):
     """``Tracker.retry`` and the cancels."""
 
     def retry(
-        self, job_id: str, *, seen_revision: int, budget: int, now: datetime, message: str
+        self,
+        job_id: str,
+        *,
+        seen_revision: int,
+        budget: int,
+        now: datetime,
+        message: str,
+        secrets_sealed: str | None = None,
     ) -> bool: ...
 
     def undo_retry(self, job_id: str, undo: RetryUndo, *, now: datetime, message: str) -> bool:

@@ -14,7 +14,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from .conversions import (
@@ -28,6 +28,7 @@ from .conversions import (
     pooler,
     real,
     redis_url,
+    secret_keys,
     url,
 )
 from .crontab import check_crontab
@@ -123,6 +124,10 @@ class Settings:
     retention_keep_newest: int = 0
     #: rows removed per cleanup transaction
     cleanup_batch_size: int = 5000
+    #: Fernet keys (``tracked_secret_key``): the values under redacted names are stored
+    #: encrypted with the first, read with any (``services/sealing.py``); empty: off.
+    #: Never shown (not in the repr)
+    secret_key: tuple[str, ...] = field(default=(), repr=False)
 
     @property
     def memory_guard(self) -> bool:
@@ -246,5 +251,6 @@ _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
     "retention_failed_days": real("retention_failed_days"),
     "retention_keep_newest": integer("retention_keep_newest"),
     "cleanup_batch_size": integer("cleanup_batch_size"),
+    "secret_key": secret_keys,
 }
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Settings)}

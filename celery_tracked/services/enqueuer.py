@@ -65,6 +65,7 @@ class NewJob:
     concurrency_key: str | None = None
     #: the id was made for this call (no task id given): nobody else can hold it
     fresh_id: bool = False
+    sealed: str | None = None  #: the redacted values, encrypted (``sealing.py``)
 
     @property
     def rule(self) -> KeyRule:
@@ -92,6 +93,7 @@ class NewJob:
             "parent_job_id": self.parent_job_id,
             "owner_id": self.owner_id,
             "concurrency_key": self.concurrency_key,
+            "secrets_sealed": self.sealed,
             "created_at": now,
             "updated_at": now,
         }
@@ -308,6 +310,7 @@ class Enqueuer:
                 payload_json=job.call.payload_json,
                 now=utcnow(),
                 message=message,
+                secrets_sealed=job.sealed,
             ):
                 return None
             publish(
@@ -356,11 +359,8 @@ class Enqueuer:
 
     def _tell(self, job: NewJob, event: Event, status: str, message: str) -> None:
         level = logging.ERROR if event is Event.ERROR else logging.INFO
-        self.hooks.after_transition(
-            Transition.of(
-                event, job.job_id, message, status, job.queue, job.job_type, 0, level=level
-            )
-        )
+        told = (event, job.job_id, message, status, job.queue, job.job_type, 0)
+        self.hooks.after_transition(Transition.of(*told, level=level))
 
     def _release(self, key: str | None, token: str) -> None:
         if key is None:

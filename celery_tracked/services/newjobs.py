@@ -17,6 +17,7 @@ from ..core.description import TaskDescription
 from ..core.messages import Control, check_text
 from ..core.settings import Settings
 from .enqueuer import NewJob
+from .sealing import seal_call, sealer_for
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ def new_job(
         key_rule=task.keys,
         concurrency_key=call.concurrency_key,
         fresh_id=ids.fresh,
+        sealed=seal_call(sealer_for(settings.secret_key), args, kwargs, call.payload_json),
     )
     debounce(job, options)
     return job

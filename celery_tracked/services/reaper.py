@@ -45,9 +45,10 @@ from ..core.hooks import Hooks, Transition
 from ..core.jobs import Event, Job, JobStatus, utcnow
 from ..core.moves import StaleRun, StallCutoffs
 from ..core.ports import ReapStore
-from ..core.redact import holds_redacted, mask_url
+from ..core.redact import mask_url
 from ..core.settings import Settings
 from .lease import GRACE_SHARE, diagnose
+from .sealing import broken_seal, sealer_for, unsendable
 
 logger = logging.getLogger("celery_tracked")
 
@@ -186,7 +187,7 @@ def asks_broker(job: Job) -> bool:
     return (
         job.status is JobStatus.PROCESSING
         and job.attempts_made < job.max_attempts
-        and holds_redacted(job.payload)
+        and unsendable(job)
     )
 
 
@@ -210,9 +211,10 @@ def presumed_lost(
     return unheld[: max(0, len(unheld) - ready)]
 
 
-def decide(job: Job, rescues: int, limits: Thresholds) -> Decision:
+def decide(job: Job, rescues: int, limits: Thresholds, broken: str | None = None) -> Decision:
     """Rescue a stalled job, or abandon it: a lost last attempt, too many rescues, or
-    arguments stored redacted (a message rebuilt from the row would carry the marker)."""
+    arguments stored redacted and not sealed (a message rebuilt from the row would carry
+    the marker), or sealed where no key here opens them (``broken``: why)."""
     if job.status is JobStatus.PROCESSING and job.attempts_made >= job.max_attempts:
         return Decision(Action.ABANDON, f"no attempts remain ({job.max_attempts} made)")
     if rescues >= limits.max_rescues:
@@ -220,11 +222,14 @@ def decide(job: Job, rescues: int, limits: Thresholds) -> Decision:
             Action.ABANDON,
             f"rescued {rescues} time(s) already (tracked_reaper_max_rescues={limits.max_rescues})",
         )
-    if holds_redacted(job.payload):
+    if broken is not None:
+        return Decision(Action.ABANDON, broken)
+    if unsendable(job):
         return Decision(
             Action.ABANDON,
             "its arguments were stored redacted, so it cannot be re-sent as called: run it "
-            "again with tracker.retry(job_id, arguments={...the redacted ones...})",
+            "again with tracker.retry(job_id, arguments={...the redacted ones...}) (set "
+            "tracked_secret_key so that such jobs are re-sent)",
         )
     return Decision(Action.RESCUE, f"rescue {rescues + 1}: sent again")
 
@@ -236,6 +241,7 @@ class Reaper:
         self.store = store
         self.hooks = hooks
         self.limits = Thresholds.of(settings)
+        self.sealer = sealer_for(settings.secret_key)
 
     def run(
         self, publish: Callable[[Job], None], broker: BrokerView, now: datetime | None = None
@@ -309,7 +315,7 @@ class Reaper:
         if job.status is JobStatus.PROCESSING and job.cancel_requested_at is not None:
             self._cancel(job, now, f"job {job.id} stalled: {why}; cancelled as requested", report)
             return
-        decision = decide(job, rescues, self.limits)
+        decision = decide(job, rescues, self.limits, broken_seal(job, self.sealer))
         message = f"job {job.id} stalled: {why}; {decision.why}"
         if decision.action is Action.ABANDON:
             if self._abandon(job, now, message):

@@ -11,9 +11,11 @@ A producer whose publish *failed* deletes its row before raising ``EnqueueError`
 relay never runs what a caller was told had failed; if a relay took the row first, the
 producer's undo finds it handed over and returns the job instead of an error.
 
-A row whose payload holds redacted values cannot be re-sent as it was called: the relay
-cancels it, with the reason, rather than run it with the redaction marker. Knows nothing
-of Celery: the ``publish`` callable is handed in (see ``maintenance.py``).
+A row whose payload holds redacted values is re-sent as it was called from their sealed
+copy (``tracked_secret_key``, ``sealing.py``). Without one (no key when it was created),
+or when no key of this process opens it, it cannot be: the relay cancels it, with the
+reason, rather than run it with the redaction marker. Knows nothing of Celery: the
+``publish`` callable is handed in (see ``maintenance.py``).
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from datetime import datetime, timedelta
 
 from ..core.jobs import Job, utcnow
 from ..core.ports import RelayStore
-from ..core.redact import holds_redacted, mask_url
+from ..core.redact import mask_url
 from .lease import owner_id
+from .sealing import SealBroken, unsendable
 
 logger = logging.getLogger("celery_tracked")
 
@@ -37,7 +40,8 @@ RELAYED_MESSAGE = "published by the relay: its producer never handed it to the b
 REDACTED_REASON = (
     "its producer died before publishing it and its arguments were redacted, so it "
     "cannot be re-sent as called: run it again with tracker.retry(job_id, "
-    "arguments={...the redacted ones...}), or enqueue it again"
+    "arguments={...the redacted ones...}), or enqueue it again (set tracked_secret_key "
+    "so that such jobs are re-sent)"
 )
 
 
@@ -82,12 +86,16 @@ class Relay:
     def _relay(
         self, job: Job, owner: str, publish: Callable[[Job], None], report: RelayReport
     ) -> None:
-        if holds_redacted(job.payload):
+        if unsendable(job):
             self.cancel(job.id, REDACTED_REASON)
             report.cancelled.append(job.id)
             return
         try:
             publish(job)
+        except SealBroken as exc:  # no key here opens its sealed arguments: never sent
+            self.cancel(job.id, str(exc))
+            report.cancelled.append(job.id)
+            return
         except Exception as exc:
             logger.warning(
                 "relay could not publish job %s: %s (retried in %s s)",

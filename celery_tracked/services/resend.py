@@ -4,9 +4,10 @@
 (same id, its history kept in its events):
 
 1. its arguments are rebuilt from ``payload_json``; where the stored payload holds
-   redacted values the caller must pass those arguments again (``arguments=``), and only
-   those: anything else is refused with :class:`~celery_tracked.errors.RetryRefused`
-   before any change;
+   redacted values, from their sealed copy (``tracked_secret_key``, ``sealing.py``), or
+   else the caller must pass those arguments again (``arguments=``), and only those:
+   anything else is refused with :class:`~celery_tracked.errors.RetryRefused` before any
+   change (values given win over sealed ones, and are sealed again in their place);
 2. one conditional ``UPDATE`` moves it back to ``pending`` with a new message revision and
    ``attempts`` more attempts (attempt numbers keep counting: they fence runs' outcomes);
    refused if a newer job holds its idempotency key (``key_lifetime`` other than ``row``);
@@ -37,6 +38,7 @@ from ..core.moves import RetryUndo
 from ..core.port import Platform
 from ..core.ports import RerunStore
 from ..core.redact import holds_redacted, mask_secrets, redact, secret_values
+from .sealing import SealBroken, Sealer, seal_call, unsealed
 from .successors import fail_soft_note
 
 logger = logging.getLogger("celery_tracked")
@@ -160,12 +162,13 @@ def send_job(platform: Platform, job: Job, args: Sequence[Any], kwargs: Mapping[
     platform.publish(job.task_name, tuple(args), dict(kwargs), options)
 
 
-def publisher(platform: Platform) -> Callable[[Job], None]:
-    """Sends a job's message from its row (:func:`send_job` with its stored arguments):
-    the relay's and the reaper's publish."""
+def publisher(platform: Platform, sealer: Sealer | None) -> Callable[[Job], None]:
+    """Sends a job's message from its row (:func:`send_job` with its stored arguments, the
+    sealed ones opened): the relay's and the reaper's publish. Raises ``SealBroken``
+    (nothing sent) when its sealed arguments cannot be opened here."""
 
     def publish(job: Job) -> None:
-        send_job(platform, job, *stored_arguments(job))
+        send_job(platform, job, *unsealed(job, sealer))
 
     return publish
 
@@ -174,12 +177,18 @@ class Resender:
     """``Tracker.retry`` (see the module's text) for one app."""
 
     def __init__(
-        self, store: RerunStore, hooks: Hooks, platform: Platform, redact_keys: tuple[str, ...]
+        self,
+        store: RerunStore,
+        hooks: Hooks,
+        platform: Platform,
+        redact_keys: tuple[str, ...],
+        sealer: Sealer | None = None,
     ) -> None:
         self.store = store
         self.hooks = hooks
         self.platform = platform
         self.redact_keys = redact_keys
+        self.sealer = sealer
 
     def retry(self, job_id: str, arguments: Mapping[str, Any] | None, attempts: int | None) -> bool:
         """True once the job was sent again, False if it is not ``failed``/``cancelled``
@@ -197,8 +206,9 @@ class Resender:
             return False
         task = self.platform.description(job.task_name)
         shape = None if task is None else task.shape
-        args, kwargs = retry_arguments(job, shape, arguments or {}, keys)
+        args, kwargs = self._arguments(job, shape, arguments)
         check_depth([args, kwargs], PAYLOAD_DEPTH)  # values given again: PayloadNotSerializable
+        sealed = seal_call(self.sealer, args, kwargs, job.payload_json or "")
         self._refuse_after_fail_soft(job)
         budget = positive(attempts, "attempts") or self._budget(job, task)
         made = job.revision + 1
@@ -207,7 +217,12 @@ class Resender:
             f"(was {job.status.value} after {job.attempts_made})"
         )
         if not store.retry(
-            job.id, seen_revision=job.revision, budget=budget, now=utcnow(), message=message
+            job.id,
+            seen_revision=job.revision,
+            budget=budget,
+            now=utcnow(),
+            message=message,
+            secrets_sealed=sealed,
         ):
             self._refuse_if_key_taken(job)
             return False
@@ -218,11 +233,12 @@ class Resender:
         except Exception as exc:
             if forgotten is not None:
                 self.platform.restore_result(sent, forgotten)
-            detail = mask_secrets(str(exc), secret_values([dict(arguments or {})], keys), keys)
+            secrets = secret_values([dict(arguments or {}), kwargs], keys)
+            detail = mask_secrets(str(exc), secrets, keys)
             ended = (job.status, job.max_attempts, job.finished_at, job.retries_exhausted)
             store.undo_retry(
                 job.id,
-                RetryUndo(made, *ended),
+                RetryUndo(made, *ended, job.secrets_sealed),
                 now=utcnow(),
                 message=f"retry undone: its message could not be published: {detail}",
             )
@@ -237,6 +253,18 @@ class Resender:
             )
         )
         return True
+
+    def _arguments(
+        self, job: Job, shape: Shape | None, arguments: Mapping[str, Any] | None
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """The arguments it runs again with: given again (``arguments``), or as stored with
+        the sealed ones opened (``retry_arguments`` refuses what is missing)."""
+        if arguments or job.secrets_sealed is None:
+            return retry_arguments(job, shape, arguments or {}, self.redact_keys)
+        try:
+            return unsealed(job, self.sealer)
+        except SealBroken as exc:
+            raise RetryRefused(str(exc)) from None
 
     def _budget(self, job: Job, task: TaskDescription | None) -> int:
         """The attempts a retry gives by default: the task's ``max_attempts`` where the

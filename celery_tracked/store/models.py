@@ -127,6 +127,8 @@ jobs = Table(
     # a ``retrying`` job's next attempt is due at this time (the database's clock): no
     # delivery claims it before; NULL on every other row (and a retrying row due at once)
     Column("not_before", UTCDateTime, nullable=True),
+    # the values under redacted names, encrypted (tracked_secret_key; services/sealing.py)
+    Column("secrets_sealed", Text, nullable=True),
     UniqueConstraint(
         "job_type", "idempotency_key", "key_round", name="uq_background_jobs_idempotency"
     ),

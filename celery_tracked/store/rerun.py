@@ -29,6 +29,8 @@ from .translate import reconnecting, translated
 _PENDING = (JobStatus.PENDING,)
 _ENDED = (JobStatus.FAILED, JobStatus.CANCELLED)
 PAYLOAD = param("payload_json", Text)
+#: the arguments' sealed values (``sealing.py``), NULL when none
+SEALED = param("secrets_sealed", Text, optional=True)
 #: Attempts the retried job may make from now on.
 BUDGET = param("budget", Integer)
 OLD_MAX = param("old_max_attempts", Integer)
@@ -51,7 +53,7 @@ REPLACE = Move(
     "replace",
     _PENDING,
     JobStatus.PENDING,
-    {**_NEW_MESSAGE, "payload_json": PAYLOAD},
+    {**_NEW_MESSAGE, "payload_json": PAYLOAD, "secrets_sealed": SEALED},
     (jobs.c.revision == REVISION,),
     "debounced",
 )
@@ -61,7 +63,13 @@ UNDO_REPLACE = Move(
     "undo_replace",
     _PENDING,
     JobStatus.PENDING,
-    {"payload_json": PAYLOAD, "revision": REVISION, "published_at": None, "updated_at": NOW},
+    {
+        "payload_json": PAYLOAD,
+        "secrets_sealed": SEALED,
+        "revision": REVISION,
+        "published_at": None,
+        "updated_at": NOW,
+    },
     _UNSENT,
     "debounce_undone",
 )
@@ -86,6 +94,7 @@ RETRY = Move(
         "finished_at": None,
         "retries_exhausted": False,
         "cancel_requested_at": None,  # an old run's request does not cancel the new one
+        "secrets_sealed": SEALED,  # the values it is sent with, sealed again
     },
     (jobs.c.revision == REVISION,),
     "retried",
@@ -95,6 +104,7 @@ _UNDONE_RETRY = {
     "max_attempts": OLD_MAX,
     "finished_at": OLD_FINISHED,
     "retries_exhausted": param("old_retries_exhausted", Boolean),
+    "secrets_sealed": param("old_secrets_sealed", Text, optional=True),
     "updated_at": NOW,
 }
 UNDO_RETRY = {
@@ -131,12 +141,19 @@ class Rerun(Applying):
 
     @reconnecting
     def replace_arguments(
-        self, job_id: str, *, seen_revision: int, payload_json: str, now: datetime, message: str
+        self,
+        job_id: str,
+        *,
+        seen_revision: int,
+        payload_json: str,
+        now: datetime,
+        message: str,
+        secrets_sealed: str | None = None,
     ) -> bool:
         """pending → pending with new arguments and revision ``seen_revision + 1``, if the
         job is still pending at ``seen_revision``."""
         params = {"job_id": job_id, "at_revision": seen_revision, "payload_json": payload_json}
-        params.update(now=now, message=message)
+        params.update(now=now, message=message, secrets_sealed=secrets_sealed)
         return self.apply(REPLACE, params) is not None
 
     @reconnecting
@@ -148,16 +165,25 @@ class Rerun(Applying):
         ``made`` over."""
         params = {"job_id": job_id, "made": made, "at_revision": undo.revision, "now": now}
         params.update(payload_json=undo.payload_json, message=message)
+        params.update(secrets_sealed=undo.secrets_sealed)
         return self.apply(UNDO_REPLACE, params) is not None
 
     @reconnecting
     def retry(
-        self, job_id: str, *, seen_revision: int, budget: int, now: datetime, message: str
+        self,
+        job_id: str,
+        *,
+        seen_revision: int,
+        budget: int,
+        now: datetime,
+        message: str,
+        secrets_sealed: str | None = None,
     ) -> bool:
         """failed | cancelled → pending at revision ``seen_revision + 1``, with ``budget``
-        more attempts; False if it moved meanwhile or a newer job holds its key."""
+        more attempts (and the values it is sent with, sealed: ``secrets_sealed``); False
+        if it moved meanwhile or a newer job holds its key."""
         params = {"job_id": job_id, "at_revision": seen_revision, "budget": budget, "now": now}
-        params.update(message=message)
+        params.update(message=message, secrets_sealed=secrets_sealed)
         return self.apply(RETRY, params) is not None
 
     @reconnecting
@@ -167,6 +193,7 @@ class Rerun(Applying):
         params = {"job_id": job_id, "made": undo.made, "now": now, "message": message}
         params.update(old_max_attempts=undo.max_attempts, old_finished_at=undo.finished_at)
         params.update(old_retries_exhausted=undo.retries_exhausted)
+        params.update(old_secrets_sealed=undo.secrets_sealed)
         return self.apply(UNDO_RETRY[undo.status], params) is not None
 
     @reconnecting

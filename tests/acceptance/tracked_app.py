@@ -47,6 +47,7 @@ from ops_tasks import add_ops_tasks
 from progress_tasks import add_progress_tasks
 from retry_tasks import add_retry_tasks
 from safety_tasks import CUSTOM_KEY, add_safety_tasks
+from sealed_tasks import add_sealed_tasks
 
 from celery_tracked import JobNotFound, TrackedTask, Tracker, Unrecoverable, tracked_task
 from celery_tracked.core.settings import DEFAULT_REDACT_KEYS
@@ -148,6 +149,7 @@ def create_app(config: Mapping[str, Any]) -> Celery:
     add_ops_tasks(app, QUEUE, _begin, _end)
     add_retry_tasks(app, QUEUE, _begin, _end)
     add_effects_tasks(app, QUEUE, _begin, _end)
+    add_sealed_tasks(app, QUEUE, _begin, _end)
 
     @tracked_task(app=app, bind=True, shared=False, name="acc.succeed", queue=QUEUE, max_attempts=3)
     def succeed(self: Any, x: Any, sleep: float = 0.0) -> dict[str, Any]:

@@ -162,6 +162,7 @@ def test_every_setting_has_its_celery_tracked_environment_name() -> None:
         "retention_failed_days": "2",
         "retention_keep_newest": "3",
         "cleanup_batch_size": "100",
+        "secret_key": "A" * 43 + "=",  # a Fernet key's shape: 32 bytes, url-safe base64
     }
     assert set(values) | {"redaction"} == {f.name for f in fields(Settings)}
     s = Settings.from_conf(
