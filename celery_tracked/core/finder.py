@@ -231,7 +231,12 @@ def _bound(name: str, value: Bound, now: datetime) -> datetime | None:
     if isinstance(value, timedelta):
         if value < timedelta(0):
             raise InvalidFilter(f"{name}: a timedelta means 'that long ago': not negative")
-        return now - value
+        try:
+            return now - value
+        except OverflowError:
+            raise InvalidFilter(
+                f"{name}: {value.days} days ago is before the year 1 (no date to compare)"
+            ) from None
     validation.check_time(name, value)
     return None if value is None else value.astimezone(timezone.utc)
 

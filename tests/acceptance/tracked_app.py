@@ -85,7 +85,7 @@ def recorder(app: Celery) -> redis.Redis:
     pid = os.getpid()
     client = _records.get(pid)
     if client is None:
-        client = redis.Redis.from_url(app.conf.tracked_test_record_url)
+        client = redis.Redis.from_url(app.conf.acceptance_record_url)
         _records[pid] = client
     return client
 
@@ -121,7 +121,7 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         tracked_database_url=config["database_url"],
         tracked_lease_seconds=config.get("lease_seconds", DEFAULT_LEASE_SECONDS),
         tracked_default_backoff_ms=100,
-        tracked_test_record_url=config.get("record_url") or config["redis_url"],
+        acceptance_record_url=config.get("record_url") or config["redis_url"],
         task_default_queue=QUEUE,
         task_send_sent_event=True,
         broker_connection_retry_on_startup=True,
