@@ -41,6 +41,7 @@ import redis
 from celery import Celery
 from celery.exceptions import Ignore, Reject
 from effects_tasks import add_effects_tasks
+from gil_tasks import add_gil_tasks
 from key_tasks import add_key_tasks
 from limit_tasks import add_limit_tasks
 from ops_tasks import add_ops_tasks
@@ -146,6 +147,7 @@ def create_app(config: Mapping[str, Any]) -> Celery:
     add_progress_tasks(app, QUEUE, _begin, _end)
     add_limit_tasks(app, QUEUE, _begin, _end)
     add_ops_tasks(app, QUEUE, _begin, _end)
+    add_gil_tasks(app, QUEUE, _begin, _end)
     add_retry_tasks(app, QUEUE, _begin, _end)
     add_effects_tasks(app, QUEUE, _begin, _end)
 
