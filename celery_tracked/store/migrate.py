@@ -18,6 +18,8 @@ from ..core.errors import StoreError
 from ..core.redact import first_line, mask_url
 
 VERSION_TABLE = "celery_tracked_alembic_version"
+#: How long the schema check at a worker's start may wait to connect (PostgreSQL).
+CHECK_CONNECT_S = 10
 
 
 def migrations_dir() -> Path:
@@ -73,7 +75,10 @@ def schema_problem(database_url: str) -> str | None:
     run = f"run `celery -A proj tracked migrate` against {mask_url(database_url)}"
     if _absent_sqlite_file(database_url):  # never create an empty file just to look
         return f"the celery-tracked tables are missing: {run}"
-    engine = create_engine(database_url, poolclass=NullPool)
+    postgres = make_url(database_url).get_backend_name() == "postgresql"
+    # bounded: a worker's start waits for this (PyMySQL's own default is 10 s)
+    connect_args = {"connect_timeout": CHECK_CONNECT_S} if postgres else {}
+    engine = create_engine(database_url, poolclass=NullPool, connect_args=connect_args)
     try:
         with engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
