@@ -371,7 +371,8 @@ class Wiring:
                 try:
                     subscription.wait(min(remaining, self.REREAD_S))
                 except GuardError as exc:  # Redis went away: poll the row instead
-                    logger.warning("job %s: waiting without notifications: %s", job_id, exc)
+                    # (said once for the process by the guard: ``guard.Health``)
+                    logger.debug("job %s: waiting without notifications: %s", job_id, exc)
                     subscription.close()
                     subscription = _Polling()
         finally:
@@ -381,7 +382,7 @@ class Wiring:
         try:
             return self.notifier.subscribe(job_id)
         except GuardError as exc:  # the row is the truth: poll it while Redis is down
-            logger.warning("job %s: waiting without notifications: %s", job_id, exc)
+            logger.debug("job %s: waiting without notifications: %s", job_id, exc)
             return _Polling()
 
     def close(self) -> None:

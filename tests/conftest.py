@@ -29,6 +29,7 @@ T = TypeVar("T")
 #: A user's project with its own pytest.ini and tests/, run by
 #: tests/acceptance/test_eager_proj.py in a pytest of its own; not part of this suite.
 collect_ignore = ["eager_proj", "plugin_proj"]  # plugin_proj: test_testing_plugin.py
+collect_ignore += ["plugin_own_app"]  # run by acceptance/test_plugin_own_app.py
 
 REDIS_HOST = os.environ.get("TEST_REDIS_HOST", "127.0.0.1")
 REDIS_PORT = int(os.environ.get("TEST_REDIS_PORT", "6379"))

@@ -8,11 +8,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery.signals import task_revoked, worker_init
+from celery.signals import celeryd_after_setup, task_revoked, worker_init
 
-from ..core.errors import ConfigurationError, GuardError, TrackedError
+from ..core.errors import ConfigurationError, GuardError, StoreError, TrackedError
 from ..core.messages import TrackedHeaders
 from ..core.redact import mask_url
+from ..core.settings import DEFAULT_DATABASE_URL
+from ..store.migrate import schema_problem, sqlite_file
 from . import stopping  # noqa: F401 (registers the worker's ``tracked_terminate`` command)
 from .celery_tracker import Tracker
 from .task import TrackedTask
@@ -54,7 +56,8 @@ def cancel_revoked(sender: Any = None, request: Any = None, **info: Any) -> None
 
 @worker_init.connect(weak=False)
 def check_worker(sender: Any = None, **_: Any) -> None:
-    """At worker start: validate the settings and warn loudly if Redis may evict keys."""
+    """At worker start: validate the settings, refuse a database without the tables at
+    this version's head revision, and warn loudly if Redis may evict keys."""
     app = getattr(sender, "app", None)
     if app is None or not any(isinstance(t, TrackedTask) for t in app.tasks.values()):
         return
@@ -66,6 +69,7 @@ def check_worker(sender: Any = None, **_: Any) -> None:
         logger.critical("celery-tracked: invalid configuration: %s", exc)
         raise SystemExit(f"celery-tracked: invalid configuration: {exc}") from None
     settings = tracker.settings
+    check_schema(settings.database_url)
     if settings.memory_guard or not settings.check_redis_eviction:
         return
     try:
@@ -87,3 +91,42 @@ def check_worker(sender: Any = None, **_: Any) -> None:
             mask_url(settings.redis_url),
             policy,
         )
+
+
+def check_schema(database_url: str) -> None:
+    """Exit (as for an invalid setting) when the tracking tables are missing or behind this
+    version's head revision: every job would fail. An unreachable database is only
+    logged: the worker waits for it, as for its broker."""
+    try:
+        problem = schema_problem(database_url)
+    except (StoreError, OSError) as exc:
+        logger.warning("celery-tracked: could not check the tracking tables: %s", exc)
+        return
+    if problem is not None:
+        logger.critical("celery-tracked: %s", problem)
+        raise SystemExit(f"celery-tracked: {problem}")
+
+
+@celeryd_after_setup.connect(weak=False)
+def warn_embedded_sqlite(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    """A worker on the embedded SQLite default (no ``tracked_database_url`` given) whose
+    broker is not in memory: its producers elsewhere (or started in another directory)
+    use another file, so name this one. Logged once the worker's logging is set up
+    (``worker_init`` comes before it)."""
+    app = getattr(instance, "app", None)
+    if app is None or not any(isinstance(t, TrackedTask) for t in app.tasks.values()):
+        return
+    settings = Tracker.for_app(app).settings
+    if settings.database_url != DEFAULT_DATABASE_URL:
+        return
+    broker = str(app.conf.broker_url or "amqp://")
+    if broker.startswith("memory://"):
+        return
+    path = sqlite_file(settings.database_url)
+    logger.warning(
+        "celery-tracked: no tracked_database_url given: jobs are tracked in the embedded "
+        "SQLite default %s, a file of this directory, while the broker (%s) is shared; a "
+        "producer or worker started elsewhere uses another file. Set tracked_database_url.",
+        path,
+        mask_url(broker),
+    )

@@ -9,6 +9,7 @@ guards producers inside one process. Knows nothing of Celery or SQL.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -37,12 +38,59 @@ return 0
 """
 
 
+logger = logging.getLogger("celery_tracked")
+
+
+class Health:
+    """Whether this process reaches the guard's Redis, said once per outage: one WARNING
+    at the first failure (the callers meanwhile: an enqueue with a key fails, a waiter
+    polls the row, a notification is not sent; each logs at DEBUG only), one line when a
+    command succeeds again. Per process: a forked child starts with nothing said."""
+
+    def __init__(self, url: str) -> None:
+        self.url = mask_url(url)
+        self._lock = threading.Lock()
+        self._down_in = 0  # the pid of the process that said "unreachable"
+
+    @property
+    def down(self) -> bool:
+        return self._down_in == os.getpid()
+
+    def failed(self, action: str, exc: BaseException) -> None:
+        with self._lock:
+            first, self._down_in = not self.down, os.getpid()
+        if first:
+            logger.warning(
+                "celery-tracked: the Redis of the idempotency guard (%s) is unreachable (%s "
+                "failed: %s): enqueues with an idempotency key fail, waiters read the "
+                "database instead of being notified (said once per process until it answers again)",
+                self.url,
+                action,
+                mask_url(str(exc)),
+            )
+
+    def ok(self) -> None:
+        if not self.down:  # the hot path: no lock
+            return
+        with self._lock:
+            was, self._down_in = self.down, 0
+        if was:
+            logger.warning(
+                "celery-tracked: the Redis of the idempotency guard (%s) is reachable again",
+                self.url,
+            )
+
+
 @contextmanager
-def translated(action: str) -> Iterator[None]:
+def translated(action: str, health: Health | None = None) -> Iterator[None]:
     try:
         yield
     except redis.RedisError as exc:
+        if health is not None and not isinstance(exc, redis.ResponseError):
+            health.failed(action, exc)
         raise GuardError(f"Redis {action} failed: {mask_url(str(exc))}") from None
+    if health is not None:
+        health.ok()
 
 
 class RedisGuard:
@@ -55,22 +103,23 @@ class RedisGuard:
         )
         self._acquire = self.client.register_script(_ACQUIRE)
         self._release = self.client.register_script(_RELEASE)
-        self._publisher = _Publisher(self.client.connection_pool)
+        self.health = Health(url)
+        self._publisher = _Publisher(self.client.connection_pool, self.health)
 
     def key(self, *parts: str) -> str:
         return ":".join((self.prefix, *parts))
 
     def acquire(self, key: str, token: str, ttl_ms: int) -> str | None:
-        with translated("guard acquire"):
+        with translated("guard acquire", self.health):
             held = self._acquire(keys=[key], args=[token, ttl_ms])
         return None if held is None else str(held)
 
     def release(self, key: str, token: str) -> bool:
-        with translated("guard release"):
+        with translated("guard release", self.health):
             return bool(self._release(keys=[key], args=[token]))
 
     def holder(self, key: str) -> str | None:
-        with translated("guard read"):
+        with translated("guard read", self.health):
             value = self.client.get(key)
         return None if value is None else str(value)
 
@@ -81,7 +130,7 @@ class RedisGuard:
         pairs = list(entries)
         if not pairs:
             return 0
-        with translated("guard release"):
+        with translated("guard release", self.health):
             sha = self.client.script_load(_RELEASE)
             pipe = self.client.pipeline(transaction=False)
             for key, token in pairs:  # raw EVALSHA: half the client CPU of a Script call
@@ -92,10 +141,10 @@ class RedisGuard:
         self._publisher.publish(self.key("job", job_id), status)
 
     def subscribe(self, job_id: str) -> Subscription:
-        with translated("subscribe"):
+        with translated("subscribe", self.health):
             pubsub = self.client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
             pubsub.subscribe(self.key("job", job_id))
-        return _RedisSubscription(pubsub)
+        return _RedisSubscription(pubsub, self.health)
 
     def eviction_policy(self) -> str | None:
         """The server's ``maxmemory-policy``, or None when ``CONFIG GET`` is refused."""
@@ -119,9 +168,10 @@ class _Publisher:
     job never waits for Redis, and the client does half the work of a full command.
     """
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any, health: Health) -> None:
         self._pool = pool
         self._local = threading.local()
+        self._health = health
 
     def publish(self, channel: str, message: str) -> None:
         local = self._local
@@ -141,7 +191,9 @@ class _Publisher:
             local.conn = None
             if conn is not None:
                 conn.disconnect()
+            self._health.failed("publish", exc)
             raise GuardError(f"Redis publish failed: {mask_url(str(exc))}") from None
+        self._health.ok()
 
 
 def _publish_command(channel: str, message: str) -> bytes:
@@ -152,11 +204,12 @@ def _publish_command(channel: str, message: str) -> bytes:
 
 
 class _RedisSubscription:
-    def __init__(self, pubsub: Any) -> None:
+    def __init__(self, pubsub: Any, health: Health) -> None:
         self._pubsub = pubsub
+        self._health = health
 
     def wait(self, timeout: float) -> bool:
-        with translated("subscription"):
+        with translated("subscription", self._health):
             message = self._pubsub.get_message(timeout=max(0.0, timeout))
         return message is not None
 

@@ -29,6 +29,7 @@ from .redact import (
     secret_values,
     summarize,
 )
+from .validation import unencodable_at
 
 #: Longest ``argsrepr``/``kwargsrepr``.
 REPR_CHARS = 1024
@@ -315,6 +316,9 @@ def key_problem(key: Any) -> str | None:
         return f"is {len(key)} characters long, over the limit of {MAX_KEY_CHARS}"
     if "\x00" in key:
         return f"holds a NUL byte (at character {key.index(chr(0)) + 1} of {len(key)})"
+    at = unencodable_at(key)
+    if at is not None:
+        return f"is not valid Unicode (a lone surrogate at character {at + 1} of {len(key)})"
     return None
 
 

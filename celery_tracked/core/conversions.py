@@ -37,6 +37,13 @@ def url(name: str) -> Callable[[str, Any], str]:
             raise ConfigurationError(
                 f"tracked_{name}", f"not a URL: {mask_url(text)!r} (from {source})"
             )
+        if name == "database_url" and text.split("://")[0].split("+")[0].lower() == "postgres":
+            raise ConfigurationError(
+                f"tracked_{name}",
+                f"{mask_url(text)!r} (from {source}): SQLAlchemy has no dialect named "
+                "'postgres' (Heroku-style URL): write postgresql+psycopg://... instead "
+                "(psycopg 3, the 'postgres' extra)",
+            )
         return text
 
     return convert

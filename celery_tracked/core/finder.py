@@ -231,9 +231,19 @@ def _bound(name: str, value: Bound, now: datetime) -> datetime | None:
     if isinstance(value, timedelta):
         if value < timedelta(0):
             raise InvalidFilter(f"{name}: a timedelta means 'that long ago': not negative")
-        return now - value
+        try:
+            return max(now - value, EARLIEST)
+        except OverflowError:
+            raise InvalidFilter(
+                f"{name}: {value.days} days ago is before the year 1 (no date to compare)"
+            ) from None
     validation.check_time(name, value)
-    return None if value is None else value.astimezone(timezone.utc)
+    return None if value is None else max(value.astimezone(timezone.utc), EARLIEST)
+
+
+#: The earliest instant every store compares with (MariaDB's DATETIME starts in the year
+#: 1000): an older bound selects the same jobs as this one (none is older).
+EARLIEST = datetime(1000, 1, 1, tzinfo=timezone.utc)
 
 
 def check_limit(limit: Any, maximum: int | None = MAX_PAGE, name: str = "limit") -> int:

@@ -43,7 +43,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from .attempt import Attempt
-from .errors import TrackedError
+from .errors import GuardError, TrackedError
 from .guards import Notifier
 from .jobs import Claim, Event, NewRow
 from .limits import DeliveryLimits
@@ -206,7 +206,9 @@ class NotifyTerminal(Hooks):
         try:
             self.notifier.publish(transition.job_id, transition.event)
         except TrackedError as exc:  # the row is the truth; waiters re-read it anyway
-            logger.warning("job %s: notification not sent: %s", transition.job_id, exc)
+            # Redis down: the guard said so once for the process (``guard.Health``)
+            level = logging.DEBUG if isinstance(exc, GuardError) else logging.WARNING
+            logger.log(level, "job %s: notification not sent: %s", transition.job_id, exc)
 
 
 class HookChain(Hooks):

@@ -38,6 +38,10 @@ MASK = "***"
 MAX_SUMMARY_CHARS = 500
 #: Keys shorter than this match whole words only.
 _SUBSTRING_MIN = 5
+#: A secret value shorter than this (a 2-digit PIN, a 1-letter answer) is masked where it
+#: stands alone (between non-alphanumerics), not inside every word that holds it: the
+#: text stays readable, and those characters inside a longer word tell nothing.
+SHORT_SECRET = 3
 #: Names a ``*_...`` pattern never redacts: identifiers, not credentials.
 NOT_SECRET_NAMES = frozenset(
     {
@@ -104,7 +108,7 @@ def url_credentials(text: str) -> list[str]:
             continue
         found.append(creds)
         password = creds.partition(":")[2]
-        if len(password) >= 3:
+        if password:
             found.append(password)
     return found
 
@@ -123,7 +127,7 @@ def secret_values(value: Any, redact_keys: Sequence[str]) -> list[str]:
                 walk(v, secret)
         elif secret and isinstance(node, _SCALARS) and not isinstance(node, bool):
             texts = [str(node), node.hex] if isinstance(node, uuid.UUID) else [str(node)]
-            found.extend(text for text in texts if len(text) >= 3)
+            found.extend(text for text in texts if text)
         elif isinstance(node, str) and "@" in node:
             found.extend(url_credentials(node))
 
@@ -211,7 +215,10 @@ def mask_secrets(text: str, secrets: Iterable[str] = (), keys: Iterable[str] = (
     """Mask URL credentials, ``key=value`` pairs under secret keys, and known secret values."""
     text = mask_url(text)
     for value in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(value, MASK)
+        if len(value) >= SHORT_SECRET:
+            text = text.replace(value, MASK)
+        else:  # 1-2 characters: where it stands alone, not inside every word holding it
+            text = re.sub(rf"(?<![^\W_]){re.escape(value)}(?![^\W_])", MASK, text)
     secret_keys = tuple(k for k in keys if k.strip("*"))
     return _mask_pairs(text, secret_keys) if secret_keys else text
 

@@ -10,6 +10,7 @@ booleans are refused. Redaction is turned off only by ``tracked_redaction = Fals
 
 from __future__ import annotations
 
+import difflib
 import functools
 import logging
 import os
@@ -65,12 +66,15 @@ DEFAULT_REDACT_KEYS: tuple[str, ...] = (
 
 T = TypeVar("T")
 
+#: The embedded default store: a SQLite file in the current directory.
+DEFAULT_DATABASE_URL = "sqlite:///celery_tracked.sqlite3"
+
 
 @dataclass(frozen=True)
 class Settings:
     """Validated celery-tracked configuration. See ``docs/configuration.md``."""
 
-    database_url: str = "sqlite:///celery_tracked.sqlite3"
+    database_url: str = DEFAULT_DATABASE_URL
     #: ``"pgbouncer"`` when PostgreSQL is reached through PgBouncer in transaction pooling
     #: mode (no server-side prepared statements); ``"none"``: prepared statements on each
     #: connection proven direct (``store.fastpath.prepare_only_if_direct``)
@@ -153,6 +157,7 @@ class Settings:
         as ``example_project/courses/settings.py`` does).
         """
         env = os.environ if environ is None else environ
+        refuse_unknown(conf, env)
         values = {name: _read(conf, env, name) for name in _CONVERTERS if name != "redact_keys"}
         values["redact_keys"] = _redact_keys(conf, env, values["redaction"])
         return cls(**values)
@@ -163,7 +168,83 @@ class Settings:
     ) -> str:
         """Only ``tracked_database_url``, read and validated as ``from_conf()`` does
         (what ``tracked migrate`` needs: no Redis setting)."""
-        return str(_read(conf, os.environ if environ is None else environ, "database_url"))
+        env = os.environ if environ is None else environ
+        refuse_unknown(conf, env)
+        return str(_read(conf, env, "database_url"))
+
+
+#: The environment variables' prefix: ``CELERY_TRACKED_<NAME>`` is ``tracked_<name>``.
+ENV_PREFIX = "CELERY_TRACKED_"
+
+
+def known_names() -> tuple[str, ...]:
+    """Every setting's name without its prefix: the fields of :class:`Settings` (a field
+    added there is known here at once)."""
+    return tuple(f.name for f in fields(Settings))
+
+
+def refuse_unknown(conf: Mapping[str, Any], env: Mapping[str, str]) -> None:
+    """Refuse a ``tracked_*`` name in ``app.conf`` (also spelled with the app's
+    namespace, ``CELERY_TRACKED_*`` in Django's settings) or a ``CELERY_TRACKED_*``
+    environment variable that names no setting: a misspelled setting is never silently
+    replaced by its default.
+
+    Raises:
+        ConfigurationError: naming the unknown setting and the closest known one.
+    """
+    known = known_names()
+    for given, name in _conf_names(conf):
+        if name not in known:
+            raise ConfigurationError(given, _unknown(f"tracked_{name}", "tracked_", known))
+    for variable in sorted(env):
+        if variable.startswith(ENV_PREFIX) and variable[len(ENV_PREFIX) :].lower() not in known:
+            raise ConfigurationError(variable, _unknown(variable, ENV_PREFIX, known))
+
+
+def _conf_names(conf: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(key as given, setting name)`` of each ``tracked_*`` key of ``conf``: Celery's
+    ``app.conf`` read with a namespace (``config_from_object(..., namespace="CELERY")``)
+    holds ``CELERY_TRACKED_X``, which it reads as ``tracked_x``."""
+    conf.get("tracked_database_url")  # Celery's pending conf is loaded by a lookup only
+    namespace = str(getattr(conf, "prefix", None) or "").lower()
+    found = []
+    for key in list(conf):
+        if not isinstance(key, str):
+            continue
+        lowered = key.lower()
+        if namespace and lowered.startswith(namespace):
+            lowered = lowered[len(namespace) :]
+        if lowered.startswith("tracked_"):
+            found.append((key, lowered[len("tracked_") :]))
+    return sorted(found)
+
+
+def _unknown(given: str, prefix: str, known: tuple[str, ...]) -> str:
+    """The refusal of an unknown name, with the closest known one (``difflib``, after
+    the usual abbreviations are spelled out: ``db_url`` is ``database_url``)."""
+    name = given[len(prefix) :].lower()
+    spelled = "_".join(_ABBREVIATIONS.get(word, word) for word in name.split("_"))
+    close = difflib.get_close_matches(spelled, known, n=1, cutoff=0.6)
+    if close:
+        closest = close[0] if prefix.islower() else close[0].upper()
+        hint = f"did you mean {prefix + closest!r}?"
+    else:
+        hint = "see docs/configuration.md for the list"
+    return f"is not a celery-tracked setting ({hint}); an unknown name is refused, never ignored"
+
+
+#: Words a misspelled setting often shortens.
+_ABBREVIATIONS = {
+    "db": "database",
+    "uri": "url",
+    "dsn": "url",
+    "s": "seconds",
+    "sec": "seconds",
+    "secs": "seconds",
+    "second": "seconds",
+    "ttl": "ttl_seconds",
+    "retries": "attempts",
+}
 
 
 def _given(conf: Mapping[str, Any], env: Mapping[str, str], name: str) -> tuple[Any, str]:

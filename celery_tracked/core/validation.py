@@ -229,6 +229,21 @@ def check_filter_text(name: str, value: Any, limit: int) -> None:
         raise InvalidFilter(f"{name}: expected a non-empty string, got {value!r}")
     if "\x00" in value or len(value) > limit:
         raise InvalidFilter(f"{name}: at most {limit} characters, without NUL")
+    at = unencodable_at(value)
+    if at is not None:
+        raise InvalidFilter(
+            f"{name}: not valid Unicode (a lone surrogate at character {at + 1} of {len(value)})"
+        )
+
+
+def unencodable_at(text: str) -> int | None:
+    """The index of the first character of ``text`` UTF-8 cannot encode (a lone
+    surrogate, e.g. from ``os.fsdecode`` of bytes that are not UTF-8), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
 
 
 def check_time(name: str, value: Any) -> None:

@@ -164,6 +164,8 @@ Renewer = LeaseStore
 PROOF_SHARE = 0.75
 #: Another delivery takes over only this share of the lease after ``locked_until``.
 GRACE_SHARE = 0.25
+#: How long the renewal tried before a run stops itself for an unproven lease may take.
+LAST_RENEWAL_S = 2.0
 
 
 def can_stop_process() -> bool:
@@ -335,8 +337,10 @@ class LeaseKeeper:
             running = [h for h in self._active.values() if not h.body_ended]
         for held in running:
             unproven = now - held.proven_at >= self.proof_seconds
-            if not (held.lost or unproven):
+            if not (held.lost or unproven) or held.told:
                 continue
+            if not held.lost and self._renewed_at_last(held):
+                continue  # proven now (a body that held the GIL kept the renewals away)
             why = (
                 f"job {held.claim.job_id} attempt {held.claim.attempt} "
                 + ("lost its lease to another attempt" if held.lost else "cannot prove its lease")
@@ -347,6 +351,34 @@ class LeaseKeeper:
             elif not held.told:
                 held.told = True
                 logger.error("%s; it runs on in its thread, its outcome will not be written", why)
+
+    def _renewed_at_last(self, held: _Held) -> bool:
+        """One fenced renewal before a run stops itself for an unproven lease: a body
+        that held the GIL (a long C call) kept the renewal thread from running, but its
+        lease may well be intact. True: renewed (proven from when it was sent). False: not
+        held any more (``lost``), or the renewal failed or took over ``LAST_RENEWAL_S``.
+
+        Run in a thread of its own, waited for with a timeout: ``check`` may be running
+        in a ``SIGCONT`` handler that interrupted the body inside the store's own code."""
+        sent = time.monotonic()
+        answer: list[bool] = []
+
+        def renew() -> None:
+            try:
+                answer.append(self.store.renew(held.claim, self.lease_seconds))
+            except Exception as exc:
+                logger.warning("could not renew the lease of %s: %s", held.claim.job_id, exc)
+
+        thread = threading.Thread(target=renew, name="celery-tracked-last-renewal", daemon=True)
+        thread.start()
+        thread.join(max(LAST_RENEWAL_S, self.lease_seconds / 4))
+        if not answer:
+            return False
+        if not answer[0]:
+            held.lost = True
+            return False
+        held.proven_at = max(held.proven_at, sent)
+        return True
 
     def stop(self) -> None:
         self._stop.set()

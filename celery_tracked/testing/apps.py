@@ -35,6 +35,8 @@ MEMORY = "memory"
 SQLITE = "sqlite"
 
 _MISSING = object()
+#: How long purging the queues may wait for the broker.
+PURGE_S = 10
 
 
 class SqliteTemplate:
@@ -142,7 +144,10 @@ def purge_queues(app: Celery) -> None:
     names = {str(app.conf.task_default_queue), *(str(name) for name in app.amqp.queues)}
     with app.connection_for_write() as connection:
         errors = (*connection.connection_errors, *connection.channel_errors)
-        try:
+        try:  # one try, bounded: Celery's own connection retries for minutes
+            connection.ensure_connection(
+                max_retries=1, timeout=PURGE_S, reraise_as_library_errors=False
+            )
             channel: Any = connection.default_channel
             for name in sorted(names):
                 channel.queue_purge(name)

@@ -23,6 +23,7 @@ from ..adapter.celery_tracker import Tracker
 from ..adapter.task import TrackedTask
 from ..core.jobs import Job, JobEvent, JobStatus
 from ..core.pipelines import Pipeline
+from ..core.redact import mask_url
 
 __all__ = ["OPEN", "TrackedTesting"]
 
@@ -163,6 +164,7 @@ class TrackedTesting:
         }
         options["queues"] = self.queues()
         options.update(extra)
+        reach_broker(self.app)  # Celery's start_worker would retry for minutes
         root = logging.getLogger()
         level, handlers = root.level, list(root.handlers)
         try:
@@ -236,6 +238,34 @@ class _RecordingWorker(TestWorkController):
 
         blueprint.start = recording
         super().start()
+
+    def ensure_started(self) -> None:
+        """Wait for the worker to be ready, ``READY_S`` at most (Celery's waits for good)."""
+        started_event: Any = getattr(self, "_on_started")  # noqa: B009  # untyped
+        if not started_event.wait(READY_S):
+            raise AssertionError(f"the in-process worker was not ready after {READY_S} s")
+
+
+#: How long the in-process worker may take to be ready, and the broker to answer.
+READY_S = 30
+
+
+def reach_broker(app: Celery) -> None:
+    """Connect to the app's broker once, ``READY_S`` at most.
+
+    Raises:
+        AssertionError: it cannot be reached (its URL masked): a test's app wants the
+            in-memory broker (docs/testing.md).
+    """
+    with app.connection_for_write() as connection:
+        try:
+            connection.ensure_connection(max_retries=1, timeout=READY_S)
+        except Exception as exc:
+            raise AssertionError(
+                f"the test worker cannot reach the broker {mask_url(connection.as_uri())}: "
+                f"{exc}; give the test's app the in-memory broker (broker_url='memory://', "
+                "docs/testing.md)"
+            ) from exc
 
 
 def _id_of(value: Any) -> str:

@@ -5,8 +5,9 @@ tracked tasks, on Celery's own ``celery_app`` fixture (``celery.contrib.pytest``
   a database URL. Override it (or parametrize it indirectly) to choose.
 - ``tracked_config``: the ``tracked_*`` settings applied to the app for one test
   (``apps.tracked_settings``); override it to add or change some.
-- ``tracked_app``: Celery's ``celery_app`` with ``tracked_config`` applied, a fresh
-  tracker (store and guard) for the test, the broker's queues purged before and after.
+- ``tracked_app``: Celery's ``celery_app`` with ``tracked_config`` and the test's
+  ``celery`` mark applied, a fresh tracker (store and guard) for the test, the broker's
+  queues purged before and after.
 - ``tracked``: the :class:`~celery_tracked.testing.TrackedTesting` helpers on it.
 - ``tracked_worker``: Celery's in-process worker on it for the test.
 
@@ -27,6 +28,8 @@ from .helpers import TrackedTesting
 
 #: The name pytest-celery registers Celery's fixtures under (``celery.contrib.pytest``).
 _CELERY_PLUGIN = "celery"
+#: Celery's mark of a test's settings (``@pytest.mark.celery(task_always_eager=True)``).
+_CELERY_MARK = "celery"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -58,9 +61,18 @@ def tracked_config(
 
 
 @pytest.fixture
-def tracked_app(celery_app: Celery, tracked_config: dict[str, Any]) -> Iterator[Celery]:
-    """Celery's ``celery_app`` (or yours, if you override it) configured for tracking."""
-    with tracked_test_app(celery_app, tracked_config) as app:
+def tracked_app(
+    request: pytest.FixtureRequest, celery_app: Celery, tracked_config: dict[str, Any]
+) -> Iterator[Celery]:
+    """Celery's ``celery_app`` (or yours, if you override it) configured for tracking.
+
+    The test's ``@pytest.mark.celery(...)`` settings are applied to it too (Celery's own
+    ``celery_app`` applies them, an app of yours would not: ``task_always_eager`` left
+    out, a ``.get()`` waits for a worker that never comes); ``tracked_config`` wins for
+    the ``tracked_*`` settings. All are put back after the test."""
+    mark = request.node.get_closest_marker(_CELERY_MARK)
+    marked = dict(mark.kwargs) if mark is not None else {}
+    with tracked_test_app(celery_app, {**marked, **tracked_config}) as app:
         yield app
 
 

@@ -41,6 +41,7 @@ import redis
 from celery import Celery
 from celery.exceptions import Ignore, Reject
 from effects_tasks import add_effects_tasks
+from gil_tasks import add_gil_tasks
 from key_tasks import add_key_tasks
 from limit_tasks import add_limit_tasks
 from ops_tasks import add_ops_tasks
@@ -86,7 +87,7 @@ def recorder(app: Celery) -> redis.Redis:
     pid = os.getpid()
     client = _records.get(pid)
     if client is None:
-        client = redis.Redis.from_url(app.conf.tracked_test_record_url)
+        client = redis.Redis.from_url(app.conf.acceptance_record_url)
         _records[pid] = client
     return client
 
@@ -122,7 +123,7 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         tracked_database_url=config["database_url"],
         tracked_lease_seconds=config.get("lease_seconds", DEFAULT_LEASE_SECONDS),
         tracked_default_backoff_ms=100,
-        tracked_test_record_url=config.get("record_url") or config["redis_url"],
+        acceptance_record_url=config.get("record_url") or config["redis_url"],
         task_default_queue=QUEUE,
         task_send_sent_event=True,
         broker_connection_retry_on_startup=True,
@@ -147,6 +148,7 @@ def create_app(config: Mapping[str, Any]) -> Celery:
     add_progress_tasks(app, QUEUE, _begin, _end)
     add_limit_tasks(app, QUEUE, _begin, _end)
     add_ops_tasks(app, QUEUE, _begin, _end)
+    add_gil_tasks(app, QUEUE, _begin, _end)
     add_retry_tasks(app, QUEUE, _begin, _end)
     add_effects_tasks(app, QUEUE, _begin, _end)
     add_sealed_tasks(app, QUEUE, _begin, _end)

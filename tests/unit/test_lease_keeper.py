@@ -126,9 +126,10 @@ def test_a_run_in_a_thread_is_never_stopped_by_ending_the_process(
 def test_sigcont_checks_the_lease_in_the_main_thread_at_once(
     stops: Stops, keepers: list[LeaseKeeper]
 ) -> None:
-    """A process resumed after a pause longer than the proof window stops at its next
-    step: the ``SIGCONT`` handler runs before the body's next bytecode."""
-    keeper = keeper_of(Renewals(then=True), stops, keepers)
+    """A process resumed after a pause longer than the proof window, whose lease was
+    taken over meanwhile, stops at its next step: the ``SIGCONT`` handler runs before the
+    body's next bytecode (its last renewal, fenced, answers "not held")."""
+    keeper = keeper_of(Renewals(then=False), stops, keepers)
     previous = signal.getsignal(signal.SIGCONT)
     try:
         with keeper.holding(CLAIM, since=time.monotonic() - LEASE_S):  # "paused" a lease
@@ -138,4 +139,36 @@ def test_sigcont_checks_the_lease_in_the_main_thread_at_once(
     finally:
         signal.signal(signal.SIGCONT, previous)
     assert len(stopped_at_once) == 1
-    assert "cannot prove its lease" in stopped_at_once[0]
+    assert "lost its lease to another attempt" in stopped_at_once[0]
+
+
+def test_an_unproven_lease_renewed_at_last_goes_on(
+    stops: Stops, keepers: list[LeaseKeeper]
+) -> None:
+    """Issue 22, item 10: a body that held the GIL past the proof window kept the renewal
+    thread away, not its lease: one fenced renewal proves it, and the run goes on."""
+    store = Renewals(then=True)
+    keeper = keeper_of(store, stops, keepers)
+    previous = signal.getsignal(signal.SIGCONT)
+    try:
+        with keeper.holding(CLAIM, since=time.monotonic() - LEASE_S):
+            keeper.stop()  # no periodic renewal, no watchdog: only SIGCONT's check
+            os.kill(os.getpid(), signal.SIGCONT)
+            assert store.calls == 1  # the renewal tried before stopping
+            keeper.check()  # proven from that renewal: nothing to try again
+    finally:
+        signal.signal(signal.SIGCONT, previous)
+    assert stops == []
+    assert store.calls == 1
+
+
+def test_an_unproven_lease_whose_last_renewal_fails_stops(
+    stops: Stops, keepers: list[LeaseKeeper]
+) -> None:
+    store = Renewals(then=None)  # the database cannot be reached
+    keeper = keeper_of(store, stops, keepers)
+    with keeper.holding(CLAIM, since=time.monotonic() - LEASE_S):
+        keeper.stop()
+        keeper.check()
+    assert store.calls == 1
+    assert len(stops) == 1 and "cannot prove its lease" in stops[0]
