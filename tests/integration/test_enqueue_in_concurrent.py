@@ -67,7 +67,7 @@ def waiting(engine: Engine) -> int:
         else:
             query = (
                 "SELECT count(*) FROM information_schema.PROCESSLIST"
-                " WHERE DB = DATABASE() AND INFO LIKE 'INSERT%%' OR STATE = 'User lock'"
+                " WHERE DB = DATABASE() AND (INFO LIKE 'INSERT%%' OR STATE = 'User lock')"
             )
         return int(conn.execute(text(query)).scalar_one())
 
@@ -93,6 +93,33 @@ def producer(
     return outcome
 
 
+def one_round(engine: Engine, job: Any, r: int, outcomes: list[dict[str, Any]]) -> None:
+    """The first producer holds the key ``key{r}`` until the two others wait, then rolls
+    back; the two others commit."""
+    key, release, first_in = f"key{r}", threading.Event(), threading.Event()
+
+    def hold() -> None:
+        first_in.set()
+        release.wait(30)
+
+    def first() -> None:
+        outcomes.append(producer(engine, job, f"gone{r}", key, hold, commit=False))
+
+    def later(i: int) -> None:
+        outcomes.append(producer(engine, job, f"o{r}_{i}", key, lambda: None, commit=True))
+
+    threads = [threading.Thread(target=first)]
+    threads[0].start()
+    assert first_in.wait(30)
+    threads += [threading.Thread(target=later, args=(i,)) for i in range(2)]
+    for t in threads[1:]:
+        t.start()
+    wait_for(lambda: waiting(engine) >= 2, timeout=30)
+    release.set()
+    for t in threads:
+        t.join(60)
+
+
 def test_producers_waiting_on_a_key_whose_first_holder_rolls_back(
     app: Celery, engine: Engine
 ) -> None:
@@ -106,30 +133,7 @@ def test_producers_waiting_on_a_key_whose_first_holder_rolls_back(
 
     outcomes: list[dict[str, Any]] = []
     for r in range(ROUNDS):
-        key = f"key{r}"
-        release = threading.Event()
-        first_in = threading.Event()
-
-        def first(key: str = key, r: int = r) -> None:
-            def hold() -> None:
-                first_in.set()
-                release.wait(30)
-
-            outcomes.append(producer(engine, job, f"gone{r}", key, hold, commit=False))
-
-        def later(i: int, key: str = key, r: int = r) -> None:
-            outcomes.append(producer(engine, job, f"o{r}_{i}", key, lambda: None, commit=True))
-
-        threads = [threading.Thread(target=first)]
-        threads[0].start()
-        assert first_in.wait(30)
-        threads += [threading.Thread(target=later, args=(i,)) for i in range(2)]
-        for t in threads[1:]:
-            t.start()
-        wait_for(lambda: waiting(engine) >= 2, timeout=30)
-        release.set()
-        for t in threads:
-            t.join(60)
+        one_round(engine, job, r, outcomes)
     failed = [o for o in outcomes if "enqueue_error" in o or "commit_error" in o]
     assert failed == []
     committed = {o["order"] for o in outcomes if not o["order"].startswith("gone")}
