@@ -10,6 +10,7 @@ batch of that run looked at it again, and the other session did not remove it ei
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 from celery import Celery
@@ -17,7 +18,7 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.pool import NullPool
 
 from celery_tracked import Tracker
-from celery_tracked.store import migrate
+from celery_tracked.store import migrate, purge
 from celery_tracked.store.models import jobs
 
 from .test_cleanup import DAY, NOW, job_ids, seed
@@ -44,9 +45,7 @@ def app(url: str, redis_url: str) -> Iterator[Celery]:
     made.close()
 
 
-def test_a_row_locked_between_two_pages_is_removed_by_a_later_page(
-    app: Celery, url: str
-) -> None:
+def test_a_row_locked_between_two_pages_is_removed_by_a_later_page(app: Celery, url: str) -> None:
     ids = seed(url, "completed", 5, 8 * DAY)
     oldest_first = ids[::-1]  # row i ended i seconds before row i - 1
     other = create_engine(url, poolclass=NullPool)
@@ -84,3 +83,36 @@ def test_a_row_locked_for_the_whole_run_is_left_and_the_run_ends(app: Celery, ur
     other.dispose()
     assert job_ids(url) == {ids[2]}
     assert report.removed["completed"] == 4
+
+
+def test_a_row_held_for_a_moment_at_the_end_of_the_walk_is_removed(
+    app: Celery, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last batch takes nothing because another session holds the last row: the
+    cleanup looks again after a pause (here, the other session lets go in it)."""
+    ids = seed(url, "completed", 5, 8 * DAY)
+    newest = ids[0]
+    other = create_engine(url, poolclass=NullPool)
+    session = other.connect()
+    seen: list[int] = []
+    pauses: list[float] = []
+
+    def between_batches(removed: int) -> None:
+        seen.append(removed)
+        if len(seen) == 1:
+            held = select(jobs.c.id).where(jobs.c.id == newest).with_for_update()
+            session.execute(held).scalar_one()
+
+    def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        session.rollback()  # the other session lets go while the cleanup waits
+
+    monkeypatch.setattr(purge, "time", SimpleNamespace(sleep=pause))
+    try:
+        report = Tracker.for_app(app).cleanup(now=NOW, on_batch=between_batches)
+    finally:
+        session.rollback()
+        session.close()
+        other.dispose()
+    assert pauses and job_ids(url) == set()
+    assert report.removed["completed"] == 5
