@@ -167,9 +167,13 @@ def _insert_ignore(conn: Connection, insert: Any, params: dict[str, object]) -> 
     try:
         return int(conn.execute(insert, params).rowcount)
     except OperationalError as exc:
-        if getattr(exc.orig, "args", (None,))[:1] == (1213,):
-            conn.invalidate()
-        raise
+        if getattr(exc.orig, "args", (None,))[:1] != (1213,):
+            raise
+        conn.invalidate()
+        raise StoreError(
+            "the database rolled your whole transaction back (a deadlock with another "
+            "session that holds this key): nothing of it is committed, its commit raises"
+        ) from None
 
 
 def after_commit(

@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, create_engine, insert, text
 from sqlalchemy.orm import Session
 
 from celery_tracked import tracked_task
-from celery_tracked.store import migrate
+from celery_tracked.core.jobs import NEW_JOB_DEFAULTS, utcnow
+from celery_tracked.store import keylocks, migrate
+from celery_tracked.store.models import jobs
 from tests.conftest import wait_for
 
 from .conftest import tracker_of
@@ -165,3 +167,83 @@ def test_a_key_committed_after_the_callers_first_read(app: Celery, engine: Engin
             session.commit()
         assert (found.job_id, found.created) == (made.job_id, False)
     assert orders(engine) == {f"late{r}" for r in range(ROUNDS)}
+
+
+def key_locks_free(engine: Engine, job: Any, keys: list[str]) -> bool:
+    """MariaDB: no key lock of ``keys`` is held any more (by any session)."""
+    with engine.connect() as conn:
+        for key in keys:
+            row = {"job_type": job.tracked_job_type, "idempotency_key": key, "id": ""}
+            query = text("SELECT IS_FREE_LOCK(:n)")
+            if conn.execute(query, {"n": keylocks.lock_name(row)}).scalar_one() != 1:
+                return False
+    return True
+
+
+@pytest.mark.parametrize("end", ["commit", "rollback", "close", "connection"])
+def test_the_key_lock_ends_with_the_callers_transaction(
+    app: Celery, engine: Engine, end: str
+) -> None:
+    """MariaDB: the key's named lock is held by the caller's session until its transaction
+    ends, however it ends (a pooled connection must not keep it)."""
+    if engine.dialect.name not in ("mysql", "mariadb"):
+        pytest.skip("a MariaDB/MySQL lock")
+
+    @tracked_task(app=app, shared=False, queue="cq", idempotency_key="{x}")
+    def job(x: str) -> str:
+        return x
+
+    if end == "connection":
+        with engine.connect() as conn:
+            job.enqueue_in(conn, x="k")
+            assert not key_locks_free(engine, job, ["k"])
+            conn.commit()
+    else:
+        session = Session(engine)
+        job.enqueue_in(session, x="k")
+        assert not key_locks_free(engine, job, ["k"])
+        getattr(session, end)()
+        session.close()
+    assert key_locks_free(engine, job, ["k"])
+
+
+def test_a_deadlock_victim_cannot_commit_in_silence(app: Celery, engine: Engine) -> None:
+    """MariaDB: a deadlock that is not ours to avoid (another session holds the key's
+    uncommitted row and waits for a row the caller holds) rolls the caller's whole
+    transaction back: its enqueue_in raises, and its commit() raises too, never committing
+    nothing in silence."""
+    if engine.dialect.name not in ("mysql", "mariadb"):
+        pytest.skip("InnoDB's deadlock victim")
+
+    @tracked_task(app=app, shared=False, queue="cq", idempotency_key="{x}")
+    def job(x: str) -> str:
+        return x
+
+    other = engine.connect()  # another session: many rows, and the key uncommitted
+    other.execute(text("INSERT INTO orders (k) VALUES " + ",".join(f"('f{i}')" for i in range(50))))
+    now = utcnow()
+    row = {**NEW_JOB_DEFAULTS, "id": "other", "queue_name": "cq", "status": "pending"}
+    row.update(job_type=job.tracked_job_type, task_name=job.name, celery_task_id="other")
+    row.update(payload_json="{}", max_attempts=1, idempotency_key="dead")
+    other.execute(insert(jobs).values(created_at=now, updated_at=now), row)
+    outcome: dict[str, Any] = {}
+
+    def caller() -> None:
+        outcome.update(producer(engine, job, "mine", "dead", lambda: None, commit=True))
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    wait_for(lambda: waiting(engine) >= 1, timeout=30)
+    try:  # the caller's own new row: a wait cycle, InnoDB picks the lighter transaction
+        other.execute(text("SELECT k FROM orders WHERE k = 'mine' FOR UPDATE")).all()
+    except Exception:
+        outcome["other_victim"] = True
+    finally:
+        other.rollback()
+        other.close()
+    thread.join(60)
+    if outcome.get("other_victim"):
+        pytest.skip("InnoDB chose the other session as the victim")
+    assert "rolled your whole transaction back" in outcome["enqueue_error"]
+    assert "commit_error" in outcome
+    assert "mine" not in orders(engine)
