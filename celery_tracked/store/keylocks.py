@@ -21,6 +21,7 @@ import threading
 import weakref
 
 from sqlalchemy import Connection, event, text
+from sqlalchemy.exc import OperationalError
 
 from ..core.errors import StoreError
 
@@ -46,8 +47,9 @@ def hold(conn: Connection, row: dict[str, object]) -> None:
     """Take ``row``'s key lock on ``conn`` until its transaction ends (kept if held).
 
     Raises:
-        StoreError: another transaction held the key for :data:`WAIT_S` seconds (nothing
-            was written: the caller's transaction is intact).
+        StoreError: another transaction held the key for :data:`WAIT_S` seconds, or two
+            transactions wait for each other's keys (nothing was written: the caller's
+            transaction is intact; MariaDB ends only this statement, verified).
     """
     name = lock_name(row)
     with _LOCK:
@@ -58,7 +60,16 @@ def hold(conn: Connection, row: dict[str, object]) -> None:
             event.listen(conn, "rollback", _release)
         if name in held:
             return
-    got = conn.execute(text("SELECT GET_LOCK(:name, :wait)"), {"name": name, "wait": WAIT_S})
+    try:
+        got = conn.execute(text("SELECT GET_LOCK(:name, :wait)"), {"name": name, "wait": WAIT_S})
+    except OperationalError as exc:  # a wait cycle of named locks: this statement only
+        if getattr(exc.orig, "args", (None,))[:1] != (1213,):
+            raise
+        raise StoreError(
+            "another transaction holds this key and waits for a key this one holds "
+            "(enqueue_in of several keys in another order): nothing was written, your "
+            "transaction goes on"
+        ) from None
     if got.scalar() != 1:
         raise StoreError(
             f"another transaction held this key for {WAIT_S} s (it has not committed or "

@@ -247,3 +247,46 @@ def test_a_deadlock_victim_cannot_commit_in_silence(app: Celery, engine: Engine)
     assert "rolled your whole transaction back" in outcome["enqueue_error"]
     assert "commit_error" in outcome
     assert "mine" not in orders(engine)
+
+
+def test_two_transactions_taking_two_keys_in_opposite_orders(app: Celery, engine: Engine) -> None:
+    """MariaDB: A takes k1 then k2, B takes k2 then k1. The database ends one named-lock
+    wait (a deadlock of named locks ends only that statement): that enqueue_in raises,
+    its transaction goes on and commits its own rows; the other gets both keys."""
+    if engine.dialect.name not in ("mysql", "mariadb"):
+        pytest.skip("a MariaDB/MySQL lock")
+
+    @tracked_task(app=app, shared=False, queue="cq", idempotency_key="{x}")
+    def job(x: str) -> str:
+        return x
+
+    both_hold = threading.Barrier(2)
+    outcomes: dict[str, dict[str, Any]] = {}
+
+    def caller(name: str, first: str, second: str) -> None:
+        outcome: dict[str, Any] = {}
+        with Session(engine) as session:
+            session.execute(text("INSERT INTO orders (k) VALUES (:k)"), {"k": name})
+            outcome["first"] = job.enqueue_in(session, x=first)
+            both_hold.wait(30)
+            try:
+                outcome["second"] = job.enqueue_in(session, x=second)
+            except Exception as exc:
+                outcome["error"] = str(exc)
+            session.commit()
+        outcomes[name] = outcome
+
+    threads = [
+        threading.Thread(target=caller, args=("A", "k1", "k2")),
+        threading.Thread(target=caller, args=("B", "k2", "k1")),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    errors = [o["error"] for o in outcomes.values() if "error" in o]
+    assert len(errors) == 1 and "waits for a key this one holds" in errors[0]
+    assert orders(engine) == {"A", "B"}
+    tracker = tracker_of(app)
+    for o in outcomes.values():
+        assert tracker.get_job(o["first"].job_id) is not None
