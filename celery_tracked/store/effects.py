@@ -4,7 +4,8 @@
   :func:`connection_of` finds the caller's connection to the tracking database,
   :func:`insert_in` writes the row and its ``enqueued`` event there (the unique
   ``(job_type, idempotency_key, key_round)`` constraint decides between concurrent
-  transactions, without ever aborting the caller's), and :func:`after_commit` runs the
+  transactions, without ever aborting the caller's: a savepoint on PostgreSQL, the key's
+  named lock on MariaDB/MySQL, ``keylocks``), and :func:`after_commit` runs the
   publish once that transaction committed, never after a rollback.
 - A run's completion committed with the body's own writes (``TrackedTask.transaction``):
   :func:`begin` opens the body's transaction, :class:`HeldCompletion` writes the fenced

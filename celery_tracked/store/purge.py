@@ -14,8 +14,11 @@ A batch is one transaction of three statements, built once per sweep
 3. ``DELETE`` the events of the rows actually removed.
 
 So two cleanups at once never fail on each other and never count a row twice: a row is
-counted by the one ``DELETE`` that removed it. Only ``completed``/``failed``/``cancelled``
-rows are ever selected. Knows nothing of Celery.
+counted by the one ``DELETE`` that removed it. A row a batch skipped (another session held
+it, if only for a moment: another cleanup's scan) is not passed by the cursor: the next
+batch starts just before it (``_resume_at``), and a last batch that took nothing while a
+row is held looks again after a short pause; else neither run would remove it. Only
+``completed``/``failed``/``cancelled`` rows are ever selected. Knows nothing of Celery.
 """
 
 from __future__ import annotations
