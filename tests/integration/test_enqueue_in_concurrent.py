@@ -290,3 +290,32 @@ def test_two_transactions_taking_two_keys_in_opposite_orders(app: Celery, engine
     tracker = tracker_of(app)
     for o in outcomes.values():
         assert tracker.get_job(o["first"].job_id) is not None
+
+
+def test_enqueue_in_the_bodys_transaction_commits_with_its_completion(
+    app: Celery, engine: Engine
+) -> None:
+    """``self.transaction()`` on MariaDB and PostgreSQL: a job enqueued in the body's
+    transaction exists once the run completed (and its key lock is gone with it), and not
+    after a failed run."""
+    app.conf.task_eager_propagates = True
+
+    @tracked_task(app=app, shared=False, queue="cq", idempotency_key="{x}")
+    def webhook(x: str) -> str:
+        return x
+
+    @tracked_task(app=app, shared=False, bind=True, queue="cq", max_attempts=1)
+    def ship(self: Any, x: str, fail: bool = False) -> str:
+        with self.transaction() as conn:
+            made = webhook.enqueue_in(conn, x=x)
+        if fail:
+            raise RuntimeError(x)
+        return str(made.job_id)
+
+    sent = ship.apply(kwargs={"x": "yes"}).get()
+    with pytest.raises(RuntimeError):
+        ship.apply(kwargs={"x": "no", "fail": True})
+    tracker = tracker_of(app)
+    assert [j.id for j in tracker.jobs(job_type=webhook.tracked_job_type)] == [sent]
+    if engine.dialect.name in ("mysql", "mariadb"):
+        assert key_locks_free(engine, webhook, ["yes", "no"])
