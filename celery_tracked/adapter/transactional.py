@@ -77,7 +77,7 @@ def enqueue_in(
         )
     conn = effects.connection_of(target, store.engines)
     try:
-        found = effects.insert_in(conn, job.row())
+        found = effects.insert_in(conn, job.row(), store.engines)
     except StoreError as exc:
         raise EnqueueError(f"enqueue of {task.name} failed (database): {exc}") from None
     hooks = tracker.enqueuer.hooks

@@ -9,7 +9,6 @@ from datetime import timedelta
 import click
 from celery.bin.base import CeleryCommand
 
-from ..core.jobs import utcnow
 from .common import friendly, tracker_of
 from .group import tracked
 
@@ -35,7 +34,7 @@ def metrics(ctx: click.Context, port: int, addr: str, cache: float) -> None:
         prom.require()
         grace = timedelta(seconds=tracker.settings.relay_grace_seconds)
         read = prom.table_reader(
-            tracker.stats, lambda: tracker.store.backlog(cutoff=utcnow() - grace)
+            tracker.stats, lambda: tracker.store.backlog(cutoff=tracker.store.clock() - grace)
         )
         stop = prom.serve(prom.registry(prom.TableCollector(read, cache)), port, addr)
     multiproc = os.environ.get("PROMETHEUS_MULTIPROC_DIR")

@@ -130,7 +130,7 @@ class Cleanup:
             boundaries = (
                 self.store.keep_boundaries(policy.keep_newest) if policy.keep_newest else []
             )
-            for sweep in sweeps(policy, now or utcnow(), boundaries):
+            for sweep in sweeps(policy, now or self.store.clock(), boundaries):
                 if dry_run:
                     found = self.store.purge_count(sweep)
                     report.removed[sweep.status] += found

@@ -67,10 +67,14 @@ class Relay:
     def run(self, publish: Callable[[Job], None], now: datetime | None = None) -> RelayReport:
         """One pass: relay every unpublished row older than the grace period (at most 100).
 
+        A row's age is judged on the database's clock (``store.clock()``), never on this
+        host's: a relay host whose clock runs ahead takes no row early. ``now=`` stands for
+        another time to judge by (tests, a fast-forward).
+
         Raises:
             StoreError: the database failed (the next pass starts over).
         """
-        now = now or utcnow()
+        now = now or self.store.clock()
         owner = f"relay:{owner_id()}:{uuid.uuid4().hex[:8]}"
         cutoff = now - timedelta(seconds=self.grace_s)
         report = RelayReport()

@@ -4,7 +4,8 @@
   :func:`connection_of` finds the caller's connection to the tracking database,
   :func:`insert_in` writes the row and its ``enqueued`` event there (the unique
   ``(job_type, idempotency_key, key_round)`` constraint decides between concurrent
-  transactions, without ever aborting the caller's), and :func:`after_commit` runs the
+  transactions, without ever aborting the caller's: a savepoint on PostgreSQL, the key's
+  named lock on MariaDB/MySQL, ``keylocks``), and :func:`after_commit` runs the
   publish once that transaction committed, never after a rollback.
 - A run's completion committed with the body's own writes (``TrackedTask.transaction``):
   :func:`begin` opens the body's transaction, :class:`HeldCompletion` writes the fenced
@@ -23,6 +24,7 @@ from typing import Any
 
 from sqlalchemy import Connection, event
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, SessionTransaction
 
 from ..core.errors import (
@@ -34,7 +36,7 @@ from ..core.errors import (
 )
 from ..core.jobs import Claim, Job, JobStatus
 from ..core.moves import Completion
-from . import inserts, selects
+from . import inserts, keylocks, selects
 from . import statements as sql
 from .engines import Engines
 from .models import jobs
@@ -87,34 +89,92 @@ def connection_of(target: object, engines: Engines) -> Connection:
     return conn
 
 
-def insert_in(conn: Connection, row: dict[str, object]) -> Job | None:
+def insert_in(conn: Connection, row: dict[str, object], engines: Engines) -> Job | None:
     """Insert the pending job ``row`` and its ``enqueued`` event in ``conn``'s transaction;
     None when inserted, else the job holding its id or key (on PostgreSQL the insert waits
-    for a concurrent transaction inserting the same key, then sees its row).
+    for a concurrent transaction inserting the same key, then sees its row; on MariaDB and
+    MySQL the key's named lock does: ``keylocks``).
 
     Raises:
         StoreError: the database failed, or the colliding job is gone meanwhile.
     """
     params = {**inserts.NEW_JOB_DEFAULTS, **row, "now": row["created_at"]}
+    innodb = conn.dialect.name not in ("postgresql", "sqlite")
     with translated("inserting the job row"):
+        if innodb:
+            keylocks.hold(conn, row)
+            found = _committed(row, engines)  # never a locking read in the caller's
+            if found is not None:
+                return found
         insert = inserts.job_insert_if_absent(conn.dialect.name)
-        if conn.dialect.name in ("postgresql", "sqlite"):
-            inserted = conn.execute(insert.returning(jobs.c.id), params).first() is not None
+        if not innodb:
+            inserted = _insert_returning(conn, insert, params)
         else:
-            inserted = conn.execute(insert, params).rowcount == 1
+            inserted = _insert_ignore(conn, insert, params) == 1
         if inserted:
             event_row = sql.event_insert(jobs, "enqueued", JobStatus.PENDING)
             conn.execute(event_row, {"job_id": row["id"], "now": row["created_at"]})
             return None
-        found = None
-        if row["idempotency_key"] is not None:
-            key = {"job_type": row["job_type"], "idempotency_key": row["idempotency_key"]}
-            found = conn.execute(selects.SELECT_BY_KEY, key).mappings().first()
-        if found is None:
-            found = conn.execute(selects.SELECT_JOB, {"job_id": row["id"]}).mappings().first()
+        found = _holding(conn, row)  # this transaction's own row, or one in its snapshot
+        if found is None and conn.dialect.name != "sqlite":  # committed after its snapshot
+            found = _committed(row, engines)
     if found is None:
         raise StoreError("inserting the job row failed: it collided with a job now gone")
-    return Job.from_row(found)
+    return found
+
+
+def _holding(conn: Connection, row: dict[str, object]) -> Job | None:
+    found = None
+    if row["idempotency_key"] is not None:
+        key = {"job_type": row["job_type"], "idempotency_key": row["idempotency_key"]}
+        found = conn.execute(selects.SELECT_BY_KEY, key).mappings().first()
+    if found is None:
+        found = conn.execute(selects.SELECT_JOB, {"job_id": row["id"]}).mappings().first()
+    return None if found is None else Job.from_row(found)
+
+
+def _committed(row: dict[str, object], engines: Engines) -> Job | None:
+    """The job holding ``row``'s key or id, as committed now (a connection of its own)."""
+    with engines.get().engine.connect() as other:
+        other = other.execution_options(isolation_level="READ COMMITTED")
+        with other.begin():
+            return _holding(other, row)
+
+
+def _insert_returning(conn: Connection, insert: Any, params: dict[str, object]) -> bool:
+    """PostgreSQL and SQLite: inserted? On PostgreSQL in a savepoint: under ``REPEATABLE
+    READ`` or ``SERIALIZABLE`` a key committed after the caller's snapshot is a
+    serialization failure, which would abort the caller's transaction; rolled back to the
+    savepoint, the transaction goes on (the job is then read as committed)."""
+    statement = insert.returning(jobs.c.id)
+    if conn.dialect.name != "postgresql":
+        return conn.execute(statement, params).first() is not None
+    savepoint = conn.begin_nested()
+    try:
+        inserted = conn.execute(statement, params).first() is not None
+    except OperationalError as exc:
+        savepoint.rollback()
+        if getattr(exc.orig, "sqlstate", None) == "40001":
+            return False
+        raise
+    savepoint.commit()
+    return inserted
+
+
+def _insert_ignore(conn: Connection, insert: Any, params: dict[str, object]) -> int:
+    """MariaDB/MySQL: the insert's row count. A deadlock (the caller's whole transaction
+    rolled back by InnoDB) invalidates the caller's connection, so that its ``commit()``
+    raises instead of committing nothing in silence."""
+    try:
+        return int(conn.execute(insert, params).rowcount)
+    except OperationalError as exc:
+        if getattr(exc.orig, "args", (None,))[:1] != (1213,):
+            raise
+        conn.invalidate()
+        raise StoreError(
+            "the database rolled your whole transaction back (a deadlock with another "
+            "session that holds this key): nothing of it is committed, its commit raises"
+        ) from None
 
 
 def after_commit(

@@ -14,8 +14,11 @@ A batch is one transaction of three statements, built once per sweep
 3. ``DELETE`` the events of the rows actually removed.
 
 So two cleanups at once never fail on each other and never count a row twice: a row is
-counted by the one ``DELETE`` that removed it. Only ``completed``/``failed``/``cancelled``
-rows are ever selected. Knows nothing of Celery.
+counted by the one ``DELETE`` that removed it. A row a batch skipped (another session held
+it, if only for a moment: another cleanup's scan) is not passed by the cursor: the next
+batch starts just before it (``_resume_at``), and a last batch that took nothing while a
+row is held looks again after a short pause; else neither run would remove it. Only
+``completed``/``failed``/``cancelled`` rows are ever selected. Knows nothing of Celery.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 import functools
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -63,6 +66,8 @@ _LOCK_ERRORS = {1213, 1205, "40001", "40P01"}
 AFTER_AT = bindparam("after_at", type_=UTCDateTime)
 AFTER_ID = bindparam("after_id", type_=String)
 LIMIT = bindparam("limit", type_=Integer)
+LAST_AT = bindparam("last_at", type_=UTCDateTime)
+LAST_ID = bindparam("last_id", type_=String)
 IDS = bindparam("ids", expanding=True, type_=String)
 #: PostgreSQL: the batch's ids as one array parameter (``= ANY(:ids)``): 5,000 separate
 #: parameters cost more client CPU to render and send than the statements take to run.
@@ -74,8 +79,8 @@ AFTER_CURSOR = and_(
 )
 
 
-def _older_than(finished_at: datetime, job_id: str) -> Any:
-    """Rows ordered before ``(finished_at, id)``."""
+def _older_than(finished_at: Any, job_id: Any) -> Any:
+    """Rows ordered before ``(finished_at, id)`` (values or bind parameters)."""
     return or_(
         jobs.c.finished_at < finished_at,
         and_(jobs.c.finished_at == finished_at, jobs.c.id < job_id),
@@ -103,11 +108,14 @@ def condition(sweep: Sweep) -> Any:
 
 @dataclass(frozen=True)
 class Statements:
-    """The three statements of a sweep's batches."""
+    """The statements of a sweep's batches."""
 
     select: Select[Any]
     delete_jobs: Delete
     delete_events: Delete
+    #: the first row of the sweep still there after the cursor, before the page's last row
+    #: (a plain read, after the page's delete: a row the page skipped, locked by another)
+    skipped: Select[Any]
 
 
 def _one_of(column: Any, array: bool) -> Any:
@@ -141,7 +149,14 @@ def statements(sweep: Sweep, array: bool = False) -> Statements:
         jobs.c.status == sweep.status,
         jobs.c.finished_at < sweep.before,
     )
-    return Statements(chosen, gone, delete(events).where(_one_of(events.c.job_id, array)))
+    skipped = (
+        select(jobs.c.finished_at, jobs.c.id)
+        .where(condition(sweep), AFTER_CURSOR, _older_than(LAST_AT, LAST_ID))
+        .order_by(jobs.c.finished_at, jobs.c.id)
+        .limit(1)
+    )
+    events_gone = delete(events).where(_one_of(events.c.job_id, array))
+    return Statements(chosen, gone, events_gone, skipped)
 
 
 def count(sweep: Sweep) -> Select[Any]:
@@ -178,28 +193,42 @@ class Purge:
 
     def purge_batch(self, sweep: Sweep, cursor: tuple[datetime, str], limit: int) -> Batch:
         """Remove the next at most ``limit`` rows of ``sweep`` after ``cursor``, with their
-        events, in one transaction (retried whole after a deadlock).
+        events, in one transaction (retried whole after a deadlock). A batch that finds
+        no row it can take while another session holds one is tried again after a short
+        pause (a moment's lock, such as another cleanup's scan), then ends the sweep.
 
         Raises:
             StoreError: the database failed (this batch removed nothing).
         """
         prepared = prepared_statements(sweep, self.engines.is_postgres)
+        end = (sweep.before, "")
         for tried in range(_TRIES):
+            last = tried == _TRIES - 1
             try:
                 with translated("removing old jobs"):
-                    return self._batch(prepared, cursor, limit)
+                    return self._batch(prepared, cursor, limit, None if last else end)
             except _LockConflict:
-                if tried == _TRIES - 1:
+                if last:
                     message = f"removing old jobs failed: deadlocked {_TRIES} times"
                     raise StoreError(message) from None
                 time.sleep(random.uniform(0, 0.05 * (tried + 1)))
+            except _Held:
+                time.sleep(0.02 * (tried + 1))
         raise AssertionError("unreachable")
 
-    def _batch(self, prepared: Statements, cursor: tuple[datetime, str], limit: int) -> Batch:
+    def _batch(
+        self,
+        prepared: Statements,
+        cursor: tuple[datetime, str],
+        limit: int,
+        end: tuple[datetime, str] | None,
+    ) -> Batch:
         params = {"after_at": cursor[0], "after_id": cursor[1], "limit": limit}
         with _transaction(self.engines) as conn:
             rows = conn.execute(prepared.select, params).all()
             if not rows:
+                if end is not None and _held(conn, prepared, params, end):
+                    raise _Held()
                 return Batch((), 0, None)
             ids = [str(r.id) for r in rows]
             gone_statement: Any = prepared.delete_jobs
@@ -215,8 +244,9 @@ class Purge:
             n_events = 0
             if removed:
                 n_events = conn.execute(prepared.delete_events, {"ids": sorted(gone)}).rowcount
+            after = _resume_at(conn, prepared, params, rows) if removed else None
         last = rows[-1]
-        return Batch(removed, n_events, (last.finished_at, str(last.id)))
+        return Batch(removed, n_events, after or (last.finished_at, str(last.id)))
 
     @reconnecting
     def purge_count(self, sweep: Sweep) -> int:
@@ -231,6 +261,46 @@ class Purge:
         with translated("finding the newest jobs to keep"), self.engines.transaction() as conn:
             rows = conn.execute(boundaries(keep)).all()
         return [(str(s), Boundary(str(q), f, str(i))) for s, q, f, i in rows]
+
+
+def _resume_at(
+    conn: Connection, prepared: Statements, params: dict[str, Any], rows: Sequence[Any]
+) -> tuple[datetime, str] | None:
+    """Where the next batch starts when this one skipped a row (``SKIP LOCKED``: another
+    session held it, maybe only for a moment, as another cleanup's scan does): just before
+    that row, so that the run looks at it again instead of passing it; None when nothing
+    was skipped. A row held for the whole run is skipped by every batch and left (the next
+    run removes it): each batch still removes rows after it, and a batch that finds none
+    ends the sweep."""
+    last = rows[-1]
+    found = _first_before(conn, prepared, params, (last.finished_at, str(last.id)))
+    if found is None:
+        return None
+    first = (found.finished_at, str(found.id))
+    taken = [(r.finished_at, str(r.id)) for r in rows if (r.finished_at, str(r.id)) < first]
+    return taken[-1] if taken else (params["after_at"], params["after_id"])
+
+
+def _first_before(
+    conn: Connection, prepared: Statements, params: dict[str, Any], bound: tuple[datetime, str]
+) -> Any:
+    """The first row of the sweep after the cursor and before ``bound`` that is still
+    there, read without a lock (so: held by another session); None on SQLite (no row
+    locks, nothing is skipped)."""
+    if conn.dialect.name == "sqlite":
+        return None
+    found = {**params, "last_at": bound[0], "last_id": bound[1]}
+    return conn.execute(prepared.skipped, found).first()
+
+
+def _held(
+    conn: Connection, prepared: Statements, params: dict[str, Any], end: tuple[datetime, str]
+) -> bool:
+    return _first_before(conn, prepared, params, end) is not None
+
+
+class _Held(Exception):
+    """Internal: a batch took no row while another session held one of the sweep's."""
 
 
 class _LockConflict(Exception):

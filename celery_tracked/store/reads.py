@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from ..core.jobs import Job, JobEvent, JobStatus, utcnow
+from ..core.jobs import Job, JobEvent, JobStatus
 from ..core.retention import ENDED
 from . import selects
 from .engines import Engines
@@ -79,7 +79,7 @@ class Reads:
         :data:`ESTIMATE_ABOVE` rows or more: there the ended statuses' counts are
         estimated from a block sample (the active ones stay exact; see
         :meth:`_counts`)."""
-        now = now or utcnow()
+        now = now or self.clock()  # the database's: created_at is not this host's
         with translated("reading queue statistics"), self.engines.transaction() as conn:
             count_rows = self._counts(conn)
             oldest_rows = conn.execute(selects.OLDEST_PENDING).all()

@@ -265,18 +265,8 @@ def test_keep_newest_and_every_rule_agree_with_the_pure_decision(
 
 
 def test_two_cleanups_at_once_both_succeed_and_count_each_row_once(
-    make_app: Callable[..., Celery], db_url: str, request: pytest.FixtureRequest
+    make_app: Callable[..., Celery], db_url: str
 ) -> None:
-    if db_url.startswith("mysql"):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=False,
-                reason="seen in 2 of about 7 runs (2026-11-27), not explained yet: on "
-                "MariaDB the two runs together counted 1,499 of 1,500 removed rows (a guess: "
-                "SKIP LOCKED skips rows the other run's scan locks only for a moment, and "
-                "the keyset cursor then passes them; the next cleanup would remove them)",
-            )
-        )
     seed(db_url, "completed", 1500, 8 * DAY)
     seed(db_url, "failed", 300, 31 * DAY)
     kept = seed(db_url, "completed", 50, DAY)
