@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -50,7 +51,7 @@ def _guard_text(guard: Redis) -> str:
                 "zset": lambda k: client.zrange(k, 0, -1),
             }
             value = readers[kind](key) if kind in readers else kind
-            parts.append(f"{key} {value}")
+            parts.append(f"{key!s} {value!s}")
     finally:
         client.close()
     return "\n".join(parts)
@@ -71,7 +72,7 @@ class Verdicts:
         return all(ok for _, ok, _ in self.rows)
 
 
-def _table(title: str, rows: list[tuple[str, ...]]) -> str:
+def _table(title: str, rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     widths[-1] = min(widths[-1], 100)
     line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"

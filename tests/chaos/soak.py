@@ -245,10 +245,10 @@ def describe(app: Any, engine: Any, ids: list[str]) -> str:
         held = app.control.inspect(timeout=2).query_task(*ids)
     except Exception as exc:
         held = repr(exc)
-    client = redis.Redis.from_url(os.environ["CHAOS_BROKER"])
+    client = redis.Redis.from_url(os.environ["CHAOS_BROKER"], decode_responses=True)
     try:
         queued = client.llen("chaos")
-        unacked = [k.decode() for k in client.hkeys("unacked")]
+        unacked = client.hkeys("unacked")
     finally:
         client.close()
     found = [tuple(r) for r in rows]
@@ -319,8 +319,7 @@ def main() -> int:
         environ = settings_environ(pg, guard, broker)
         os.environ.update(environ)
         log_to(root / "producer.log")
-        sys.path.insert(0, str(HERE))
-        import chaos_app
+        from . import chaos_app  # after the environment: it reads the broker's URL
 
         bounced = {
             "CELERY_TRACKED_DATABASE_URL": pg.url(DATABASE, port=bouncer.port),
