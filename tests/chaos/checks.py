@@ -183,7 +183,8 @@ def judge(
 
     # 5. no secret anywhere
     leaks = []
-    for name, content in fleet.logs().items():
+    logs = fleet.logs()
+    for name, content in logs.items():
         if secret in content:
             leaks.append(f"log {name}: {content.count(secret)} times")
     dump = pg.dump(DATABASE)
@@ -192,7 +193,7 @@ def judge(
     guard_text = _guard_text(guard)
     if secret in guard_text:
         leaks.append("guard Redis")
-    scanned = sum(len(c) for c in fleet.logs().values()) + len(dump) + len(guard_text)
+    scanned = sum(len(c) for c in logs.values()) + len(dump) + len(guard_text)
     verdicts.add(
         "no secret in rows, events, guard or logs",
         leaks,

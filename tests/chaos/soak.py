@@ -12,7 +12,7 @@ faults stop, the jobs drain, and ``checks.py`` judges the invariants. Exit statu
 one fails.
 
     CHAOS_MINUTES      minutes of faults (default 2); the jobs scale with it
-    CHAOS_JOBS         jobs to enqueue (default 800 a minute)
+    CHAOS_JOBS         jobs to enqueue (default 1000 a minute)
     CHAOS_SEED         the random seed (default: the time; printed, to replay a run)
     CHAOS_CONCURRENCY  pool processes per node (default 3)
     CHAOS_KEEP         1: keep the temporary directory (logs, dump) after the run
@@ -63,7 +63,7 @@ class Plan:
     @classmethod
     def from_env(cls) -> Plan:
         minutes = float(os.environ.get("CHAOS_MINUTES") or 2)
-        jobs = int(os.environ.get("CHAOS_JOBS") or round(800 * minutes))
+        jobs = int(os.environ.get("CHAOS_JOBS") or round(1000 * minutes))
         seed = int(os.environ.get("CHAOS_SEED") or time.time_ns() % 1_000_000)
         concurrency = int(os.environ.get("CHAOS_CONCURRENCY") or 3)
         keep = os.environ.get("CHAOS_KEEP", "") not in ("", "0")
