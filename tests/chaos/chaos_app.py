@@ -91,9 +91,13 @@ def doomed(n: int) -> None:
     raise ValueError(f"chaos: job {n} always fails")
 
 
-@tracked_task(app=app, name="chaos.secret", max_attempts=10)
-def secret(n: int, ms: int, password: str, chaos_secret: str) -> dict[str, int]:
+@tracked_task(app=app, bind=True, name="chaos.secret", max_attempts=10, backoff_ms=100)
+def secret(self: Any, n: int, ms: int, password: str, chaos_secret: str) -> dict[str, int]:
+    """Its first attempt fails with the secrets in the exception's text (celery-tracked
+    masks them before Celery logs it: docs/security.md, "Exceptions seen by Celery")."""
     time.sleep(ms / 1000)
+    if self.request.retries == 0:
+        raise ConnectionError(f"chaos: login with {password} refused (chaos_secret={chaos_secret})")
     return {"n": n, "lengths": len(password) + len(chaos_secret)}
 
 

@@ -57,6 +57,11 @@ def _guard_text(guard: Redis) -> str:
     return "\n".join(parts)
 
 
+def _ended_as(row: Any) -> str:
+    """A job's status; an abandoned one (the reaper gave it up) says so."""
+    return "failed (abandoned)" if row.error_type == "abandoned" else str(row.status)
+
+
 class Verdicts:
     def __init__(self) -> None:
         self.rows: list[tuple[str, bool, str]] = []
@@ -200,7 +205,7 @@ def judge(
         f"{scanned / 1e6:.1f} MB scanned ({len(produced.ids['secret'])} secret jobs)",
     )
 
-    statuses = Counter((kind_of[r.id], r.status) for r in jobs)
+    statuses = Counter((kind_of[r.id], _ended_as(r)) for r in jobs)
     counts: list[tuple[str, ...]] = [("kind", "jobs", "ended as", "attempts > 1")]
     for kind in EXPECTED:
         rows = [r for r in jobs if kind_of[r.id] == kind]
