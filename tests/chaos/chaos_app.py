@@ -6,6 +6,9 @@ app in-process to enqueue. celery-tracked reads its settings from the environmen
     CHAOS_BROKER     the private broker (a ``redis-server`` of the soak's)
     CHAOS_RUNS_URL   the private PostgreSQL database where ledger bodies count their
                      starts (autocommit, outside the job's transaction)
+    CHAOS_SABOTAGE   to check that the checks can fail: ``leak`` (secret bodies print
+                     their password), ``twice`` (ledger bodies also apply their effect
+                     outside the job's transaction)
 
 Each kind of job is one task; the soak knows what status each must end in.
 """
@@ -43,6 +46,13 @@ app.conf.update(
 _runs: dict[int, Engine] = {}
 
 
+SABOTAGE = os.environ.get("CHAOS_SABOTAGE", "")
+_LEDGER_ADD = text(
+    "INSERT INTO chaos_ledger (job_id, n) VALUES (:j, 1) "
+    "ON CONFLICT (job_id) DO UPDATE SET n = chaos_ledger.n + 1"
+)
+
+
 def _count_start(job_id: str) -> None:
     """Count a ledger body's start outside its transaction (a lower bound: a failed write
     is ignored), so the soak can show bodies that ran twice and still applied once."""
@@ -54,6 +64,8 @@ def _count_start(job_id: str) -> None:
         engine = _runs[os.getpid()] = create_engine(url, poolclass=NullPool)
     with contextlib.suppress(Exception), engine.begin() as conn:
         conn.execute(text("INSERT INTO chaos_runs (job_id) VALUES (:j)"), {"j": job_id})
+        if SABOTAGE == "twice":
+            conn.execute(_LEDGER_ADD, {"j": job_id})
 
 
 @tracked_task(app=app, name="chaos.plain", max_attempts=10)
@@ -67,13 +79,7 @@ def ledger(self: Any, n: int, ms: int) -> int:
     job_id = str(self.request.id)
     _count_start(job_id)
     with self.transaction() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO chaos_ledger (job_id, n) VALUES (:j, 1) "
-                "ON CONFLICT (job_id) DO UPDATE SET n = chaos_ledger.n + 1"
-            ),
-            {"j": job_id},
-        )
+        conn.execute(_LEDGER_ADD, {"j": job_id})
     time.sleep(ms / 1000)  # a kill here lands between the effect and the completion
     return n
 
@@ -96,6 +102,8 @@ def secret(self: Any, n: int, ms: int, password: str, chaos_secret: str) -> dict
     """Its first attempt fails with the secrets in the exception's text (celery-tracked
     masks them before Celery logs it: docs/security.md, "Exceptions seen by Celery")."""
     time.sleep(ms / 1000)
+    if SABOTAGE == "leak":
+        print(f"chaos sabotage: {password}")
     if self.request.retries == 0:
         raise ConnectionError(f"chaos: login with {password} refused (chaos_secret={chaos_secret})")
     return {"n": n, "lengths": len(password) + len(chaos_secret)}

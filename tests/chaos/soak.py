@@ -97,6 +97,7 @@ def settings_environ(pg: Postgres, guard: Redis, broker: Redis) -> dict[str, str
     """celery-tracked's settings for the producer, the workers and Beat: the private
     servers, and the maintenance compressed so lost jobs are rescued within the soak."""
     return {
+        "CHAOS_SABOTAGE": os.environ.get("CHAOS_SABOTAGE", ""),
         "CHAOS_BROKER": broker.url,
         "CHAOS_RUNS_URL": pg.url(DATABASE),
         "CELERY_TRACKED_DATABASE_URL": pg.url(DATABASE),
