@@ -194,12 +194,25 @@ def produce(app: Any, plan: Plan, secret: str, fleet: Fleet, produced: Produced)
     fleet.log(f"producer done: {plan.jobs} jobs in {time.monotonic() - start:.0f} s")
 
 
+#: The drain goes on past its deadline while jobs keep ending (a loaded machine works
+#: through a backlog slower), until nothing ended for this long, at most 3x the deadline.
+PROGRESS_S = 30.0
+
+
 def drain(engine: Any, timeout: float, fleet: Fleet, app: Any) -> float:
-    """Wait until no job is pending, processing or retrying (or ``timeout``); seconds.
-    Every 10 s, says which are left, and what the workers and the queue say of them."""
+    """Wait until no job is pending, processing or retrying; seconds. Gives up after
+    ``timeout`` unless a job ended in the last ``PROGRESS_S`` (never after 3 x timeout).
+    Every 10 s, says how many are left; when a few are, what the workers and the queue
+    say of them."""
     start = time.monotonic()
     said = 0.0
-    while time.monotonic() - start < timeout:
+    fewest, progressed = -1, start
+    while True:
+        now = time.monotonic()
+        if now - start >= timeout and (
+            now - progressed >= PROGRESS_S or now - start >= 3 * timeout
+        ):
+            break
         try:
             left = not_ended(engine)
         except Exception as exc:  # the database just restarted: ask again
@@ -208,6 +221,8 @@ def drain(engine: Any, timeout: float, fleet: Fleet, app: Any) -> float:
             continue
         if not left:
             break
+        if fewest < 0 or len(left) < fewest:
+            fewest, progressed = len(left), time.monotonic()
         if time.monotonic() - said >= 10:
             said = time.monotonic()
             fleet.log(f"drain: {len(left)} jobs not ended")
