@@ -35,6 +35,8 @@ class Node:
     environ: dict[str, str]
     proc: subprocess.Popen[bytes] | None = None
     log_file: IO[bytes] | None = None
+    #: killed on purpose, to be started again by the fault that killed it
+    held_down: bool = False
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -131,6 +133,17 @@ class Fleet:
             for node in self.nodes.values():
                 if not node.running():
                     self.log(f"worker {node.name} was down: started again")
+                    node.held_down = False
+                    self.start(node)
+
+    def supervise(self) -> None:
+        """Start again a worker that exited by itself, as a supervisor would (counted:
+        its log says why)."""
+        with self.lock:
+            for node in self.nodes.values():
+                if node.proc is not None and not node.held_down and not node.running():
+                    self.faults["worker exited by itself (restarted)"] += 1
+                    self.log(f"worker {node.name} exited by itself: started again")
                     self.start(node)
 
     def kill_child(self, rng: random.Random) -> None:
@@ -147,6 +160,7 @@ class Fleet:
         with self.lock:
             node = self.nodes[name]
             if node.proc is not None and node.running():
+                node.held_down = True
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(node.proc.pid, signal.SIGKILL)
                 node.proc.wait(timeout=10)
@@ -236,6 +250,7 @@ def schedule_faults(
             elif now >= next_kill:
                 fleet.kill_child(rng)
                 next_kill = now + rng.uniform(2, 6)
+            fleet.supervise()
             time.sleep(0.1)
         fleet.log(f"faults done: {dict(fleet.faults)}")
 

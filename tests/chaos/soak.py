@@ -213,6 +213,7 @@ def drain(engine: Any, timeout: float, fleet: Fleet, app: Any) -> float:
             now - progressed >= PROGRESS_S or now - start >= 3 * timeout
         ):
             break
+        fleet.supervise()
         try:
             left = not_ended(engine)
         except Exception as exc:  # the database just restarted: ask again
