@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 
-.PHONY: venv check docs test demo bench bench-progress bench-cleanup bench-fleet bench-scale clean
+.PHONY: venv check docs test chaos demo bench bench-progress bench-cleanup bench-fleet bench-scale clean
 
 venv: $(STAMP)
 
@@ -36,6 +36,11 @@ docs: venv
 
 test: check
 	$(VENV)/bin/pytest
+
+# The chaos tier (tests/CHAOS.md): a bounded soak under faults on private servers, then its
+# invariants as a table; about 3 minutes. `CHAOS_MINUTES=60 make chaos` soaks longer.
+chaos: venv
+	$(PY) -m tests.chaos.soak
 
 demo: $(RUNTIME_STAMP)
 	$(PY) -m example_project.demo
