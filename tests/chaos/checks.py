@@ -3,6 +3,7 @@ printed as two tables (counts, invariants); the exit status."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -15,16 +16,15 @@ from sqlalchemy.pool import NullPool
 from .faults import Fleet
 from .servers import Postgres, Redis
 
-#: The statuses each kind of job may end in. A secret job's arguments are stored
-#: redacted: a lost message cannot be rebuilt from its row, so the reaper abandons it
-#: (``failed``, ``abandoned``) and the relay cancels one never published (documented in
-#: docs/operations.md, "Stalled jobs: the reaper").
+#: The statuses each kind of job may end in. A secret job's redacted arguments are
+#: sealed (``tracked_secret_key``): a lost message is rebuilt from its row, so it
+#: completes like any other.
 EXPECTED = {
     "plain": {"completed"},
     "ledger": {"completed"},
     "flaky": {"completed"},
     "doomed": {"failed"},
-    "secret": {"completed", "failed", "cancelled"},
+    "secret": {"completed"},
     "keyed_row": {"completed"},
     "keyed_ended": {"completed"},
 }
@@ -134,9 +134,7 @@ def judge(
     wrong = []
     for row in jobs:
         kind = kind_of[row.id]
-        if row.status not in EXPECTED[kind] or (
-            kind == "secret" and row.status == "failed" and row.error_type != "abandoned"
-        ):
+        if row.status not in EXPECTED[kind]:
             wrong.append(f"{kind} {row.id} {row.status} ({row.error_type})")
     verdicts.add("every job ends in its expected status", wrong, f"{len(jobs)} jobs")
 
@@ -189,15 +187,17 @@ def judge(
     # 5. no secret anywhere
     leaks = []
     logs = fleet.logs()
-    for name, content in logs.items():
-        if secret in content:
-            leaks.append(f"log {name}: {content.count(secret)} times")
     dump = pg.dump(DATABASE)
-    if secret in dump:
-        leaks.append(f"database dump: {dump.count(secret)} times")
     guard_text = _guard_text(guard)
-    if secret in guard_text:
-        leaks.append("guard Redis")
+    # the secret values, and the run's tracked_secret_key that seals them
+    for needle in (secret, os.environ["CELERY_TRACKED_SECRET_KEY"]):
+        for name, content in logs.items():
+            if needle in content:
+                leaks.append(f"log {name}: {content.count(needle)} times")
+        if needle in dump:
+            leaks.append(f"database dump: {dump.count(needle)} times")
+        if needle in guard_text:
+            leaks.append("guard Redis")
     scanned = sum(len(c) for c in logs.values()) + len(dump) + len(guard_text)
     verdicts.add(
         "no secret in rows, events, guard or logs",

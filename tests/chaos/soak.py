@@ -20,6 +20,7 @@ one fails.
 
 from __future__ import annotations
 
+import base64
 import os
 import random
 import shutil
@@ -93,6 +94,10 @@ class Produced:
     reenqueue_refused: list[str] = field(default_factory=list)
 
 
+#: This run's ``tracked_secret_key`` (a fresh Fernet key; checked absent from logs too).
+SEALING_KEY = base64.urlsafe_b64encode(os.urandom(32)).decode()
+
+
 def settings_environ(pg: Postgres, guard: Redis, broker: Redis) -> dict[str, str]:
     """celery-tracked's settings for the producer, the workers and Beat: the private
     servers, and the maintenance compressed so lost jobs are rescued within the soak."""
@@ -103,6 +108,8 @@ def settings_environ(pg: Postgres, guard: Redis, broker: Redis) -> dict[str, str
         "CELERY_TRACKED_DATABASE_URL": pg.url(DATABASE),
         "CELERY_TRACKED_DATABASE_POOLER": "none",
         "CELERY_TRACKED_REDIS_URL": guard.url,
+        # sealed arguments: a secret job whose message was lost is sent again, not abandoned
+        "CELERY_TRACKED_SECRET_KEY": SEALING_KEY,
         "CELERY_TRACKED_LEASE_SECONDS": "5",
         "CELERY_TRACKED_RELAY_GRACE_SECONDS": "5",
         "CELERY_TRACKED_RELAY_INTERVAL_SECONDS": "2",
