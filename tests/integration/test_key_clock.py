@@ -20,7 +20,7 @@ from celery_tracked import TrackedTask, tracked_task
 from celery_tracked.cli import listing, tracked
 from celery_tracked.core import finder
 from celery_tracked.core.jobs import utcnow
-from celery_tracked.services import enqueuer
+from celery_tracked.services import enqueuer, successors
 
 from .conftest import AppFactory, tracker_of
 
@@ -138,3 +138,45 @@ def test_the_cli_shows_ages_on_the_database_clock(
         assert out.exit_code == 0, out.output
         assert "30s ago" not in out.output and "31s ago" not in out.output, out.output
         assert any(f"{n}s ago" in out.output for n in range(10)), out.output
+
+
+def test_a_worker_ahead_declares_a_throttled_successor_within_the_window(
+    make_app: AppFactory, broker: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step run on time declares a throttled successor (round 0); the same step run by
+    a worker 30 s ahead within the 10 s window takes no new round (before: round 1, its
+    clock said the window had passed); the successor's row is stamped on the database's
+    clock."""
+    app = make_app(task_always_eager=True)
+    name = uuid.uuid4().hex
+
+    @tracked_task(
+        app=app,
+        name=f"key_clock.leaf.{name}",
+        bind=True,
+        idempotency_key="leaf:{tag}",
+        key_lifetime="throttle",
+        throttle_s=10,
+    )
+    def leaf(self: object, tag: str) -> str:
+        return tag
+
+    @tracked_task(app=app, name=f"key_clock.root.{name}", bind=True)
+    def root(self: TrackedTask, tag: str) -> None:
+        self.then(leaf, tag)
+
+    root.delay("x")
+    store = tracker_of(app).store
+    first = store.find_by_key(leaf.tracked_job_type, "leaf:x")
+    assert first is not None and first.key_round == 0
+    moved(monkeypatch, successors, SKEW)
+    root.delay("x")
+    latest = store.find_by_key(leaf.tracked_job_type, "leaf:x")
+    assert latest is not None and latest.id == first.id
+    monkeypatch.undo()
+    moved(monkeypatch, successors, -SKEW)
+    time.sleep(10.2 - (store.clock() - first.created_at).total_seconds())
+    root.delay("x")
+    latest = store.find_by_key(leaf.tracked_job_type, "leaf:x")
+    assert latest is not None and latest.key_round == 1
+    assert abs(latest.created_at - store.clock()) < timedelta(seconds=5)
