@@ -180,3 +180,37 @@ def test_a_worker_ahead_declares_a_throttled_successor_within_the_window(
     latest = store.find_by_key(leaf.tracked_job_type, "leaf:x")
     assert latest is not None and latest.key_round == 1
     assert abs(latest.created_at - store.clock()) < timedelta(seconds=5)
+
+
+@pytest.mark.parametrize(
+    ("options", "reads"),
+    [
+        ({}, 0),
+        ({"key_lifetime": "ended"}, 0),
+        ({"key_lifetime": "debounce"}, 0),
+        ({"key_lifetime": "throttle", "throttle_s": 10}, 2),
+    ],
+)
+def test_only_a_throttled_enqueue_reads_the_database_clock(
+    make_app: AppFactory,
+    broker: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    options: dict[str, object],
+    reads: int,
+) -> None:
+    """The hot path gains no round trip: two enqueues of one key read the database's
+    clock only under a throttle (once per decision)."""
+    app = make_app()
+    work = keyed(app, **options)
+    store = tracker_of(app).enqueuer.store
+    calls: list[datetime] = []
+    real = store.clock
+
+    def counted() -> datetime:
+        calls.append(real())
+        return calls[-1]
+
+    monkeypatch.setattr(store, "clock", counted)
+    first = work.enqueue(n=7)
+    assert work.enqueue(n=7).job_id == first.job_id
+    assert len(calls) == reads
