@@ -20,6 +20,7 @@ from celery_tracked import TrackedTask, tracked_task
 from celery_tracked.cli import listing, tracked
 from celery_tracked.core import finder
 from celery_tracked.core.jobs import utcnow
+from celery_tracked.migrate import upgrade
 from celery_tracked.services import enqueuer, successors
 
 from .conftest import AppFactory, tracker_of
@@ -214,3 +215,27 @@ def test_only_a_throttled_enqueue_reads_the_database_clock(
     first = work.enqueue(n=7)
     assert work.enqueue(n=7).job_id == first.job_id
     assert len(calls) == reads
+
+
+def test_a_producer_ahead_is_throttled_on_mariadb(
+    mariadb_url: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same on MariaDB (``UTC_TIMESTAMP(6)``): within the window deduplicated, a
+    throttled row stamped on the database's clock."""
+    upgrade(mariadb_url)
+    app = Celery("key_clock_maria", broker=redis_url, set_as_current=False)
+    app.conf.update(tracked_database_url=mariadb_url, tracked_redis_url=redis_url)
+    app.conf.update(broker_connection_retry_on_startup=False)
+    try:
+        work = keyed(app, key_lifetime="throttle", throttle_s=10)
+        first = work.enqueue(n=8)
+        moved(monkeypatch, enqueuer, SKEW)
+        again = work.enqueue(n=8)
+        assert first.created and again.job_id == first.job_id and not again.created
+        tracker = tracker_of(app)
+        row = tracker.get_job(first.job_id)
+        assert row is not None
+        assert abs(row.created_at - tracker.store.clock()) < timedelta(seconds=10)
+    finally:
+        tracker_of(app).close()
+        app.close()
