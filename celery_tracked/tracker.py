@@ -27,10 +27,10 @@ from .core.finder import (
     DEFAULT_PAGE,
     BulkReport,
     Filters,
-    JobFilter,
     JobPage,
     check_limit,
     decode_cursor,
+    filter_of,
     page_of,
 )
 from .core.guards import Guard, Notifier, Subscription
@@ -217,7 +217,8 @@ class Wiring:
         """
         limit = check_limit(limit)
         after = None if cursor is None else decode_cursor(cursor)
-        return page_of(self.store.find(JobFilter.of(**filters), after, limit + 1), limit)
+        found = self.store.find(filter_of(filters, self.store.clock), after, limit + 1)
+        return page_of(found, limit)
 
     def retry_many(
         self,
@@ -238,9 +239,8 @@ class Wiring:
             InvalidFilter: a bad filter or limit, or a status that is never retried.
         """
         limit = check_limit(limit, None)
-        return bulk.retry_many(
-            self, self.store.find, JobFilter.of(**filters), limit, include_unrecoverable
-        )
+        chosen = filter_of(filters, self.store.clock)
+        return bulk.retry_many(self, self.store.find, chosen, limit, include_unrecoverable)
 
     def cancel_many(
         self,
@@ -259,7 +259,7 @@ class Wiring:
         """
         limit = check_limit(limit, None)
         return bulk.cancel_many(
-            self, self.store.find, JobFilter.of(**filters), limit, reason, running
+            self, self.store.find, filter_of(filters, self.store.clock), limit, reason, running
         )
 
     def pipeline(self, correlation_id: str | UUID) -> Pipeline:

@@ -3,12 +3,13 @@ result)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import click
 from celery.bin.base import CeleryCommand
 
-from ..core.jobs import Job, JobEvent, JobStatus, utcnow
+from ..core.jobs import Job, JobEvent
 from . import common, notes
 from .common import NotFound, check_text, emit_json, friendly, reader_of
 from .common import style as output_style
@@ -45,18 +46,16 @@ def jobs(
     tracker = reader_of(ctx)
     with friendly("listing jobs"):
         page = tracker.jobs(limit=limit, cursor=cursor, **common.filters_from(options))
+        now = tracker.store.clock()  # the database's: ages are judged on it
     if as_json:
         emit_json({"jobs": [job_dict(j) for j in page.jobs], "next_cursor": page.next_cursor})
         return
     if not page.jobs:
         click.echo("no jobs match")
         return
-    click.echo(table(JOB_HEADERS, job_rows(page.jobs, utcnow()), output_style()))
+    click.echo(table(JOB_HEADERS, job_rows(page.jobs, now), output_style()))
     if page.next_cursor:
         click.echo(f"\nmore: add --cursor {page.next_cursor}")
-
-
-PROCESSING = JobStatus.PROCESSING
 
 
 @tracked.command(cls=CeleryCommand)
@@ -72,7 +71,7 @@ def show(ctx: click.Context, job_id: str, history: bool, as_json: bool) -> None:
     with friendly("reading the job"):
         job = tracker.get_job(job_id)
         events = tracker.history(job_id) if history and job is not None else []
-        now = tracker.store.clock() if job is not None and job.status is PROCESSING else None
+        now = tracker.store.clock()  # the database's: ages are judged on it
     if job is None:
         raise NotFound(f"no job {job_id}")
     if as_json:
@@ -90,8 +89,8 @@ def show(ctx: click.Context, job_id: str, history: bool, as_json: bool) -> None:
 EVENT_HEADERS = ("AT", "EVENT", "STATUS", "ATTEMPT", "DURATION", "MESSAGE")
 
 
-def _job_fields(job: Job, retry_note: str | None, db_now: Any) -> list[tuple[str, Cell]]:
-    now = utcnow()
+def _job_fields(job: Job, retry_note: str | None, now: datetime) -> list[tuple[str, Cell]]:
+    """The job's fields, ages seen at ``now`` (the database's clock)."""
 
     def at(when: Any) -> str:
         return "-" if when is None else f"{when.isoformat()}  ({relative(when, now)})"
@@ -111,7 +110,7 @@ def _job_fields(job: Job, retry_note: str | None, db_now: Any) -> list[tuple[str
         ("finished", at(job.finished_at)),
         ("duration", duration(None if job.duration_ms is None else job.duration_ms / 1000)),
         ("worker", job.worker or "-"),
-        *notes.lease_fields(job, db_now),
+        *notes.lease_fields(job, now),
         ("correlation id", job.correlation_id or "-"),
         ("parent job", job.parent_job_id or "-"),
         ("owner", job.owner_id or "-"),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypedDict
@@ -225,6 +225,13 @@ def parse_statuses(status: Statuses) -> tuple[JobStatus, ...]:
     if not out:  # never "every status" by accident (a bulk action on an empty selection)
         raise InvalidFilter("status: an empty list; leave it out (None) for every status")
     return tuple(out)
+
+
+def filter_of(filters: Filters, clock: Callable[[], datetime]) -> JobFilter:
+    """``JobFilter.of(**filters)``, a ``timedelta`` bound taken back from ``clock()`` (the
+    database's: ``created_at``/``finished_at`` are judged on it), read only then."""
+    relative = any(isinstance(value, timedelta) for value in filters.values())
+    return JobFilter.of(**filters, now=clock() if relative else None)
 
 
 def _bound(name: str, value: Bound, now: datetime) -> datetime | None:

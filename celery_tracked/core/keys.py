@@ -67,6 +67,13 @@ class KeyRule:
         """A key may have more than one job (rounds) under this rule."""
         return self.lifetime is not KeyLifetime.ROW
 
+    @property
+    def timed(self) -> bool:
+        """Deciding under this rule compares times (a throttle's window), so its ``now``
+        and its rows' ``created_at`` must be the database's clock; the other lifetimes
+        decide on statuses alone."""
+        return self.lifetime is KeyLifetime.THROTTLE
+
     def guard_ttl_ms(self, default_ms: int) -> int:
         """How long the Redis guard may answer for the key without the database: the
         window for a throttle (then the key is free anyway), else ``default_ms``."""
@@ -77,7 +84,7 @@ class KeyRule:
 
 def then(rule: KeyRule, latest: Job, now: datetime) -> Then:
     """What a new enqueue does when ``latest`` is the key's newest job, at ``now`` (the
-    producer's clock, as ``created_at`` is)."""
+    database's clock, as a throttled row's ``created_at`` is: :attr:`KeyRule.timed`)."""
     lifetime = rule.lifetime
     if lifetime is KeyLifetime.ROW:
         return Then.DUPLICATE

@@ -14,6 +14,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from ..core.calls import PreparedCall
@@ -75,8 +76,9 @@ class NewJob:
     def headers(self) -> TrackedHeaders:
         return TrackedHeaders(self.job_id, self.correlation_id, self.parent_job_id, self.queue)
 
-    def row(self, key_round: int = 0) -> dict[str, object]:
-        now = utcnow()
+    def row(self, key_round: int = 0, now: datetime | None = None) -> dict[str, object]:
+        """The new row, created at ``now`` (the database's clock under a timed key rule)."""
+        now = now or utcnow()
         return {
             "id": self.job_id,
             "queue_name": self.queue,
@@ -139,12 +141,13 @@ class Enqueuer:
             try:
                 holder = self._acquire(job, key, ttl_ms)
                 latest = holder if holder is not None else self._latest(job)
+                now = self.store.clock() if job.rule.timed else None
             except (GuardError, StoreError) as exc:
                 stage = "idempotency guard" if isinstance(exc, GuardError) else "database"
                 raise self._failure(job, redact_keys, stage, exc) from None
             key_round = 0
             if latest is not None:
-                decided = then(job.rule, latest, utcnow())
+                decided = then(job.rule, latest, now or utcnow())
                 if decided is Then.NEW_ROUND and holder is not None:
                     self._release(key, holder.id)  # the key is free: take it, then decide again
                     continue
@@ -159,7 +162,7 @@ class Enqueuer:
                     continue  # it moved on meanwhile: decide again
                 key_round = latest.key_round + 1
             try:
-                self.store.insert(job.row(key_round))
+                self.store.insert(job.row(key_round, now))
             except DuplicateJob:
                 self._release(key, job.job_id)
                 if job.rule.reused and not self._exists(job):
@@ -287,11 +290,8 @@ class Enqueuer:
         if job.canvas:
             raise DuplicateInCanvas(job.task_name, found.id, job.celery_task_id or job.job_id)
         message = f"job {found.id} deduplicated (key already used)"
-        self.hooks.after_transition(
-            Transition.of(
-                Event.DEDUPLICATED, found.id, message, found.status, job.queue, job.job_type, 0
-            )
-        )
+        told = (Event.DEDUPLICATED, found.id, message, found.status, job.queue, job.job_type, 0)
+        self.hooks.after_transition(Transition.of(*told))
         return EnqueueResult(found.id, found.status, False)
 
     def _replace(

@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -68,6 +69,9 @@ class Declared:
     fail_soft: bool
     publish: Callable[[], None]
     key_round: int = 0
+    #: the database's clock minus this process's, read at declaration under a timed key
+    #: rule (``KeyRule.timed``): its row is created on the database's clock
+    db_ahead: timedelta | None = None
 
 
 @dataclass
@@ -124,7 +128,9 @@ def declare(
     if job.call.key is None:
         job = replace(job, call=replace(job.call, key=derived_key(step.job_id, job)))
     publish = maker.publisher(description, job, args, kwargs, options)
-    step.declared.append(Declared(job, fail_soft, publish, maker.key_round(job)))
+    ahead = maker.store.clock() - utcnow() if job.rule.timed else None
+    now = None if ahead is None else utcnow() + ahead
+    step.declared.append(Declared(job, fail_soft, publish, maker.key_round(job, now), ahead))
     return job.job_id
 
 
@@ -159,17 +165,17 @@ class Successors(Hooks):
         self._loops: dict[str, list[Declared]] = {}
         self._lock = threading.Lock()
 
-    def key_round(self, job: NewJob) -> int:
+    def key_round(self, job: NewJob, now: datetime | None = None) -> int:
         """The round a successor's row takes: 0, or under a key lifetime that frees keys
         the round after the key's newest job once that one let it go (read now; a producer
         that takes the same round first wins at the completion, and this successor is not
-        created)."""
+        created). ``now``: the database's clock, for a key rule that compares times."""
         if not job.rule.reused or job.call.key is None:
             return 0
         latest = self.store.find_by_key(job.job_type, job.call.key)
         if latest is None:
             return 0
-        free = then(job.rule, latest, utcnow()) is Then.NEW_ROUND
+        free = then(job.rule, latest, now or utcnow()) is Then.NEW_ROUND
         return latest.key_round + 1 if free else latest.key_round
 
     def publisher(
@@ -210,7 +216,7 @@ class Successors(Hooks):
         step.written = [d for d in step.declared if d.fail_soft is fail_soft]
         note = (fail_soft_note if fail_soft else successor_note)(attempt.job_id)
         return [
-            NewRow("background_jobs", d.job.row(d.key_round), new_job=True, message=note)
+            NewRow("background_jobs", d.job.row(d.key_round, _at(d)), new_job=True, message=note)
             for d in step.written
         ]
 
@@ -267,3 +273,9 @@ class Successors(Hooks):
         except Exception:
             return False
         return job is not None and job.status is not JobStatus.PENDING
+
+
+def _at(declared: Declared) -> datetime | None:
+    """When a successor's row is created: on the database's clock under a timed key rule
+    (this process's clock corrected by the difference read at its declaration)."""
+    return None if declared.db_ahead is None else utcnow() + declared.db_ahead
