@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .conftest import _require, wait_for
+from .own_services import free_port
 
 #: Ports tried, in order, for a private server (the first free one is used).
 PG_PORTS = range(
@@ -34,6 +35,12 @@ PGBOUNCER_PORTS = range(
 
 
 def _free_port(ports: Sequence[int]) -> int:
+    """A free port: the kernel's choice (no race between parallel test processes), unless
+    ``TEST_PRIVATE_PG_PORT``/``TEST_PRIVATE_PGBOUNCER_PORT`` ask for a range."""
+    if not (
+        os.environ.get("TEST_PRIVATE_PG_PORT") or os.environ.get("TEST_PRIVATE_PGBOUNCER_PORT")
+    ):
+        return free_port()
     for port in ports:
         with socket.socket() as s:
             try:

@@ -23,6 +23,7 @@ from tracked_app import WORKER_APPNAME
 
 from celery_tracked import JobStatus
 from tests.conftest import _port_open, wait_for
+from tests.own_services import free_port
 
 JOBS = 20
 #: The limiter grants each start on Redis's clock, immediately before the body; a body
@@ -307,16 +308,13 @@ def test_four_workers_never_start_two_bodies_within_the_interval(
     assert {env.ran(j) for j in ids} == {1}
 
 
-LIMITER_REDIS_PORTS = range(6420, 6430)
-
-
 class PrivateRedis:
     """A redis-server of this test only (no persistence), which the test may flush or
     restart: the limiter's Redis."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.port = next(p for p in LIMITER_REDIS_PORTS if not _port_open("127.0.0.1", p))
+        self.port = free_port()  # the kernel's choice: no race between xdist workers
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen[bytes] | None = None
 
