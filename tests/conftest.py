@@ -143,6 +143,8 @@ def pytest_configure(config: pytest.Config) -> None:
     global REDIS_PORT, _REDIS_PROBLEM, _REDIS_SERVER
     if _EXTERNAL_REDIS is not None or _xdist_controller(config) or _REDIS_SERVER is not None:
         return
+    if config.getoption("--no-services", default=False):
+        return
     try:
         _REDIS_SERVER = own_services.RedisServer()
     except (RuntimeError, OSError) as exc:
@@ -366,3 +368,67 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 def pg_database_url(pg_template: str) -> Iterator[str]:
     """A migrated, empty PostgreSQL tracking database (a copy of the migrated template)."""
     yield from _fresh_postgres(pg_template)
+
+
+# -- markers that say what a test needs, set from its fixtures --------------------------
+
+#: Modules that run a user's project in a pytest or a Python of its own.
+SUBPROCESS_PROJECTS = {
+    "test_demo.py",
+    "test_readme.py",
+    "test_django_proj.py",
+    "test_example_procfile.py",
+    "test_eager_proj.py",
+    "test_testing_plugin.py",
+    "test_docs_site.py",
+}
+#: Modules that build a wheel and install it in a fresh virtual environment.
+PACKAGING = {"test_readme.py", "test_example_procfile.py", "test_migrations.py"}
+_SERVICE_FIXTURES = {
+    "postgres": {"postgres_available", "postgres_url", "pg_database_url", "pg_template"},
+    "redis": {"redis_available", "redis_url"},
+    "mariadb": {"mariadb_url"},
+}
+_PROCESS_FIXTURES = {"start_worker", "start_beat"}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--no-services",
+        action="store_true",
+        help="deselect every test that needs Redis, PostgreSQL or MariaDB (make test-fast)",
+    )
+
+
+def _needs(item: pytest.Item) -> set[str]:
+    """The services ``item`` uses, from its fixtures and its backend parameter."""
+    names = set(getattr(item, "fixturenames", ()))
+    needs = {service for service, fixtures in _SERVICE_FIXTURES.items() if names & fixtures}
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    for value in (params.get("backend"), params.get("database_url")):
+        if isinstance(value, str) and value.startswith("postgres"):
+            needs.add("postgres")
+        elif value == "mariadb":
+            needs.add("mariadb")
+    return needs
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with the services it uses (``postgres``, ``redis``, ``mariadb``),
+    ``process`` when it starts a worker or Beat, ``subprocess_project``, ``packaging``;
+    with ``--no-services``, deselect those that need a service."""
+    kept, dropped = [], []
+    for item in items:
+        needs = _needs(item)
+        for service in needs:
+            item.add_marker(service)
+        if set(getattr(item, "fixturenames", ())) & _PROCESS_FIXTURES:
+            item.add_marker("process")
+        if item.path.name in SUBPROCESS_PROJECTS:
+            item.add_marker("subprocess_project")
+        if item.path.name in PACKAGING:
+            item.add_marker("packaging")
+        (dropped if needs or item.path.parts[-2] == "acceptance" else kept).append(item)
+    if config.getoption("--no-services"):
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
