@@ -58,7 +58,8 @@ test-db: venv
 		--dist loadfile -m "not serial"
 
 test-acceptance: venv
-	$(PYTEST) tests/acceptance -q -n $(TEST_WORKERS) --dist loadfile -m "not serial"
+	$(PYTEST) tests/acceptance -q -n $(TEST_WORKERS) --dist loadfile \
+		-m "not serial and not untouched"
 
 test-serial: venv
 	$(PYTEST) tests -q -p no:xdist -m "serial and not untouched"

@@ -144,6 +144,7 @@ def test_a_claim_given_back_frees_its_concurrency_key(store: JobStore) -> None:
 ROUNDING_S = 0.005
 
 
+@pytest.mark.serial  # bounds of 50 ms between its steps: alone, not beside other tests
 def test_the_lua_limiter_grants_starts_after_the_claim_on_redis_time(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     limiter = RedisLimiter(client, "ct")
