@@ -420,6 +420,26 @@ def run_cli(env: Env) -> Callable[..., subprocess.CompletedProcess[str]]:
     return run
 
 
+@pytest.fixture
+def cli_in_process(env: Env) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``celery -A tracked_app tracked <args>`` run in this process with click's runner on
+    the test's app: the same commands, output and exit codes, without a 2 s interpreter
+    start. For tests that read the output; ``run_cli`` (the real executable) for the entry
+    point, an environment of its own and the terminal."""
+    from celery.bin.base import CLIContext
+    from click.testing import CliRunner
+
+    from celery_tracked.cli import tracked
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        context = CLIContext(app=env.app, no_color=False, workdir=None)
+        result = CliRunner().invoke(tracked, list(args), obj=context, catch_exceptions=False)
+        command = [CELERY, "-A", "tracked_app", "tracked", *args]
+        return subprocess.CompletedProcess(command, result.exit_code, result.stdout, result.stderr)
+
+    return run
+
+
 def terminate_worker_connections(database_url: str) -> list[Any]:
     """``pg_terminate_backend`` of the workers' connections only (their application name),
     never this process's; the ``(pid, terminated)`` rows."""
