@@ -71,6 +71,7 @@ def latencies_ms(env: Any) -> list[float]:
     return [round((at - grant) * 1000, 2) for at, _, _, grant in started(env) if grant > 0]
 
 
+@pytest.mark.serial  # timing-critical (spacing, windows, Beat ticks): run alone
 def test_the_global_limiter_spaces_bodies_across_two_workers(env: Any, start_worker: Any) -> None:
     """20 jobs of ``acc.limited`` (limiter ``acc-limiter``, 200 ms) over two worker
     processes of one pool process each: every body starts at least 200 ms after the one
@@ -277,6 +278,7 @@ def test_a_claim_held_up_by_a_row_lock_starts_no_body_within_the_interval(
         assert ("given_back", "pending", 0) in history
 
 
+@pytest.mark.serial  # timing-critical (spacing, windows, Beat ticks): run alone
 @pytest.mark.parametrize("round_", range(3))
 def test_four_workers_never_start_two_bodies_within_the_interval(
     env: Any, start_worker: Any, round_: int
