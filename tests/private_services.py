@@ -20,7 +20,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .conftest import _require, wait_for
+from sqlalchemy.engine import make_url
+
+from .conftest import _require, pg_admin_url, wait_for
+from .own_services import free_port
 
 #: Ports tried, in order, for a private server (the first free one is used).
 PG_PORTS = range(
@@ -34,6 +37,12 @@ PGBOUNCER_PORTS = range(
 
 
 def _free_port(ports: Sequence[int]) -> int:
+    """A free port: the kernel's choice (no race between parallel test processes), unless
+    ``TEST_PRIVATE_PG_PORT``/``TEST_PRIVATE_PGBOUNCER_PORT`` ask for a range."""
+    if not (
+        os.environ.get("TEST_PRIVATE_PG_PORT") or os.environ.get("TEST_PRIVATE_PGBOUNCER_PORT")
+    ):
+        return free_port()
     for port in ports:
         with socket.socket() as s:
             try:
@@ -124,10 +133,13 @@ def private_postgres(settings: Mapping[str, str] | None = None) -> Iterator[Priv
 
 @contextlib.contextmanager
 def private_pgbouncer(
-    upstream_port: int = 5432, pool_size: int = 3, pool_mode: str = "transaction"
+    upstream_port: int | None = None, pool_size: int = 3, pool_mode: str = "transaction"
 ) -> Iterator[int]:
     """A PgBouncer (``pool_mode``, ``pool_size`` server connections per database) on a
-    free port of ``PGBOUNCER_PORTS`` in front of 127.0.0.1:``upstream_port``; its port."""
+    free port in front of 127.0.0.1:``upstream_port`` (default: the tests' PostgreSQL,
+    the private cluster once ``postgres_available`` started it); its port."""
+    if upstream_port is None:  # the tests' PostgreSQL (the session's private cluster)
+        upstream_port = make_url(pg_admin_url()).port or 5432
     binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
     _require(os.access(binary, os.X_OK), "pgbouncer (install it with `bash .ci/pgbouncer`)")
     root = _owned_tmpdir("ct-private-pgbouncer-")

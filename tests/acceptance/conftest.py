@@ -28,7 +28,7 @@ from tracked_app import DEFAULT_LEASE_SECONDS, QUEUE, WORKER_APPNAME, create_app
 from waiting import REREAD_S
 
 from celery_tracked import Tracker
-from tests.conftest import _port_open, _require, wait_for
+from tests.conftest import _port_open, _require, pg_server, wait_for
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -63,8 +63,11 @@ class Worker:
             if r["extra"].get("job_id") == job_id and r["extra"].get("status") == status
         ]
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
+    def stop(self, graceful: bool = False) -> None:
+        """End the worker and its pool children: killed at once (``SIGKILL`` to the
+        process group) once the test's assertions are done; ``graceful=True`` for a test
+        about shutdown (``SIGTERM``, Celery's warm shutdown, up to 10 s)."""
+        if graceful and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -203,13 +206,33 @@ def database_route() -> str:
     return "direct"
 
 
+@pytest.fixture(scope="session")
+def pgbouncer_port(postgres_available: None) -> Iterator[int]:
+    """A PgBouncer in transaction pooling mode in front of the tests' PostgreSQL: a private
+    one (free port) in front of the private cluster; with ``TEST_POSTGRES_URL``, the one
+    ``.ci/pgbouncer`` started on ``TEST_PGBOUNCER_PORT`` (6439)."""
+    server = pg_server()
+    if server is None:
+        _require(
+            _port_open("127.0.0.1", PGBOUNCER_PORT), f"PgBouncer at 127.0.0.1:{PGBOUNCER_PORT}"
+        )
+        yield PGBOUNCER_PORT
+        return
+    from tests.private_services import private_pgbouncer
+
+    with private_pgbouncer(upstream_port=server.port, pool_size=20) as port:
+        yield port
+
+
 @pytest.fixture
-def routed(database_route: str, pg_database_url: str) -> tuple[str, str | None]:
+def routed(
+    request: pytest.FixtureRequest, database_route: str, pg_database_url: str
+) -> tuple[str, str | None]:
     """``(database URL, tracked_database_pooler)`` of the app and its workers."""
     if database_route == "direct":
         return pg_database_url, None
-    _require(_port_open("127.0.0.1", PGBOUNCER_PORT), f"PgBouncer at 127.0.0.1:{PGBOUNCER_PORT}")
-    url = make_url(pg_database_url).set(port=PGBOUNCER_PORT)
+    port = request.getfixturevalue("pgbouncer_port")
+    url = make_url(pg_database_url).set(port=port)
     return url.render_as_string(hide_password=False), "pgbouncer"
 
 
@@ -393,6 +416,26 @@ def run_cli(env: Env) -> Callable[..., subprocess.CompletedProcess[str]]:
             text=True,
             timeout=60,
         )
+
+    return run
+
+
+@pytest.fixture
+def cli_in_process(env: Env) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``celery -A tracked_app tracked <args>`` run in this process with click's runner on
+    the test's app: the same commands, output and exit codes, without a 2 s interpreter
+    start. For tests that read the output; ``run_cli`` (the real executable) for the entry
+    point, an environment of its own and the terminal."""
+    from celery.bin.base import CLIContext
+    from click.testing import CliRunner
+
+    from celery_tracked.cli import tracked
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        context = CLIContext(app=env.app, no_color=False, workdir=None)
+        result = CliRunner().invoke(tracked, list(args), obj=context, catch_exceptions=False)
+        command = [CELERY, "-A", "tracked_app", "tracked", *args]
+        return subprocess.CompletedProcess(command, result.exit_code, result.stdout, result.stderr)
 
     return run
 

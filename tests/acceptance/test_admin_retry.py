@@ -75,7 +75,7 @@ def test_an_admin_retry_publishes_redacted_reprs_and_the_tasks_own_attempts(
     failed = env.wait_status(queued.job_id, "failed")
     assert (failed.attempts_made, failed.max_attempts) == (1, 1)  # the task's max_attempts=1
     wait_for(env.broker_empty, timeout=10, what="the failed run's message to be acknowledged")
-    worker.stop()  # the retried message stays in the broker, to be read
+    worker.stop(graceful=True)  # the retried message stays in the broker, to be read
 
     out = run_admin(env, tmp_path, queued.job_id, secret)
     assert out["retried"] is True

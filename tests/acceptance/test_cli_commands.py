@@ -59,9 +59,11 @@ def ok_json(result: subprocess.CompletedProcess[str]) -> Any:
     return json.loads(result.stdout)
 
 
-def test_jobs_lists_filters_and_pages(populated: dict[str, Any], run_cli: Any) -> None:
+def test_jobs_lists_filters_and_pages(
+    populated: dict[str, Any], cli_in_process: Any, run_cli: Any
+) -> None:
     everything = populated["all"]
-    table = run_cli("jobs")
+    table = run_cli("jobs")  # the real entry point once; the rest in process
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     header = lines[0]
@@ -75,7 +77,7 @@ def test_jobs_lists_filters_and_pages(populated: dict[str, Any], run_cli: Any) -
     assert all(" ago" in row for row in rows)
     assert populated["canary"] not in table.stdout
 
-    listing = ok_json(run_cli("jobs", "--json"))
+    listing = ok_json(cli_in_process("jobs", "--json"))
     assert set(listing) == {"jobs", "next_cursor"} and listing["next_cursor"] is None
     assert [j["id"] for j in listing["jobs"]] == everything[::-1]
     assert all(set(j) == JOB_KEYS for j in listing["jobs"])
@@ -84,17 +86,17 @@ def test_jobs_lists_filters_and_pages(populated: dict[str, Any], run_cli: Any) -
     seen: list[str] = []
     cursor: list[str] = []
     while True:
-        page = ok_json(run_cli("jobs", "--limit", "4", "--json", *cursor))
+        page = ok_json(cli_in_process("jobs", "--limit", "4", "--json", *cursor))
         seen += [j["id"] for j in page["jobs"]]
         if page["next_cursor"] is None:
             break
         cursor = ["--cursor", page["next_cursor"]]
     assert seen == everything[::-1]
-    more = run_cli("jobs", "--limit", "4")
+    more = cli_in_process("jobs", "--limit", "4")
     assert more.returncode == 0 and "more: add --cursor " in more.stdout
 
     def listed(*args: str) -> list[str]:
-        return [j["id"] for j in ok_json(run_cli("jobs", "--json", *args))["jobs"]]
+        return [j["id"] for j in ok_json(cli_in_process("jobs", "--json", *args))["jobs"]]
 
     failed = {populated["failed"], populated["secret"]}
     assert set(listed("--status", "failed")) == failed
@@ -106,90 +108,90 @@ def test_jobs_lists_filters_and_pages(populated: dict[str, Any], run_cli: Any) -
     assert listed("--task", "acc.secret", "--queue", QUEUE) == [populated["secret"]]
     assert len(listed("--created-after", "1h")) == 6
     assert listed("--finished-before", "1d") == []
-    empty = run_cli("jobs", "--created-before", "2h")
+    empty = cli_in_process("jobs", "--created-before", "2h")
     assert empty.returncode == 0 and empty.stdout.strip() == "no jobs match"
 
     for bad in (["--status", "nope"], ["--cursor", "garbage"], ["--limit", "0"], ["--since"]):
-        refused = run_cli("jobs", *bad)
+        refused = cli_in_process("jobs", *bad)
         assert refused.returncode == 2, (bad, refused.stdout, refused.stderr)
         assert "Traceback" not in refused.stderr
 
 
-def test_show_and_pipeline(populated: dict[str, Any], run_cli: Any) -> None:
+def test_show_and_pipeline(populated: dict[str, Any], cli_in_process: Any) -> None:
     job_id = populated["failed"]
-    table = run_cli("show", job_id)
+    table = cli_in_process("show", job_id)
     assert table.returncode == 0, table.stderr
     assert f"id               {job_id}" in table.stdout
     assert "status           failed" in table.stdout
     assert "AT" in table.stdout and "enqueued" in table.stdout
-    shown = ok_json(run_cli("show", job_id, "--json"))
+    shown = ok_json(cli_in_process("show", job_id, "--json"))
     assert set(shown) == JOB_KEYS | {"history"}
     assert [e["event"] for e in shown["history"]] == ["enqueued", "started", "failed"]
     assert set(shown["history"][0]) == {
         "id", "event", "status", "attempt", "message", "duration_ms", "created_at"
     }  # fmt: skip
-    secret = run_cli("show", populated["secret"], "--json")
+    secret = cli_in_process("show", populated["secret"], "--json")
     assert populated["canary"] not in secret.stdout + secret.stderr
-    missing = run_cli("show", str(uuid.uuid4()))
+    missing = cli_in_process("show", str(uuid.uuid4()))
     assert missing.returncode == 1 and "no job" in missing.stderr and missing.stdout == ""
 
-    tree = run_cli("pipeline", job_id)
+    tree = cli_in_process("pipeline", job_id)
     assert tree.returncode == 0, tree.stderr
     assert tree.stdout.splitlines()[0] == f"pipeline {job_id}: failed (failed 1)"
-    pipeline = ok_json(run_cli("pipeline", job_id, "--json"))
+    pipeline = ok_json(cli_in_process("pipeline", job_id, "--json"))
     assert set(pipeline) == {"correlation_id", "state", "counts", "jobs"}
     assert pipeline["state"] == "failed" and pipeline["jobs"][0]["depth"] == 0
-    assert run_cli("pipeline", "nope").returncode == 1
+    assert cli_in_process("pipeline", "nope").returncode == 1
 
 
 def test_retry_and_cancel_one_job_and_their_refusals(
-    env: Any, populated: dict[str, Any], run_cli: Any
+    env: Any, populated: dict[str, Any], cli_in_process: Any
 ) -> None:
-    retried = run_cli("retry", populated["failed"])
+    retried = cli_in_process("retry", populated["failed"])
     assert retried.returncode == 0, retried.stderr
     assert retried.stdout.splitlines()[0] == "retried 1 of 1 matching job(s)"
     env.wait_status(populated["failed"], "failed", timeout=30)  # fails again, once more
 
-    secret = run_cli("retry", populated["secret"], "--json")
+    secret = cli_in_process("retry", populated["secret"], "--json")
     assert secret.returncode == 3, secret.stderr
     report = json.loads(secret.stdout)
     assert report["changed"] == [] and "redacted" in report["refused"][populated["secret"]]
     assert populated["canary"] not in secret.stdout
 
-    completed = run_cli("retry", populated["done"][0])
+    completed = cli_in_process("retry", populated["done"][0])
     assert completed.returncode == 3
     assert "it is completed: only failed or cancelled jobs are retried" in completed.stdout
-    assert run_cli("retry", str(uuid.uuid4())).returncode == 1
-    assert run_cli("retry").returncode == 2  # neither an id nor filters
-    assert run_cli("retry", populated["failed"], "--status", "failed").returncode == 2
-    assert run_cli("retry", "--status", "completed").returncode == 2  # never retried
+    assert cli_in_process("retry", str(uuid.uuid4())).returncode == 1
+    assert cli_in_process("retry").returncode == 2  # neither an id nor filters
+    assert cli_in_process("retry", populated["failed"], "--status", "failed").returncode == 2
+    assert cli_in_process("retry", "--status", "completed").returncode == 2  # never retried
 
-    cancelled = ok_json(run_cli("cancel", populated["pending"][0], "--json"))
+    cancelled = ok_json(cli_in_process("cancel", populated["pending"][0], "--json"))
     assert cancelled["changed"] == [populated["pending"][0]]
     assert env.status(populated["pending"][0]) == "cancelled"
-    again = run_cli("cancel", populated["pending"][0])
+    again = cli_in_process("cancel", populated["pending"][0])
     assert again.returncode == 3 and "it is cancelled" in again.stdout
-    running_done = run_cli("cancel", populated["done"][0], "--running")
+    running_done = cli_in_process("cancel", populated["done"][0], "--running")
     assert running_done.returncode == 3 and "it is completed" in running_done.stdout
-    assert run_cli("cancel", str(uuid.uuid4())).returncode == 1
-    bulk = run_cli("cancel", "--all", "--json")
+    assert cli_in_process("cancel", str(uuid.uuid4())).returncode == 1
+    bulk = cli_in_process("cancel", "--all", "--json")
     assert bulk.returncode == 0 and json.loads(bulk.stdout)["changed"] == [populated["pending"][1]]
 
 
-def test_stats_and_migrate(populated: dict[str, Any], run_cli: Any) -> None:
-    table = run_cli("stats")
+def test_stats_and_migrate(populated: dict[str, Any], cli_in_process: Any) -> None:
+    table = cli_in_process("stats")
     assert table.returncode == 0, table.stderr
     header, row = table.stdout.splitlines()
     assert header.split()[:8] == [
         "QUEUE", "PENDING", "PROCESSING", "RETRYING", "COMPLETED", "FAILED", "CANCELLED", "TOTAL"
     ]  # fmt: skip
     assert row.split()[:8] == [QUEUE, "2", "0", "0", "2", "2", "0", "6"]
-    stats = ok_json(run_cli("stats", "--json"))
+    stats = ok_json(cli_in_process("stats", "--json"))
     assert set(stats[QUEUE]) == {
         "counts", "total", "oldest_pending_age_s", "failed_last_hour", "expired_leases"
     }  # fmt: skip
     assert stats[QUEUE]["failed_last_hour"] == 2 and stats[QUEUE]["expired_leases"] == 0
-    migrated = run_cli("migrate")
+    migrated = cli_in_process("migrate")
     assert migrated.returncode == 0 and "head" in migrated.stdout
 
 
@@ -238,12 +240,12 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(
     assert ANSI not in plain and "completed" in plain
 
 
-def test_cleanup_and_reap(populated: dict[str, Any], run_cli: Any, env: Any) -> None:
+def test_cleanup_and_reap(populated: dict[str, Any], cli_in_process: Any, env: Any) -> None:
     """``cleanup --dry-run`` counts, ``cleanup`` removes (table and ``--json``), ``reap``
     reports what it did; nothing here is old enough or stalled, then two jobs are."""
-    dry = ok_json(run_cli("cleanup", "--dry-run", "--json"))
+    dry = ok_json(cli_in_process("cleanup", "--dry-run", "--json"))
     assert dry["dry_run"] is True and dry["total"] == 0
-    table = run_cli("cleanup", "--dry-run")
+    table = cli_in_process("cleanup", "--dry-run")
     assert table.returncode == 0 and "WOULD REMOVE" in table.stdout, table.stderr
     # two ended jobs made old: the cleanup removes exactly them
     old = [populated["done"][0], populated["failed"]]
@@ -257,14 +259,14 @@ def test_cleanup_and_reap(populated: dict[str, Any], run_cli: Any, env: Any) -> 
             )
         )
     engine.dispose()
-    assert ok_json(run_cli("cleanup", "--dry-run", "--json"))["total"] == 2
-    removed = ok_json(run_cli("cleanup", "--json"))
+    assert ok_json(cli_in_process("cleanup", "--dry-run", "--json"))["total"] == 2
+    removed = ok_json(cli_in_process("cleanup", "--json"))
     assert removed["dry_run"] is False and removed["total"] == 2
     assert removed["removed"]["completed"] == 1 and removed["removed"]["failed"] == 1
     assert all(env.tracker.get_job(job_id) is None for job_id in old)
-    assert ok_json(run_cli("cleanup", "--json"))["total"] == 0
-    reaped = ok_json(run_cli("reap", "--json"))
+    assert ok_json(cli_in_process("cleanup", "--json"))["total"] == 0
+    reaped = ok_json(cli_in_process("reap", "--json"))
     assert set(reaped) >= {"rescued", "abandoned", "left", "unpublished", "cancelled"}
     assert reaped["rescued"] == [] and reaped["abandoned"] == []
-    nothing = run_cli("reap")
+    nothing = cli_in_process("reap")
     assert nothing.returncode == 0 and "nothing stalled" in nothing.stdout, nothing.stderr

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -22,18 +21,13 @@ import pytest
 from celery_tracked import JobStatus
 from celery_tracked.store import migrate
 from tests.conftest import _require, wait_for
+from tests.own_services import free_port
 
 PG_BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)), None)
-#: The ports this test's private clusters may use (a free one is picked).
-PORTS = range(57121, 57141)
 
 
 def _free_port() -> int:
-    for port in PORTS:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) != 0:
-                return port
-    raise AssertionError(f"no free port in {PORTS}")
+    return free_port()  # the kernel's choice: no race between parallel test processes
 
 
 @dataclass

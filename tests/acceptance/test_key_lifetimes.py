@@ -112,6 +112,7 @@ def test_ended_lifetime_frees_a_failed_or_cancelled_key_too(env: Any) -> None:
     assert env.status(first.job_id) == "cancelled"
 
 
+@pytest.mark.serial  # timing-critical (spacing, windows, Beat ticks): run alone
 def test_throttle_lifetime_one_job_per_window(env: Any, start_worker: Any) -> None:
     start_worker()
     x = uuid.uuid4().hex[:8]
@@ -212,6 +213,7 @@ def test_tracker_retry_needs_the_redacted_values_again(env: Any, start_worker: A
     assert "tok-9f3k" not in stored[0][0]
 
 
+@pytest.mark.serial  # timing-critical (spacing, windows, Beat ticks): run alone
 def test_beat_entries_with_keys_follow_their_lifetime(
     env: Any, start_worker: Any, tmp_path: Path
 ) -> None:

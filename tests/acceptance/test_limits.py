@@ -23,6 +23,7 @@ from tracked_app import WORKER_APPNAME
 
 from celery_tracked import JobStatus
 from tests.conftest import _port_open, wait_for
+from tests.own_services import free_port
 
 JOBS = 20
 #: The limiter grants each start on Redis's clock, immediately before the body; a body
@@ -70,6 +71,7 @@ def latencies_ms(env: Any) -> list[float]:
     return [round((at - grant) * 1000, 2) for at, _, _, grant in started(env) if grant > 0]
 
 
+@pytest.mark.serial  # timing-critical (spacing, windows, Beat ticks): run alone
 def test_the_global_limiter_spaces_bodies_across_two_workers(env: Any, start_worker: Any) -> None:
     """20 jobs of ``acc.limited`` (limiter ``acc-limiter``, 200 ms) over two worker
     processes of one pool process each: every body starts at least 200 ms after the one
@@ -276,6 +278,7 @@ def test_a_claim_held_up_by_a_row_lock_starts_no_body_within_the_interval(
         assert ("given_back", "pending", 0) in history
 
 
+@pytest.mark.serial  # timing-critical (spacing, windows, Beat ticks): run alone
 @pytest.mark.parametrize("round_", range(3))
 def test_four_workers_never_start_two_bodies_within_the_interval(
     env: Any, start_worker: Any, round_: int
@@ -307,16 +310,13 @@ def test_four_workers_never_start_two_bodies_within_the_interval(
     assert {env.ran(j) for j in ids} == {1}
 
 
-LIMITER_REDIS_PORTS = range(6420, 6430)
-
-
 class PrivateRedis:
     """A redis-server of this test only (no persistence), which the test may flush or
     restart: the limiter's Redis."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.port = next(p for p in LIMITER_REDIS_PORTS if not _port_open("127.0.0.1", p))
+        self.port = free_port()  # the kernel's choice: no race between xdist workers
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen[bytes] | None = None
 

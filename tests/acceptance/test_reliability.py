@@ -13,12 +13,12 @@ import time
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
 from celery_tracked import JobStatus
 from celery_tracked.services.lease import process_alive
-from tests.conftest import PG_ADMIN_URL, wait_for
+from tests.conftest import pg_admin_url, pg_server, wait_for
 
 LEASE_S = 2.0
 
@@ -109,7 +109,7 @@ def test_a_pause_shorter_than_the_lease_changes_nothing(env: Any, start_worker: 
 def alter_database(env: Any, setting: str, value: str) -> None:
     """``ALTER DATABASE <the test's database> SET``: new sessions of this database only."""
     database = env.database_url.rsplit("/", 1)[1]
-    admin = create_engine(PG_ADMIN_URL, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+    admin = create_engine(pg_admin_url(), poolclass=NullPool, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:
             conn.execute(text(f'ALTER DATABASE "{database}" SET {setting} = {value}'))
@@ -142,8 +142,30 @@ def pg_cluster() -> tuple[str, str]:
 
 
 def pg_ready() -> bool:
-    found = subprocess.run(["pg_isready", "-h", "127.0.0.1", "-p", "5432"], capture_output=True)
+    url = make_url(pg_admin_url())
+    found = subprocess.run(
+        ["pg_isready", "-h", url.host or "127.0.0.1", "-p", str(url.port or 5432)],
+        capture_output=True,
+    )
     return found.returncode == 0
+
+
+def restart_postgresql() -> None:
+    """Restart the tests' PostgreSQL: the suite's private cluster; a server named by
+    TEST_POSTGRES_URL only with TEST_ALLOW_PG_RESTART=1 (its Debian cluster)."""
+    server = pg_server()
+    if server is not None:
+        server.restart()
+        return
+    if os.environ.get("TEST_ALLOW_PG_RESTART") != "1":
+        pytest.skip("restarts PostgreSQL: not a server the suite owns (TEST_ALLOW_PG_RESTART=1)")
+    version, cluster = pg_cluster()
+    command = ["pg_ctlcluster", "--skip-systemctl-redirect", version, cluster]
+    try:
+        subprocess.run([*command, "restart", "-m", "fast"], check=True, timeout=60)
+    finally:
+        if not pg_ready():
+            subprocess.run([*command, "start"], check=False, timeout=60)
 
 
 @pytest.mark.pg_restart
@@ -155,13 +177,9 @@ def test_a_postgresql_restart_during_the_body_costs_no_attempt(env: Any, start_w
     job_id = env.task("acc.hold").enqueue(x="restart").job_id
     wait_for(lambda: env.redis.exists(f"holding:{job_id}"), timeout=20, what="the body to start")
 
-    version, cluster = pg_cluster()
-    command = ["pg_ctlcluster", "--skip-systemctl-redirect", version, cluster]
     try:
-        subprocess.run([*command, "restart", "-m", "fast"], check=True, timeout=60)
+        restart_postgresql()
     finally:
-        if not pg_ready():
-            subprocess.run([*command, "start"], check=False, timeout=60)
         wait_for(pg_ready, timeout=60, what="PostgreSQL to be back")
     env.redis.set(f"go:{job_id}", 1)
 

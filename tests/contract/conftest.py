@@ -22,6 +22,7 @@ from celery_tracked.core.jobs import Claim, utcnow
 from celery_tracked.core.moves import Lease
 from celery_tracked.core.ports import Store
 from celery_tracked.store import JobStore, migrate
+from tests.conftest import migrated_sqlite
 
 BACKENDS = ["memory", "sqlite", "postgres-fastpath", "postgres-core", "mariadb"]
 #: The statement a keyed claim takes its key's lock with, per backend (None: none needed).
@@ -59,13 +60,15 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
     if name == "memory":
         yield Backend(name, MemoryStore())
         return
-    if name == "sqlite":
-        url = f"sqlite:///{tmp_path / 'contract.sqlite3'}"
+    if name == "sqlite":  # a copy of a migrated file
+        url = migrated_sqlite(
+            request.getfixturevalue("sqlite_template"), tmp_path / "contract.sqlite3"
+        )
     elif name == "mariadb":
         url = request.getfixturevalue("mariadb_url")
-    else:
-        url = request.getfixturevalue("postgres_url")
-    migrate.upgrade(url)
+        migrate.upgrade(url)
+    else:  # a copy of a migrated template database
+        url = request.getfixturevalue("pg_database_url")
     sql = JobStore(url)
     if name == "postgres-core":
         sql.engines.get().fastpath = None
