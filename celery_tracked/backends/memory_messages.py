@@ -83,6 +83,15 @@ class MemoryMessages(MemoryCore):
     def note_handed_over(self, job_id: str, now: datetime, revision: int = 0) -> None:
         self.handed_over(job_id, now, revision)
 
+    def republished(self, job_id: str, revision: int) -> bool:
+        """``REPUBLISHED``: a waiting row handed over, of the current revision."""
+
+        def check(job: Job) -> bool:
+            return job.published_at is not None and job.revision == revision
+
+        change = lambda _: {"published_at": self.time()}  # noqa: E731
+        return self.move(job_id, CLAIMABLE, check, change) is not None
+
     def cancel(
         self, job_id: str, *, now: datetime, reason: str, revision: int | None = None
     ) -> bool:

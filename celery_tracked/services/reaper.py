@@ -55,6 +55,9 @@ logger = logging.getLogger("celery_tracked")
 #: waiting jobs; the next pass takes the rest.
 BATCH = 1000
 ABANDONED = "abandoned"
+#: The reaper's events of a message found nowhere (a first sighting), and found again.
+MISSING = "missing"
+FOUND = "found"
 _WAITING = (JobStatus.PENDING, JobStatus.RETRYING)
 
 
@@ -80,6 +83,10 @@ class Thresholds:
     pending_s: float
     retrying_s: float
     max_rescues: int
+    #: a message found nowhere is taken as lost only if a pass at least this long before
+    #: found it nowhere too (and nothing happened to the job since): a holder that missed
+    #: one pass's question (paused, busy) is not robbed of its job
+    confirm_s: float = 0.0
 
     def cutoff(self, status: JobStatus, now: datetime) -> datetime:
         """A job of ``status`` is stalled once its last sign of life is older than this."""
@@ -98,7 +105,23 @@ class Thresholds:
             pending_s=settings.reaper_pending_seconds,
             retrying_s=settings.reaper_retrying_seconds,
             max_rescues=settings.reaper_max_rescues,
+            confirm_s=confirm_seconds(settings.reaper_interval_seconds),
         )
+
+
+#: The confirming pass comes at least this long after the first (seconds), however often
+#: the reaper runs; with no Beat entry (interval 0), ``CONFIRM_S``.
+MIN_CONFIRM_S = 1.0
+CONFIRM_S = 30.0
+
+
+def confirm_seconds(interval_s: float) -> float:
+    """How long after a pass that found a message nowhere another may confirm it: half the
+    reaper's interval (so the next pass of its Beat entry does), at least
+    :data:`MIN_CONFIRM_S`."""
+    if interval_s <= 0:
+        return CONFIRM_S
+    return max(MIN_CONFIRM_S, interval_s / 2)
 
 
 class Action(str, enum.Enum):
@@ -167,9 +190,11 @@ def stalled_why(job: Job, *, db_now: datetime, now: datetime, limits: Thresholds
             return None  # never handed over: the relay's
         return f"its message was handed to the broker {_ago(now, sent)} and never started"
     if job.status is JobStatus.RETRYING:
-        due = job.not_before
-        if due is None or due >= limits.cutoff(job.status, now):
+        due, cutoff = job.not_before, limits.cutoff(job.status, now)
+        if due is None or due >= cutoff:
             return None
+        if job.published_at is not None and job.published_at >= cutoff:
+            return None  # a postponed delivery handed its message over again since
         return f"its retry was due {_ago(now, due)} and never started"
     return None
 
@@ -264,7 +289,7 @@ class Reaper:
             if why is not None:
                 stalled.append((job, rescues, why))
         asked = [job for job, _, _ in stalled if asks_broker(job)]
-        lost = {job.id for job in self._lost(asked, broker)}
+        lost = self._confirmed(asked, self._lost(asked, broker), now)
         for job, rescues, why in stalled:
             if asks_broker(job) and job.id not in lost:
                 report.left.append(job.id)
@@ -280,10 +305,39 @@ class Reaper:
             )
         return report
 
-    def _lost(self, waiting: Sequence[Job], broker: BrokerView) -> list[Job]:
-        """The jobs (``asks_broker``) whose message is presumed lost. The ready counts are read
-        before the held messages: a message moving from a queue to a worker in between is
-        counted twice (never missed)."""
+    def _confirmed(self, asked: Sequence[Job], lost: list[Job] | None, now: datetime) -> set[str]:
+        """Of the jobs presumed ``lost`` on this pass, those an earlier pass found lost too,
+        at least ``confirm_s`` ago, with nothing happening to the job since (its latest
+        event is that pass's ``missing``). Writes ``missing`` for the others (the first
+        sighting), and ``found`` for a job marked missing whose message is accounted for
+        now. ``lost`` None: the broker could not answer (nothing is written)."""
+        if lost is None or not asked:
+            return set()
+        since = self.store.missing_since([job.id for job in asked])
+        confirmed: set[str] = set()
+        lost_ids = {job.id for job in lost}
+        for job in asked:
+            seen = since.get(job.id)
+            if job.id not in lost_ids:
+                if seen is not None:
+                    self.store.note(job, FOUND, f"job {job.id}: its message was found", now)
+                continue
+            if seen is None:
+                note = (
+                    f"job {job.id}: its message is held by no live worker that answered "
+                    "and not in its queue; rescued if the next pass finds it so"
+                )
+                self.store.note(job, MISSING, note, now)
+            elif (now - seen).total_seconds() >= self.limits.confirm_s:
+                confirmed.add(job.id)
+        return confirmed
+
+    def _lost(self, waiting: Sequence[Job], broker: BrokerView) -> list[Job] | None:
+        """The jobs (``asks_broker``) whose message is presumed lost; None if the broker
+        could not say. The ready counts are read before the held messages: a message moving
+        from a queue to a worker in between is counted twice (a message re-published by a
+        postponed delivery meanwhile is not missed either: the row says so, and the move
+        is fenced by it)."""
         if not waiting:
             return []
         queues = sorted({job.queue_name for job in waiting})
@@ -291,6 +345,7 @@ class Reaper:
         held = broker.held([message_id(job) for job in waiting])
         if held is None or None in ready.values():
             logger.warning("reaper: the broker could not say which messages it holds")
+            return None
         lost: list[Job] = []
         for queue in queues:
             mine = [job for job in waiting if job.queue_name == queue]

@@ -71,10 +71,23 @@ def tracker(make_app: AppFactory) -> Tracker:
     return Tracker.for_app(app)
 
 
-def reap(tracker: Tracker, broker: Broker | None = None, **kw: Any) -> tuple[ReapReport, Sent]:
+def reap(
+    tracker: Tracker, broker: Broker | None = None, confirmed: bool = True, **kw: Any
+) -> tuple[ReapReport, Sent]:
+    """A pass of the reaper; ``confirmed``: and the confirming pass after it (a message
+    found nowhere is taken as lost only by a second pass, ``confirm_s`` later)."""
     sent = Sent(fail=kw.pop("fail", False))
     reaper = Reaper(tracker.store, tracker.hooks, tracker.settings)
-    return reaper.run(sent, broker or Broker(), **kw), sent
+    report = reaper.run(sent, broker or Broker(), **kw)
+    if not confirmed:
+        return report, sent
+    now = kw.pop("now", None) or tracker.store.clock()
+    later = now + timedelta(seconds=reaper.limits.confirm_s)
+    second = reaper.run(sent, broker or Broker(), now=later, **kw)
+    for name in ("rescued", "abandoned", "unpublished", "cancelled"):
+        getattr(report, name).extend(getattr(second, name))
+    report.left = second.left
+    return report, sent
 
 
 def handed_over(store: JobStore, **values: Any) -> str:
@@ -187,7 +200,7 @@ def test_a_pending_job_whose_message_is_lost_is_sent_again(tracker: Tracker) -> 
     assert after.status is JobStatus.PENDING and after.revision == 1
     assert after.published_at is not None  # the new message is handed over
     assert [j.revision for j in sent.jobs] == [1]
-    assert events(tracker, job_id) == ["enqueued", "rescued"]
+    assert events(tracker, job_id) == ["enqueued", "missing", "rescued"]
 
 
 def test_a_message_a_live_worker_holds_or_a_backlog_may_hold_is_left(tracker: Tracker) -> None:
