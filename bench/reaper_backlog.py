@@ -49,7 +49,9 @@ def counts(url: str) -> dict[str, int]:
     try:
         with engine.connect() as conn:
             statuses = dict(
-                conn.execute(text("SELECT status, count(*) FROM background_jobs GROUP BY status")).all()
+                conn.execute(
+                    text("SELECT status, count(*) FROM background_jobs GROUP BY status")
+                ).all()
             )
             events = dict(
                 conn.execute(
@@ -84,9 +86,11 @@ def main() -> None:
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     url = make_url(PG_ADMIN).set(database=name).render_as_string(hide_password=False)
-    environ = {
-        k: v for k, v in os.environ.items() if not k.startswith("CELERY_TRACKED_")
-    } | {"SOAK_BROKER": broker, "SOAK_DATABASE": url, "PYTHONPATH": str(HERE)}
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("CELERY_TRACKED_")} | {
+        "SOAK_BROKER": broker,
+        "SOAK_DATABASE": url,
+        "PYTHONPATH": str(HERE),
+    }
     procs: list[subprocess.Popen[bytes]] = []
     logdir = Path(os.environ.get("SOAK_LOGS", f"/tmp/{name}"))
     logdir.mkdir(parents=True, exist_ok=True)
@@ -95,15 +99,47 @@ def main() -> None:
             [CELERY, "-A", "reaper_backlog_app", "tracked", "migrate"], env=environ, check=True
         )
         for i in range(opts.workers):
-            cmd = [CELERY, "-A", "reaper_backlog_app", "worker", "-n", f"soak{i}@%h",
-                   "-Q", "soak", "-c", "2", "-l", "INFO"]
-            procs.append(subprocess.Popen(cmd, env=environ, start_new_session=True,
-                                          stdout=open(logdir / f"w{i}.log", "wb"),
-                                          stderr=subprocess.STDOUT))
-        procs.append(subprocess.Popen(
-            [CELERY, "-A", "reaper_backlog_app", "beat", "-s", str(logdir / "beat.db"), "-l", "INFO"],
-            env=environ, start_new_session=True, stdout=open(logdir / "beat.log", "wb"),
-            stderr=subprocess.STDOUT))
+            cmd = [
+                CELERY,
+                "-A",
+                "reaper_backlog_app",
+                "worker",
+                "-n",
+                f"soak{i}@%h",
+                "-Q",
+                "soak",
+                "-c",
+                "2",
+                "-l",
+                "INFO",
+            ]
+            procs.append(
+                subprocess.Popen(
+                    cmd,
+                    env=environ,
+                    start_new_session=True,
+                    stdout=open(logdir / f"w{i}.log", "wb"),
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        procs.append(
+            subprocess.Popen(
+                [
+                    CELERY,
+                    "-A",
+                    "reaper_backlog_app",
+                    "beat",
+                    "-s",
+                    str(logdir / "beat.db"),
+                    "-l",
+                    "INFO",
+                ],
+                env=environ,
+                start_new_session=True,
+                stdout=open(logdir / "beat.log", "wb"),
+                stderr=subprocess.STDOUT,
+            )
+        )
         sys.path.insert(0, str(HERE))
         os.environ.update(environ)
         import reaper_backlog_app as soak
