@@ -11,6 +11,7 @@ tests' host-wide lock); prints one JSON line with the counts.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import json
 import os
@@ -118,7 +119,7 @@ def main() -> None:
                     cmd,
                     env=environ,
                     start_new_session=True,
-                    stdout=open(logdir / f"w{i}.log", "wb"),
+                    stdout=open(logdir / f"w{i}.log", "wb"),  # noqa: SIM115 (the child keeps it)
                     stderr=subprocess.STDOUT,
                 )
             )
@@ -136,7 +137,7 @@ def main() -> None:
                 ],
                 env=environ,
                 start_new_session=True,
-                stdout=open(logdir / "beat.log", "wb"),
+                stdout=open(logdir / "beat.log", "wb"),  # noqa: SIM115 (the child keeps it)
                 stderr=subprocess.STDOUT,
             )
         )
@@ -168,10 +169,8 @@ def main() -> None:
         print("RESULT " + json.dumps(result), flush=True)
     finally:
         for proc in procs:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         for proc in procs:
             try:
                 proc.wait(timeout=20)

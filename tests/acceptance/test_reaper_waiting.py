@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import Env, Worker
-from test_reaper import reapers  # noqa: F401 (a fixture)
+from test_reaper import reaper_of
 
 from celery_tracked import JobStatus, Tracker
 from tests.conftest import wait_for
@@ -86,10 +86,18 @@ def test_a_backlog_behind_a_rate_limit_and_a_full_key_is_never_rescued(
     assert waited >= 10
 
 
+@pytest.fixture
+def reaper(env: Env) -> Iterator[Tracker]:
+    """A reaper of its own, as a Beat-run one would be (pending 1 s)."""
+    tracker = reaper_of(env.config, tracked_reaper_pending_seconds=1.0)
+    yield tracker
+    tracker.close()
+    tracker.app.close()
+
+
 def test_a_countdown_job_whose_holder_is_paused_is_not_rescued_on_one_pass(
-    env: Env, start_worker: Callable[..., Worker], reapers: Callable[..., Tracker]
+    env: Env, start_worker: Callable[..., Worker], reaper: Tracker
 ) -> None:
-    reaper = reapers(tracked_reaper_pending_seconds=1.0)
     holder = start_worker("w1", environ=FAST_ENV)
     countdown = 12.0
     enqueued = time.time()
