@@ -91,6 +91,8 @@ class Runner:
             return Postponed(wait, "database unavailable")
         if isinstance(claim, Postponed) and claim.waiting:
             return self._still_waiting(run, claim)
+        if isinstance(claim, Skipped):
+            self.hooks.after_skip(delivery)  # e.g. the rate limiter's turn, given back
         if not isinstance(claim, Claim):
             return self._turned_away(run, claim)
         self.recorder.tell(
