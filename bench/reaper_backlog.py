@@ -90,7 +90,7 @@ def main() -> None:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("CELERY_TRACKED_")} | {
         "SOAK_BROKER": broker,
         "SOAK_DATABASE": url,
-        "PYTHONPATH": str(HERE),
+        "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(HERE)])),
     }
     procs: list[subprocess.Popen[bytes]] = []
     logdir = Path(os.environ.get("SOAK_LOGS", f"/tmp/{name}"))

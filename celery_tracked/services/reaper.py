@@ -1,34 +1,31 @@
-"""The stalled-job reaper: finds the jobs nothing will move any more and rescues them.
-
-What leaves a job stalled (see ``docs/operations.md``, "Stalled jobs: the reaper"):
-
-- a whole worker died (SIGKILL, OOM, a lost host): its running job stays ``processing``
-  under a lease nobody renews, and the jobs it had prefetched stay ``pending``; the Redis
-  and SQS transports give their messages back only after ``visibility_timeout`` (an hour by
-  default), never if the broker lost them meanwhile;
-- the broker lost messages (a Redis restarted without persistence): ``pending`` or
-  ``retrying`` jobs whose message is gone;
-- a run killed before its claim (its message acknowledged, the row untouched).
+"""The stalled-job reaper: finds the jobs nothing will move any more and rescues them
+(``docs/operations.md``, "Stalled jobs: the reaper"): a whole worker died (its run under a
+lease nobody renews, its prefetched messages given back only after ``visibility_timeout``),
+the broker lost messages, a run was killed before its claim.
 
 The judgement, in pure functions:
 
 1. :func:`stalled_why`: the row alone looks stalled. ``processing``: its lease lapsed
    (``lease.diagnose``, on the database's clock) ``tracked_reaper_processing_seconds``
    after it could be taken over; ``retrying``: due ``tracked_reaper_retrying_seconds``
-   ago; ``pending``: handed to the broker ``tracked_reaper_pending_seconds`` ago.
-2. :func:`presumed_lost`: for a waiting job (``pending``/``retrying``), and a run whose
-   arguments were stored redacted (:func:`asks_broker`), the broker is asked too: a
-   message a live worker holds (reserved, scheduled for a countdown/eta, running) is not
-   lost; and of the others in one queue only as many as the queue's ready messages
-   cannot account for are presumed lost (the oldest). A backlog is never reshuffled; if
-   the broker cannot answer, none of these jobs is touched.
-3. :func:`decide`: **rescue** (a new message revision, published, a ``rescued`` event; a
+   ago; ``pending``: handed to the broker ``tracked_reaper_pending_seconds`` ago. A
+   delivery postponed behind a rate limit or a full concurrency key hands its message to
+   the broker again and says so (``published_at``): a job waiting its turn never looks
+   stalled while its deliveries come and go.
+2. :func:`presumed_lost`: for a waiting job, and a run whose arguments were stored redacted
+   (:func:`asks_broker`), the broker is asked too: a message a live worker holds is not
+   lost, and of the others in one queue only as many as the queue's ready messages cannot
+   account for are presumed lost (the oldest). If the broker cannot answer, none is.
+3. A message presumed lost is taken as lost only when an earlier pass, at least
+   ``confirm_s`` before, found it lost too and nothing happened to the job since (its
+   latest event is that pass's ``missing``): a holder that missed one question (paused,
+   busy) keeps its job. A pass that finds it again writes ``found``.
+4. :func:`decide`: **rescue** (a new message revision, published, a ``rescued`` event; a
    late delivery of the old message runs nothing) while attempts remain and the job was
    rescued fewer than ``tracked_reaper_max_rescues`` times, else **abandon** (``failed``,
    ``error_type = "abandoned"``).
 
-Each move is one conditional ``UPDATE`` fenced to the row as judged (``store/reaping.py``):
-reapers may run in many workers at once, a row moves once, a live lease is never touched.
+Each move is one conditional ``UPDATE`` fenced to the row as judged (``store/reaping.py``).
 Knows nothing of Celery: the publish and the broker's answers come in (``broker.py``).
 """
 
@@ -38,7 +35,7 @@ import enum
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Protocol
 
 from ..core.hooks import Hooks, Transition
@@ -47,7 +44,8 @@ from ..core.moves import StaleRun, StallCutoffs
 from ..core.ports import ReapStore
 from ..core.redact import holds_redacted, mask_url
 from ..core.settings import Settings
-from .lease import GRACE_SHARE, diagnose
+from .lease import diagnose
+from .stall import Thresholds
 
 logger = logging.getLogger("celery_tracked")
 
@@ -70,58 +68,6 @@ class BrokerView(Protocol):
     def held(self, message_ids: Sequence[str]) -> Collection[str] | None:
         """Which of ``message_ids`` a live worker holds: received, scheduled for a
         countdown/eta, or running (None: unknown)."""
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """When a row looks stalled, from the settings (seconds)."""
-
-    #: a lapsed lease may be taken over this long after its expiry (¼ lease)
-    lease_grace_s: float
-    #: then the reaper waits this long more (``reaper_processing_seconds``)
-    processing_s: float
-    pending_s: float
-    retrying_s: float
-    max_rescues: int
-    #: a message found nowhere is taken as lost only if a pass at least this long before
-    #: found it nowhere too (and nothing happened to the job since): a holder that missed
-    #: one pass's question (paused, busy) is not robbed of its job
-    confirm_s: float = 0.0
-
-    def cutoff(self, status: JobStatus, now: datetime) -> datetime:
-        """A job of ``status`` is stalled once its last sign of life is older than this."""
-        seconds = {
-            JobStatus.PROCESSING: self.lease_grace_s + self.processing_s,
-            JobStatus.PENDING: self.pending_s,
-            JobStatus.RETRYING: self.retrying_s,
-        }[status]
-        return now - timedelta(seconds=seconds)
-
-    @classmethod
-    def of(cls, settings: Settings) -> Thresholds:
-        return cls(
-            lease_grace_s=settings.lease_seconds * GRACE_SHARE,
-            processing_s=settings.reaper_processing_seconds,
-            pending_s=settings.reaper_pending_seconds,
-            retrying_s=settings.reaper_retrying_seconds,
-            max_rescues=settings.reaper_max_rescues,
-            confirm_s=confirm_seconds(settings.reaper_interval_seconds),
-        )
-
-
-#: The confirming pass comes at least this long after the first (seconds), however often
-#: the reaper runs; with no Beat entry (interval 0), ``CONFIRM_S``.
-MIN_CONFIRM_S = 1.0
-CONFIRM_S = 30.0
-
-
-def confirm_seconds(interval_s: float) -> float:
-    """How long after a pass that found a message nowhere another may confirm it: half the
-    reaper's interval (so the next pass of its Beat entry does), at least
-    :data:`MIN_CONFIRM_S`."""
-    if interval_s <= 0:
-        return CONFIRM_S
-    return max(MIN_CONFIRM_S, interval_s / 2)
 
 
 class Action(str, enum.Enum):

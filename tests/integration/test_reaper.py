@@ -19,7 +19,8 @@ from celery_tracked.adapter.maintenance import REAP_TASK
 from celery_tracked.core.jobs import Claim, Job, utcnow
 from celery_tracked.core.moves import AttemptError, Completion, Lease
 from celery_tracked.core.redact import REDACTED
-from celery_tracked.services.reaper import Reaper, ReapReport, confirm_seconds
+from celery_tracked.services.reaper import Reaper, ReapReport
+from celery_tracked.services.stall import confirm_seconds
 from celery_tracked.store import JobStore
 from tests.conftest import wait_for
 
