@@ -12,13 +12,13 @@ from datetime import datetime
 from typing import Any
 
 from ..core.finder import JobFilter, Position
-from ..core.jobs import Batch, Job, JobEvent, JobStatus, Removed, utcnow
+from ..core.jobs import Batch, Event, Job, JobEvent, JobStatus, Removed, utcnow
 from ..core.moves import StaleRun, StallCutoffs
 from ..core.retention import ENDED, Boundary, Sweep
 from .memory_core import MemoryCore
 
 _RESCUED = "rescued"
-_MISSING = "missing"
+_MISSING = Event.MISSING.value
 _ABANDONED = "abandoned"
 
 

@@ -54,8 +54,7 @@ logger = logging.getLogger("celery_tracked")
 BATCH = 1000
 ABANDONED = "abandoned"
 #: The reaper's events of a message found nowhere (a first sighting), and found again.
-MISSING = "missing"
-FOUND = "found"
+MISSING, FOUND = Event.MISSING.value, Event.FOUND.value
 _WAITING = (JobStatus.PENDING, JobStatus.RETRYING)
 
 

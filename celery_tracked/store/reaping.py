@@ -31,7 +31,7 @@ from sqlalchemy import (
     select,
 )
 
-from ..core.jobs import Job, JobStatus
+from ..core.jobs import Event, Job, JobStatus
 from ..core.moves import StaleRun, StallCutoffs
 from .clock import db_time
 from .engines import Applying
@@ -215,8 +215,7 @@ def _oldest(where: ColumnElement[bool]) -> Select[Any]:
 #: latest event (no claim, rescue, retry... since), old enough; a pass that finds the
 #: message again writes ``found``. Each copied from the row as judged (its revision and
 #: status), with the reaper's time (the database's clock).
-MISSING = "missing"
-FOUND = "found"
+MISSING = Event.MISSING.value
 _later = events.alias("later_events")
 SELECT_MISSING = select(events.c.job_id, events.c.created_at).where(
     events.c.job_id.in_(bindparam("job_ids", expanding=True)),
