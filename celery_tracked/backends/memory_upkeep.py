@@ -160,17 +160,14 @@ class MemoryUpkeep(MemoryCore):
                 found[job_id] = history[-1].created_at
         return found
 
-    def note(self, job: Job, event: str, message: str, now: datetime) -> bool:
+    def note(self, job: Job, event: str, message: str, now: datetime) -> None:
         """``reaping.NOTE``: the reaper's event while the row is as judged."""
 
         def check(row: Job) -> bool:
             return row.revision == job.revision
 
-        unchanged: dict[str, Any] = {}
-        moved = self.move(
-            job.id, (job.status,), check, lambda _: unchanged, event, now=now, message=message
-        )
-        return moved is not None
+        same: dict[str, Any] = {}
+        self.move(job.id, (job.status,), check, lambda _: same, event, now=now, message=message)
 
     def _run_fence(self, seen: Job, stale: StaleRun) -> Callable[[Job], bool]:
         """``reaping._RUN_FENCE``: the row as judged, still stalled."""

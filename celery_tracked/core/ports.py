@@ -212,7 +212,7 @@ class ReapStore(Reader, Handing, Protocol):
     def missing_since(self, job_ids: Sequence[str]) -> dict[str, datetime]:
         """Of ``job_ids``, those whose latest event is the reaper's ``missing``: when."""
 
-    def note(self, job: Job, event: str, message: str, now: datetime) -> bool:
+    def note(self, job: Job, event: str, message: str, now: datetime) -> None:
         """The reaper's ``missing``/``found`` event, while the row is as judged."""
 
     def rescue_run(self, job: Job, stale: StaleRun) -> bool: ...

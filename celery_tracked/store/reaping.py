@@ -275,13 +275,14 @@ class Reaping(Applying):
                 found.update((job_id, at) for job_id, at in rows)
         return found
 
-    def note(self, job: Job, event: str, message: str, now: datetime) -> bool:
+    def note(self, job: Job, event: str, message: str, now: datetime) -> None:
         """Append the reaper's ``event`` (``missing``/``found``) to ``job``'s history while
-        its row is as judged (status, revision); not re-sent on a dead connection."""
+        its row is as judged (status, revision; else nothing); not re-sent on a dead
+        connection."""
         params = {"job_id": job.id, "at_revision": job.revision, "seen": job.status.value}
         params.update(event_name=event, message=message, now=now)
         with translated("writing the reaper's mark"), self.engines.transaction() as conn:
-            return conn.execute(NOTE, params).rowcount == 1
+            conn.execute(NOTE, params)
 
     @reconnecting
     def rescue_run(self, job: Job, stale: StaleRun) -> bool:
