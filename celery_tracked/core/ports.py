@@ -140,8 +140,9 @@ class ClaimStore(Reader, EndsDeadRuns, Protocol):
         self, claim: Claim, *, owner: str, claimed_at: datetime, now: datetime, message: str
     ) -> bool: ...
 
-    def republished(self, job_id: str, revision: int) -> bool:
-        """A postponed delivery of a waiting job handed its message to the broker again."""
+    def republished(self, job_id: str, revision: int, refresh_s: float) -> bool:
+        """A postponed delivery of a waiting job handed its message to the broker again
+        (recorded if the last record is older than ``refresh_s``)."""
 
 
 class OutcomeStore(Reader, Protocol):

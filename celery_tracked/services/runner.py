@@ -55,6 +55,10 @@ class Runner:
         self.hooks = hooks
         self.settings = settings
         self.recorder = Recorder(store, hooks, settings)
+        #: a waiting job's hand-over is recorded again once older than this: a quarter of
+        #: the reaper's patience, so a job whose deliveries keep coming never looks stalled
+        limit = min(settings.reaper_pending_seconds, settings.reaper_retrying_seconds)
+        self._refresh_s = limit / 4
 
     def run(self, run: Run, body: Callable[[Attempt], Any]) -> Verdict:
         """Claim ``run``'s job, call ``body(attempt)`` under the lease and record its
@@ -190,7 +194,7 @@ class Runner:
         the broker and the workers as before."""
         if not run.inline:
             try:
-                self.store.republished(run.job_id, run.headers.revision)
+                self.store.republished(run.job_id, run.headers.revision, self._refresh_s)
             except StoreError as exc:
                 logger.info("job %s: its postponement not recorded: %s", run.job_id, exc)
         return self._turned_away(run, postponed)

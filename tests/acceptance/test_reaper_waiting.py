@@ -99,7 +99,7 @@ def test_a_countdown_job_whose_holder_is_paused_is_not_rescued_on_one_pass(
     env: Env, start_worker: Callable[..., Worker], reaper: Tracker
 ) -> None:
     holder = start_worker("w1", environ=FAST_ENV)
-    countdown = 12.0
+    countdown = 25.0  # room for two workers to start on a loaded machine
     enqueued = time.time()
     job_id = env.task("acc.succeed").with_options(options={"countdown": countdown})(x=1).job_id
     wait_for(lambda: env.unacked() and not env.broker_messages(), what="w1 to hold the job")
@@ -111,6 +111,7 @@ def test_a_countdown_job_whose_holder_is_paused_is_not_rescued_on_one_pass(
         ),
         what="the job to look stalled",
     )
+    assert time.time() < enqueued + countdown - 8, "too slow to test before the ETA"
     os.kill(holder.proc.pid, signal.SIGSTOP)  # its main process: the ETA timer, the replies
     try:
         report = reaper.reap()  # its query_task finds no holder: the message is nowhere

@@ -171,23 +171,24 @@ def test_a_postponed_waiting_delivery_marks_its_message_handed_over_again(store:
     job_id, unsent = new_job(store), new_job(store)
     assert store.handed_over(job_id, ago(7200))
     assert _stalled(store) == [(job_id, 0)]
-    assert not store.republished(job_id, 1)  # a replaced message's delivery
-    assert not store.republished(unsent, 0)  # never handed over: the relay's
-    assert store.republished(job_id, 0)
+    assert not store.republished(job_id, 1, 60)  # a replaced message's delivery
+    assert not store.republished(unsent, 0, 60)  # never handed over: the relay's
+    assert store.republished(job_id, 0, 60)
+    assert not store.republished(job_id, 0, 60)  # recorded less than 60 s ago: not again
     assert _stalled(store) == []
     job = store.get(job_id)
     assert job is not None and job.published_at is not None and job.published_at > ago(60)
     assert event_names(store, job_id) == ["enqueued"]  # no history row
     run = claimed(store, job_id)
-    assert not store.republished(job_id, 0)  # processing: not waiting
+    assert not store.republished(job_id, 0, 0)  # processing: not waiting
     assert store.retrying(
         run,
         AttemptError(error_type="E", error_message="m", duration_ms=1, now=utcnow()),
         delay_ms=0,
     )
     cut = {"retrying_cutoff": later(60), "pending_cutoff": ago(3600)}
-    assert _stalled(store, **cut) == [(job_id, 0)]  # due, handed over two hours ago
-    assert store.republished(job_id, 0)
+    assert _stalled(store, **cut) == [(job_id, 0)]  # due, handed over a while ago
+    assert store.republished(job_id, 0, 0)
     assert _stalled(store, **{**cut, "retrying_cutoff": ago(60)}) == []
 
 

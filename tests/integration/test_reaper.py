@@ -440,7 +440,7 @@ def test_a_waiting_job_whose_delivery_was_postponed_is_not_stalled(make_app: App
     assert store.retrying(claim, error, delay_ms=0)
     start = store.clock()
     wait_for(lambda: (store.clock() - start).total_seconds() > 1.5, what="the thresholds")
-    assert store.republished(pending, 0) and store.republished(job.id, 0)
-    assert not store.republished(job.id, 1)  # a replaced message's delivery: not its sign
+    assert store.republished(pending, 0, 0.25) and store.republished(job.id, 0, 0.25)
+    assert not store.republished(job.id, 1, 0.25)  # a replaced message's delivery
     report, sent = reap(tracker, confirmed=False)  # both due (or handed over) 1.5 s ago
     assert report.as_dict() == ReapReport().as_dict() and sent.jobs == []
