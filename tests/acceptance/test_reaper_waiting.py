@@ -130,3 +130,33 @@ def test_a_countdown_job_whose_holder_is_paused_is_not_rescued_on_one_pass(
         f"ran {enqueued + countdown - started:.1f} s early"
     )
     assert [e.event for e in env.tracker.history(job_id)].count("rescued") == 0
+
+
+def test_a_job_waiting_its_slot_in_a_killed_worker_is_still_rescued(
+    env: Env, start_worker: Callable[..., Worker], reaper: Tracker
+) -> None:
+    """The fault the sign of life must not hide: the worker holding a rate-limited job in
+    its timer is killed (SIGKILL, whole group; Redis keeps the message unacked for an
+    hour). No delivery refreshes the row any more: two passes rescue it, and it runs once."""
+    doomed = start_worker("w1", environ=FAST_ENV)
+    limited = env.task("acc.limited_slow")
+    jobs = [limited.enqueue(n=i).job_id for i in range(4)]  # the last waits ~3 s for its slot
+    wait_for(lambda: len(env.unacked()) == 4, what="w1 to hold every message")
+    os.killpg(doomed.proc.pid, signal.SIGKILL)
+    doomed.proc.wait(timeout=10)
+    waiting = [j for j in jobs if env.status(j) == "pending"]
+    assert waiting, "every job ran before the kill"
+    rescued: set[str] = set()
+
+    def rescued_all() -> bool:
+        rescued.update(reaper.reap().rescued)
+        return rescued >= set(waiting)
+
+    wait_for(rescued_all, timeout=60, interval=0.5, what="the waiting jobs to be rescued")
+    start_worker("w2", environ=FAST_ENV)
+    for job_id in jobs:
+        env.wait_status(job_id, "completed", timeout=30)
+    assert {j: env.ran(j) for j in jobs} == dict.fromkeys(jobs, 1)
+    for job_id in waiting:
+        names = [e.event for e in env.tracker.history(job_id)]
+        assert names.count("rescued") == 1 and names.index("missing") < names.index("rescued")
