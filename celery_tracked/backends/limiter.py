@@ -35,6 +35,7 @@ closed).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -45,8 +46,10 @@ import redis
 from ..core.errors import GuardError
 from ..core.hooks import Delivery, Hooks, Wait
 from ..core.jobs import Claim
-from ..core.limits import LimiterState, grant_start, slot_header, take_slot
+from ..core.limits import LimiterState, grant_start, release_slot, slot_header, take_slot
 from .guard import translated
+
+logger = logging.getLogger("celery_tracked")
 
 #: How long a delivery waits when the limiter cannot be reached.
 UNAVAILABLE_WAIT_S = 1.0
@@ -168,6 +171,25 @@ end
 )
 
 
+#: limits.release_slot: ARGV = interval_ms, the slot -> 1
+_RELEASE = (
+    _NOW
+    + """
+local slot = tonumber(ARGV[2])
+if hold and hold == slot then
+  hold = nil
+  hold_until = nil
+end
+if owed and owed == slot then
+  owed = nil
+  owed_until = nil
+end
+"""
+    + _SAVE
+    + "return 1\n"
+)
+
+
 class Limiter(Protocol):
     def take(self, name: str, interval_ms: int, reserved_ms: int | None) -> tuple[int, int]:
         """``(wait_ms, slot_ms)`` before the claim: 0 when the delivery may claim now."""
@@ -175,6 +197,9 @@ class Limiter(Protocol):
     def grant(self, name: str, interval_ms: int, slot_ms: int | None) -> int:
         """After the claim, just before the body, for the delivery of slot ``slot_ms``: 0
         when the start is granted (recorded), else the milliseconds until one may be."""
+
+    def release(self, name: str, interval_ms: int, slot_ms: int) -> None:
+        """The delivery of slot ``slot_ms`` runs nothing: its turn and what it is owed go."""
 
 
 class RedisLimiter:
@@ -184,6 +209,7 @@ class RedisLimiter:
         self.prefix = prefix
         self._take = client.register_script(_TAKE)
         self._grant = client.register_script(_GRANT)
+        self._release = client.register_script(_RELEASE)
 
     def key(self, name: str) -> str:
         return f"{self.prefix}:limiter:{{{name}}}"
@@ -198,6 +224,10 @@ class RedisLimiter:
         slot = -1 if slot_ms is None else slot_ms
         with translated("rate limiter"):
             return int(self._grant(keys=[self.key(name)], args=[interval_ms, slot]))
+
+    def release(self, name: str, interval_ms: int, slot_ms: int) -> None:
+        with translated("rate limiter"):
+            self._release(keys=[self.key(name)], args=[interval_ms, slot_ms])
 
 
 class MemoryLimiter:
@@ -219,6 +249,11 @@ class MemoryLimiter:
             state = self._states.get(name, LimiterState())
             wait, self._states[name] = grant_start(state, _now_ms(), interval_ms, slot_ms)
         return wait
+
+    def release(self, name: str, interval_ms: int, slot_ms: int) -> None:
+        with self._lock:
+            if name in self._states:
+                self._states[name] = release_slot(self._states[name], slot_ms)
 
 
 def _now_ms() -> float:
@@ -272,6 +307,21 @@ class GlobalRateLimit(Hooks):
         if waited is None:
             return None
         return waited if slot is None else _with_slot(waited, name, slot)
+
+    def after_skip(self, delivery: Delivery) -> None:
+        """A delivery that took its turn runs nothing (a rescue replaced its message, its job
+        ended): its turn, and a start owed to its slot, go to the next at once."""
+        limits = delivery.limits
+        if limits is None or limits.rate_name is None:
+            return
+        mine = getattr(self._taken, "job", None) == delivery.job_id
+        slot: int | None = self._taken.slot if mine else limits.reserved_ms
+        if slot is None:
+            return
+        try:
+            self.limiter.release(limits.rate_name, limits.interval_ms, slot)
+        except GuardError as exc:  # its turn lapses by itself (one interval)
+            logger.warning("rate limiter %r: slot not given back: %s", limits.rate_name, exc)
 
     def _ask(
         self, ask: Callable[[], int], delivery: Delivery, why: str, short: bool

@@ -83,6 +83,17 @@ class MemoryMessages(MemoryCore):
     def note_handed_over(self, job_id: str, now: datetime, revision: int = 0) -> None:
         self.handed_over(job_id, now, revision)
 
+    def republished(self, job_id: str, revision: int, refresh_s: float) -> bool:
+        """``REPUBLISHED``: a waiting row handed over ``refresh_s`` ago, of the current
+        revision."""
+
+        def check(job: Job) -> bool:
+            sent = job.published_at
+            return sent is not None and sent < self.at(-refresh_s) and job.revision == revision
+
+        change = lambda _: {"published_at": self.time()}  # noqa: E731
+        return self.move(job_id, CLAIMABLE, check, change) is not None
+
     def cancel(
         self, job_id: str, *, now: datetime, reason: str, revision: int | None = None
     ) -> bool:

@@ -7,17 +7,18 @@ Each mirrors the SQL store's statement (``store/reads.py``, ``store/queries.py``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from ..core.finder import JobFilter, Position
-from ..core.jobs import Batch, Job, JobEvent, JobStatus, Removed, utcnow
+from ..core.jobs import Batch, Event, Job, JobEvent, JobStatus, Removed, utcnow
 from ..core.moves import StaleRun, StallCutoffs
 from ..core.retention import ENDED, Boundary, Sweep
 from .memory_core import MemoryCore
 
 _RESCUED = "rescued"
+_MISSING = Event.MISSING.value
 _ABANDONED = "abandoned"
 
 
@@ -144,10 +145,29 @@ class MemoryUpkeep(MemoryCore):
                 if j.status is JobStatus.RETRYING
                 and j.not_before is not None
                 and j.not_before < retrying_cutoff
+                and (j.published_at is None or j.published_at < retrying_cutoff)
             ]
             waiting = _oldest(_oldest(pending, limit) + _oldest(retrying, limit), limit)
             chosen = _oldest(runs, limit) + waiting
             return [(j, self._rescues(j.id)) for j in chosen]
+
+    def missing_since(self, job_ids: Sequence[str]) -> dict[str, datetime]:
+        """``reaping.SELECT_MISSING``: the jobs whose latest event is ``missing``."""
+        found: dict[str, datetime] = {}
+        for job_id in job_ids:
+            history = self.history(job_id)
+            if history and history[-1].event == _MISSING:
+                found[job_id] = history[-1].created_at
+        return found
+
+    def note(self, job: Job, event: str, message: str, now: datetime) -> None:
+        """``reaping.NOTE``: the reaper's event while the row is as judged."""
+
+        def check(row: Job) -> bool:
+            return row.revision == job.revision
+
+        same: dict[str, Any] = {}
+        self.move(job.id, (job.status,), check, lambda _: same, event, now=now, message=message)
 
     def _run_fence(self, seen: Job, stale: StaleRun) -> Callable[[Job], bool]:
         """``reaping._RUN_FENCE``: the row as judged, still stalled."""
@@ -233,7 +253,10 @@ class MemoryUpkeep(MemoryCore):
 
         def check(job: Job) -> bool:
             since = job.published_at if seen.status is JobStatus.PENDING else job.not_before
-            return job.revision == seen.revision and since is not None and since < cutoff
+            sent = job.published_at if seen.status is JobStatus.RETRYING else None
+            again = sent is not None and sent >= cutoff  # ``REPUBLISHED`` since
+            current = job.revision == seen.revision and not again
+            return current and since is not None and since < cutoff
 
         return check
 

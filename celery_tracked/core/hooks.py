@@ -144,6 +144,10 @@ class Hooks:
     def after_claim(self, delivery: Delivery, claim: Claim) -> None:
         """Called when ``delivery`` claimed its job, before ``before_body`` and the body."""
 
+    def after_skip(self, delivery: Delivery) -> None:
+        """Called when ``delivery`` runs nothing after ``before_claim`` let it go on (a newer
+        message replaced it, its job ended or is gone): give back what it reserved."""
+
     def before_body(self, delivery: Delivery, claim: Claim) -> float | Wait | None:
         """Called last, immediately before the body: a number of seconds (or a
         :class:`Wait`) gives the claim back (no attempt used) and postpones the delivery;
@@ -233,6 +237,9 @@ class HookChain(Hooks):
 
     def after_claim(self, delivery: Delivery, claim: Claim) -> None:
         self._each("after_claim", lambda hook: hook.after_claim(delivery, claim))
+
+    def after_skip(self, delivery: Delivery) -> None:
+        self._each("after_skip", lambda hook: hook.after_skip(delivery))
 
     def before_body(self, delivery: Delivery, claim: Claim) -> float | Wait | None:
         for hook in self.hooks:

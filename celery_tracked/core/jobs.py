@@ -42,7 +42,7 @@ class Event(str, enum.Enum):
     Transitions only: ``deduplicated``, ``debounced``, ``processing``, ``retrying``,
     ``cancel_requested``, ``skipped``, ``busy``, ``lease_lost``, ``error`` (their status is
     the delivery's fate for the last four). Stored only: ``started``, ``redelivered``,
-    ``relayed``, ``given_back``, ``retry_undone``, ``log``.
+    ``relayed``, ``given_back``, ``retry_undone``, ``log``, ``missing``, ``found``.
     """
 
     # an enqueue
@@ -69,6 +69,10 @@ class Event(str, enum.Enum):
     CANCEL_REQUESTED = "cancel_requested"
     CANCELLED = "cancelled"
     RESCUED = "rescued"
+    #: the reaper found the job's message nowhere (rescued only if a later pass confirms
+    #: it), and found it again
+    MISSING = "missing"
+    FOUND = "found"
     RETRIED = "retried"
     RETRY_UNDONE = "retry_undone"
 

@@ -221,6 +221,18 @@ def recovered(state: LimiterState, now_ms: float, interval_ms: int) -> LimiterSt
     return LimiterState(now_ms + interval_ms, now_ms) if state.empty else state
 
 
+def release_slot(state: LimiterState, slot_ms: float) -> LimiterState:
+    """The state once the delivery of ``slot_ms`` runs nothing after all (its message was
+    replaced by a rescue, its job ended or is gone): the turn it held while claiming, and
+    the next start owed to it, are given back at once instead of lapsing one interval or
+    two later."""
+    if state.hold_ms == slot_ms:
+        state = replace(state, hold_ms=None, hold_until_ms=None)
+    if state.owed_ms == slot_ms:
+        state = replace(state, owed_ms=None, owed_until_ms=None)
+    return state
+
+
 def take_slot(
     state: LimiterState, now_ms: float, interval_ms: int, reserved_ms: float | None
 ) -> tuple[int, int, LimiterState]:

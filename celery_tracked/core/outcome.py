@@ -73,6 +73,8 @@ class Postponed:
     countdown: float
     reason: str
     headers: Mapping[str, Any] | None = None
+    #: the job waits (``pending``/``retrying``), its message handed to the broker again
+    waiting: bool = False
 
 
 Verdict = Completed | Retrying | Failed | PassedOn | Skipped | Postponed

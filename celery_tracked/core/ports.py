@@ -31,7 +31,7 @@ Roles (who calls them): :class:`EnqueueStore` (``Enqueuer``), :class:`RunStore` 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -147,6 +147,10 @@ class ClaimStore(Reader, EndsDeadRuns, Protocol):
         self, claim: Claim, *, owner: str, claimed_at: datetime, now: datetime, message: str
     ) -> bool: ...
 
+    def republished(self, job_id: str, revision: int, refresh_s: float) -> bool:
+        """A postponed delivery of a waiting job handed its message to the broker again
+        (recorded if the last record is older than ``refresh_s``)."""
+
 
 class OutcomeStore(Reader, Protocol):
     """How a run ends, fenced by its claim."""
@@ -212,6 +216,12 @@ class ReapStore(Reader, Handing, Protocol):
     """The reaper: stalled rows, rescued or abandoned."""
 
     def stalled(self, cutoffs: StallCutoffs, limit: int) -> list[tuple[Job, int]]: ...
+
+    def missing_since(self, job_ids: Sequence[str]) -> dict[str, datetime]:
+        """Of ``job_ids``, those whose latest event is the reaper's ``missing``: when."""
+
+    def note(self, job: Job, event: str, message: str, now: datetime) -> None:
+        """The reaper's ``missing``/``found`` event, while the row is as judged."""
 
     def rescue_run(self, job: Job, stale: StaleRun) -> bool: ...
 

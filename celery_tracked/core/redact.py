@@ -180,11 +180,15 @@ _URL_CREDENTIALS = re.compile(
 
 def mask_url(text: str) -> str:
     """Replace the user-info part of every URL in ``text`` by ``***``."""
+    if "@" not in text:  # no user-info: skip the scan (up to 512 characters per "://")
+        return text
     return _URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
 
 
 def url_userinfo(text: str) -> list[str]:
     """The user-info part (``user:password``) of every URL in ``text``."""
+    if "@" not in text:
+        return []
     return [m.group("creds") for m in _URL_CREDENTIALS.finditer(text)]
 
 

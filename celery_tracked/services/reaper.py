@@ -1,34 +1,31 @@
-"""The stalled-job reaper: finds the jobs nothing will move any more and rescues them.
-
-What leaves a job stalled (see ``docs/operations.md``, "Stalled jobs: the reaper"):
-
-- a whole worker died (SIGKILL, OOM, a lost host): its running job stays ``processing``
-  under a lease nobody renews, and the jobs it had prefetched stay ``pending``; the Redis
-  and SQS transports give their messages back only after ``visibility_timeout`` (an hour by
-  default), never if the broker lost them meanwhile;
-- the broker lost messages (a Redis restarted without persistence): ``pending`` or
-  ``retrying`` jobs whose message is gone;
-- a run killed before its claim (its message acknowledged, the row untouched).
+"""The stalled-job reaper: finds the jobs nothing will move any more and rescues them
+(``docs/operations.md``, "Stalled jobs: the reaper"): a whole worker died (its run under a
+lease nobody renews, its prefetched messages given back only after ``visibility_timeout``),
+the broker lost messages, a run was killed before its claim.
 
 The judgement, in pure functions:
 
 1. :func:`stalled_why`: the row alone looks stalled. ``processing``: its lease lapsed
    (``lease.diagnose``, on the database's clock) ``tracked_reaper_processing_seconds``
    after it could be taken over; ``retrying``: due ``tracked_reaper_retrying_seconds``
-   ago; ``pending``: handed to the broker ``tracked_reaper_pending_seconds`` ago.
-2. :func:`presumed_lost`: for a waiting job (``pending``/``retrying``), and a run whose
-   arguments were stored redacted (:func:`asks_broker`), the broker is asked too: a
-   message a live worker holds (reserved, scheduled for a countdown/eta, running) is not
-   lost; and of the others in one queue only as many as the queue's ready messages
-   cannot account for are presumed lost (the oldest). A backlog is never reshuffled; if
-   the broker cannot answer, none of these jobs is touched.
-3. :func:`decide`: **rescue** (a new message revision, published, a ``rescued`` event; a
+   ago; ``pending``: handed to the broker ``tracked_reaper_pending_seconds`` ago. A
+   delivery postponed behind a rate limit or a full concurrency key hands its message to
+   the broker again and says so (``published_at``): a job waiting its turn never looks
+   stalled while its deliveries come and go.
+2. :func:`presumed_lost`: for a waiting job, and a run whose arguments were stored redacted
+   (:func:`asks_broker`), the broker is asked too: a message a live worker holds is not
+   lost, and of the others in one queue only as many as the queue's ready messages cannot
+   account for are presumed lost (the oldest). If the broker cannot answer, none is.
+3. A message presumed lost is taken as lost only when an earlier pass, at least
+   ``confirm_s`` before, found it lost too and nothing happened to the job since (its
+   latest event is that pass's ``missing``): a holder that missed one question (paused,
+   busy) keeps its job. A pass that finds it again writes ``found``.
+4. :func:`decide`: **rescue** (a new message revision, published, a ``rescued`` event; a
    late delivery of the old message runs nothing) while attempts remain and the job was
    rescued fewer than ``tracked_reaper_max_rescues`` times, else **abandon** (``failed``,
    ``error_type = "abandoned"``).
 
-Each move is one conditional ``UPDATE`` fenced to the row as judged (``store/reaping.py``):
-reapers may run in many workers at once, a row moves once, a live lease is never touched.
+Each move is one conditional ``UPDATE`` fenced to the row as judged (``store/reaping.py``).
 Knows nothing of Celery: the publish and the broker's answers come in (``broker.py``).
 """
 
@@ -38,7 +35,7 @@ import enum
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Protocol
 
 from ..core.hooks import Hooks, Transition
@@ -47,8 +44,9 @@ from ..core.moves import StaleRun, StallCutoffs
 from ..core.ports import ReapStore
 from ..core.redact import mask_url
 from ..core.settings import Settings
-from .lease import GRACE_SHARE, diagnose
+from .lease import diagnose
 from .sealing import broken_seal, sealer_for, unsendable
+from .stall import Thresholds
 
 logger = logging.getLogger("celery_tracked")
 
@@ -56,6 +54,8 @@ logger = logging.getLogger("celery_tracked")
 #: waiting jobs; the next pass takes the rest.
 BATCH = 1000
 ABANDONED = "abandoned"
+#: The reaper's events of a message found nowhere (a first sighting), and found again.
+MISSING, FOUND = Event.MISSING.value, Event.FOUND.value
 _WAITING = (JobStatus.PENDING, JobStatus.RETRYING)
 
 
@@ -68,38 +68,6 @@ class BrokerView(Protocol):
     def held(self, message_ids: Sequence[str]) -> Collection[str] | None:
         """Which of ``message_ids`` a live worker holds: received, scheduled for a
         countdown/eta, or running (None: unknown)."""
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """When a row looks stalled, from the settings (seconds)."""
-
-    #: a lapsed lease may be taken over this long after its expiry (¼ lease)
-    lease_grace_s: float
-    #: then the reaper waits this long more (``reaper_processing_seconds``)
-    processing_s: float
-    pending_s: float
-    retrying_s: float
-    max_rescues: int
-
-    def cutoff(self, status: JobStatus, now: datetime) -> datetime:
-        """A job of ``status`` is stalled once its last sign of life is older than this."""
-        seconds = {
-            JobStatus.PROCESSING: self.lease_grace_s + self.processing_s,
-            JobStatus.PENDING: self.pending_s,
-            JobStatus.RETRYING: self.retrying_s,
-        }[status]
-        return now - timedelta(seconds=seconds)
-
-    @classmethod
-    def of(cls, settings: Settings) -> Thresholds:
-        return cls(
-            lease_grace_s=settings.lease_seconds * GRACE_SHARE,
-            processing_s=settings.reaper_processing_seconds,
-            pending_s=settings.reaper_pending_seconds,
-            retrying_s=settings.reaper_retrying_seconds,
-            max_rescues=settings.reaper_max_rescues,
-        )
 
 
 class Action(str, enum.Enum):
@@ -168,9 +136,11 @@ def stalled_why(job: Job, *, db_now: datetime, now: datetime, limits: Thresholds
             return None  # never handed over: the relay's
         return f"its message was handed to the broker {_ago(now, sent)} and never started"
     if job.status is JobStatus.RETRYING:
-        due = job.not_before
-        if due is None or due >= limits.cutoff(job.status, now):
+        due, cutoff = job.not_before, limits.cutoff(job.status, now)
+        if due is None or due >= cutoff:
             return None
+        if job.published_at is not None and job.published_at >= cutoff:
+            return None  # a postponed delivery handed its message over again since
         return f"its retry was due {_ago(now, due)} and never started"
     return None
 
@@ -270,7 +240,7 @@ class Reaper:
             if why is not None:
                 stalled.append((job, rescues, why))
         asked = [job for job, _, _ in stalled if asks_broker(job)]
-        lost = {job.id for job in self._lost(asked, broker)}
+        lost = self._confirmed(asked, self._lost(asked, broker), now)
         for job, rescues, why in stalled:
             if asks_broker(job) and job.id not in lost:
                 report.left.append(job.id)
@@ -286,10 +256,39 @@ class Reaper:
             )
         return report
 
-    def _lost(self, waiting: Sequence[Job], broker: BrokerView) -> list[Job]:
-        """The jobs (``asks_broker``) whose message is presumed lost. The ready counts are read
-        before the held messages: a message moving from a queue to a worker in between is
-        counted twice (never missed)."""
+    def _confirmed(self, asked: Sequence[Job], lost: list[Job] | None, now: datetime) -> set[str]:
+        """Of the jobs presumed ``lost`` on this pass, those an earlier pass found lost too,
+        at least ``confirm_s`` ago, with nothing happening to the job since (its latest
+        event is that pass's ``missing``). Writes ``missing`` for the others (the first
+        sighting), and ``found`` for a job marked missing whose message is accounted for
+        now. ``lost`` None: the broker could not answer (nothing is written)."""
+        if lost is None or not asked:
+            return set()
+        since = self.store.missing_since([job.id for job in asked])
+        confirmed: set[str] = set()
+        lost_ids = {job.id for job in lost}
+        for job in asked:
+            seen = since.get(job.id)
+            if job.id not in lost_ids:
+                if seen is not None:
+                    self.store.note(job, FOUND, f"job {job.id}: its message was found", now)
+                continue
+            if seen is None:
+                note = (
+                    f"job {job.id}: its message is held by no live worker that answered "
+                    "and not in its queue; rescued if the next pass finds it so"
+                )
+                self.store.note(job, MISSING, note, now)
+            elif (now - seen).total_seconds() >= self.limits.confirm_s:
+                confirmed.add(job.id)
+        return confirmed
+
+    def _lost(self, waiting: Sequence[Job], broker: BrokerView) -> list[Job] | None:
+        """The jobs (``asks_broker``) whose message is presumed lost; None if the broker
+        could not say. The ready counts are read before the held messages: a message moving
+        from a queue to a worker in between is counted twice (a message re-published by a
+        postponed delivery meanwhile is not missed either: the row says so, and the move
+        is fenced by it)."""
         if not waiting:
             return []
         queues = sorted({job.queue_name for job in waiting})
@@ -297,6 +296,7 @@ class Reaper:
         held = broker.held([message_id(job) for job in waiting])
         if held is None or None in ready.values():
             logger.warning("reaper: the broker could not say which messages it holds")
+            return None
         lost: list[Job] = []
         for queue in queues:
             mine = [job for job in waiting if job.queue_name == queue]

@@ -17,6 +17,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -35,6 +36,8 @@ from ..core.settings import Settings
 from .lease import LeaseKeeper, diagnose, owner_id, waiting_hold
 from .recorder import Recorder, after_write
 
+logger = logging.getLogger("celery_tracked")
+
 #: Longest wait before re-reading an unreachable database at claim time.
 _CLAIM_RETRY_CAP_MS = 30_000
 
@@ -52,6 +55,10 @@ class Runner:
         self.hooks = hooks
         self.settings = settings
         self.recorder = Recorder(store, hooks, settings)
+        #: a waiting job's hand-over is recorded again once older than this: a quarter of
+        #: the reaper's patience, so a job whose deliveries keep coming never looks stalled
+        limit = min(settings.reaper_pending_seconds, settings.reaper_retrying_seconds)
+        self._refresh_s = limit / 4
 
     def run(self, run: Run, body: Callable[[Attempt], Any]) -> Verdict:
         """Claim ``run``'s job, call ``body(attempt)`` under the lease and record its
@@ -64,11 +71,12 @@ class Runner:
         )
         full = self._key_full(run, hint=True)
         if full is not None:  # before the rate limiter: a job that cannot run spends no slot
-            return self._turned_away(run, full)
+            return self._still_waiting(run, full)
         delay = self.hooks.before_claim(delivery)
         if delay is not None:
             asked = delay if isinstance(delay, Wait) else Wait(delay)
-            return self._turned_away(run, Postponed(asked.seconds, asked.reason, asked.headers))
+            waiting = Postponed(asked.seconds, asked.reason, asked.headers)
+            return self._still_waiting(run, waiting)
         sent, claimed_at = time.monotonic(), utcnow()
         try:
             claim = self._claim(run, claimed_at)
@@ -85,6 +93,10 @@ class Runner:
                 level=logging.WARNING,
             )
             return Postponed(wait, "database unavailable")
+        if isinstance(claim, Postponed) and claim.waiting:
+            return self._still_waiting(run, claim)
+        if isinstance(claim, Skipped):
+            self.hooks.after_skip(delivery)  # e.g. the rate limiter's turn, given back
         if not isinstance(claim, Claim):
             return self._turned_away(run, claim)
         self.recorder.tell(
@@ -120,8 +132,9 @@ class Runner:
         if job.status is not JobStatus.PROCESSING:
             hold = waiting_hold(job, store.clock(), keyed=keyed is not None)
             if hold is not None:
-                return Postponed(hold.countdown_s, hold.why)
-            return self._key_full(run) or Postponed(0.2, "claimed concurrently")
+                return Postponed(hold.countdown_s, hold.why, waiting=True)
+            full = self._key_full(run)
+            return replace(full, waiting=True) if full else Postponed(0.2, "claimed concurrently")
         return self._take_over(run, job, who)
 
     def _take_over(self, run: Run, job: Job, who: Lease) -> Claim | Skipped | Postponed:
@@ -174,6 +187,18 @@ class Runner:
             f"concurrency key {keyed[0]!r} has no free slot (limit {keyed[1]})",
         )
 
+    def _still_waiting(self, run: Run, postponed: Postponed) -> Verdict:
+        """A delivery of a waiting job postponed: its message goes back to the broker, and
+        the row says so (``published_at`` now, on the database's clock), so the reaper
+        never takes a job waiting its turn for a lost one. Not written, the reaper asks
+        the broker and the workers as before."""
+        if not run.inline:
+            try:
+                self.store.republished(run.job_id, run.headers.revision, self._refresh_s)
+            except StoreError as exc:
+                logger.info("job %s: its postponement not recorded: %s", run.job_id, exc)
+        return self._turned_away(run, postponed)
+
     def _turned_away(self, run: Run, verdict: Skipped | Postponed) -> Verdict:
         if isinstance(verdict, Skipped):
             self.recorder.tell(
@@ -206,9 +231,12 @@ class Runner:
             )
             note = "claim given back" if given else "the claim was no longer held"
         except StoreError as exc:  # its lease lapses, and a later delivery takes it over
-            note = f"claim not given back: {exc}"
+            given, note = False, f"claim not given back: {exc}"
         postponed = Postponed(asked.seconds, f"{asked.reason} ({note})", asked.headers)
-        self._turned_away(run, postponed)
+        if given:
+            self._still_waiting(run, postponed)
+        else:
+            self._turned_away(run, postponed)
         return postponed
 
     def _execute(self, run: Run, claim: Claim, body: Callable[[Attempt], Any]) -> Verdict:

@@ -106,9 +106,11 @@ jobs = Table(
     Column("started_at", UTCDateTime, nullable=True),
     Column("finished_at", UTCDateTime, nullable=True),
     Column("updated_at", UTCDateTime, nullable=False),
-    # when the job's message was handed to the broker (NULL: not yet, or its producer died
-    # first; the relay publishes such a pending row after a grace period). While the relay
-    # publishes a pending row, ``locked_by``/``locked_until`` hold the relay's claim.
+    # when the job's message was last handed to the broker (NULL: not yet, or its producer
+    # died first; the relay publishes such a pending row after a grace period): by its
+    # producer, the relay, the reaper, or a delivery postponed behind a limit that
+    # re-publishes it (then on the database's clock; the reaper's sign of life). While the
+    # relay publishes a pending row, ``locked_by``/``locked_until`` hold the relay's claim.
     Column("published_at", UTCDateTime, nullable=True),
     # the jobs that held one idempotency key in turn: 0, 1, 2... (always 0 with the default
     # key lifetime); two producers can never create the same round

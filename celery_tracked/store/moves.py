@@ -135,6 +135,13 @@ class Moves:
         params = {"job_id": job_id, "now": now, "at_revision": revision}
         return self.apply(sql.HANDED_OVER, params) is not None
 
+    def republished(self, job_id: str, revision: int, refresh_s: float) -> bool:
+        """A postponed delivery of the waiting job's message of ``revision`` handed it to
+        the broker again: ``published_at`` is now (the database's clock), if it was
+        older than ``refresh_s``."""
+        params = {"job_id": job_id, "at_revision": revision, "refresh_s": refresh_s}
+        return self.apply(sql.REPUBLISHED, params) is not None
+
     def note_handed_over(self, job_id: str, now: datetime, revision: int = 0) -> None:
         """``handed_over`` without waiting for the answer where the store can: on
         PostgreSQL's fast path the statement is sent and its answer read before this

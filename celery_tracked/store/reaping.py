@@ -12,17 +12,31 @@ two reapers at once move a row once, and a live lease is never touched.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Boolean, ColumnElement, Integer, Select, and_, bindparam, func, or_, select
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    Integer,
+    Select,
+    String,
+    and_,
+    bindparam,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+)
 
-from ..core.jobs import Job, JobStatus
+from ..core.jobs import Event, Job, JobStatus
 from ..core.moves import StaleRun, StallCutoffs
 from .clock import db_time
 from .engines import Applying
 from .models import UTCDateTime, events, jobs
-from .statements import CURRENT, GRACE_S, LAPSED, MESSAGE, NOW, UNCANCELLED, Move
+from .statements import CURRENT, GRACE_S, JOB_ID, LAPSED, MESSAGE, NOW, UNCANCELLED, Move
 from .translate import reconnecting, translated
 
 #: The event of a rescue; ``Tracker.retry``'s event starts a new count of them.
@@ -48,7 +62,13 @@ _RUN_STALLED = and_(
 )
 _RUN_FENCE = (*LAPSED, *CURRENT, _RUN_STALLED)
 _PENDING_FENCE = (*CURRENT, jobs.c.published_at < CUTOFF)
-_RETRYING_FENCE = (*CURRENT, jobs.c.not_before < CUTOFF)
+#: A retrying job due before the cutoff whose message was not handed to the broker again
+#: since (a postponed delivery, ``REPUBLISHED``).
+_RETRYING_FENCE = (
+    *CURRENT,
+    jobs.c.not_before < CUTOFF,
+    or_(jobs.c.published_at.is_(None), jobs.c.published_at < CUTOFF),
+)
 
 #: A new message revision: a delivery of an older one runs nothing (``CLAIM`` is fenced).
 _NEW_MESSAGE: dict[str, Any] = {
@@ -175,7 +195,9 @@ _STALLED_PENDING = and_(
     jobs.c.status == JobStatus.PENDING.value, jobs.c.published_at < PENDING_CUTOFF
 )
 _STALLED_RETRYING = and_(
-    jobs.c.status == JobStatus.RETRYING.value, jobs.c.not_before < RETRYING_CUTOFF
+    jobs.c.status == JobStatus.RETRYING.value,
+    jobs.c.not_before < RETRYING_CUTOFF,
+    or_(jobs.c.published_at.is_(None), jobs.c.published_at < RETRYING_CUTOFF),
 )
 
 
@@ -187,6 +209,32 @@ def _oldest(where: ColumnElement[bool]) -> Select[Any]:
         .limit(LIMIT)
     )
 
+
+#: The reaper's two passes over a job whose message it did not find (``reaper.py``): the
+#: first writes ``missing``; a later one settles the job only while that is still the job's
+#: latest event (no claim, rescue, retry... since), old enough; a pass that finds the
+#: message again writes ``found``. Each copied from the row as judged (its revision and
+#: status), with the reaper's time (the database's clock).
+MISSING = Event.MISSING.value
+_later = events.alias("later_events")
+SELECT_MISSING = select(events.c.job_id, events.c.created_at).where(
+    events.c.job_id.in_(bindparam("job_ids", expanding=True)),
+    events.c.event == MISSING,
+    ~exists().where(_later.c.job_id == events.c.job_id, _later.c.id > events.c.id),
+)
+NOTE = insert(events).from_select(
+    ["job_id", "event", "status", "attempt", "message", "created_at"],
+    select(
+        jobs.c.id,
+        bindparam("event_name", type_=String),
+        jobs.c.status,
+        jobs.c.attempts_made,
+        MESSAGE,
+        NOW,
+    ).where(jobs.c.id == JOB_ID, jobs.c.status == bindparam("seen", type_=String), *CURRENT),
+)
+#: ids per read of the marks (well under SQLite's 999 parameters)
+_MARKS_PER_READ = 500
 
 SELECT_STALLED_RUNS = _oldest(_STALLED_RUNS)
 SELECT_STALLED_PENDING = _oldest(_STALLED_PENDING)
@@ -215,6 +263,26 @@ class Reaping(Applying):
         waiting.sort(key=lambda row: (row["created_at"], row["id"]))  # the oldest ``limit``
         rows = [*runs, *waiting[:limit]]
         return [(Job.from_row(row), int(row["rescues"])) for row in rows]
+
+    @reconnecting
+    def missing_since(self, job_ids: Sequence[str]) -> dict[str, datetime]:
+        """Of ``job_ids``, those whose latest event is ``missing``, with its time."""
+        found: dict[str, datetime] = {}
+        with translated("reading the reaper's marks"), self.engines.transaction() as conn:
+            for at in range(0, len(job_ids), _MARKS_PER_READ):
+                ids = list(job_ids[at : at + _MARKS_PER_READ])
+                rows = conn.execute(SELECT_MISSING, {"job_ids": ids}).all()
+                found.update((job_id, at) for job_id, at in rows)
+        return found
+
+    def note(self, job: Job, event: str, message: str, now: datetime) -> None:
+        """Append the reaper's ``event`` (``missing``/``found``) to ``job``'s history while
+        its row is as judged (status, revision; else nothing); not re-sent on a dead
+        connection."""
+        params = {"job_id": job.id, "at_revision": job.revision, "seen": job.status.value}
+        params.update(event_name=event, message=message, now=now)
+        with translated("writing the reaper's mark"), self.engines.transaction() as conn:
+            conn.execute(NOTE, params)
 
     @reconnecting
     def rescue_run(self, job: Job, stale: StaleRun) -> bool:

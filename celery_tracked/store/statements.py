@@ -270,6 +270,20 @@ HANDED_OVER = Move(
     fence=(jobs.c.published_at.is_(None), *CURRENT),
     durable=False,  # lost, it only lets the relay send a harmless duplicate
 )
+#: A delivery of a waiting job was postponed (a rate limit, a full concurrency key): its
+#: message is handed to the broker again, so ``published_at`` moves to now on the
+#: database's clock, once it is older than ``refresh_s`` (a row written at most that
+#: often; a fresh one is not even locked). The reaper takes it as the message's sign of
+#: life (``reaper.py``).
+REFRESH_S = param("refresh_s", Float)
+REPUBLISHED = Move(
+    "republished",
+    CLAIMABLE,
+    None,
+    {"published_at": db_time()},
+    fence=(jobs.c.published_at < db_time(-REFRESH_S), *CURRENT),
+    durable=False,  # lost, the reaper asks the broker and the workers, as before
+)
 #: A relay takes an unpublished row for ``lease_s`` seconds; many relays may run at once.
 RELAY_CLAIM = Move(
     "relay_claim",

@@ -32,6 +32,8 @@ SHORT = {
     "tracked_reaper_processing_seconds": 0.5,
     "tracked_reaper_pending_seconds": 1.0,
     "tracked_reaper_retrying_seconds": 1.0,
+    # a message found nowhere is rescued once a pass 1 s later confirms it
+    "tracked_reaper_interval_seconds": 2,
 }
 SHORT_ENV = {
     f"CELERY_TRACKED_{k.removeprefix('tracked_').upper()}": str(v) for k, v in SHORT.items()
@@ -98,6 +100,10 @@ def restore_unacked(env: Env) -> int:
         for tag in tags:
             qos.restore_by_tag(tag)
     return len(tags)
+
+
+def events_of(env: Env, job_id: str) -> list[str]:
+    return [e.event for e in env.tracker.history(job_id)]
 
 
 def rescues(env: Env, job_id: str) -> int:
@@ -298,6 +304,10 @@ def test_a_broker_restarted_without_persistence_loses_nothing_for_good(
         assert (again.job_id, again.created, again.status) == (job_id, False, JobStatus.PENDING)
 
     producer.app.send_task(REAP_TASK, queue=QUEUE)  # the reaper task, run by the worker
+    for job_id in jobs.values():  # a first pass finds them nowhere...
+        wait_for(lambda job_id=job_id: events_of(env, job_id)[-1:] == ["missing"], what="missing")
+    let_pass(env, 1.1)
+    producer.app.send_task(REAP_TASK, queue=QUEUE)  # ...the next one confirms it
     for job_id in jobs.values():
         env.wait_status(job_id, "completed", timeout=30)
     assert {job_id: env.ran(job_id) for job_id in jobs.values()} == dict.fromkeys(jobs.values(), 1)
@@ -346,14 +356,24 @@ def test_two_reapers_at_once_rescue_each_job_exactly_once(
         barrier.wait()
         reports.append(tracker.reap())
 
-    threads = [threading.Thread(target=run, args=(t,)) for t in (first, second)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert len(reports) == 2
-    mine, theirs = (set(r.rescued) for r in reports)
-    assert not mine & theirs, "a job was rescued by both reapers"
+    def both() -> tuple[set[str], set[str]]:
+        reports.clear()
+        threads = [threading.Thread(target=run, args=(t,)) for t in (first, second)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert len(reports) == 2
+        mine, theirs = (set(r.rescued) for r in reports)
+        assert not mine & theirs, "a job was rescued by both reapers"
+        return mine, theirs
+
+    mine, theirs = both()  # the runs; the waiting jobs' messages found nowhere: missing
+    assert not (mine | theirs) & set([*lost, retry])
+    let_pass(env, 1.1)
+    again = both()  # the next pass confirms it
+    assert not (mine | theirs) & (again[0] | again[1])
+    mine, theirs = mine | again[0], theirs | again[1]
     assert mine | theirs == set(stalled)
     assert all(rescues(env, job_id) == 1 for job_id in stalled)
 

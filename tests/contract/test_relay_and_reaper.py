@@ -164,3 +164,49 @@ def test_waiting_jobs_long_past_their_hand_over_are_rescued_or_abandoned(store: 
     job = store.get(retrying)
     assert job is not None and (job.status, job.error_type) == (JobStatus.FAILED, "abandoned")
     assert job.not_before is None and event_names(store, retrying)[-1] == "failed"
+
+
+def test_a_postponed_waiting_delivery_marks_its_message_handed_over_again(store: Store) -> None:
+    """``republished`` (issue 22, item 0): a waiting row of the current revision only."""
+    job_id, unsent = new_job(store), new_job(store)
+    assert store.handed_over(job_id, ago(7200))
+    assert _stalled(store) == [(job_id, 0)]
+    assert not store.republished(job_id, 1, 60)  # a replaced message's delivery
+    assert not store.republished(unsent, 0, 60)  # never handed over: the relay's
+    assert store.republished(job_id, 0, 60)
+    assert not store.republished(job_id, 0, 60)  # recorded less than 60 s ago: not again
+    assert _stalled(store) == []
+    job = store.get(job_id)
+    assert job is not None and job.published_at is not None and job.published_at > ago(60)
+    assert event_names(store, job_id) == ["enqueued"]  # no history row
+    run = claimed(store, job_id)
+    assert not store.republished(job_id, 0, 0)  # processing: not waiting
+    assert store.retrying(
+        run,
+        AttemptError(error_type="E", error_message="m", duration_ms=1, now=utcnow()),
+        delay_ms=0,
+    )
+    cut = {"retrying_cutoff": later(60), "pending_cutoff": ago(3600)}
+    assert _stalled(store, **cut) == [(job_id, 0)]  # due, handed over a while ago
+    assert store.republished(job_id, 0, 0)
+    assert _stalled(store, **{**cut, "retrying_cutoff": ago(60)}) == []
+
+
+def test_the_reapers_marks_of_a_message_found_nowhere(store: Store) -> None:
+    """``note`` and ``missing_since`` (issue 22, item 8)."""
+    job_id, other = new_job(store), new_job(store)
+    job = store.get(job_id)
+    assert job is not None
+    assert store.missing_since([job_id, other]) == {}
+    at = ago(30)
+    store.note(job, "missing", "not found", at)
+    since = store.missing_since([job_id, other])
+    assert list(since) == [job_id] and abs((since[job_id] - at).total_seconds()) < 1
+    store.note(job, "found", "found", utcnow())
+    assert store.missing_since([job_id]) == {}  # found since: the next miss starts over
+    store.note(job, "missing", "not found", utcnow())
+    assert list(store.missing_since([job_id])) == [job_id]
+    claimed(store, job_id)  # anything happening to the job ends the streak
+    assert store.missing_since([job_id]) == {}
+    store.note(job, "missing", "stale", utcnow())  # not as judged (pending): no row
+    assert event_names(store, job_id) == ["enqueued", "missing", "found", "missing", "started"]

@@ -180,3 +180,26 @@ def test_the_lua_limiter_grants_starts_after_the_claim_on_redis_time(redis_url: 
     client.delete(key)  # lost: the next delivery waits one interval again
     assert limiter.grant("ai", 300, None) == 300
     client.close()
+
+
+def test_the_lua_limiter_gives_back_the_turn_of_a_delivery_that_runs_nothing(
+    redis_url: str,
+) -> None:
+    """A delivery whose message a rescue replaced is skipped at its claim: its turn and a
+    start owed to its slot go at once (issue 22, item 0)."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    limiter = RedisLimiter(client, "ct")
+    key = limiter.key("ai")
+    wait, first = limiter.take("ai", 300, None)  # empty state: one interval to wait
+    time.sleep(wait / 1000)
+    assert limiter.take("ai", 300, first)[0] == 0 and client.hget(key, "hold") is not None
+    assert limiter.take("ai", 300, 5)[0] > 200  # a stale delivery waits for that turn
+    limiter.release("ai", 300, first)  # the claim found its message replaced
+    assert client.hget(key, "hold") is None
+    assert limiter.take("ai", 300, 5)[0] == 0  # the stale one goes at once
+    assert limiter.grant("ai", 300, 5) == 0
+    assert limiter.grant("ai", 300, first) > 200  # a late copy of ``first``: refused, owed
+    assert client.hget(key, "owed") is not None
+    limiter.release("ai", 300, first)  # and it runs nothing either: the debt is dropped
+    assert client.hget(key, "owed") is None
+    limiter.release("ai", 300, 12345)  # a slot that holds nothing: nothing changes

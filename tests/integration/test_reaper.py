@@ -20,6 +20,7 @@ from celery_tracked.core.jobs import Claim, Job, utcnow
 from celery_tracked.core.moves import AttemptError, Completion, Lease
 from celery_tracked.core.redact import REDACTED
 from celery_tracked.services.reaper import Reaper, ReapReport
+from celery_tracked.services.stall import confirm_seconds
 from celery_tracked.store import JobStore
 from tests.conftest import wait_for
 
@@ -71,10 +72,23 @@ def tracker(make_app: AppFactory) -> Tracker:
     return Tracker.for_app(app)
 
 
-def reap(tracker: Tracker, broker: Broker | None = None, **kw: Any) -> tuple[ReapReport, Sent]:
+def reap(
+    tracker: Tracker, broker: Broker | None = None, confirmed: bool = True, **kw: Any
+) -> tuple[ReapReport, Sent]:
+    """A pass of the reaper; ``confirmed``: and the confirming pass after it (a message
+    found nowhere is taken as lost only by a second pass, ``confirm_s`` later)."""
     sent = Sent(fail=kw.pop("fail", False))
     reaper = Reaper(tracker.store, tracker.hooks, tracker.settings)
-    return reaper.run(sent, broker or Broker(), **kw), sent
+    report = reaper.run(sent, broker or Broker(), **kw)
+    if not confirmed:
+        return report, sent
+    now = kw.pop("now", None) or tracker.store.clock()
+    later = now + timedelta(seconds=reaper.limits.confirm_s)
+    second = reaper.run(sent, broker or Broker(), now=later, **kw)
+    for name in ("rescued", "abandoned", "unpublished", "cancelled"):
+        getattr(report, name).extend(getattr(second, name))
+    report.left = second.left
+    return report, sent
 
 
 def handed_over(store: JobStore, **values: Any) -> str:
@@ -187,7 +201,7 @@ def test_a_pending_job_whose_message_is_lost_is_sent_again(tracker: Tracker) -> 
     assert after.status is JobStatus.PENDING and after.revision == 1
     assert after.published_at is not None  # the new message is handed over
     assert [j.revision for j in sent.jobs] == [1]
-    assert events(tracker, job_id) == ["enqueued", "rescued"]
+    assert events(tracker, job_id) == ["enqueued", "missing", "rescued"]
 
 
 def test_a_message_a_live_worker_holds_or_a_backlog_may_hold_is_left(tracker: Tracker) -> None:
@@ -376,3 +390,57 @@ def test_a_run_with_redacted_arguments_is_left_while_its_message_may_be_queued(
     report, _ = reap(tracker, Broker(ready_count=0), now=utcnow() + LATER)
     assert report.abandoned == [job.id]
     assert get(tracker, job.id).error_type == "abandoned"
+
+
+# -- a message found nowhere: rescued only when a second pass confirms it (issue 22, item 8)
+
+
+def test_a_message_found_nowhere_is_rescued_only_when_a_later_pass_confirms_it(
+    tracker: Tracker,
+) -> None:
+    job_id = handed_over(tracker.store)
+    confirm = timedelta(seconds=confirm_seconds(tracker.settings.reaper_interval_seconds))
+    when = utcnow() + LATER
+    report, sent = reap(tracker, now=when, confirmed=False)  # e.g. its holder did not answer
+    assert report.rescued == [] and report.left == [job_id] and sent.jobs == []
+    assert events(tracker, job_id) == ["enqueued", "missing"]
+    report, _ = reap(tracker, now=when + confirm / 2, confirmed=False)  # too soon to confirm
+    assert report.rescued == [] and events(tracker, job_id) == ["enqueued", "missing"]
+    # found again (its holder answers): the next sighting starts over
+    report, _ = reap(tracker, Broker(held_ids={job_id}), now=when + confirm, confirmed=False)
+    assert report.rescued == [] and events(tracker, job_id)[-1] == "found"
+    report, _ = reap(tracker, now=when + 2 * confirm, confirmed=False)
+    assert report.rescued == [] and events(tracker, job_id)[-2:] == ["found", "missing"]
+    report, sent = reap(tracker, now=when + 3 * confirm, confirmed=False)
+    assert report.rescued == [job_id] and [j.revision for j in sent.jobs] == [1]
+    assert events(tracker, job_id)[-1] == "rescued"
+
+
+def test_a_broker_that_cannot_answer_marks_nothing(tracker: Tracker) -> None:
+    job_id = handed_over(tracker.store)
+    report, _ = reap(tracker, Broker(held_ids=None), now=utcnow() + LATER)
+    assert report.rescued == [] and report.left == [job_id]
+    assert events(tracker, job_id) == ["enqueued"]
+
+
+def test_a_waiting_job_whose_delivery_was_postponed_is_not_stalled(make_app: AppFactory) -> None:
+    """A delivery postponed behind a rate limit or a full key hands its message to the
+    broker again and says so (``republished``): the job is alive (issue 22, item 0)."""
+    app = make_app(
+        tracked_reaper_pending_seconds=1,
+        tracked_reaper_retrying_seconds=1,
+        tracked_lease_seconds=30,
+    )
+    tracker = Tracker.for_app(app)
+    store = tracker.store
+    pending = handed_over(store)
+    job = running(store, lease_s=30.0)
+    claim = Claim(job.id, 1, job.max_attempts)
+    error = AttemptError(error_type="E", error_message="m", duration_ms=None, now=utcnow())
+    assert store.retrying(claim, error, delay_ms=0)
+    start = store.clock()
+    wait_for(lambda: (store.clock() - start).total_seconds() > 1.5, what="the thresholds")
+    assert store.republished(pending, 0, 0.25) and store.republished(job.id, 0, 0.25)
+    assert not store.republished(job.id, 1, 0.25)  # a replaced message's delivery
+    report, sent = reap(tracker, confirmed=False)  # both due (or handed over) 1.5 s ago
+    assert report.as_dict() == ReapReport().as_dict() and sent.jobs == []

@@ -576,6 +576,19 @@ def test_a_hook_postpones_before_the_claim(world: World) -> None:
     assert world.recorder.events == ["busy"]
 
 
+def test_a_waiting_job_postponed_says_its_message_was_handed_over_again(world: World) -> None:
+    """The reaper's sign that a message waiting its turn is alive (issue 22, item 0)."""
+    long_ago = utcnow() - timedelta(hours=1)
+    world.store.add(published_at=long_ago)
+    world.recorder.postpone = 2.0
+    assert isinstance(world.run(), Postponed)
+    published = world.job().published_at
+    assert published is not None and published > long_ago + timedelta(minutes=59)
+    world.store.add("j-2")  # never handed over: the relay's, not marked
+    world.run(job_id="j-2")
+    assert world.store.rows["j-2"].published_at is None
+
+
 @pytest.fixture(autouse=True)
 def no_resend_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(RecorderService, "RESEND_PAUSES_S", (0.0, 0.0, 0.0))
