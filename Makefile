@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 
-.PHONY: venv check docs test test-fast test-unit test-db test-acceptance test-serial test-untouched chaos demo bench bench-progress bench-cleanup bench-fleet bench-scale clean
+.PHONY: venv check docs test test-fast test-unit test-db test-acceptance test-serial test-untouched-seed test-untouched-check chaos demo bench bench-progress bench-cleanup bench-fleet bench-scale clean
 
 venv: $(STAMP)
 
@@ -48,7 +48,8 @@ docs: venv
 TEST_WORKERS ?= 3
 PYTEST := $(VENV)/bin/pytest
 test: check
-	$(MAKE) -k test-unit test-db test-acceptance test-serial test-untouched chaos
+	$(MAKE) -k test-untouched-seed test-unit test-db test-acceptance test-serial chaos \
+		test-untouched-check
 
 test-unit: venv
 	$(PYTEST) tests/unit -q -p no:xdist
@@ -64,9 +65,13 @@ test-acceptance: venv
 test-serial: venv
 	$(PYTEST) tests -q -p no:xdist -m "serial and not untouched"
 
-# Last: the Redis on 6379 (someone's own) still holds the keys seeded before a run.
-test-untouched: venv
-	$(PYTEST) tests -q -p no:xdist -m untouched
+# First and last: a key seeded in each database of the Redis on 6379 (someone's own) before
+# the suite is still there after it.
+test-untouched-seed: venv
+	$(PYTEST) tests/acceptance/test_shared_redis_untouched.py -q -p no:xdist -m untouched_seed
+
+test-untouched-check: venv
+	$(PYTEST) tests/acceptance/test_shared_redis_untouched.py -q -p no:xdist -m untouched_check
 
 # Everyday work: unit + contract on SQLite and the memory store, no service (< 1 minute).
 test-fast: venv

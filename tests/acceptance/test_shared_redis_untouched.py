@@ -1,106 +1,65 @@
 """The suite leaves a Redis it does not own alone: someone's data in every database (0-15)
-of the default Redis, 127.0.0.1:6379, is still there after tests that flush their Redis
-DBs and run a real worker.
+of the default Redis, 127.0.0.1:6379, is still there after the whole run.
 
-The test seeds a key of its own in each of the 16 databases, runs a slice of the suite in a
-pytest of its own with the default settings (no ``TEST_REDIS_*``: the private
-redis-server), then checks each key and removes it.
+``make test`` runs the two tests of this file apart: the first (``untouched_seed``) before
+every other phase, seeding a key of its own in each of the 16 databases; the second
+(``untouched_check``) after the last phase, checking each key and removing it. Between
+them runs the whole suite: tests that flush their Redis databases, real workers, Beat, the
+CLI, the demo and the user projects, in parallel. Run alone, or both in one pytest, the
+check follows the seed at once (it then proves only that the two agree).
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
-import subprocess
-import sys
-import time
+import json
 import uuid
-from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 
 from tests.conftest import IN_CI, ROOT, _port_open
 
-pytestmark = [pytest.mark.untouched, pytest.mark.process]
+pytestmark = pytest.mark.untouched
 
-#: Flushes its Redis DB (the fixture) and runs the Lua limiter on it; a real worker on
-#: Redis, PostgreSQL and PgBouncer.
-SLICE = [
-    "tests/integration/test_give_back.py::test_the_lua_limiter_grants_starts_after_the_claim_on_redis_time",
-    "tests/acceptance/test_lifecycle.py::test_feat_33_02_worker_moves_job_through_processing_to_completed",
-]
+#: Where the seed leaves its keys for the check (git-ignored; removed by the check).
+STATE = ROOT / ".untouched-redis.json"
+DATABASES = range(16)
 
 
-@pytest.fixture
-def others_kept_out() -> Iterator[set[int]]:
-    """Hold the host-wide locks of DBs 2..15 that a pytest run of this project pointed at
-    6379 (``TEST_REDIS_URL``, or an older checkout) takes before it flushes one, so a flush
-    seen here is this run's. The databases 0..15 it may check: those whose lock another
-    run holds for over 30 s are left out, as that run flushes them (under ``CI=true``,
-    where nothing else runs, every database is checked)."""
-    handles = []
-    held: set[int] = {0, 1}
-    deadline = time.monotonic() + 30
-    try:
-        for db in range(2, 16):
-            handle = open(f"/tmp/celery-tracked-test-redis-db-{db}.lock", "w")  # noqa: SIM115
-            handles.append(handle)
-            while True:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    if time.monotonic() < deadline:
-                        time.sleep(0.1)
-                        continue
-                    break
-                held.add(db)
-                break
-        assert not IN_CI or held == set(range(16)), f"Redis DBs locked by others: {held}"
-        yield held
-    finally:
-        for handle in handles:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            handle.close()
-
-
-@pytest.fixture
-def seeded(others_kept_out: set[int]) -> Iterator[dict[int, tuple[str, str]]]:
-    """A key of this test in each database of 127.0.0.1:6379 it may check (expiring in an
-    hour, in case the test is killed); removed afterwards."""
+def _default_redis() -> None:
     if not _port_open("127.0.0.1", 6379):
+        if IN_CI:
+            pytest.fail("no Redis on 127.0.0.1:6379 (CI=true)")
         pytest.skip("no Redis on 127.0.0.1:6379: nothing of anyone's to leave alone")
+
+
+@pytest.mark.untouched_seed
+def test_seed_a_key_in_every_database_of_the_default_redis() -> None:
+    _default_redis()
     marker = uuid.uuid4().hex
-    keys = {
-        db: (f"celery-tracked-suite-canary:{marker}:{db}", f"value-{db}")
-        for db in sorted(others_kept_out)
-    }
+    keys = {db: (f"celery-tracked-suite-canary:{marker}:{db}", f"value-{db}") for db in DATABASES}
     for db, (key, value) in keys.items():
         with redis.Redis(port=6379, db=db) as client:
-            client.set(key, value, ex=3600)
-    try:
-        yield keys
-    finally:
-        for db, (key, _) in keys.items():
-            with redis.Redis(port=6379, db=db) as client:
-                client.delete(key)
+            client.set(key, value, ex=7200)  # gone in 2 h should the check never run
+    STATE.write_text(json.dumps({str(db): pair for db, pair in keys.items()}))
+    assert Path(STATE).exists()
 
 
-def test_a_run_leaves_every_database_of_the_default_redis_untouched(
-    seeded: dict[int, tuple[str, str]],
-) -> None:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("TEST_")}
-    environ["PYTHONDONTWRITEBYTECODE"] = "1"
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", *SLICE, "-q", "-p", "no:cacheprovider", "-p", "no:xdist"],
-        cwd=ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-3000:]
-    assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-3000:]
-    for db, (key, value) in seeded.items():
+@pytest.mark.untouched_check
+def test_every_database_of_the_default_redis_still_holds_its_key() -> None:
+    _default_redis()
+    if not STATE.exists():
+        if IN_CI:
+            pytest.fail(f"{STATE.name} is missing: the seed did not run before the suite")
+        pytest.skip("the seed did not run (make test runs it first)")
+    keys = {int(db): pair for db, pair in json.loads(STATE.read_text()).items()}
+    lost = []
+    for db, (key, value) in sorted(keys.items()):
         with redis.Redis(port=6379, db=db) as client:
-            assert client.get(key) == value.encode(), f"database {db} of 127.0.0.1:6379 lost {key}"
+            if client.get(key) != value.encode():
+                lost.append(f"database {db} lost {key}")
+            client.delete(key)
+    STATE.unlink()
+    assert sorted(keys) == list(DATABASES)
+    assert not lost, lost
