@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import migrated_sqlite, wait_for
 
 
 def free_port() -> int:
@@ -110,8 +110,10 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def test_warns_loudly_when_redis_can_evict(
-    tmp_path: Path, evicting_redis: str, sqlite_url: str
+    tmp_path: Path, evicting_redis: str, sqlite_template: Path
 ) -> None:
+    # a migrated database: a worker refuses to start on one without the tables
+    sqlite_url = migrated_sqlite(sqlite_template, tmp_path / "tracked.sqlite3")
     proc, log = start_worker(
         tmp_path,
         {"CELERY_TRACKED_REDIS_URL": evicting_redis, "CELERY_TRACKED_DATABASE_URL": sqlite_url},
