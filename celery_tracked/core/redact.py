@@ -29,6 +29,7 @@ from typing import Any
 
 from .codec import PAYLOAD_DEPTH, encode
 from .errors import PayloadNotSerializable, PayloadTooLarge
+from .printable import storable
 
 #: Stored in place of a redacted value.
 REDACTED = "[redacted]"
@@ -254,7 +255,7 @@ def first_line(text: object, fallback: str = "") -> str:
 def summarize(exc: BaseException, secrets: Iterable[str] = (), keys: Iterable[str] = ()) -> str:
     """A safe one-line summary: the first line of the message, secrets masked, no traceback.
     An exception whose ``__str__`` raises is summarised by its type. Never raises."""
-    summary = mask_secrets(first_line(exc), secrets, keys)
+    summary = storable(mask_secrets(first_line(exc), secrets, keys))
     if len(summary) > MAX_SUMMARY_CHARS:
         summary = summary[: MAX_SUMMARY_CHARS - 1] + "…"
     return summary
@@ -266,8 +267,8 @@ def error_type(exc: BaseException) -> str:
     marked ``internal = True``, never leak their names)."""
     for cls in type(exc).__mro__:
         if not cls.__name__.startswith("_") and not cls.__dict__.get("internal", False):
-            return cls.__name__
-    return type(exc).__name__
+            return storable(cls.__name__)
+    return storable(type(exc).__name__)
 
 
 def _masked(value: Any, secrets: Sequence[str], keys: Sequence[str]) -> Any:

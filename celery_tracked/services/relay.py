@@ -14,7 +14,9 @@ producer's undo finds it handed over and returns the job instead of an error.
 A row whose payload holds redacted values is re-sent as it was called from their sealed
 copy (``tracked_secret_key``, ``sealing.py``). Without one (no key when it was created),
 or when no key of this process opens it, it cannot be: the relay cancels it, with the
-reason, rather than run it with the redaction marker. Knows nothing of Celery: the
+reason, rather than run it with the redaction marker. A relay in a process with no
+``tracked_secret_key`` at all leaves a sealed row alone (its claim lapses): a relay that
+has the key publishes it. Knows nothing of Celery: the
 ``publish`` callable is handed in (see ``maintenance.py``).
 """
 
@@ -30,7 +32,7 @@ from ..core.jobs import Job, utcnow
 from ..core.ports import RelayStore
 from ..core.redact import mask_url
 from .lease import owner_id
-from .sealing import SealBroken, unsendable
+from .sealing import NO_KEY_HERE, NoKeyHere, SealBroken, unsendable
 
 logger = logging.getLogger("celery_tracked")
 
@@ -52,6 +54,8 @@ class RelayReport:
     published: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    #: sealed, and this process has no key: left for a relay that has one
+    left: list[str] = field(default_factory=list)
 
 
 class Relay:
@@ -85,6 +89,12 @@ class Relay:
             job = self.store.get(job_id) if claimed else None
             if job is not None:  # else published, taken by another relay, or moved meanwhile
                 self._relay(job, owner, publish, report)
+        if report.left:
+            logger.warning(
+                "relay: %d job(s) with sealed arguments left alone: %s",
+                len(report.left),
+                NO_KEY_HERE,
+            )
         return report
 
     def _relay(
@@ -96,6 +106,9 @@ class Relay:
             return
         try:
             publish(job)
+        except NoKeyHere:  # a relay with the key publishes it once this claim lapses
+            report.left.append(job.id)
+            return
         except SealBroken as exc:  # no key here opens its sealed arguments: never sent
             self.cancel(job.id, str(exc))
             report.cancelled.append(job.id)
