@@ -267,8 +267,8 @@ def error_type(exc: BaseException) -> str:
     marked ``internal = True``, never leak their names)."""
     for cls in type(exc).__mro__:
         if not cls.__name__.startswith("_") and not cls.__dict__.get("internal", False):
-            return storable(cls.__name__)
-    return storable(type(exc).__name__)
+            return cls.__name__
+    return type(exc).__name__
 
 
 def _masked(value: Any, secrets: Sequence[str], keys: Sequence[str]) -> Any:
