@@ -62,11 +62,17 @@ class Relay:
     """Publishes pending rows whose message was never handed to the broker."""
 
     def __init__(
-        self, store: RelayStore, grace_s: float, cancel: Callable[[str, str], bool]
+        self,
+        store: RelayStore,
+        grace_s: float,
+        cancel: Callable[[str, str], bool],
+        keyed: bool = True,
     ) -> None:
         self.store = store
         self.grace_s = grace_s
         self.cancel = cancel
+        #: this process has a ``tracked_secret_key``: else a sealed row is left unclaimed
+        self.keyed = keyed
 
     def run(self, publish: Callable[[Job], None], now: datetime | None = None) -> RelayReport:
         """One pass: relay every unpublished row older than the grace period (at most 100).
@@ -83,6 +89,9 @@ class Relay:
         cutoff = now - timedelta(seconds=self.grace_s)
         report = RelayReport()
         for job_id in self.store.unpublished(cutoff=cutoff, now=now):
+            if not self.keyed and self._sealed(job_id):
+                report.left.append(job_id)  # not even claimed: a keyed relay takes it
+                continue
             claimed = self.store.relay_claim(
                 job_id, owner=owner, now=now, lease_s=CLAIM_S, cutoff=cutoff
             )
@@ -97,6 +106,10 @@ class Relay:
             )
         return report
 
+    def _sealed(self, job_id: str) -> bool:
+        job = self.store.get(job_id)
+        return job is not None and job.secrets_sealed is not None
+
     def _relay(
         self, job: Job, owner: str, publish: Callable[[Job], None], report: RelayReport
     ) -> None:
@@ -106,7 +119,7 @@ class Relay:
             return
         try:
             publish(job)
-        except NoKeyHere:  # a relay with the key publishes it once this claim lapses
+        except NoKeyHere:  # sealed meanwhile: a relay with the key takes it once this claim lapses
             report.left.append(job.id)
             return
         except SealBroken as exc:  # no key here opens its sealed arguments: never sent
