@@ -35,7 +35,6 @@ from celery.schedules import crontab
 
 from ..core.errors import ConfigurationError
 from ..core.jobs import Job
-from ..core.settings import Settings
 from ..services import resend
 from .celery_state import settings_for
 from .celery_tracker import CeleryPlatform, Tracker

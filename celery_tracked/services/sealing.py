@@ -46,9 +46,7 @@ class NoKeyHere(SealBroken):
 
 
 #: Said (once per pass) by a relay or reaper that left sealed jobs to a keyed process.
-NO_KEY_HERE = (
-    "this process has no tracked_secret_key: a process with the key sends them again"
-)
+NO_KEY_HERE = "this process has no tracked_secret_key: a process with the key sends them again"
 
 
 class Sealer:

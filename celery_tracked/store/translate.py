@@ -77,7 +77,9 @@ def translated(action: str, inserting: bool = False) -> Iterator[None]:
             raise
         # never its text: a driver's UnicodeEncodeError holds the whole statement, values
         # and all (secrets too)
-        raise Refused(f"{action} failed: a value could not be sent ({type(exc).__name__})") from None
+        raise Refused(
+            f"{action} failed: a value could not be sent ({type(exc).__name__})"
+        ) from None
 
 
 def _reason(exc: SQLAlchemyError) -> str:

@@ -18,6 +18,7 @@ from celery_tracked.migrate import upgrade
 
 from .conftest import AppFactory, tracker_of
 
+
 def test_a_failure_with_a_lone_surrogate_is_stored_escaped(make_app: AppFactory) -> None:
     app = make_app(task_always_eager=True, task_eager_propagates=False)
 
