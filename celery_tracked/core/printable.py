@@ -18,7 +18,6 @@ applies it to every text parameter it sends (:func:`storable_params`). Pure: no 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["storable", "storable_params", "visible"]
@@ -60,23 +59,33 @@ def storable(text: str) -> str:
     return text
 
 
+def _plain(value: Any) -> bool:
+    """``value`` needs no change: not a text, or an ASCII text without NUL (the fast
+    check run on every parameter of every statement)."""
+    if isinstance(value, str):
+        return value.isascii() and "\x00" not in value
+    return not isinstance(value, (dict, list, tuple))
+
+
 def _storable_value(value: Any) -> Any:
     if isinstance(value, str):
         return storable(value)
-    if isinstance(value, Mapping | list | tuple):
+    if isinstance(value, (dict, list, tuple)):
         return storable_params(value)
     return value
 
 
 def storable_params(params: Any) -> Any:
-    """Statement parameters (a mapping, a list or tuple, or a list of them for many rows)
+    """Statement parameters (a dict, a list or tuple, or a list of them for many rows)
     with every text made :func:`storable`; the very object given when nothing changed."""
-    if isinstance(params, Mapping):
-        fixed = {k: _storable_value(v) for k, v in params.items()}
-        if all(fixed[k] is v for k, v in params.items()):
+    if isinstance(params, dict):
+        if all(_plain(v) for v in params.values()):
             return params
-        return fixed
-    if isinstance(params, list | tuple):
+        fixed = {k: _storable_value(v) for k, v in params.items()}
+        return params if all(fixed[k] is v for k, v in params.items()) else fixed
+    if isinstance(params, (list, tuple)):
+        if all(_plain(v) for v in params):
+            return params
         items = [_storable_value(v) for v in params]
         if all(a is b for a, b in zip(items, params, strict=True)):
             return params
