@@ -117,7 +117,9 @@ class Wiring:
         self.enqueuer = Enqueuer(self.store, self.guard, settings.guard_ttl_seconds, self.hooks)
         self.runner = Runner(self.store, self.leases, self.hooks, settings)
         self.aftermath = Aftermath(self.store, self.hooks, settings)
-        self.relay = Relay(self.store, settings.relay_grace_seconds, self.cancel)
+        self.relay = Relay(
+            self.store, settings.relay_grace_seconds, self.cancel, keyed=bool(settings.secret_key)
+        )
         self.sealer = sealer_for(settings.secret_key)  # ConfigurationError: no cryptography
         self.resender = Resender(
             self.store, self.hooks, platform, settings.redact_keys, self.sealer

@@ -35,7 +35,6 @@ from celery.schedules import crontab
 
 from ..core.errors import ConfigurationError
 from ..core.jobs import Job
-from ..core.settings import Settings
 from ..services import resend
 from .celery_state import settings_for
 from .celery_tracker import CeleryPlatform, Tracker
@@ -91,31 +90,33 @@ def _on_configured(sender: Celery, **kwargs: Any) -> None:
 
 
 def _add_entries(app: Celery) -> None:
-    _add_entry(app, RELAY_TASK, lambda settings: settings.relay_interval_seconds)
-    _add_entry(app, REAP_TASK, lambda settings: settings.reaper_interval_seconds)
-    _add_cleanup_entry(app)
-
-
-def _add_entry(app: Celery, name: str, interval_of: Callable[[Settings], float]) -> None:
-    if name in (app.conf.beat_schedule or {}):
-        return  # the user's own entry wins
-    try:
-        interval = interval_of(settings_for(app))
-    except ConfigurationError as exc:
-        logger.warning("no default Beat entry for %s: %s", name, exc)
+    """The default Beat entries the user did not define; a bad setting is said once
+    (the worker's start check, or Beat's first use, refuses it)."""
+    mine = app.conf.beat_schedule or {}
+    missing = [name for name in (RELAY_TASK, REAP_TASK, CLEANUP_TASK) if name not in mine]
+    if not missing:
         return
-    if interval > 0:
-        app.add_periodic_task(interval, app.signature(name), name=name, expires=interval)
-
-
-def _add_cleanup_entry(app: Celery) -> None:
-    if CLEANUP_TASK in (app.conf.beat_schedule or {}):
-        return  # the user's own entry wins
     try:
-        when = settings_for(app).cleanup_schedule
-    except ConfigurationError as exc:
-        logger.warning("no default Beat entry for %s: %s", CLEANUP_TASK, exc)
+        settings = settings_for(app)
+    except ConfigurationError as exc:  # its reason is said where it is refused
+        logger.warning(
+            "no default Beat entries for %s: the setting %s is invalid",
+            ", ".join(missing),
+            exc.setting,
+        )
         return
+    intervals = {
+        RELAY_TASK: settings.relay_interval_seconds,
+        REAP_TASK: settings.reaper_interval_seconds,
+    }
+    for name, interval in intervals.items():
+        if name in missing and interval > 0:
+            app.add_periodic_task(interval, app.signature(name), name=name, expires=interval)
+    if CLEANUP_TASK in missing:
+        _add_cleanup_entry(app, settings.cleanup_schedule)
+
+
+def _add_cleanup_entry(app: Celery, when: object) -> None:
     if when is None:
         return
     options: dict[str, Any] = {}

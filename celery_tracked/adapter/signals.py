@@ -6,12 +6,15 @@ Connected when ``celery_tracked`` is imported.
 from __future__ import annotations
 
 import logging
-from typing import Any
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from celery.signals import celeryd_after_setup, task_revoked, worker_init
 
 from ..core.errors import ConfigurationError, GuardError, StoreError, TrackedError
 from ..core.messages import TrackedHeaders
+from ..core.printable import visible
 from ..core.redact import mask_url
 from ..core.settings import DEFAULT_DATABASE_URL
 from ..store.migrate import schema_problem, sqlite_file
@@ -66,10 +69,9 @@ def check_worker(sender: Any = None, **_: Any) -> None:
     except ConfigurationError as exc:
         # signal handlers' exceptions are only logged: exit so the worker never runs
         # tracked jobs with a setting it cannot honour
-        logger.critical("celery-tracked: invalid configuration: %s", exc)
-        raise SystemExit(f"celery-tracked: invalid configuration: {exc}") from None
+        refuse_start(f"invalid configuration: {exc}")
     settings = tracker.settings
-    check_schema(settings.database_url)
+    check_schema(settings.database_url, app_name(app))
     if settings.memory_guard or not settings.check_redis_eviction:
         return
     try:
@@ -93,18 +95,43 @@ def check_worker(sender: Any = None, **_: Any) -> None:
         )
 
 
-def check_schema(database_url: str) -> None:
+def check_schema(database_url: str, app: str = "proj") -> None:
     """Exit (as for an invalid setting) when the tracking tables are missing or behind this
-    version's head revision: every job would fail. An unreachable database is only
-    logged: the worker waits for it, as for its broker."""
+    version's head revision: every job would fail (the command to run names ``app``). An
+    unreachable database is only logged: the worker waits for it, as for its broker."""
     try:
-        problem = schema_problem(database_url)
+        problem = schema_problem(database_url, app)
     except (StoreError, OSError) as exc:
         logger.warning("celery-tracked: could not check the tracking tables: %s", exc)
         return
     if problem is not None:
-        logger.critical("celery-tracked: %s", problem)
-        raise SystemExit(f"celery-tracked: {problem}")
+        refuse_start(problem)
+
+
+def refuse_start(problem: str) -> NoReturn:
+    """Stop the worker's start with ``problem``, said once, as a CRITICAL line: through the
+    logging set up when there is some, else (``worker_init`` comes before Celery's
+    logging) in the exit message Python prints."""
+    text = f"celery-tracked: {problem}"
+    if logger.hasHandlers():
+        logger.critical("%s", text)
+        raise SystemExit(1)
+    raise SystemExit(f"[CRITICAL] {text}")
+
+
+def app_name(app: Any, argv: Sequence[str] | None = None) -> str:
+    """What the user passes to ``celery -A``: the worker's ``-A``/``--app`` value, else
+    the app's main name, else ``proj``."""
+    args = list(sys.argv if argv is None else argv)
+    for index, arg in enumerate(args):
+        if arg in ("-A", "--app") and index + 1 < len(args):
+            return visible(args[index + 1])
+        if arg.startswith("--app="):
+            return visible(arg[len("--app=") :])
+        if arg.startswith("-A") and len(arg) > 2:
+            return visible(arg[2:])
+    main = getattr(app, "main", None)
+    return visible(main) if isinstance(main, str) and main and main != "__main__" else "proj"
 
 
 @celeryd_after_setup.connect(weak=False)

@@ -42,15 +42,23 @@ EXIT_FAILED = 4
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class NotFound(click.ClickException):
+class _Shown(click.ClickException):
+    """An error whose message (often holding a job id, a value given or job data) is
+    printed with its control characters visibly escaped, whoever raised it."""
+
+    def format_message(self) -> str:
+        return visible(self.message)
+
+
+class NotFound(_Shown):
     exit_code = EXIT_NOT_FOUND
 
 
-class Refused(click.ClickException):
+class Refused(_Shown):
     exit_code = EXIT_REFUSED
 
 
-class Failed(click.ClickException):
+class Failed(_Shown):
     exit_code = EXIT_FAILED
 
 
@@ -200,7 +208,7 @@ def filters_from(options: dict[str, Any]) -> Filters:
             try:
                 out[name] = parse_time(value)
             except click.BadParameter as exc:
-                raise click.BadParameter(exc.message, param_hint=flag) from None
+                raise click.BadParameter(visible(exc.message), param_hint=flag) from None
         else:
             out[name] = check_text(flag, value)
     return cast(Filters, out)

@@ -73,7 +73,7 @@ def show(ctx: click.Context, job_id: str, history: bool, as_json: bool) -> None:
         events = tracker.history(job_id) if history and job is not None else []
         now = tracker.store.clock()  # the database's: ages are judged on it
     if job is None:
-        raise NotFound(f"no job {job_id}")
+        raise NotFound(f"no job {job_id}")  # shown escaped (``common._Shown``)
     if as_json:
         out = job_dict(job)
         out["history"] = [event_dict(e) for e in events] if history else None

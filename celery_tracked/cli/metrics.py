@@ -9,6 +9,7 @@ from datetime import timedelta
 import click
 from celery.bin.base import CeleryCommand
 
+from ..core.printable import visible
 from .common import friendly, tracker_of
 from .group import tracked
 
@@ -39,7 +40,7 @@ def metrics(ctx: click.Context, port: int, addr: str, cache: float) -> None:
         stop = prom.serve(prom.registry(prom.TableCollector(read, cache)), port, addr)
     multiproc = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     counters = f"counters from {multiproc}" if multiproc else "no PROMETHEUS_MULTIPROC_DIR"
-    click.echo(f"celery-tracked metrics on http://{addr}:{port}/metrics ({counters})")
+    click.echo(visible(f"celery-tracked metrics on http://{addr}:{port}/metrics ({counters})"))
     try:
         while True:
             time.sleep(3600)

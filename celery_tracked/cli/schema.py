@@ -7,6 +7,7 @@ import click
 from celery.bin.base import CeleryCommand
 
 from ..core.errors import TrackedError
+from ..core.printable import visible
 from ..core.settings import Settings
 from ..store import migrate as migrations
 from .common import Failed, friendly
@@ -28,7 +29,7 @@ def migrate(ctx: click.Context, revision: str) -> None:
     url = _database_url(ctx)
     with friendly(f"migration on {migrations.describe(url)}"):
         migrations.upgrade(url, revision)
-    click.echo(f"celery-tracked tables at {revision} on {migrations.describe(url)}")
+    click.echo(visible(f"celery-tracked tables at {revision} on {migrations.describe(url)}"))
 
 
 @tracked.command(cls=CeleryCommand)
@@ -42,9 +43,9 @@ def downgrade(ctx: click.Context, revision: str, yes: bool) -> None:
     where = migrations.describe(url)
     what = "DROP the tracking tables and every job" if revision == "base" else "downgrade"
     if not yes:
-        question = f"{what} on {where} (to revision {revision})?"
+        question = visible(f"{what} on {where} (to revision {revision})?")
         if not click.confirm(question, default=False, err=True):
             raise click.exceptions.Exit(1)
     with friendly(f"downgrade on {where}"):
         migrations.downgrade(url, revision)
-    click.echo(f"celery-tracked tables at {revision} on {where}")
+    click.echo(visible(f"celery-tracked tables at {revision} on {where}"))

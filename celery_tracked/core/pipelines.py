@@ -90,7 +90,7 @@ class Pipeline:
         """The pipeline as a tree, one job per line (never payloads): each job under its
         parent, its siblings joined by ``├─`` and the last one by ``└─``."""
         counts = ", ".join(f"{status} {n}" for status, n in self.counts.items() if n)
-        lines = [f"pipeline {self.correlation_id}: {self.state} ({counts})"]
+        lines = [visible(f"pipeline {self.correlation_id}: {self.state} ({counts})")]
         for branch, job in self._drawn():
             error = f"  {job.error_type}: {job.error_message}" if job.error_type else ""
             if job.status is JobStatus.COMPLETED:

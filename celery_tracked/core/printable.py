@@ -6,14 +6,21 @@ title, ``ESC [ 2 J`` clears the screen, colour codes paint fake lines, a bidi ov
 reorders what is read. :func:`visible` writes every such character as its escape
 (``\\x1b``, ``\\x07``, ``\\n``, ``\\u202e``), so the text shown is the text stored, byte for
 byte readable, and nothing a terminal acts on. The CLI applies it to every cell it prints,
-the library to the log lines it writes about jobs. Pure: no I/O.
+the library to the log lines it writes about jobs.
+
+:func:`storable` makes a text one every database can hold: a lone surrogate (a file name
+decoded with ``surrogateescape``: ``"\\udcff"``) and NUL are written as their escapes, so
+an error message, stage, event or log line holding one is saved, visibly, instead of
+failing the write (UTF-8 encoders refuse surrogates, PostgreSQL refuses NUL). The store
+applies it to every text parameter it sends (:func:`storable_params`). Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
-__all__ = ["visible"]
+__all__ = ["storable", "storable_params", "visible"]
 
 #: C0 and C1 controls, DEL, the line and paragraph separators, and the bidirectional
 #: marks, embeddings, overrides and isolates
@@ -35,3 +42,52 @@ def _escape(match: re.Match[str]) -> str:
 def visible(text: str) -> str:
     """``text`` with every control character escaped (``"\\x1b[2J"`` → ``"\\\\x1b[2J"``)."""
     return _CONTROL.sub(_escape, text)
+
+
+def storable(text: str) -> str:
+    """``text`` as every database can store it: lone surrogates backslash-escaped
+    (``"x\\udcff"`` → ``"x\\\\udcff"``), NUL as ``\\x00``; any other text unchanged (an
+    ASCII text without NUL, the usual case, is returned after one quick check)."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _plain(value: Any) -> bool:
+    """``value`` needs no change: not a text, or an ASCII text without NUL (the fast
+    check run on every parameter of every statement)."""
+    if isinstance(value, str):
+        return value.isascii() and "\x00" not in value
+    return not isinstance(value, (dict, list, tuple))
+
+
+def _storable_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return storable(value)
+    if isinstance(value, (dict, list, tuple)):
+        return storable_params(value)
+    return value
+
+
+def storable_params(params: Any) -> Any:
+    """Statement parameters (a dict, a list or tuple, or a list of them for many rows)
+    with every text made :func:`storable`; the very object given when nothing changed."""
+    if isinstance(params, dict):
+        if all(_plain(v) for v in params.values()):
+            return params
+        fixed = {k: _storable_value(v) for k, v in params.items()}
+        return params if all(fixed[k] is v for k, v in params.items()) else fixed
+    if isinstance(params, (list, tuple)):
+        if all(_plain(v) for v in params):
+            return params
+        items = [_storable_value(v) for v in params]
+        if all(a is b for a, b in zip(items, params, strict=True)):
+            return params
+        return tuple(items) if isinstance(params, tuple) else items
+    return params

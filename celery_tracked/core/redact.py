@@ -29,6 +29,7 @@ from typing import Any
 
 from .codec import PAYLOAD_DEPTH, encode
 from .errors import PayloadNotSerializable, PayloadTooLarge
+from .printable import storable
 
 #: Stored in place of a redacted value.
 REDACTED = "[redacted]"
@@ -254,7 +255,7 @@ def first_line(text: object, fallback: str = "") -> str:
 def summarize(exc: BaseException, secrets: Iterable[str] = (), keys: Iterable[str] = ()) -> str:
     """A safe one-line summary: the first line of the message, secrets masked, no traceback.
     An exception whose ``__str__`` raises is summarised by its type. Never raises."""
-    summary = mask_secrets(first_line(exc), secrets, keys)
+    summary = storable(mask_secrets(first_line(exc), secrets, keys))
     if len(summary) > MAX_SUMMARY_CHARS:
         summary = summary[: MAX_SUMMARY_CHARS - 1] + "…"
     return summary

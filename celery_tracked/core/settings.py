@@ -193,29 +193,39 @@ def refuse_unknown(conf: Mapping[str, Any], env: Mapping[str, str]) -> None:
         ConfigurationError: naming the unknown setting and the closest known one.
     """
     known = known_names()
-    for given, name in _conf_names(conf):
+    for given, name, read_as in _conf_names(conf):
         if name not in known:
-            raise ConfigurationError(given, _unknown(f"tracked_{name}", "tracked_", known))
+            raise ConfigurationError(given, _unknown(read_as + name, read_as, known))
+        expected = read_as + (name if read_as.islower() else name.upper())
+        if given != expected:  # TRACKED_DATABASE_URL: Celery's settings are lower case
+            raise ConfigurationError(
+                given,
+                f"is never read (did you mean {expected!r}? Celery's settings are lower case "
+                "in app.conf); an unknown name is refused, never ignored",
+            )
     for variable in sorted(env):
         if variable.startswith(ENV_PREFIX) and variable[len(ENV_PREFIX) :].lower() not in known:
             raise ConfigurationError(variable, _unknown(variable, ENV_PREFIX, known))
 
 
-def _conf_names(conf: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``(key as given, setting name)`` of each ``tracked_*`` key of ``conf``: Celery's
-    ``app.conf`` read with a namespace (``config_from_object(..., namespace="CELERY")``)
-    holds ``CELERY_TRACKED_X``, which it reads as ``tracked_x``."""
+def _conf_names(conf: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """``(key as given, setting name, the prefix of the key Celery reads for it)`` of each
+    ``tracked_*`` key of ``conf`` in any case: ``tracked_``, or with the app's namespace
+    (``config_from_object(..., namespace="CELERY")``: ``CELERY_TRACKED_``, which Celery
+    reads as ``tracked_x``)."""
     conf.get("tracked_database_url")  # Celery's pending conf is loaded by a lookup only
-    namespace = str(getattr(conf, "prefix", None) or "").lower()
+    prefix = str(getattr(conf, "prefix", None) or "")
+    namespace = prefix.lower()
     found = []
     for key in list(conf):
         if not isinstance(key, str):
             continue
-        lowered = key.lower()
+        lowered, read_as = key.lower(), "tracked_"
         if namespace and lowered.startswith(namespace):
             lowered = lowered[len(namespace) :]
+            read_as = prefix + ("TRACKED_" if prefix.isupper() else "tracked_")
         if lowered.startswith("tracked_"):
-            found.append((key, lowered[len("tracked_") :]))
+            found.append((key, lowered[len("tracked_") :], read_as))
     return sorted(found)
 
 

@@ -142,9 +142,19 @@ def check_text(value: Any, name: str, limit: int) -> str:
     text = str(value)
     if not 1 <= len(text) <= limit:
         raise InvalidPayload(f"{name} must be 1-{limit} characters, got {len(text)}")
+    _valid_text(text, name)
+    return text
+
+
+def _valid_text(text: str, name: str) -> None:
+    """``InvalidPayload`` for a text no column can hold: a NUL byte, a lone surrogate."""
     if "\x00" in text:
         raise InvalidPayload(f"{name} must not contain a NUL byte")
-    return text
+    at = unencodable_at(text)
+    if at is not None:
+        raise InvalidPayload(
+            f"{name} is not valid Unicode (a lone surrogate at character {at + 1} of {len(text)})"
+        )
 
 
 def check_job_id(task_id: Any) -> str | None:
@@ -158,14 +168,13 @@ def as_job_id(value: Any, name: str = "job_id") -> str:
 
     Raises:
         TypeError: any other type (naming the argument).
-        InvalidPayload: a string no job id can be (a NUL byte).
+        InvalidPayload: a string no job id can be (a NUL byte, a lone surrogate).
     """
     if isinstance(value, uuid.UUID):
         return str(value)
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str or uuid.UUID, not {type(value).__name__}")
-    if "\x00" in value:
-        raise InvalidPayload(f"{name} must not contain a NUL byte")
+    _valid_text(value, name)
     return value
 
 

@@ -45,7 +45,7 @@ from ..core.ports import ReapStore
 from ..core.redact import mask_url
 from ..core.settings import Settings
 from .lease import diagnose
-from .sealing import broken_seal, sealer_for, unsendable
+from .sealing import NO_KEY_HERE, broken_seal, keyless, sealer_for, unsendable
 from .stall import Thresholds
 
 logger = logging.getLogger("celery_tracked")
@@ -97,6 +97,9 @@ class ReapReport:
     #: a stalled run a cancel was requested of (``Tracker.cancel(running=True)``): ended
     #: ``cancelled`` as asked
     cancelled: list[str] = field(default_factory=list)
+    #: sealed arguments, and this process has no ``tracked_secret_key``: left alone for a
+    #: reaper that has the key (also counted in ``left``)
+    keyless: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, list[str]]:
         return {
@@ -246,6 +249,13 @@ class Reaper:
                 report.left.append(job.id)
                 continue
             self._settle(job, rescues, why, now, publish, report)
+        if report.keyless:
+            report.left.extend(report.keyless)
+            logger.warning(
+                "reaper: %d stalled job(s) with sealed arguments left alone: %s",
+                len(report.keyless),
+                NO_KEY_HERE,
+            )
         if report.rescued or report.abandoned:  # each job was logged by its transition
             logger.warning(
                 "reaper: %d rescued, %d abandoned, %d left alone, %d not published",
@@ -315,7 +325,11 @@ class Reaper:
         if job.status is JobStatus.PROCESSING and job.cancel_requested_at is not None:
             self._cancel(job, now, f"job {job.id} stalled: {why}; cancelled as requested", report)
             return
-        decision = decide(job, rescues, self.limits, broken_seal(job, self.sealer))
+        broken = broken_seal(job, self.sealer)
+        decision = decide(job, rescues, self.limits, broken)
+        if decision.why == broken and keyless(job, self.sealer):
+            report.keyless.append(job.id)  # a reaper with the key rescues it
+            return
         message = f"job {job.id} stalled: {why}; {decision.why}"
         if decision.action is Action.ABANDON:
             if self._abandon(job, now, message):

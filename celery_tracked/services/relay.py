@@ -14,7 +14,9 @@ producer's undo finds it handed over and returns the job instead of an error.
 A row whose payload holds redacted values is re-sent as it was called from their sealed
 copy (``tracked_secret_key``, ``sealing.py``). Without one (no key when it was created),
 or when no key of this process opens it, it cannot be: the relay cancels it, with the
-reason, rather than run it with the redaction marker. Knows nothing of Celery: the
+reason, rather than run it with the redaction marker. A relay in a process with no
+``tracked_secret_key`` at all leaves a sealed row alone (its claim lapses): a relay that
+has the key publishes it. Knows nothing of Celery: the
 ``publish`` callable is handed in (see ``maintenance.py``).
 """
 
@@ -30,7 +32,7 @@ from ..core.jobs import Job, utcnow
 from ..core.ports import RelayStore
 from ..core.redact import mask_url
 from .lease import owner_id
-from .sealing import SealBroken, unsendable
+from .sealing import NO_KEY_HERE, NoKeyHere, SealBroken, unsendable
 
 logger = logging.getLogger("celery_tracked")
 
@@ -52,17 +54,25 @@ class RelayReport:
     published: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    #: sealed, and this process has no key: left for a relay that has one
+    left: list[str] = field(default_factory=list)
 
 
 class Relay:
     """Publishes pending rows whose message was never handed to the broker."""
 
     def __init__(
-        self, store: RelayStore, grace_s: float, cancel: Callable[[str, str], bool]
+        self,
+        store: RelayStore,
+        grace_s: float,
+        cancel: Callable[[str, str], bool],
+        keyed: bool = True,
     ) -> None:
         self.store = store
         self.grace_s = grace_s
         self.cancel = cancel
+        #: this process has a ``tracked_secret_key``: else a sealed row is left unclaimed
+        self.keyed = keyed
 
     def run(self, publish: Callable[[Job], None], now: datetime | None = None) -> RelayReport:
         """One pass: relay every unpublished row older than the grace period (at most 100).
@@ -79,13 +89,26 @@ class Relay:
         cutoff = now - timedelta(seconds=self.grace_s)
         report = RelayReport()
         for job_id in self.store.unpublished(cutoff=cutoff, now=now):
+            if not self.keyed and self._sealed(job_id):
+                report.left.append(job_id)  # not even claimed: a keyed relay takes it
+                continue
             claimed = self.store.relay_claim(
                 job_id, owner=owner, now=now, lease_s=CLAIM_S, cutoff=cutoff
             )
             job = self.store.get(job_id) if claimed else None
             if job is not None:  # else published, taken by another relay, or moved meanwhile
                 self._relay(job, owner, publish, report)
+        if report.left:
+            logger.warning(
+                "relay: %d job(s) with sealed arguments left alone: %s",
+                len(report.left),
+                NO_KEY_HERE,
+            )
         return report
+
+    def _sealed(self, job_id: str) -> bool:
+        job = self.store.get(job_id)
+        return job is not None and job.secrets_sealed is not None
 
     def _relay(
         self, job: Job, owner: str, publish: Callable[[Job], None], report: RelayReport
@@ -96,6 +119,9 @@ class Relay:
             return
         try:
             publish(job)
+        except NoKeyHere:  # sealed meanwhile: a relay with the key takes it once this claim lapses
+            report.left.append(job.id)
+            return
         except SealBroken as exc:  # no key here opens its sealed arguments: never sent
             self.cancel(job.id, str(exc))
             report.cancelled.append(job.id)

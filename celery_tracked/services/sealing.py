@@ -13,7 +13,8 @@ or name (``kwargs``), in the payload's JSON form (kombu's, its types kept), encr
 authenticated (Fernet: AES-128-CBC + HMAC-SHA256).
 Opening it back (:func:`unsealed`) puts those arguments in place of the stored ones; a row
 no key here can open (a key rotated away, another app's key, no key set) raises
-:class:`SealBroken`, and the job is ended with that reason, never sent with the marker.
+:class:`SealBroken`, and the job is ended with that reason, never sent with the marker;
+but a process with no key at all (:class:`NoKeyHere`) leaves it to one that has a key.
 Knows nothing of Celery or SQL.
 """
 
@@ -36,6 +37,16 @@ class SealBroken(Exception):
     """A row's sealed arguments cannot be opened here (internal: the relay and the reaper
     end the job with its text, ``Tracker.retry`` raises ``RetryRefused``). The text names
     the job and the cause, never a key or a value."""
+
+
+class NoKeyHere(SealBroken):
+    """A row's arguments are sealed and this process has no ``tracked_secret_key`` at all
+    (an ops host running ``tracked reap``, a Beat or relay process): the relay and the
+    reaper here leave the job alone, for a keyed process to send it again."""
+
+
+#: Said (once per pass) by a relay or reaper that left sealed jobs to a keyed process.
+NO_KEY_HERE = "this process has no tracked_secret_key: a process with the key sends them again"
 
 
 class Sealer:
@@ -123,7 +134,7 @@ def unsealed(job: Job, sealer: Sealer | None) -> tuple[list[Any], dict[str, Any]
     if job.secrets_sealed is None:
         return args, kwargs
     if sealer is None:
-        raise SealBroken(
+        raise NoKeyHere(
             f"job {job.id}: its redacted arguments are stored encrypted, but "
             "tracked_secret_key is not set in this process, so it cannot be sent again"
         )
@@ -141,6 +152,12 @@ def unsealed(job: Job, sealer: Sealer | None) -> tuple[list[Any], dict[str, Any]
             args[int(index)] = value
     kwargs.update(hidden.get("kwargs", {}))
     return args, kwargs
+
+
+def keyless(job: Job, sealer: Sealer | None) -> bool:
+    """``job``'s arguments are sealed and this process has no key to open them: only a
+    keyed process may send it again or give it up (a process whose keys all fail may)."""
+    return job.secrets_sealed is not None and sealer is None
 
 
 def broken_seal(job: Job, sealer: Sealer | None) -> str | None:

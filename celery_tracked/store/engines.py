@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 
+from ..core.printable import storable_params
 from .fastpath import FastPath, prepare_only_if_direct
 
 if TYPE_CHECKING:
@@ -78,7 +79,11 @@ class Engines:
         if self.is_postgres:
             connect_args = {"prepare_threshold": None} if self.pooled else {}
             self.engine = create_engine(
-                self.url, isolation_level="AUTOCOMMIT", pool_size=2, connect_args=connect_args
+                self.url,
+                isolation_level="AUTOCOMMIT",
+                pool_size=2,
+                connect_args=connect_args,
+                hide_parameters=True,
             )
             if self.engine.dialect.driver == "psycopg":
                 if not self.pooled:  # the fast path checks its own connections
@@ -92,9 +97,10 @@ class Engines:
                 params.pop("context", None)
                 self.fastpath = FastPath({**params, **connect_args}, self.engine.dialect)
         else:
-            self.engine = create_engine(self.url)
+            self.engine = create_engine(self.url, hide_parameters=True)
             if self.engine.dialect.name == "sqlite":
                 event.listen(self.engine, "connect", _sqlite_pragmas)
+        event.listen(self.engine, "before_cursor_execute", _storable, retval=True)
         self._pid = os.getpid()
 
     @contextmanager
@@ -124,6 +130,15 @@ class Engines:
                 self.fastpath.close()
             self.engine.dispose()
         self._pid = 0
+
+
+def _storable(
+    _conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, _many: bool
+) -> tuple[str, Any]:
+    """Every text the library writes made storable (``core.printable.storable``): a lone
+    surrogate or NUL in an error message, stage, event or log line is saved escaped
+    instead of failing the write."""
+    return statement, storable_params(parameters)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

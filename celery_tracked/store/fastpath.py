@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from ..core.errors import StoreError
+from ..core.printable import storable_params
 from ..core.redact import first_line
 from .selects import SELECT_BACKEND_PID
 from .translate import Disconnected, DuplicateJob, explained
@@ -139,7 +140,7 @@ class FastPath:
         conn = slot.conn
         try:
             conn = self._open(slot)
-            cursor = conn.execute(sql, {**fixed, **params})
+            cursor = conn.execute(sql, storable_params({**fixed, **params}))
             row: tuple[Any, ...] | None = None if cursor.description is None else cursor.fetchone()
             return row
         except psycopg.IntegrityError:
@@ -165,7 +166,7 @@ class FastPath:
         import psycopg
 
         sql, positions, fixed = self._numbered(key, build)
-        values = {**fixed, **params}
+        values = storable_params({**fixed, **params})
         slot = self._slot()
         self._read_answer(slot)
         conn = slot.conn

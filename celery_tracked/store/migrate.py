@@ -59,7 +59,7 @@ def describe(database_url: str) -> str:
     return mask_url(database_url)
 
 
-def schema_problem(database_url: str) -> str | None:
+def schema_problem(database_url: str, app_name: str = "proj") -> str | None:
     """What is wrong with the tracking tables of ``database_url``, or None when they are
     at this version's head revision (or the store is ``memory://``). A revision this
     version does not know (a newer celery-tracked migrated the database) is no problem:
@@ -67,12 +67,14 @@ def schema_problem(database_url: str) -> str | None:
 
     Raises:
         StoreError: the database could not be read (unreachable...): nothing is known.
+
+    ``app_name``: what the command it says to run passes to ``-A``.
     """
     if database_url == MEMORY_URL:
         return None
     script = ScriptDirectory.from_config(alembic_config(database_url))
     heads = set(script.get_heads())
-    run = f"run `celery -A proj tracked migrate` against {mask_url(database_url)}"
+    run = f"run `celery -A {app_name} tracked migrate` against {mask_url(database_url)}"
     if _absent_sqlite_file(database_url):  # never create an empty file just to look
         return f"the celery-tracked tables are missing: {run}"
     postgres = make_url(database_url).get_backend_name() == "postgresql"

@@ -17,7 +17,7 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 
-from ..core.errors import Disconnected, DuplicateJob, Refused, StoreError
+from ..core.errors import Disconnected, DuplicateJob, Refused, StoreError, TrackedError
 from ..core.redact import first_line
 from .models import events, jobs
 
@@ -72,6 +72,14 @@ def translated(action: str, inserting: bool = False) -> Iterator[None]:
         if isinstance(exc, DBAPIError) and exc.connection_invalidated:
             kind = Disconnected
         raise kind(f"{action} failed: {_reason(exc)}") from None
+    except (UnicodeError, ValueError) as exc:  # a driver refused a value before sending it
+        if isinstance(exc, TrackedError):
+            raise
+        # never its text: a driver's UnicodeEncodeError holds the whole statement, values
+        # and all (secrets too)
+        raise Refused(
+            f"{action} failed: a value could not be sent ({type(exc).__name__})"
+        ) from None
 
 
 def _reason(exc: SQLAlchemyError) -> str:

@@ -73,6 +73,25 @@ def add_safety_tasks(
         app=app,
         bind=True,
         shared=False,
+        name="acc.surrogate",
+        queue=queue,
+        max_attempts=2,
+        backoff_ms=50,
+    )
+    def surrogate(self: Any, name_hex: str, api_token: str) -> None:
+        """A file name received as bytes, decoded the POSIX way (a lone surrogate), in the
+        stage, a log line and the error (trial of issue 22, F1)."""
+        r, job_id, _run, started = begin(self)
+        end(r, job_id, started)
+        path = os.fsdecode(bytes.fromhex(name_hex))
+        self.set_progress(50, stage=f"reading {path}")
+        self.log(f"opening {path}")
+        raise ValueError(f"bad file {path}")
+
+    @tracked_task(
+        app=app,
+        bind=True,
+        shared=False,
         name="acc.leaky",
         queue=queue,
         max_attempts=2,

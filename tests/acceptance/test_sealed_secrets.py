@@ -156,7 +156,8 @@ def test_the_reaper_rescues_a_redacted_job_whose_message_was_lost(
     until = store.clock() + timedelta(seconds=2)
     wait_for(lambda: store.clock() >= until, timeout=15, interval=0.1)
 
-    report = producer.reap()
+    assert producer.reap().left == [job_id]  # the first sighting: its message is missing
+    report = producer.reap(now=store.clock() + LATER)  # confirmed by a second pass
     assert report.rescued == [job_id] and report.abandoned == []
     start_worker("w1", concurrency=1)
     env.wait_status(job_id, "completed")
@@ -232,3 +233,44 @@ def test_a_rotated_key_reads_old_rows_and_a_wrong_key_never_sends_the_marker(
     assert got(env, a) == [digest(first)] and got(env, b) == [digest(second)]
     no_secret_anywhere(env, [a, b], first, cli.stdout, cli.stderr)
     no_secret_anywhere(env, [a, b], second)
+
+
+def test_a_process_without_a_key_leaves_sealed_jobs_to_one_that_has_it(
+    env: Env,
+    trackers: Callable[..., Tracker],
+    start_worker: Callable[..., Worker],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Was: an ops host's ``tracked reap`` (or a relay in a Beat process) with no
+    ``tracked_secret_key`` cancelled/abandoned sealed jobs a keyed worker could send
+    (trial of issue 22, F3)."""
+    cut = trackers(KEY1, broker=f"redis://127.0.0.1:{closed_port()}/0")
+    unpublished_pw, lost_pw = secret(), secret()
+    unpublished = committed_unpublished(cut, env, unpublished_pw)
+    producer = trackers(KEY1, **SHORT_REAPER)
+    lost = producer.app.tasks["acc.sealed"].enqueue(user="lo", password=lost_pw).job_id
+    env.redis.delete(QUEUE)  # the broker lost it
+    store = env.tracker.store
+    until = store.clock() + timedelta(seconds=2)
+    wait_for(lambda: store.clock() >= until, timeout=15, interval=0.1)
+
+    keyless = trackers((), **SHORT_REAPER)
+    with caplog.at_level(logging.WARNING, logger="celery_tracked"):
+        relayed = keyless.relay.run(publisher(keyless.app), now=utcnow() + LATER)
+        keyless.reap()  # the first sighting: its message is missing
+        reaped = keyless.reap(now=store.clock() + LATER)  # confirmed lost
+    assert relayed.left == [unpublished] and relayed.cancelled == relayed.published == []
+    assert lost in reaped.left and reaped.abandoned == reaped.rescued == []
+    assert unpublished not in reaped.abandoned
+    assert env.status(unpublished) == env.status(lost) == "pending"
+    said = [r.getMessage() for r in caplog.records if "no tracked_secret_key" in r.getMessage()]
+    assert len(said) == 2 and "1 job(s)" in said[0], said
+
+    keyed = trackers(KEY1, **SHORT_REAPER)
+    assert keyed.relay.run(publisher(keyed.app), now=utcnow() + LATER).published == [unpublished]
+    assert lost in keyed.reap(now=store.clock() + 2 * LATER).rescued
+    start_worker("w1", concurrency=1)
+    env.wait_status(unpublished, "completed")
+    env.wait_status(lost, "completed")
+    assert got(env, unpublished) == [digest(unpublished_pw)]
+    assert got(env, lost) == [digest(lost_pw)]

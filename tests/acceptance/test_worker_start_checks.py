@@ -97,6 +97,7 @@ def test_misspelled_setting_stops_the_worker(redis_url: str, tmp_path: Path) -> 
     )
     assert code not in (None, 0), log
     assert "tracked_db_url" in log and "did you mean 'tracked_database_url'?" in log, log
+    assert log.count("did you mean") == 1 and "[CRITICAL]" in log, log  # said once
     assert not list(tmp_path.glob("*.sqlite3"))
 
 
@@ -134,7 +135,8 @@ def test_postgres_without_the_tables_or_behind_head_is_refused(
     extra = {"START_CONF_TRACKED_DATABASE_URL": postgres_url}
     code, log = run_worker(tmp_path, redis_url, extra, True)
     assert code not in (None, 0), log
-    assert "celery-tracked tables are missing: run `celery -A proj tracked migrate`" in log
+    said = "celery-tracked tables are missing: run `celery -A startcheck tracked migrate`"
+    assert log.count(said) == 1 and "[CRITICAL]" in log, log  # once, the app's own name
 
     from alembic.script import ScriptDirectory
 

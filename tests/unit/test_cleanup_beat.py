@@ -70,4 +70,5 @@ def test_a_bad_schedule_leaves_the_entry_out_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     assert CLEANUP_TASK not in schedule_of(tracked_cleanup_schedule="99 3 * * *")
-    assert "no default Beat entry for celery_tracked.cleanup" in caplog.text
+    assert "no default Beat entries for" in caplog.text and "celery_tracked.cleanup" in caplog.text
+    assert "tracked_cleanup_schedule is invalid" in caplog.text

@@ -70,7 +70,7 @@ def test_celery_app_conf_with_a_namespace() -> None:
 
     app = Celery("ns2", set_as_current=False)
     app.config_from_object(Misspelled, namespace="CELERY")
-    with pytest.raises(ConfigurationError, match="tracked_lease_seconds"):
+    with pytest.raises(ConfigurationError, match="did you mean 'CELERY_TRACKED_LEASE_SECONDS'"):
         settings_for(app, environ={})
 
 
@@ -92,3 +92,26 @@ def test_postgres_scheme_hints_postgresql_psycopg(scheme: str) -> None:
         Settings.from_conf({**BASE, "tracked_database_url": given}, environ={})
     assert "postgresql+psycopg://" in str(caught.value)
     assert "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize("key", ["TRACKED_DATABASE_URL", "Tracked_Database_Url"])
+def test_an_upper_case_name_in_app_conf_is_refused_not_ignored(key: str) -> None:
+    """Trial of issue 22, F5: Celery reads only ``tracked_database_url`` from ``app.conf``;
+    ``TRACKED_DATABASE_URL`` was silently ignored (the default SQLite file was used)."""
+    app = Celery("upper", set_as_current=False)
+    app.conf.update(tracked_redis_url="memory://")
+    app.conf[key] = "memory://"
+    with pytest.raises(ConfigurationError, match="did you mean 'tracked_database_url'") as caught:
+        settings_for(app, environ={})
+    assert caught.value.setting == key
+
+
+def test_a_misspelled_namespaced_name_gets_the_namespaced_spelling() -> None:
+    class Misspelled:
+        CELERY_TRACKED_DATABSE_URL = "memory://"
+        CELERY_TRACKED_REDIS_URL = "memory://"
+
+    app = Celery("ns3", set_as_current=False)
+    app.config_from_object(Misspelled, namespace="CELERY")
+    with pytest.raises(ConfigurationError, match="did you mean 'CELERY_TRACKED_DATABASE_URL'"):
+        settings_for(app, environ={})
