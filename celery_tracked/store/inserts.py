@@ -10,7 +10,8 @@ from typing import Any
 from sqlalchemy import Float, Insert, Select, bindparam, func, insert
 from sqlalchemy.dialects import postgresql, sqlite
 
-from ..core.jobs import NEW_JOB_COLUMNS, NEW_JOB_DEFAULTS, JobStatus
+from ..core import jobs as core_jobs
+from ..core.jobs import NEW_JOB_COLUMNS, JobStatus
 from .clock import db_time
 from .models import UTCDateTime, jobs
 from .statements import committed
@@ -28,6 +29,8 @@ __all__ = [
 _DUE = func.coalesce(
     bindparam("due_at", type_=UTCDateTime), db_time(bindparam("due_in_s", type_=Float))
 )
+#: The values a producer's row may leave out (no countdown/eta: due at once).
+NEW_JOB_DEFAULTS = {**core_jobs.NEW_JOB_DEFAULTS, "due_in_s": None, "due_at": None}
 _NEW_JOB_VALUES: dict[str, Any] = {
     **{c: bindparam(c, type_=jobs.c[c].type) for c in NEW_JOB_COLUMNS},
     "not_before": _DUE,
