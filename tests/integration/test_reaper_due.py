@@ -5,6 +5,7 @@ item 8), on PostgreSQL and SQLite. The real worker paused across two passes is i
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -36,7 +37,7 @@ def _due_in(tracker: Tracker, job_id: str) -> float:
 def test_a_countdown_and_an_eta_are_recorded_on_the_row(make_app: AppFactory) -> None:
     app = make_app()
 
-    @tracked_task(app, name="due.later")
+    @tracked_task(app=app, name=f"due.later.{uuid.uuid4().hex}")
     def later() -> None: ...
 
     by_countdown = later.apply_async(countdown=3600)
@@ -82,8 +83,8 @@ class Platform:
     def __init__(self) -> None:
         self.options: list[dict[str, Any]] = []
 
-    def show(self, value: Any) -> str:
-        return repr(value)
+    def show(self, value: Any, limit: int) -> str:
+        return repr(value)[:limit]
 
     def publish(self, name: str, args: Any, kwargs: Any, options: dict[str, Any]) -> None:
         self.options.append(options)
