@@ -9,6 +9,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 
 import pytest
 from conftest import Env, Worker
@@ -37,10 +38,10 @@ def test_a_countdown_job_whose_holder_is_paused_two_passes_is_not_published_earl
 ) -> None:
     holder = start_worker("w1", environ=FAST_ENV)
     succeed = env.task("acc.succeed").with_options(options={"countdown": COUNTDOWN_S})
+    before = env.tracker.store.clock()
     job_id = succeed(x=1).job_id
-    job = env.tracker.get_job(job_id)
-    assert job is not None and job.not_before is not None, "the ETA is not on the row"
-    eta = job.not_before  # the database's clock
+    eta = before + timedelta(seconds=COUNTDOWN_S)  # the database's clock, at the earliest
+    recorded = env.tracker.get_job(job_id).not_before  # the row's due time
     wait_for(lambda: env.unacked() and not env.broker_messages(), what="w1 to hold the job")
     start_worker("w2", environ=FAST_ENV)  # would run a published copy at once
 
@@ -65,5 +66,6 @@ def test_a_countdown_job_whose_holder_is_paused_two_passes_is_not_published_earl
     [(_, started, _)] = env.spans(job_id)  # this host's clock: the database's too
     assert started >= eta.timestamp() - 0.5, f"ran {eta.timestamp() - started:.1f} s early"
     assert done.started_at is not None and (eta - done.started_at).total_seconds() < 0.5
+    assert recorded is not None and 0 <= (recorded - eta).total_seconds() < 2
     names = [e.event for e in env.tracker.history(job_id)]
     assert "rescued" not in names and "missing" not in names
