@@ -155,8 +155,9 @@ def waiting_hold(job: Job, now: datetime, keyed: bool = False) -> Hold | None:
         return Hold(RELAY_RECHECK_S, why)
     if job.not_before is not None:
         due = (job.not_before - now).total_seconds()
-        if due > 0 or not keyed:  # the rest of the wait: a worker ahead of the database
-            what = "its backoff" if job.status is JobStatus.RETRYING else "its countdown/eta"
+        retrying = job.status is JobStatus.RETRYING
+        if due > 0 or (retrying and not keyed):  # the rest: a worker ahead of the database
+            what = "its backoff" if retrying else "its countdown/eta"
             return Hold(max(0.2, due), f"{what} is not due")
     return None
 
