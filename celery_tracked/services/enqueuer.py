@@ -318,6 +318,8 @@ class Enqueuer:
                 now=utcnow(),
                 message=message,
                 secrets_sealed=job.sealed,
+                due_in_s=job.due_in_s,
+                due_at=job.due_at,
             ):
                 return None
             publish(

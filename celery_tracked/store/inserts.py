@@ -26,14 +26,14 @@ __all__ = [
 
 #: A job enqueued with a ``countdown`` is due that long after the insert on the database's
 #: clock (``due_in_s``); one with an ``eta``, at that time (``due_at``, UTC); else NULL.
-_DUE = func.coalesce(
+DUE_AT = func.coalesce(
     bindparam("due_at", type_=UTCDateTime), db_time(bindparam("due_in_s", type_=Float))
 )
 #: The values a producer's row may leave out (no countdown/eta: due at once).
 NEW_JOB_DEFAULTS = {**core_jobs.NEW_JOB_DEFAULTS, "due_in_s": None, "due_at": None}
 _NEW_JOB_VALUES: dict[str, Any] = {
     **{c: bindparam(c, type_=jobs.c[c].type) for c in NEW_JOB_COLUMNS},
-    "not_before": _DUE,
+    "not_before": DUE_AT,
 }
 JOB_INSERT = insert(jobs).values(_NEW_JOB_VALUES)
 

@@ -47,3 +47,16 @@ def test_a_pending_job_not_due_is_neither_stalled_rescued_nor_claimed(store: Sto
     # handed over two hours ago, due only a minute ago: not stalled 10 minutes after either
     lately = StallCutoffs(0.0, later(60), ago(600), ago(600))
     assert [job.id for job, _ in store.stalled(lately, 10)] == []
+
+
+def test_a_debounce_gives_the_job_its_new_messages_due_time(store: Store) -> None:
+    job_id = new_job(store, due_in_s=60)
+    assert store.replace_arguments(
+        job_id, seen_revision=0, payload_json="{}", now=utcnow(), message="x", due_in_s=600
+    )
+    assert 590 < _due_in(store, job_id) <= 600  # pushed later by the newest countdown
+    assert store.replace_arguments(
+        job_id, seen_revision=1, payload_json="{}", now=utcnow(), message="y"
+    )
+    job = store.get(job_id)
+    assert job is not None and job.not_before is None  # the newest message: at once
