@@ -5,6 +5,7 @@ item 8), on PostgreSQL and SQLite. The real worker paused across two passes is i
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -100,3 +101,19 @@ def test_a_message_sent_from_the_row_carries_the_rest_of_its_wait(tracker: Track
     send_job(platform, now, (), {})  # type: ignore[arg-type]
     assert 590 < platform.options[0]["countdown"] <= 600
     assert "countdown" not in platform.options[1]
+
+
+def test_an_eager_run_ignores_a_countdown_as_celery_does(make_app: AppFactory) -> None:
+    """``task_always_eager``: the job runs here at once (its row not held back until the
+    countdown ends, which blocked the caller for the whole countdown)."""
+    app = make_app(task_always_eager=True, task_eager_propagates=True)
+
+    @tracked_task(app=app, name=f"due.eager.{uuid.uuid4().hex}")
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    began = time.monotonic()
+    result = add.apply_async((2, 3), countdown=60)
+    assert result.get() == 5 and time.monotonic() - began < 10
+    job = get(Tracker.for_app(app), result.id)
+    assert job.status is JobStatus.COMPLETED and job.not_before is None
