@@ -68,8 +68,8 @@ def cleanup(self: Task[Any, Any]) -> dict[str, Any]:
 
 def publisher(app: Celery) -> Callable[[Job], None]:
     """Sends a job's message from its row: same task id, tracking headers and queue (its
-    arguments as stored, the sealed ones opened with ``tracked_secret_key``; a
-    ``countdown``/``eta`` given at enqueue is not kept)."""
+    arguments as stored, the sealed ones opened with ``tracked_secret_key``; the
+    rest of a ``countdown``/``eta`` given at enqueue when the row is not due yet)."""
     return resend.publisher(CeleryPlatform(app), Tracker.for_app(app).sealer)
 
 

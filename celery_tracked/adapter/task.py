@@ -19,6 +19,7 @@ Celery's ``Ignore``/``Retry``/``Reject``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 from collections.abc import Callable, Mapping, Sequence
@@ -221,6 +222,8 @@ class TrackedTask(Task[P, R_co]):
             self.description, tracker.settings, args, kwargs, task_id, control, options
         )
         inline = send is not None or bool(self.app.conf.task_always_eager)
+        if inline:  # run here at once, as Celery's eager mode ignores a countdown/eta
+            job = dataclasses.replace(job, due_in_s=None, due_at=None)
         publish = eager.sender(send or super().apply_async, args, kwargs, job.call, options)
         return eager.enqueue(tracker.enqueuer, job, publish, tracker.settings.redact_keys, inline)
 

@@ -156,6 +156,10 @@ class MemoryCore:
             StoreError: a producer's column is not given (``Refused``: NULL where a value is
                 required, or a column the table does not have).
         """
+        values = dict(values)
+        due_in_s, due_at = values.pop("due_in_s", None), values.pop("due_at", None)
+        if due_at is not None or due_in_s is not None:  # ``inserts._DUE``
+            values["not_before"] = due_at if due_at is not None else self.at(float(due_in_s))
         unknown = set(values) - _JOB_FIELDS
         if unknown:
             raise Refused(f"inserting the job row failed: no columns {sorted(unknown)}")

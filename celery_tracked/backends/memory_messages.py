@@ -123,11 +123,15 @@ class MemoryMessages(MemoryCore):
         now: datetime,
         message: str,
         secrets_sealed: str | None = None,
+        due_in_s: float | None = None,
+        due_at: datetime | None = None,
     ) -> bool:
         """``REPLACE``."""
 
         def change(job: Job) -> Mapping[str, Any]:
-            sealed = {"secrets_sealed": secrets_sealed}
+            sealed: dict[str, Any] = {"secrets_sealed": secrets_sealed, "not_before": due_at}
+            if due_in_s is not None:
+                sealed["not_before"] = self.at(due_in_s)
             return {**_new_message(job, now), "payload_json": payload_json, **sealed}
 
         check = _at_revision(seen_revision)

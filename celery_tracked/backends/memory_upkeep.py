@@ -138,6 +138,8 @@ class MemoryUpkeep(MemoryCore):
                 if j.status is JobStatus.PENDING
                 and j.published_at is not None
                 and j.published_at < pending_cutoff
+                and (j.not_before is None or j.not_before < pending_cutoff)
+                and self.free(j.not_before)
             ]
             retrying = [
                 j
@@ -256,6 +258,9 @@ class MemoryUpkeep(MemoryCore):
             sent = job.published_at if seen.status is JobStatus.RETRYING else None
             again = sent is not None and sent >= cutoff  # ``REPUBLISHED`` since
             current = job.revision == seen.revision and not again
+            if seen.status is JobStatus.PENDING and job.not_before is not None:
+                due = job.not_before < cutoff and self.free(job.not_before)  # ``DUE``
+                current = current and due
             return current and since is not None and since < cutoff
 
         return check

@@ -116,6 +116,8 @@ class EnqueueStore(Reader, Handing, KeyReader, Protocol):
         now: datetime,
         message: str,
         secrets_sealed: str | None = None,
+        due_in_s: float | None = None,
+        due_at: datetime | None = None,
     ) -> bool: ...
 
     def undo_replace(

@@ -67,6 +67,11 @@ class NewJob:
     #: the id was made for this call (no task id given): nobody else can hold it
     fresh_id: bool = False
     sealed: str | None = None  #: the redacted values, encrypted (``sealing.py``)
+    #: the message's ``countdown`` (seconds): the row is due that long after its insert,
+    #: on the database's clock (``not_before``)
+    due_in_s: float | None = None
+    #: the message's ``eta`` (UTC): the row is due then (``not_before``)
+    due_at: datetime | None = None
 
     @property
     def rule(self) -> KeyRule:
@@ -98,6 +103,8 @@ class NewJob:
             "secrets_sealed": self.sealed,
             "created_at": now,
             "updated_at": now,
+            "due_in_s": self.due_in_s,
+            "due_at": self.due_at,
         }
 
 
@@ -311,6 +318,8 @@ class Enqueuer:
                 now=utcnow(),
                 message=message,
                 secrets_sealed=job.sealed,
+                due_in_s=job.due_in_s,
+                due_at=job.due_at,
             ):
                 return None
             publish(

@@ -142,18 +142,23 @@ class Hold:
 def waiting_hold(job: Job, now: datetime, keyed: bool = False) -> Hold | None:
     """Why a delivery could not claim the waiting ``job`` at ``now`` (the database's clock):
     the relay holds it while it publishes its message (``locked_until``), or its next
-    attempt is not due (``not_before``; a ``keyed`` job whose due time passed was refused by
-    its concurrency key instead). None: neither (a concurrent claim took it)."""
+    attempt (a retry's backoff, a pending job's ``countdown``/``eta``) is not due
+    (``not_before``: the delivery waits the rest of it, so a worker whose clock runs ahead
+    of the database's waits once more, not in a loop; a ``keyed`` job whose due time
+    passed was refused by its concurrency key instead). None: neither (a concurrent claim
+    took it)."""
     if job.status not in CLAIMABLE:
         return None
     if job.locked_until is not None and job.locked_until > now:
         left = (job.locked_until - now).total_seconds()
         why = f"the relay is publishing its message (its claim ends in {left:.1f} s at most)"
         return Hold(RELAY_RECHECK_S, why)
-    if job.status is JobStatus.RETRYING and job.not_before is not None:
+    if job.not_before is not None:
         due = (job.not_before - now).total_seconds()
-        if due > 0 or not keyed:
-            return Hold(max(0.2, due), "its backoff is not due")
+        retrying = job.status is JobStatus.RETRYING
+        if due > 0 or (retrying and not keyed):  # the rest: a worker ahead of the database
+            what = "its backoff" if retrying else "its countdown/eta"
+            return Hold(max(0.2, due), f"{what} is not due")
     return None
 
 

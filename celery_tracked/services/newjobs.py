@@ -9,7 +9,8 @@ delay. Knows nothing of Celery: the ids and the lineage are given.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from typing import Any
 
 from ..core.calls import prepare_call
@@ -72,6 +73,21 @@ def new_job(
         sealed=seal_call(sealer_for(settings.secret_key), args, kwargs, call.payload_json),
     )
     debounce(job, options)
+    return due(job, options)
+
+
+def due(job: NewJob, options: Mapping[str, Any]) -> NewJob:
+    """``job`` due when its message is (``not_before``): after its ``countdown`` (counted on
+    the database's clock from the insert; it wins over an ``eta``, as in Celery), else at
+    its ``eta`` (a naive one read as UTC, as Celery reads it). Checked by ``check_options``."""
+    countdown, eta = options.get("countdown"), options.get("eta")
+    if countdown is not None:
+        return replace(job, due_in_s=float(countdown))
+    if isinstance(eta, str):
+        eta = datetime.fromisoformat(eta)
+    if isinstance(eta, datetime):
+        at = eta if eta.tzinfo is not None else eta.replace(tzinfo=timezone.utc)
+        return replace(job, due_at=at.astimezone(timezone.utc))
     return job
 
 

@@ -134,9 +134,13 @@ def stalled_why(job: Job, *, db_now: datetime, now: datetime, limits: Thresholds
             return None
         return f"attempt {job.attempts_made} was lost ({lease.why} {_ago(now, last)})"
     if job.status is JobStatus.PENDING:
-        sent = job.published_at
+        sent, due = job.published_at, job.not_before
         if sent is None or sent >= limits.cutoff(job.status, now):
             return None  # never handed over: the relay's
+        if due is not None and (due > db_now or due >= limits.cutoff(job.status, now)):
+            return None  # not due yet (its countdown/eta), or only lately
+        if due is not None and due > sent:
+            return f"it was due {_ago(now, due)} (its countdown/eta) and never started"
         return f"its message was handed to the broker {_ago(now, sent)} and never started"
     if job.status is JobStatus.RETRYING:
         due, cutoff = job.not_before, limits.cutoff(job.status, now)
@@ -166,6 +170,8 @@ def asks_broker(job: Job) -> bool:
 
 def _waiting_since(job: Job) -> datetime:
     when = job.published_at if job.status is JobStatus.PENDING else job.not_before
+    if job.status is JobStatus.PENDING and job.not_before is not None and when is not None:
+        when = max(when, job.not_before)  # due after its countdown/eta
     return when or job.updated_at
 
 

@@ -150,7 +150,9 @@ def retry_arguments(
 
 def send_job(platform: Platform, job: Job, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
     """Publish ``job``'s current message (its revision): same task id, tracking headers
-    and queue (a ``countdown``/``eta`` given at enqueue is not kept)."""
+    and queue, and the rest of its wait when its row is not due yet (``not_before``: a
+    ``countdown``/``eta`` given at enqueue; counted on this process's clock, and a delivery
+    that comes before the database's due time waits the rest of it again)."""
     argsrepr, kwargsrepr = stored_reprs(job, platform.show)
     options: dict[str, Any] = {
         "task_id": job.celery_task_id or job.id,
@@ -159,6 +161,10 @@ def send_job(platform: Platform, job: Job, args: Sequence[Any], kwargs: Mapping[
         "argsrepr": argsrepr,
         "kwargsrepr": kwargsrepr,
     }
+    if job.not_before is not None:
+        wait = (job.not_before - utcnow()).total_seconds()
+        if wait > 0:
+            options["countdown"] = wait
     platform.publish(job.task_name, tuple(args), dict(kwargs), options)
 
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Insert, Select, bindparam, insert
+from sqlalchemy import Float, Insert, Select, bindparam, func, insert
 from sqlalchemy.dialects import postgresql, sqlite
 
-from ..core.jobs import NEW_JOB_COLUMNS, NEW_JOB_DEFAULTS, JobStatus
-from .models import jobs
+from ..core import jobs as core_jobs
+from ..core.jobs import NEW_JOB_COLUMNS, JobStatus
+from .clock import db_time
+from .models import UTCDateTime, jobs
 from .statements import committed
 
 __all__ = [
@@ -22,7 +24,17 @@ __all__ = [
     "job_insert_if_absent",
 ]
 
-_NEW_JOB_VALUES = {c: bindparam(c, type_=jobs.c[c].type) for c in NEW_JOB_COLUMNS}
+#: A job enqueued with a ``countdown`` is due that long after the insert on the database's
+#: clock (``due_in_s``); one with an ``eta``, at that time (``due_at``, UTC); else NULL.
+DUE_AT = func.coalesce(
+    bindparam("due_at", type_=UTCDateTime), db_time(bindparam("due_in_s", type_=Float))
+)
+#: The values a producer's row may leave out (no countdown/eta: due at once).
+NEW_JOB_DEFAULTS = {**core_jobs.NEW_JOB_DEFAULTS, "due_in_s": None, "due_at": None}
+_NEW_JOB_VALUES: dict[str, Any] = {
+    **{c: bindparam(c, type_=jobs.c[c].type) for c in NEW_JOB_COLUMNS},
+    "not_before": DUE_AT,
+}
 JOB_INSERT = insert(jobs).values(_NEW_JOB_VALUES)
 
 

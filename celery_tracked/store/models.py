@@ -126,8 +126,9 @@ jobs = Table(
     # ``Tracker.cancel(running=True)`` asked the running job to stop: its run then ends
     # ``cancelled`` whatever the body did (``store/cancels.py``); NULL: no request
     Column("cancel_requested_at", UTCDateTime, nullable=True),
-    # a ``retrying`` job's next attempt is due at this time (the database's clock): no
-    # delivery claims it before; NULL on every other row (and a retrying row due at once)
+    # the job must not start before this time (the database's clock): a ``retrying`` job's
+    # backoff, a ``pending`` job's countdown/eta; no delivery claims it before, the reaper
+    # never publishes it before; NULL when due at once (and once claimed)
     Column("not_before", UTCDateTime, nullable=True),
     # the values under redacted names, encrypted (tracked_secret_key; services/sealing.py)
     Column("secrets_sealed", Text, nullable=True),

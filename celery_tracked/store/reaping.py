@@ -36,7 +36,7 @@ from ..core.moves import StaleRun, StallCutoffs
 from .clock import db_time
 from .engines import Applying
 from .models import UTCDateTime, events, jobs
-from .statements import CURRENT, GRACE_S, JOB_ID, LAPSED, MESSAGE, NOW, UNCANCELLED, Move
+from .statements import CURRENT, DUE, GRACE_S, JOB_ID, LAPSED, MESSAGE, NOW, UNCANCELLED, Move
 from .translate import reconnecting, translated
 
 #: The event of a rescue; ``Tracker.retry``'s event starts a new count of them.
@@ -61,7 +61,14 @@ _RUN_STALLED = and_(
     func.coalesce(jobs.c.locked_until, jobs.c.updated_at) < RUN_CUTOFF,
 )
 _RUN_FENCE = (*LAPSED, *CURRENT, _RUN_STALLED)
-_PENDING_FENCE = (*CURRENT, jobs.c.published_at < CUTOFF)
+#: A pending job handed over before the cutoff, and due (its ``countdown``/``eta``) before
+#: it too and now on the database's clock: the reaper never publishes a job not yet due.
+_PENDING_FENCE = (
+    *CURRENT,
+    *DUE,
+    jobs.c.published_at < CUTOFF,
+    or_(jobs.c.not_before.is_(None), jobs.c.not_before < CUTOFF),
+)
 #: A retrying job due before the cutoff whose message was not handed to the broker again
 #: since (a postponed delivery, ``REPUBLISHED``).
 _RETRYING_FENCE = (
@@ -192,7 +199,10 @@ RESCUES = (
 #: (400 ms against 1 ms; docs/operations.md).
 _STALLED_RUNS = and_(jobs.c.status == JobStatus.PROCESSING.value, _RUN_STALLED)
 _STALLED_PENDING = and_(
-    jobs.c.status == JobStatus.PENDING.value, jobs.c.published_at < PENDING_CUTOFF
+    jobs.c.status == JobStatus.PENDING.value,
+    jobs.c.published_at < PENDING_CUTOFF,
+    or_(jobs.c.not_before.is_(None), jobs.c.not_before < PENDING_CUTOFF),
+    *DUE,
 )
 _STALLED_RETRYING = and_(
     jobs.c.status == JobStatus.RETRYING.value,

@@ -22,6 +22,7 @@ from ..core.jobs import RETRY_UNDONE, Job, JobStatus
 from ..core.keys import UndoneReplace
 from ..core.moves import RetryUndo
 from .engines import Applying
+from .inserts import DUE_AT
 from .models import UTCDateTime, events, jobs
 from .statements import JOB_ID, NOW, RELAY_CLAIM, RELAYED, REVISION, Move, param
 from .translate import reconnecting, translated
@@ -53,7 +54,8 @@ REPLACE = Move(
     "replace",
     _PENDING,
     JobStatus.PENDING,
-    {**_NEW_MESSAGE, "payload_json": PAYLOAD, "secrets_sealed": SEALED},
+    # the new message's countdown/eta is the job's due time (``inserts.DUE_AT``)
+    {**_NEW_MESSAGE, "payload_json": PAYLOAD, "secrets_sealed": SEALED, "not_before": DUE_AT},
     (jobs.c.revision == REVISION,),
     "debounced",
 )
@@ -149,11 +151,15 @@ class Rerun(Applying):
         now: datetime,
         message: str,
         secrets_sealed: str | None = None,
+        due_in_s: float | None = None,
+        due_at: datetime | None = None,
     ) -> bool:
         """pending → pending with new arguments and revision ``seen_revision + 1``, if the
-        job is still pending at ``seen_revision``."""
+        job is still pending at ``seen_revision``; due when its new message is (``due_in_s``
+        from now on the database's clock, or at ``due_at``; neither: at once)."""
         params = {"job_id": job_id, "at_revision": seen_revision, "payload_json": payload_json}
         params.update(now=now, message=message, secrets_sealed=secrets_sealed)
+        params.update(due_in_s=due_in_s, due_at=due_at)
         return self.apply(REPLACE, params) is not None
 
     @reconnecting

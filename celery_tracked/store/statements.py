@@ -78,7 +78,7 @@ LAPSED = (
         jobs.c.locked_by == STALE_OWNER,
     ),
 )
-#: A ``retrying`` row's next attempt is due (``not_before``: its backoff; NULL elsewhere).
+#: The job may start (``not_before``: a retry's backoff, a countdown/eta; NULL: at once).
 DUE = (or_(jobs.c.not_before.is_(None), jobs.c.not_before <= db_time()),)
 #: Nobody holds the row: no lease, or one that ended (on a ``pending`` row, the relay's
 #: claim while it publishes the row's message).
