@@ -44,8 +44,8 @@ docs: venv
 # it saves there), the database tiers and the acceptance tier in parallel (each pytest
 # process starts a private Redis and PostgreSQL of its own), then the timing-critical
 # `serial` tests alone, then the chaos tier once. `make -k`: every phase runs, and the
-# target fails if one did. TEST_WORKERS=4 make test runs more processes.
-TEST_WORKERS ?= 3
+# target fails if one did. TEST_WORKERS=2 make test runs fewer processes.
+TEST_WORKERS ?= 4
 PYTEST := $(VENV)/bin/pytest
 test: check
 	$(MAKE) -k test-untouched-seed test-unit test-db test-acceptance test-serial chaos \
@@ -56,10 +56,10 @@ test-unit: venv
 
 test-db: venv
 	$(PYTEST) tests/contract tests/integration tests/migrations -q -n $(TEST_WORKERS) \
-		--dist loadfile -m "not serial"
+		--dist worksteal -m "not serial"
 
 test-acceptance: venv
-	$(PYTEST) tests/acceptance -q -n $(TEST_WORKERS) --dist loadfile \
+	$(PYTEST) tests/acceptance -q -n $(TEST_WORKERS) --dist worksteal \
 		-m "not serial and not untouched"
 
 test-serial: venv
