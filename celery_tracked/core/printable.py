@@ -22,10 +22,11 @@ from typing import Any
 
 __all__ = ["storable", "storable_params", "visible"]
 
-#: C0 and C1 controls, DEL, the line and paragraph separators, and the bidirectional
-#: marks, embeddings, overrides and isolates
+#: C0 and C1 controls, DEL, the line and paragraph separators, the bidirectional marks,
+#: embeddings, overrides and isolates, and lone surrogates (no terminal or log file can
+#: write them)
 _CONTROL = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 )
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 

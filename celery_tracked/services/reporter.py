@@ -23,6 +23,7 @@ from ..core.errors import StoreError
 from ..core.hooks import Hooks
 from ..core.jobs import Claim, utcnow
 from ..core.ports import ReportStore
+from ..core.printable import visible
 from ..core.redact import mask_secrets
 from ..core.run import Run
 from ..core.settings import Settings
@@ -203,7 +204,8 @@ class ProgressReporter:
         run, claim = self._run, self._claim
         extra: dict[str, object] = {"job_id": claim.job_id, "queue": run.queue}
         extra.update(job_type=run.job_type, status="processing", attempt=claim.attempt)
-        logger.log(_LEVELS[level], "job %s: %s", claim.job_id, text, extra=extra)
+        # job data: control characters and lone surrogates escaped, as in every line about jobs
+        logger.log(_LEVELS[level], "job %s: %s", claim.job_id, visible(text), extra=extra)
         with self._lock:
             if self._lost or self._blocked():  # blocked: the logger has it, not the history
                 return False

@@ -17,6 +17,7 @@ from celery_tracked.core.printable import visible
         ("\x00\x7f\x9b", "\\x00\\x7f\\x9b"),
         ("\u202eevil\u2066\u2028", "\\u202eevil\\u2066\\u2028"),
         ("C:\\path", "C:\\path"),
+        ("/tmp/x\udcff.pdf", "/tmp/x\\udcff.pdf"),  # a lone surrogate (os.fsdecode)
     ],
 )
 def test_control_characters_are_escaped_and_nothing_else(raw: str, shown: str) -> None:
