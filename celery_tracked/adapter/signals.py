@@ -115,8 +115,22 @@ def refuse_start(problem: str) -> NoReturn:
     text = f"celery-tracked: {problem}"
     if logger.hasHandlers():
         logger.critical("%s", text)
-        raise SystemExit(1)
+        if _reaches_terminal(logger):
+            raise SystemExit(1)
+    # no logging yet, or only to files: the terminal must still say why the worker stopped
     raise SystemExit(f"[CRITICAL] {text}")
+
+
+def _reaches_terminal(start: logging.Logger) -> bool:
+    """Whether a record of ``start`` reaches a handler writing to stdout or stderr."""
+    current: logging.Logger | None = start
+    while current is not None:
+        for handler in current.handlers:
+            stream = getattr(handler, "stream", None)
+            if stream is not None and stream in (sys.stdout, sys.stderr, sys.__stderr__):
+                return True
+        current = current.parent if current.propagate else None
+    return False
 
 
 def app_name(app: Any, argv: Sequence[str] | None = None) -> str:
