@@ -20,6 +20,9 @@ from celery_tracked.services.lease import PROOF_SHARE
 LEASE_S = 4.0
 
 
+# serial: the body's length is calibrated on this CPU; beside other tests the calibration
+# and the run see different speeds (held 2.2 s of the 3.8 s asked, at -n 4 in CI)
+@pytest.mark.serial
 @pytest.mark.parametrize("lease_seconds", [LEASE_S])
 @pytest.mark.parametrize("pool", ["prefork", "solo"])
 def test_a_body_holding_the_gil_for_most_of_its_lease_is_not_stopped(
