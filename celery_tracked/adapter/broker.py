@@ -9,6 +9,9 @@
   remote-control command: one broadcast, answered by every worker that is alive and has
   remote control enabled (Celery's default); plus those of this very process when it is a
   worker (a ``-P solo`` worker cannot answer while it runs the reaper).
+
+And, for the producer, :func:`broker_failure`: whether a failed publish was the broker's
+(worth retrying: an ``EnqueueError``) or Celery refusing the call itself (its own error).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from celery import Celery
+from kombu.exceptions import LimitExceeded, OperationalError
 
 from ..core.redact import mask_url
 
@@ -61,6 +65,22 @@ class CeleryBroker:
             return None
         held = {str(task_id) for reply in (replies or {}).values() for task_id in reply or {}}
         return (held | _held_here()) & wanted
+
+
+def broker_failure(app: Celery, exc: Exception) -> bool:
+    """``exc``, raised by Celery's publish, is a failure of the broker or of the way to it:
+    kombu's ``OperationalError`` (what Celery makes of a lost connection), a socket's
+    ``OSError``, a pool at its limit, or one of the errors the app's transport declares
+    (``redis.ConnectionError``...). Anything else (Celery's ``ValueError`` of a bad time
+    limit, a ``TypeError``...) is the call's own fault: retrying it cannot help."""
+    if isinstance(exc, OperationalError | OSError | LimitExceeded):
+        return True
+    try:
+        with app.connection_for_write() as conn:  # no I/O: the transport's error classes
+            declared = tuple(conn.connection_errors) + tuple(conn.channel_errors)
+    except Exception:  # a transport that cannot even be loaded: the broker's side
+        return True
+    return isinstance(exc, declared)
 
 
 def _held_here() -> set[str]:

@@ -25,26 +25,28 @@ from ..core.calls import PreparedCall
 from ..core.errors import JobFailed
 from ..core.jobs import EnqueueResult, Job, JobStatus
 from ..core.messages import TrackedHeaders
-from ..services.enqueuer import Enqueuer, NewJob
-
-#: ``publish(headers, task_id)``: hands the message to the broker, or runs it here (eager).
-Send = Callable[[TrackedHeaders, str], AsyncResult[Any]]
+from ..core.redact import mask_secrets
+from ..services.enqueuer import Enqueuer, NewJob, PublishRefused
 
 
 def enqueue(
-    enqueuer: Enqueuer, job: NewJob, send: Send, redact_keys: tuple[str, ...], inline: bool
+    enqueuer: Enqueuer, job: NewJob, send: Sender, redact_keys: tuple[str, ...], inline: bool
 ) -> tuple[EnqueueResult[Any], AsyncResult[Any] | None]:
     """Create ``job`` and publish it (``inline`` False), or create it and run it here.
 
-    Returns the enqueue's result and, for a run here, Celery's ``EagerResult`` (for a
-    duplicate: one built from the existing job's row).
+    Returns the enqueue's result and Celery's result of the delivery made: the
+    ``AsyncResult`` of the publish (None when nothing was published: a duplicate), or
+    for a run here the ``EagerResult`` (for a duplicate: one built from the existing
+    job's row).
 
     Raises:
         EnqueueError: as ``Enqueuer.enqueue`` (nothing was created).
-        Exception: the body's own, with ``task_eager_propagates`` (the row keeps it).
+        Exception: Celery's own refusal of the call (a ``ValueError`` of a bad time
+            limit...; nothing was created), or the body's own, with
+            ``task_eager_propagates`` (the row keeps it).
     """
     if not inline:
-        return enqueuer.enqueue(job, send, redact_keys), None
+        return enqueuer.enqueue(job, send, redact_keys), send.sent
     queued = enqueuer.enqueue(job, _runs_here, redact_keys)
     if not queued.created:
         return queued, row_result(enqueuer.store.get(queued.job_id), queued.job_id)
@@ -81,27 +83,68 @@ def row_result(job: Job | None, job_id: str) -> EagerResult[Any]:
     return EagerResult(job_id, None, states.PENDING)
 
 
+class Sender:
+    """The job's delivery through ``send`` (Celery's ``apply_async``, or its ``apply``):
+    the given ``task_id`` (the job id; the replacer's for a ``self.replace`` replacement),
+    the tracked headers, the ``argsrepr``/``kwargsrepr``: ours (redacted), or the caller's
+    own (Celery's call options), a redacted argument's value masked in it. ``sent`` is
+    the ``AsyncResult`` Celery made for the last delivery (None before one). Given
+    ``broker_failure``, an error it does not call one (Celery refused the call itself) is
+    raised as ``PublishRefused``: the enqueue is undone and that error raised as it is."""
+
+    def __init__(
+        self,
+        send: Callable[..., AsyncResult[Any]],
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        call: PreparedCall,
+        options: Mapping[str, Any],
+        redact_keys: tuple[str, ...] = (),
+        broker_failure: Callable[[Exception], bool] | None = None,
+    ) -> None:
+        self.send, self.args, self.kwargs, self.call = send, tuple(args), dict(kwargs), call
+        self.options = dict(options)
+        self.redact_keys = redact_keys
+        self.broker_failure = broker_failure
+        self.sent: AsyncResult[Any] | None = None
+
+    def __call__(self, tracked: TrackedHeaders, task_id: str) -> AsyncResult[Any]:
+        options = dict(self.options)
+        headers = {**(options.pop("headers", None) or {}), **tracked.to_headers()}
+        argsrepr = self._shown(options.pop("argsrepr", None), self.call.argsrepr)
+        kwargsrepr = self._shown(options.pop("kwargsrepr", None), self.call.kwargsrepr)
+        self.sent = None
+        try:
+            self.sent = self.send(
+                self.args,
+                dict(self.kwargs),
+                task_id=task_id,
+                headers=headers,
+                argsrepr=argsrepr,
+                kwargsrepr=kwargsrepr,
+                **options,
+            )
+        except Exception as exc:
+            if self.broker_failure is None or self.broker_failure(exc):
+                raise
+            raise PublishRefused(exc) from exc
+        return self.sent
+
+    def _shown(self, given: object, ours: str) -> str:
+        """The caller's text (masked), else ours."""
+        if given is None:
+            return ours
+        return mask_secrets(str(given), self.call.secrets, self.redact_keys)
+
+
 def sender(
     send: Callable[..., AsyncResult[Any]],
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     call: PreparedCall,
     options: dict[str, Any],
-) -> Send:
-    """The job's delivery through ``send`` (Celery's ``apply_async``, or its ``apply``):
-    the given ``task_id`` (the job id; the replacer's for a ``self.replace`` replacement),
-    the tracked headers, the redacted ``argsrepr``/``kwargsrepr``."""
-
-    def publish(tracked: TrackedHeaders, task_id: str) -> AsyncResult[Any]:
-        headers = {**(options.pop("headers", None) or {}), **tracked.to_headers()}
-        return send(
-            tuple(args),
-            dict(kwargs),
-            task_id=task_id,
-            headers=headers,
-            argsrepr=call.argsrepr,
-            kwargsrepr=call.kwargsrepr,
-            **options,
-        )
-
-    return publish
+    redact_keys: tuple[str, ...] = (),
+    broker_failure: Callable[[Exception], bool] | None = None,
+) -> Sender:
+    """The job's delivery through ``send`` (:class:`Sender`)."""
+    return Sender(send, args, kwargs, call, options, redact_keys, broker_failure)

@@ -46,6 +46,7 @@ from ..services import progress, successors
 from ..services.reporter import ProgressReporter
 from ..services.successors import Step
 from . import eager, producer, retries, transactional
+from .broker import broker_failure
 from .celery_signals import CELERY_SIGNALS
 from .celery_tracker import Tracker
 from .maintenance import install_beat_entries
@@ -180,8 +181,10 @@ class TrackedTask(Task[P, R_co]):
         **options: Any,
     ) -> AsyncResult[R_co]:
         """Tracked ``apply_async``: also accepts ``idempotency_key``, ``correlation_id``,
-        ``parent_job_id``, ``owner_id`` and ``max_attempts``. Returns the job's
-        ``AsyncResult`` (its id is the job id), the existing job's for a duplicate."""
+        ``parent_job_id``, ``owner_id`` and ``max_attempts``. Returns the ``AsyncResult``
+        Celery made for the job's message (its id is the job id), the existing job's for a
+        duplicate. Celery's own errors (a ``ValueError`` of a bad time limit...) are raised
+        as they are, nothing left behind; a broker failure is an ``EnqueueError``."""
         args = tuple(args or ())
         kwargs = dict(kwargs or {})
         options.update(producer=producer, link=link, link_error=link_error, shadow=shadow)
@@ -195,8 +198,12 @@ class TrackedTask(Task[P, R_co]):
             options.update(argsrepr=argsrepr, kwargsrepr=kwargsrepr)
             return super().apply_async(args, kwargs, task_id=task_id or existing.job_id, **options)
         control = Control.pop_from(options)
-        queued, ran = self._enqueue(args, kwargs, task_id, control, options)
-        return ran if ran is not None else self.AsyncResult(queued.job_id)
+        queued, sent = self._enqueue(args, kwargs, task_id, control, options)
+        if sent is not None:  # Celery's own: its ``ignored`` flag, its result subscription
+            return sent
+        found = self.AsyncResult(queued.job_id)  # a duplicate: nothing was sent
+        found.ignored = bool(options.get("ignore_result", self.ignore_result))
+        return found
 
     def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:  # type: ignore[override]
         """Tracked ``apply`` (and eager mode): the row, then the run here (``eager.py``)."""
@@ -224,8 +231,12 @@ class TrackedTask(Task[P, R_co]):
         inline = send is not None or bool(self.app.conf.task_always_eager)
         if inline:  # run here at once, as Celery's eager mode ignores a countdown/eta
             job = dataclasses.replace(job, due_in_s=None, due_at=None)
-        publish = eager.sender(send or super().apply_async, args, kwargs, job.call, options)
-        return eager.enqueue(tracker.enqueuer, job, publish, tracker.settings.redact_keys, inline)
+        keys = tracker.settings.redact_keys
+        failure = None if inline else partial(broker_failure, self.app)
+        publish = eager.sender(
+            send or super().apply_async, args, kwargs, job.call, options, keys, failure
+        )
+        return eager.enqueue(tracker.enqueuer, job, publish, keys, inline)
 
     # -- pipelines (successors.py) -----------------------------------------------------
     def then(self, task: TrackedTask[Q, Any], *args: Q.args, **kwargs: Q.kwargs) -> str:

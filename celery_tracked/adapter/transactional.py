@@ -90,7 +90,7 @@ def enqueue_in(
         )
         return EnqueueResult(found.id, found.status, False)
     send = partial(Task.apply_async, task)
-    publish = eager.sender(send, args, kwargs, job.call, options)
+    publish = eager.sender(send, args, kwargs, job.call, options, tracker.settings.redact_keys)
     effects.after_commit(
         target, job.job_id, partial(_hand_over, tracker, job, publish), store.engines
     )

@@ -41,6 +41,16 @@ _ONE_JOB = KeyRule()
 Publish = Callable[[TrackedHeaders, str], object]
 
 
+class PublishRefused(Exception):
+    """Raised by a ``publish`` for a call its framework refused itself (Celery's own
+    ``ValueError``/``TypeError`` of a bad option): not a broker failure, so the enqueue is
+    undone and ``error`` raised as it is, never as a retryable ``EnqueueError``."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 @dataclass(frozen=True)
 class NewJob:
     """Everything the producer needs to create one job."""
@@ -199,6 +209,8 @@ class Enqueuer:
                 raise self._failure(job, redact_keys, "broker publish", exc, note) from None
             if kept is not None:  # a relay handed it over meanwhile: the job exists and runs
                 return EnqueueResult(kept.id, kept.status, True)
+            if isinstance(exc, PublishRefused):
+                raise exc.error from exc.error.__cause__
             raise self._failure(job, redact_keys, "broker publish", exc) from None
         self._handed_over(job.job_id, 0)
         self._tell(job, Event.ENQUEUED, "pending", f"job {job.job_id} enqueued on {job.queue}")
@@ -330,6 +342,8 @@ class Enqueuer:
             raise self._failure(job, redact_keys, "database", exc) from None
         except Exception as exc:
             note = self._undo_replace(pending, made)
+            if isinstance(exc, PublishRefused):
+                raise exc.error from exc.error.__cause__
             raise self._failure(job, redact_keys, "broker publish", exc, note) from None
         self._handed_over(pending.id, made)
         self.hooks.after_transition(
