@@ -22,11 +22,11 @@ from celery.exceptions import Retry
 from celery.result import AsyncResult, EagerResult
 
 from ..core.calls import PreparedCall
-from ..core.errors import JobFailed
+from ..core.errors import JobFailed, PublishRefused
 from ..core.jobs import EnqueueResult, Job, JobStatus
 from ..core.messages import TrackedHeaders
 from ..core.redact import mask_secrets
-from ..services.enqueuer import Enqueuer, NewJob, PublishRefused
+from ..services.enqueuer import Enqueuer, NewJob
 
 
 def enqueue(

@@ -19,6 +19,12 @@ reaper every ``tracked_reaper_interval_seconds``, the cleanup on
 user's with that name; an interval of 0 (``tracked_cleanup_schedule = False``) leaves it
 out. Only reassigning ``app.conf.beat_schedule = {...}`` after configuration drops them.
 
+They are built on Celery's own ``Task``, never on the app's ``task_cls``: they are no
+tracked jobs themselves, even in an app tracked app-wide (``Celery(task_cls=TrackedTask)``),
+and registering them needs no app's task class (importing ``celery_tracked`` while such an
+app makes its task class, from the string form ``"celery_tracked:TrackedTask"``, registers
+them on that very app).
+
 The maintenance tasks send no worker events (``send_events=False``): run every minute,
 they would flood Flower's task list. A producer with ``task_send_sent_event = True`` (Beat
 included) still sends their ``task-sent`` event, so Flower then lists them as sent only.
@@ -47,20 +53,20 @@ CLEANUP_TASK = "celery_tracked.cleanup"
 _INSTALLED = "_celery_tracked_beat_installed"
 
 
-@shared_task(name=RELAY_TASK, bind=True, ignore_result=True, send_events=False)
+@shared_task(name=RELAY_TASK, base=Task, bind=True, ignore_result=True, send_events=False)
 def relay(self: Task[Any, Any]) -> dict[str, list[str]]:
     """Publish the pending jobs whose message was never handed to the broker."""
     report = Tracker.for_app(self.app).relay.run(publisher(self.app))
     return {"published": report.published, "cancelled": report.cancelled}
 
 
-@shared_task(name=REAP_TASK, bind=True, ignore_result=True, send_events=False)
+@shared_task(name=REAP_TASK, base=Task, bind=True, ignore_result=True, send_events=False)
 def reap(self: Task[Any, Any]) -> dict[str, list[str]]:
     """Rescue (or abandon) the stalled jobs: see ``celery_tracked.reaper``."""
     return Tracker.for_app(self.app).reap().as_dict()
 
 
-@shared_task(name=CLEANUP_TASK, bind=True, ignore_result=True, send_events=False)
+@shared_task(name=CLEANUP_TASK, base=Task, bind=True, ignore_result=True, send_events=False)
 def cleanup(self: Task[Any, Any]) -> dict[str, Any]:
     """Remove the ended jobs past their retention (``Tracker.cleanup``); its report."""
     return Tracker.for_app(self.app).cleanup().as_dict()

@@ -47,6 +47,7 @@ from ..services.reporter import ProgressReporter
 from ..services.successors import Step
 from . import eager, producer, retries, transactional
 from .broker import broker_failure
+from .celery_builtins import is_celery_builtin, plain_twin
 from .celery_signals import CELERY_SIGNALS
 from .celery_tracker import Tracker
 from .maintenance import install_beat_entries
@@ -102,8 +103,16 @@ class TrackedTask(Task[P, R_co]):
         """Refuse bad tracked options (``InvalidTaskOption``) when a task class is made
         (``@app.task``/``@tracked_task`` make one with ``type()``)."""
         super().__init_subclass__(**kwargs)
+        if is_celery_builtin(cls):
+            return  # never tracked: see __new__
         cls._tracked_retry, cls._tracked_keys = check_task_class(cls, TrackedTask)
         cls._tracked_limits = check_task_limits(cls)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """Celery's built-in tasks, made from an app's ``task_cls``, stay plain Celery
+        tasks (``celery_builtins.py``: ``celery.chord_unlock`` must poll unbounded)."""
+        twin = plain_twin(cls)
+        return twin() if twin is not None else super().__new__(cls)
 
     @classmethod
     def on_bound(cls, app: Celery) -> None:

@@ -34,7 +34,8 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
 Safe error text (masking, summaries) lives in :mod:`celery_tracked.redact`.
 
 Internal, never raised to users: ``DuplicateJob`` (a store's insert met the job's id or
-idempotency key; the enqueuer turns it into a duplicate result).
+idempotency key; the enqueuer turns it into a duplicate result), ``PublishRefused`` (the
+enqueuer raises the error it carries).
 """
 
 from __future__ import annotations
@@ -166,6 +167,16 @@ class TransactionFailed(StoreError):
 
 class DuplicateJob(Exception):
     """Internal: the insert hit the unique key or the primary key."""
+
+
+class PublishRefused(Exception):
+    """Internal: a ``publish`` whose framework refused the call itself (Celery's own
+    ``ValueError`` of a bad time limit...), not a broker failure: the enqueuer undoes the
+    enqueue and raises ``error`` as it is, never a retryable ``EnqueueError``."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class InvalidProgress(TrackedError, ValueError):

@@ -18,7 +18,14 @@ from datetime import datetime
 from typing import Any
 
 from ..core.calls import PreparedCall
-from ..core.errors import DuplicateInCanvas, DuplicateJob, EnqueueError, GuardError, StoreError
+from ..core.errors import (
+    DuplicateInCanvas,
+    DuplicateJob,
+    EnqueueError,
+    GuardError,
+    PublishRefused,
+    StoreError,
+)
 from ..core.guards import Guard
 from ..core.hooks import Hooks, Transition
 from ..core.jobs import EnqueueResult, Event, Job, JobStatus, utcnow
@@ -39,16 +46,6 @@ _ROUNDS_TRIED = 60
 _ONE_JOB = KeyRule()
 #: ``publish(headers, task_id)``: hand the job's message to the broker (or run it here).
 Publish = Callable[[TrackedHeaders, str], object]
-
-
-class PublishRefused(Exception):
-    """Raised by a ``publish`` for a call its framework refused itself (Celery's own
-    ``ValueError``/``TypeError`` of a bad option): not a broker failure, so the enqueue is
-    undone and ``error`` raised as it is, never as a retryable ``EnqueueError``."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 @dataclass(frozen=True)

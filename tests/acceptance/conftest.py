@@ -302,8 +302,8 @@ def worker_environ(
 
 @pytest.fixture
 def start_worker(env: Env, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
-    """Start a real ``celery worker`` (prefork unless ``pool`` says otherwise) on the
-    test's services; stopped at teardown."""
+    """Start a real ``celery worker`` of ``app`` (``tracked_app`` unless said otherwise;
+    prefork unless ``pool`` says otherwise) on the test's services; stopped at teardown."""
     started: list[Worker] = []
 
     def start(
@@ -313,6 +313,7 @@ def start_worker(env: Env, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
         ready: bool = True,
         environ: Mapping[str, str | None] | None = None,
         pool: str = "prefork",
+        app: str = "tracked_app",
     ) -> Worker:
         log_path = tmp_path / f"worker-{name}.log"
         jsonl_path = tmp_path / f"worker-{name}.jsonl"
@@ -322,7 +323,7 @@ def start_worker(env: Env, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
             "-m",
             "celery",
             "-A",
-            "tracked_app",
+            app,
             "worker",
             "-P",
             pool,
