@@ -78,7 +78,8 @@ def test_an_app_wide_worker_tracks_every_task_and_runs_celerys_own(
 ) -> None:
     """A real worker of ``appwide_app``: ``@app.task`` and ``@shared_task`` jobs tracked;
     a chord on a result backend without native join, whose ``celery.chord_unlock``
-    polls (untracked) while its header runs; ``celery.backend_cleanup`` runs, untracked."""
+    polls (untracked) while its header runs; ``celery.backend_cleanup`` and
+    ``celery.starmap`` run, untracked."""
     import appwide_app
     from celery import chord
 
@@ -97,6 +98,8 @@ def test_an_app_wide_worker_tracks_every_task_and_runs_celerys_own(
         env.wait_status(chorded.id, "completed")  # the body: a tracked job
         cleaned = app.tasks["celery.backend_cleanup"].delay()
         assert cleaned.get(timeout=30) is None
+        # one untracked celery.starmap message calling the body directly, per item
+        assert app.tasks["aw.mul"].starmap([(1, 2), (3, 4)]).delay().get(timeout=30) == [2, 12]
         rows = env.sql("SELECT task_name, status FROM background_jobs ORDER BY task_name")
         assert [tuple(r) for r in rows] == [
             ("aw.add", "completed"),
