@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from celery import Celery
+from celery.exceptions import CeleryError
 from kombu.exceptions import LimitExceeded, OperationalError
 
 from ..core.redact import mask_url
@@ -71,14 +72,21 @@ def broker_failure(app: Celery, exc: Exception) -> bool:
     """``exc``, raised by Celery's publish, is a failure of the broker or of the way to it:
     kombu's ``OperationalError`` (what Celery makes of a lost connection), a socket's
     ``OSError``, a pool at its limit, or one of the errors the app's transport declares
-    (``redis.ConnectionError``...). Anything else (Celery's ``ValueError`` of a bad time
-    limit, a ``TypeError``...) is the call's own fault: retrying it cannot help."""
+    (``redis.ConnectionError``...), or its result backend (which Celery subscribes on
+    before publishing). Celery's own errors (``QueueNotFound``...) and anything else
+    (its ``ValueError`` of a bad time limit, a ``TypeError``...) are the call's own fault:
+    retrying it cannot help."""
+    if isinstance(exc, CeleryError):  # Celery's own (``QueueNotFound``...): never the broker's
+        return False
     if isinstance(exc, OperationalError | OSError | LimitExceeded):
         return True
     try:
         with app.connection_for_write() as conn:  # no I/O: the transport's error classes
             declared = tuple(conn.connection_errors) + tuple(conn.channel_errors)
-    except Exception:  # a transport that cannot even be loaded: the broker's side
+        backend = app.backend
+        declared += tuple(getattr(backend, "connection_errors", ()) or ())
+        declared += tuple(getattr(backend, "channel_errors", ()) or ())
+    except Exception:  # a transport or backend that cannot even be loaded: not the call's
         return True
     return isinstance(exc, declared)
 
