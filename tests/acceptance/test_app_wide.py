@@ -112,3 +112,25 @@ def test_an_app_wide_worker_tracks_every_task_and_runs_celerys_own(
     finally:
         Tracker.for_app(app).close()
         app.close()
+
+
+def test_results_through_celerys_own_subscription(env: Any, start_worker: Any) -> None:
+    """A Redis result backend and a real worker: ``apply_async`` returns the result
+    Celery subscribed for, whose ``.get()`` gets the worker's value; an ignored one
+    returns None at once."""
+    import appwide_app
+
+    backend = env.config["redis_url"]
+    start_worker(app="appwide_app", environ={"TRACKED_TEST_RESULT_BACKEND": backend})
+    app = appwide_app.create_app({**env.config, "result_backend": backend})
+    try:
+        add = app.tasks["aw.add"]
+        result = add.apply_async((1, 2))
+        assert app.backend.get_key_for_task(result.id) in app.backend.result_consumer.subscribed_to
+        assert result.get(timeout=30) == 3
+        ignored = add.apply_async((2, 2), ignore_result=True)
+        assert ignored.get(timeout=1) is None
+        assert env.wait_status(ignored.id, "completed").result == 4
+    finally:
+        Tracker.for_app(app).close()
+        app.close()
