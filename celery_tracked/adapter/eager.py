@@ -15,9 +15,10 @@ a delay of 0), also with ``task_eager_propagates`` (where Celery would raise ``R
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
-from celery import states
+from celery import Celery, Task, states
 from celery.exceptions import Retry
 from celery.result import AsyncResult, EagerResult
 
@@ -27,6 +28,7 @@ from ..core.jobs import EnqueueResult, Job, JobStatus
 from ..core.messages import TrackedHeaders
 from ..core.redact import mask_secrets
 from ..services.enqueuer import Enqueuer, NewJob
+from .broker import broker_failure
 
 
 def enqueue(
@@ -144,7 +146,22 @@ def sender(
     call: PreparedCall,
     options: dict[str, Any],
     redact_keys: tuple[str, ...] = (),
-    broker_failure: Callable[[Exception], bool] | None = None,
+    app: Celery | None = None,
 ) -> Sender:
-    """The job's delivery through ``send`` (:class:`Sender`)."""
-    return Sender(send, args, kwargs, call, options, redact_keys, broker_failure)
+    """The job's delivery through ``send`` (:class:`Sender`); given the ``app`` whose
+    broker it publishes to, Celery's own errors are told from the broker's."""
+    failure = partial(broker_failure, app) if app is not None else None
+    return Sender(send, args, kwargs, call, options, redact_keys, failure)
+
+
+def unsent(task: Task[Any, Any], job_id: str, options: Mapping[str, Any]) -> AsyncResult[Any]:
+    """The ``AsyncResult`` of a job this call sent nothing for (a duplicate): ignored as
+    Celery's would be (``ignore_result``, the call's or the task's)."""
+    found = task.AsyncResult(job_id)
+    found.ignored = bool(options.get("ignore_result", task.ignore_result))
+    return found
+
+
+def send_existing(task: Task[Any, Any], args: Any, kwargs: Any, options: Any) -> None:
+    """Publish a message of an existing job (its headers in ``options``): no new row."""
+    task.apply_async(args, kwargs, **options)

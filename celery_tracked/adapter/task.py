@@ -45,9 +45,7 @@ from ..core.run import Run
 from ..services import progress, successors
 from ..services.reporter import ProgressReporter
 from ..services.successors import Step
-from . import eager, producer, retries, transactional
-from .broker import broker_failure
-from .celery_builtins import is_celery_builtin, plain_twin
+from . import celery_builtins, eager, producer, retries, transactional
 from .celery_signals import CELERY_SIGNALS
 from .celery_tracker import Tracker
 from .maintenance import install_beat_entries
@@ -103,15 +101,13 @@ class TrackedTask(Task[P, R_co]):
         """Refuse bad tracked options (``InvalidTaskOption``) when a task class is made
         (``@app.task``/``@tracked_task`` make one with ``type()``)."""
         super().__init_subclass__(**kwargs)
-        if is_celery_builtin(cls):
-            return  # never tracked: see __new__
-        cls._tracked_retry, cls._tracked_keys = check_task_class(cls, TrackedTask)
-        cls._tracked_limits = check_task_limits(cls)
+        if not celery_builtins.is_celery_builtin(cls):  # else made plain: __new__
+            cls._tracked_retry, cls._tracked_keys = check_task_class(cls, TrackedTask)
+            cls._tracked_limits = check_task_limits(cls)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        """Celery's built-in tasks, made from an app's ``task_cls``, stay plain Celery
-        tasks (``celery_builtins.py``: ``celery.chord_unlock`` must poll unbounded)."""
-        twin = plain_twin(cls)
+        """Celery's built-in tasks stay plain Celery tasks (``celery_builtins.py``)."""
+        twin = celery_builtins.plain_twin(cls)
         return twin() if twin is not None else super().__new__(cls)
 
     @classmethod
@@ -132,7 +128,10 @@ class TrackedTask(Task[P, R_co]):
         found = cls.__dict__.get("_tracked_description")
         if found is None:
             checked = (cls._tracked_retry, cls._tracked_keys, cls._tracked_limits)
-            framework = (partial(routed_queue, self.app, self.name), partial(_send, self))
+            framework = (
+                partial(routed_queue, self.app, self.name),
+                partial(eager.send_existing, self),
+            )
             found = describe(cls, self.name, self.run, framework, checked, saferepr)
             setattr(cls, "_tracked_description", found)  # noqa: B010 (one per task class)
         return cast(TaskDescription, found)
@@ -190,10 +189,8 @@ class TrackedTask(Task[P, R_co]):
         **options: Any,
     ) -> AsyncResult[R_co]:
         """Tracked ``apply_async``: also accepts ``idempotency_key``, ``correlation_id``,
-        ``parent_job_id``, ``owner_id`` and ``max_attempts``. Returns the ``AsyncResult``
-        Celery made for the job's message (its id is the job id), the existing job's for a
-        duplicate. Celery's own errors (a ``ValueError`` of a bad time limit...) are raised
-        as they are, nothing left behind; a broker failure is an ``EnqueueError``."""
+        ``parent_job_id``, ``owner_id`` and ``max_attempts``. Returns Celery's ``AsyncResult``
+        (its id is the job id), the existing job's for a duplicate (``eager.enqueue``)."""
         args = tuple(args or ())
         kwargs = dict(kwargs or {})
         options.update(producer=producer, link=link, link_error=link_error, shadow=shadow)
@@ -208,11 +205,7 @@ class TrackedTask(Task[P, R_co]):
             return super().apply_async(args, kwargs, task_id=task_id or existing.job_id, **options)
         control = Control.pop_from(options)
         queued, sent = self._enqueue(args, kwargs, task_id, control, options)
-        if sent is not None:  # Celery's own: its ``ignored`` flag, its result subscription
-            return sent
-        found = self.AsyncResult(queued.job_id)  # a duplicate: nothing was sent
-        found.ignored = bool(options.get("ignore_result", self.ignore_result))
-        return found
+        return sent if sent is not None else eager.unsent(self, queued.job_id, options)
 
     def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:  # type: ignore[override]
         """Tracked ``apply`` (and eager mode): the row, then the run here (``eager.py``)."""
@@ -240,11 +233,9 @@ class TrackedTask(Task[P, R_co]):
         inline = send is not None or bool(self.app.conf.task_always_eager)
         if inline:  # run here at once, as Celery's eager mode ignores a countdown/eta
             job = dataclasses.replace(job, due_in_s=None, due_at=None)
-        keys = tracker.settings.redact_keys
-        failure = None if inline else partial(broker_failure, self.app)
-        publish = eager.sender(
-            send or super().apply_async, args, kwargs, job.call, options, keys, failure
-        )
+        keys, app = tracker.settings.redact_keys, None if inline else self.app
+        via = send or super().apply_async
+        publish = eager.sender(via, args, kwargs, job.call, options, keys, app)
         return eager.enqueue(tracker.enqueuer, job, publish, keys, inline)
 
     # -- pipelines (successors.py) -----------------------------------------------------
@@ -407,8 +398,3 @@ def _hide_arguments(task: TrackedTask[Any, Any]) -> None:
     stores them in the result backend with ``result_extended=True``)."""
     req, keys = task.request, task.tracker.settings.redact_keys
     req.args, req.kwargs = task.description.shape.redacted(req.args or (), req.kwargs or {}, keys)
-
-
-def _send(task: TrackedTask[Any, Any], args: Any, kwargs: Any, options: Any) -> None:
-    """Publish a message of an existing job (its headers in ``options``): no new row."""
-    task.apply_async(args, kwargs, **options)
