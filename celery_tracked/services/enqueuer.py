@@ -146,6 +146,7 @@ class Enqueuer:
         Raises:
             EnqueueError: Redis, the database or the broker failed (nothing left behind).
             DuplicateInCanvas: ``job`` is a canvas member and its key is taken.
+            Exception: the error of a ``PublishRefused`` (nothing left behind).
         """
         guarded = guard_of(job, self.guard_ttl_s)
         key, ttl_ms = (None, 0) if guarded is None else (self.guard.key(*guarded[0]), guarded[1])
