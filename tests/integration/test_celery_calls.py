@@ -11,6 +11,7 @@ import pytest
 import redis
 from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeout
+from kombu.exceptions import SerializerNotInstalled
 from sqlalchemy import create_engine, func, select
 
 from celery_tracked import EnqueueError, tracked_task
@@ -124,3 +125,28 @@ def test_a_broker_failure_stays_a_retryable_enqueue_error(make_app: AppFactory) 
         work.apply_async((1,), argsrepr="(1,)")
     assert info.value.retryable
     assert row_count(app) == 0
+
+
+def test_a_refused_debounce_keeps_the_pending_job_and_its_error(
+    make_app: AppFactory, broker: redis.Redis
+) -> None:
+    """A replacement Celery refuses (kombu's ``SerializerNotInstalled``: no broker
+    involved) raises that error; the pending job keeps its arguments, and the relay sends
+    its message again (as after a failed replacement, ``test_debounce_undo.py``)."""
+    app = make_app()
+
+    @tracked_task(
+        app=app, queue="q", idempotency_key="d:{x}", key_lifetime="debounce", debounce_s=60
+    )
+    def debounced(x: str, n: int) -> None: ...
+
+    first = debounced.enqueue(x="a", n=1)
+    with pytest.raises(SerializerNotInstalled):
+        debounced.apply_async(kwargs={"x": "a", "n": 2}, serializer="no-such-serializer")
+    job = tracker_of(app).get_job(first.job_id)
+    assert job is not None and job.payload["kwargs"] == {"x": "a", "n": 1}
+    assert (job.status.value, job.published_at) == ("pending", None)
+    with pytest.raises(SerializerNotInstalled):
+        debounced.apply_async(kwargs={"x": "b", "n": 1}, serializer="no-such-serializer")
+    assert row_count(app) == 1
+    assert [k for k in guard_keys(broker) if b":b" in k] == []
