@@ -10,6 +10,10 @@ own exception propagates when ``task_eager_propagates`` asks for it; nothing is 
 
 Retries run inline, at once (Celery's eager retries do not wait either; the row records
 a delay of 0), also with ``task_eager_propagates`` (where Celery would raise ``Retry``).
+
+Every tracked enqueue, eager or not, delivers through a :class:`Sender`: the message's
+tracked headers and ``argsrepr``/``kwargsrepr``, Celery's ``AsyncResult`` kept for the
+caller, Celery's own refusals told from a broker failure.
 """
 
 from __future__ import annotations
