@@ -2,7 +2,9 @@
 
 The job's row is created first, by the same producer path as an enqueue (guard, row,
 ``enqueued`` event) but with no broker publish: the message is "handed over" to this
-process. Then Celery's own ``apply`` runs the delivery, with the tracked headers, through
+process (its "publish" runs Celery's ``apply_async`` up to the delivery, which is held:
+what Celery refuses before it undoes the enqueue). Then Celery's own ``apply`` runs the
+delivery, with the tracked headers, through
 the same ``Runner`` as a worker would: the row moves through its lifecycle (``completed``,
 ``failed``, ``retrying`` → …) and the caller gets Celery's ``EagerResult``. The body's
 own exception propagates when ``task_eager_propagates`` asks for it; nothing is undone
@@ -19,6 +21,7 @@ caller, Celery's own refusals told from a broker failure.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from functools import partial
 from typing import Any
 
@@ -33,6 +36,9 @@ from ..core.messages import TrackedHeaders
 from ..core.redact import mask_secrets
 from ..services.enqueuer import Enqueuer, NewJob
 from .broker import broker_failure
+
+#: The deliveries an eager enqueue's publish holds, to run after its row is handed over.
+_HELD: ContextVar[list[Callable[[], Any]] | None] = ContextVar("tracked_held", default=None)
 
 
 def enqueue(
@@ -53,17 +59,29 @@ def enqueue(
     """
     if not inline:
         return enqueuer.enqueue(job, send, redact_keys), send.sent
-    queued = enqueuer.enqueue(job, _runs_here, redact_keys)
+    held: list[Callable[[], Any]] = []
+    holding = _HELD.set(held)
+    try:  # the "publish": Celery's own checks, the delivery held (``deliver``)
+        queued = enqueuer.enqueue(job, send, redact_keys)
+    finally:
+        _HELD.reset(holding)
     if not queued.created:
         return queued, row_result(enqueuer.store.get(queued.job_id), queued.job_id)
-    result = send(job.headers(), job.celery_task_id or job.job_id)
+    result = held[0]() if held else send.sent
     found = enqueuer.store.get(queued.job_id)
     status = found.status if found is not None else queued.status
     return EnqueueResult(queued.job_id, status, True), result
 
 
-def _runs_here(headers: TrackedHeaders, task_id: str) -> None:
-    """No broker publish: the delivery runs in this process right after."""
+def deliver(apply: Callable[..., EagerResult[Any]], *args: Any, **options: Any) -> Any:
+    """A tracked delivery run here (``run_inline``). Inside an eager enqueue's publish it
+    is only held, and runs once the row is handed over: whatever Celery refuses before it
+    (a bad time limit...) undoes the enqueue, as for a publish to a broker."""
+    held = _HELD.get()
+    if held is None:
+        return run_inline(apply, *args, **options)
+    held.append(partial(run_inline, apply, *args, **options))
+    return None
 
 
 def run_inline(apply: Callable[..., EagerResult[Any]], *args: Any, **options: Any) -> Any:

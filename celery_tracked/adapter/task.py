@@ -210,10 +210,10 @@ class TrackedTask(Task[P, R_co]):
     def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:  # type: ignore[override]
         """Tracked ``apply`` (and eager mode): the row, then the run here (``eager.py``)."""
         if TrackedHeaders.read(options.get("headers")) is not None:
-            return eager.run_inline(super().apply, args, kwargs, **options)
+            return eager.deliver(super().apply, args, kwargs, **options)
         control, task_id = Control.pop_from(options), options.pop("task_id", None)
         args, kwargs = tuple(args or ()), dict(kwargs or {})
-        run_here = partial(eager.run_inline, super().apply)  # its retries inline too
+        run_here = partial(eager.deliver, super().apply)  # its retries inline too
         return self._enqueue(args, kwargs, task_id, control, options, run_here)[1]
 
     def _enqueue(
@@ -233,9 +233,8 @@ class TrackedTask(Task[P, R_co]):
         inline = send is not None or bool(self.app.conf.task_always_eager)
         if inline:  # run here at once, as Celery's eager mode ignores a countdown/eta
             job = dataclasses.replace(job, due_in_s=None, due_at=None)
-        keys, app = tracker.settings.redact_keys, None if inline else self.app
-        via = send or super().apply_async
-        publish = eager.sender(via, args, kwargs, job.call, options, keys, app)
+        keys, via = tracker.settings.redact_keys, send or super().apply_async
+        publish = eager.sender(via, args, kwargs, job.call, options, keys, self.app)
         return eager.enqueue(tracker.enqueuer, job, publish, keys, inline)
 
     # -- pipelines (successors.py) -----------------------------------------------------

@@ -115,6 +115,25 @@ def test_a_call_celery_refuses_keeps_its_error_and_leaves_nothing(
         assert queue_messages(broker, "q") == []
 
 
+def test_in_eager_mode_too_a_refused_call_leaves_nothing(
+    make_app: AppFactory, broker: redis.Redis
+) -> None:
+    """``task_always_eager``: Celery's ``apply_async`` refuses the call before it runs it
+    here; the row made for it is undone, the key free again."""
+    app = make_app(task_always_eager=True, task_eager_propagates=True)
+
+    @tracked_task(app=app, queue="q", idempotency_key="k:{n}", soft_time_limit=10, time_limit=5)
+    def work(n: int) -> int:
+        return n
+
+    for call in (lambda: work.apply_async((1,)), lambda: work.delay(1)):
+        with pytest.raises(ValueError, match="soft_time_limit"):
+            call()
+        assert row_count(app) == 0
+        assert guard_keys(broker) == []
+    assert work.apply((2,)).get() == 2  # Celery's apply checks no time limit, as plain
+
+
 def test_a_broker_failure_stays_a_retryable_enqueue_error(make_app: AppFactory) -> None:
     app = make_app(broker="redis://127.0.0.1:1/0")
 
