@@ -2,10 +2,12 @@
 
 Celery makes its built-in tasks (``celery.backend_cleanup``, ``celery.chord_unlock``,
 ``celery.accumulate``, ``celery.group``, ``celery.chain``, ``celery.chord``,
-``celery.map``, ``celery.starmap``, ``celery.chunks``; all in ``celery.app.builtins``)
-from the app's task class, as any ``@app.task``. They stay plain Celery tasks: a
-``TrackedTask`` class made for one of them makes an instance of its :func:`plain_twin`
-instead (same name, body and options, on Celery's ``Task``). Why:
+``celery.map``, ``celery.starmap``, ``celery.chunks``, in ``celery.app.builtins``; and
+``celery.ping`` of ``celery.contrib.testing``) from the app's task class, as any
+``@app.task``. Every task Celery defines itself (its name and its module under
+``celery.``) stays a plain Celery task: a ``TrackedTask`` class made for one of them
+makes an instance of its :func:`plain_twin` instead (same name, body and options, on
+Celery's ``Task``, not on the app's ``task_cls``). Why:
 
 - ``celery.chord_unlock`` polls a chord's header with ``self.retry()`` and no retry limit
   (``max_retries=None``) for as long as the header runs; as a tracked job its polls would
@@ -21,19 +23,14 @@ from typing import Any
 
 from celery import Task
 
-#: Where Celery defines its built-in tasks (their ``__module__``).
-BUILTINS_MODULE = "celery.app.builtins"
 _TWIN = "_celery_tracked_plain_twin"
 
 
 def is_celery_builtin(cls: type) -> bool:
-    """``cls`` is the task class Celery made for one of its built-in tasks."""
-    name = cls.__dict__.get("name")
-    return (
-        cls.__dict__.get("__module__") == BUILTINS_MODULE
-        and isinstance(name, str)
-        and name.startswith("celery.")
-    )
+    """``cls`` is the task class Celery made for a task it defines itself: its name and
+    its body's module (``__module__``: ``celery.app.builtins``...) are Celery's."""
+    name, module = cls.__dict__.get("name"), cls.__dict__.get("__module__")
+    return all(isinstance(v, str) and v.startswith("celery.") for v in (name, module))
 
 
 def plain_twin(cls: type) -> type[Task[Any, Any]] | None:
