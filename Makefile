@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 
-.PHONY: venv check docs test test-fast test-unit test-db test-acceptance test-serial test-untouched-seed test-untouched-check chaos demo bench bench-progress bench-cleanup bench-fleet bench-scale clean
+.PHONY: venv check docs test test-durations test-fast test-unit test-db test-acceptance test-serial test-untouched-seed test-untouched-check chaos demo bench bench-progress bench-cleanup bench-fleet bench-scale clean
 
 venv: $(STAMP)
 
@@ -73,6 +73,14 @@ test-acceptance: venv
 
 test-serial: venv
 	$(PYTEST) tests -q -p no:xdist -m "serial and not untouched"
+
+# tests/durations.json, read by tests/ordering.py (the long tests start first in each
+# xdist worker's share): measured again from a run of the parallel tiers.
+test-durations: venv
+	$(PYTEST) tests/contract tests/integration tests/migrations tests/acceptance -q \
+		-n $(TEST_WORKERS) --dist worksteal -m "not serial and not untouched" \
+		--durations=0 | tee .durations.log
+	$(PY) -m tests.ordering < .durations.log && rm .durations.log
 
 # First and last: a key seeded in each database of the Redis on 6379 (someone's own) before
 # the suite is still there after it.
