@@ -1,0 +1,45 @@
+"""Acceptance tasks of an app converted from plain Celery (issue 24, item 6), added to
+``tracked_app.create_app``'s app.
+
+Three ``@app.task`` bodies with no ``autoretry_for``, as an existing app declares them, each
+built twice: converted (``acc.conv.t.<name>``: ``base=TrackedTask``, nothing else added) and
+plain (``acc.conv.p.<name>``), so a test compares the converted one with Celery itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from celery import Celery
+
+from celery_tracked import TrackedTask
+
+#: The countdown of ``acc.conv.*.retries``' ``self.retry`` (Celery's default is 180 s).
+COUNTDOWN_S = 0.1
+
+
+def add_converted_tasks(
+    app: Celery, queue: str, begin: Callable[[Any], Any], end: Callable[..., None]
+) -> None:
+    def ok(self: Any, x: Any) -> dict[str, Any]:
+        r, job_id, run, started = begin(self)
+        end(r, job_id, started)
+        return {"x": x, "run": run}
+
+    def fails(self: Any, x: Any) -> None:
+        """Raises on every run; its task retries nothing (no ``autoretry_for``)."""
+        r, job_id, run, started = begin(self)
+        end(r, job_id, started)
+        raise ValueError(f"{x}: run {run} failed")
+
+    def retries(self: Any, x: Any) -> None:
+        """``raise self.retry(...)`` on every run, with Celery's default ``max_retries``."""
+        r, job_id, run, started = begin(self)
+        end(r, job_id, started)
+        raise self.retry(exc=ValueError(f"{x}: run {run} failed"), countdown=COUNTDOWN_S)
+
+    common: dict[str, Any] = {"bind": True, "shared": False}  # the app's default queue
+    for name, body in (("ok", ok), ("fails", fails), ("retries", retries)):
+        app.task(name=f"acc.conv.t.{name}", base=TrackedTask, **common)(body)
+        app.task(name=f"acc.conv.p.{name}", **common)(body)
