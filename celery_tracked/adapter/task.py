@@ -267,7 +267,11 @@ class TrackedTask(Task[P, R_co]):
         headers = TrackedHeaders.read(request.headers, request)
         if headers is None:
             logger.warning(
-                "%s[%s] was not sent through celery-tracked: untracked run", self.name, request.id
+                "%s[%s] was not sent through celery-tracked: untracked run (no row; send it "
+                "with its delay/apply_async/enqueue, Tracker.enqueue(name, ...) or `celery "
+                "tracked call`, not app.send_task)",
+                self.name,
+                request.id,
             )
             return self.run(*args, **kwargs)
         tracker = self.tracker

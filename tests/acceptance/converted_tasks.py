@@ -13,7 +13,7 @@ from typing import Any
 
 from celery import Celery
 
-from celery_tracked import TrackedTask
+from celery_tracked import TrackedTask, tracked_task
 
 #: The countdown of ``acc.conv.*.retries``' ``self.retry`` (Celery's default is 180 s).
 COUNTDOWN_S = 0.1
@@ -43,3 +43,23 @@ def add_converted_tasks(
     for name, body in (("ok", ok), ("fails", fails), ("retries", retries)):
         app.task(name=f"acc.conv.t.{name}", base=TrackedTask, **common)(body)
         app.task(name=f"acc.conv.p.{name}", **common)(body)
+
+
+def add_by_name_tasks(app: Celery, queue: str) -> None:
+    """``acc.byname.ocr``: a tracked task with a key template, a redacted argument, a queue
+    and attempts of its own, enqueued by name in ``test_enqueue_by_name.py``."""
+
+    @tracked_task(
+        app=app,
+        shared=False,
+        name="acc.byname.ocr",
+        queue=queue,
+        idempotency_key="ocr:{document_id}",
+        max_attempts=2,
+    )
+    def ocr(document_id: str, pages: int = 1, api_token: str = "") -> dict[str, Any]:
+        return {"document_id": document_id, "pages": pages}
+
+    @app.task(name="acc.byname.plain", shared=False)
+    def plain(x: int) -> int:
+        return x

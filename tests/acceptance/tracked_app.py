@@ -40,7 +40,7 @@ from typing import Any
 import redis
 from celery import Celery
 from celery.exceptions import Ignore, Reject
-from converted_tasks import add_converted_tasks
+from converted_tasks import add_by_name_tasks, add_converted_tasks
 from effects_tasks import add_effects_tasks
 from gil_tasks import add_gil_tasks
 from key_tasks import add_key_tasks
@@ -154,6 +154,7 @@ def create_app(config: Mapping[str, Any]) -> Celery:
     add_effects_tasks(app, QUEUE, _begin, _end)
     add_sealed_tasks(app, QUEUE, _begin, _end)
     add_converted_tasks(app, QUEUE, _begin, _end)
+    add_by_name_tasks(app, QUEUE)
 
     @tracked_task(app=app, bind=True, shared=False, name="acc.succeed", queue=QUEUE, max_attempts=3)
     def succeed(self: Any, x: Any, sleep: float = 0.0) -> dict[str, Any]:
