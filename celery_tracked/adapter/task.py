@@ -387,7 +387,7 @@ class TrackedTask(Task[P, R_co]):
         if isinstance(exc, TimeLimitExceeded):
             republish = partial(retries.publish_again, self, args, kwargs)
             limit = exc.args[0] if exc.args else "?"
-            delay = partial(retries.retry_delay, self)
+            delay = partial(retries.retry_delay, self, killed=exc)
             self.tracker.aftermath.time_limited(task_id, limit, delay, republish)
 
 

@@ -1,13 +1,14 @@
 """Acceptance tasks of an app converted from plain Celery (issue 24, item 6), added to
 ``tracked_app.create_app``'s app.
 
-Three ``@app.task`` bodies with no ``autoretry_for``, as an existing app declares them, each
+Four ``@app.task`` bodies with no ``autoretry_for``, as an existing app declares them, each
 built twice: converted (``acc.conv.t.<name>``: ``base=TrackedTask``, nothing else added) and
 plain (``acc.conv.p.<name>``), so a test compares the converted one with Celery itself.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -39,10 +40,21 @@ def add_converted_tasks(
         end(r, job_id, started)
         raise self.retry(exc=ValueError(f"{x}: run {run} failed"), countdown=COUNTDOWN_S)
 
+    def hangs(self: Any, x: Any) -> None:
+        """Hangs on every run until the hard time limit (1 s) kills it."""
+        r, job_id, _run, _started = begin(self)
+        r.set(f"holding:{job_id}", 1)
+        time.sleep(60)
+
     common: dict[str, Any] = {"bind": True, "shared": False}  # the app's default queue
-    for name, body in (("ok", ok), ("fails", fails), ("retries", retries)):
-        app.task(name=f"acc.conv.t.{name}", base=TrackedTask, **common)(body)
-        app.task(name=f"acc.conv.p.{name}", **common)(body)
+    for name, body, extra in (
+        ("ok", ok, {}),
+        ("fails", fails, {}),
+        ("retries", retries, {}),
+        ("hangs", hangs, {"time_limit": 1}),
+    ):
+        app.task(name=f"acc.conv.t.{name}", base=TrackedTask, **common, **extra)(body)
+        app.task(name=f"acc.conv.p.{name}", **common, **extra)(body)
 
 
 def add_by_name_tasks(app: Celery, queue: str) -> None:

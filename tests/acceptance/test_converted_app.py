@@ -4,7 +4,8 @@ Three ``@app.task`` bodies without ``autoretry_for`` (``converted_tasks.py``), c
 with ``base=TrackedTask`` and nothing else, run on a real worker beside their plain twins
 under the default ``tracked_retry_semantics`` (``"celery"``): a failing task fails once,
 not retried; a task calling ``self.retry`` with Celery's default ``max_retries`` (3) runs
-4 times; both end with the error plain Celery ends with.
+4 times; a run the hard time limit killed is not retried; each ends with the error plain
+Celery ends with.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ CASES = [
     ("ok", ("SUCCESS", "-", "{'x': 'ok', 'run': 1}"), 1),
     ("fails", ("FAILURE", "ValueError", "fails: run 1 failed"), 1),
     ("retries", ("FAILURE", "ValueError", "retries: run 4 failed"), 4),
+    # the hard time limit kills the run: plain Celery fails it, no retry
+    ("hangs", ("FAILURE", "TimeLimitExceeded", "TimeLimitExceeded(1,)"), 1),
 ]
 
 
