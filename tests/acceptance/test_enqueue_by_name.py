@@ -125,3 +125,13 @@ def test_send_task_of_a_tracked_task_is_logged_once_with_the_fix(
     assert f"Tracker.for_app(app).enqueue('{NAME}', ...)" in told[0]
     assert f"tracked call {NAME}" in told[0]
     assert env.sql("SELECT count(*) FROM background_jobs")[0][0] == 1
+
+
+def test_the_celery_executable_runs_tracked_call(env: Any, run_cli: Callable[..., Any]) -> None:
+    """The real ``celery -A tracked_app tracked call`` (the entry point, its own process)."""
+    out = run_cli("call", NAME, "--kwargs", json.dumps(KWARGS))
+    assert out.returncode == 0, out.stdout + out.stderr
+    job_id = out.stdout.split()[1]
+    assert out.stdout.strip() == f"job {job_id} pending (created)"
+    job = env.tracker.get_job(job_id)
+    assert (job.task_name, job.idempotency_key) == (NAME, "ocr:d-1")
