@@ -57,7 +57,9 @@ CASES = [
 ]
 
 
-def test_a_converted_app_retries_as_on_plain_celery(env: Any, backend_worker: None) -> None:
+def test_a_converted_app_retries_as_on_plain_celery(
+    env: Any, backend_worker: None, cli_in_process: Callable[..., Any]
+) -> None:
     sent = [
         (
             name,
@@ -75,3 +77,6 @@ def test_a_converted_app_retries_as_on_plain_celery(env: Any, backend_worker: No
         assert job.max_attempts == 4  # Celery's max_retries = 3
         expected = JobStatus.COMPLETED if name == "ok" else JobStatus.FAILED
         assert job.status is expected, env.diagnose(tracked.id)
+    failed_once = sent[1][2].id
+    shown = cli_in_process("show", failed_once, "--no-history")
+    assert "1/4  (not retried: under Celery's retry semantics only self.retry" in shown.stdout
