@@ -3,8 +3,9 @@
 arguments unredacted in the message. Celery's ``before_task_publish`` sees every message
 this process publishes; one of a tracked task registered here without the tracked headers
 is logged as a WARNING, once per task and process, with the fix (``Tracker.enqueue(name,
-...)``, ``celery tracked call``). A process where the task is not registered cannot tell
-it is tracked: the worker then logs each untracked run (``TrackedTask.__call__``).
+...)``, ``celery tracked call``). A process where the task is not registered (or its app
+not finalized yet: Celery registers an app's tasks when it is first used) cannot tell it
+is tracked: the worker then logs each untracked run (``TrackedTask.__call__``).
 
 Connected when ``celery_tracked`` is imported (``signals.py``).
 """
@@ -49,13 +50,10 @@ def _warn(name: str) -> None:
 
 
 def _tracks(app: Any, name: str) -> bool:
-    """``name`` is a tracked task of ``app``. Its tasks are registered when it is finalized:
-    asking finalizes it, as its first ``delay`` would (never an app that finalizes only
-    when told, ``autofinalize=False``); any error in asking is no answer."""
-    if not (getattr(app, "finalized", False) or getattr(app, "autofinalize", False)):
-        return False
-    try:
-        task = app.tasks.get(name)
-    except Exception:
-        return False
+    """``name`` is a tracked task in ``app``'s registry, read as Celery's own
+    ``send_task`` reads it (``app._tasks``): never finalizing the app. An app not finalized
+    yet (no task of it used in this process) has registered none: nothing is said."""
+    registry = getattr(app, "_tasks", None)
+    get = getattr(registry, "get", None)
+    task = get(name) if callable(get) else None
     return isinstance(getattr(task, "description", None), TaskDescription)
