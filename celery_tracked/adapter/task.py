@@ -46,7 +46,7 @@ from ..core.settings import Settings
 from ..services import progress, successors
 from ..services.reporter import ProgressReporter
 from ..services.successors import Step
-from . import eager, producer, retries, transactional
+from . import eager, producer, retries, transactional, untracked
 from .celery_signals import CELERY_SIGNALS
 from .celery_tracker import Tracker
 from .maintenance import install_beat_entries
@@ -266,13 +266,7 @@ class TrackedTask(Task[P, R_co]):
             return super().__call__(*args, **kwargs)
         headers = TrackedHeaders.read(request.headers, request)
         if headers is None:
-            logger.warning(
-                "%s[%s] was not sent through celery-tracked: untracked run (no row; send it "
-                "with its delay/apply_async/enqueue, Tracker.enqueue(name, ...) or `celery "
-                "tracked call`, not app.send_task)",
-                self.name,
-                request.id,
-            )
+            untracked.warn_run(self.name, request.id)
             return self.run(*args, **kwargs)
         tracker = self.tracker
         settings = tracker.settings

@@ -57,3 +57,15 @@ def _tracks(app: Any, name: str) -> bool:
     get = getattr(registry, "get", None)
     task = get(name) if callable(get) else None
     return isinstance(getattr(task, "description", None), TaskDescription)
+
+
+def warn_run(task_name: str, task_id: str | None) -> None:
+    """A worker runs a message of a tracked task sent untracked (each run: this process
+    may not be the one that sent it)."""
+    logger.warning(
+        "%s[%s] was not sent through celery-tracked: untracked run (no row; send it with "
+        "its delay/apply_async/enqueue, Tracker.enqueue(name, ...) or `celery tracked "
+        "call`, not app.send_task)",
+        task_name,
+        task_id,
+    )
