@@ -30,9 +30,10 @@ def _json(option: str, text: str | None, kind: type) -> Any:
         value = json.loads(check_text(option, text))
     except ValueError as exc:
         raise click.BadParameter(f"not JSON ({exc})", param_hint=option) from None
-    if not isinstance(value, kind):
+    if not isinstance(value, kind):  # never echoed: the text may hold a secret
         shown = "a JSON list" if kind is list else "a JSON object"
-        raise click.BadParameter(f"must be {shown}, got {text!r}", param_hint=option)
+        got = type(value).__name__
+        raise click.BadParameter(f"must be {shown}, got a JSON {got}", param_hint=option)
     return value
 
 
@@ -63,7 +64,7 @@ def call(
     tracker = tracker_of(ctx)
     with friendly("enqueue"):
         try:
-            queued = tracker.enqueue(name, *args, **kwargs, **_given(control))
+            queued = tracker.enqueue(name, *args, **{**kwargs, **_given(control)})
         except UnknownTask as exc:
             raise NotFound(str(exc)) from None
         except InvalidPayload as exc:

@@ -104,8 +104,9 @@ def test_a_name_that_is_no_tracked_task_here_is_refused_and_creates_nothing(
         env.tracker.enqueue(NAME, pages=2)  # document_id missing
     missing = cli_in_process("call", "acc.nowhere", "--kwargs", "{}")
     assert missing.returncode == 1 and "no task of this name" in missing.stderr
-    bad = cli_in_process("call", NAME, "--kwargs", "[1]")
-    assert bad.returncode == 2 and "must be a JSON object" in bad.stderr
+    bad = cli_in_process("call", NAME, "--kwargs", '[{"password": "hunter2"}]')
+    assert bad.returncode == 2 and "must be a JSON object, got a JSON list" in bad.stderr
+    assert "hunter2" not in bad.stderr + bad.stdout
     refused = cli_in_process("call", NAME, "--kwargs", '{"pages": 2}')
     assert refused.returncode == 2, refused.stderr
     assert env.sql("SELECT count(*) FROM background_jobs")[0][0] == 0
