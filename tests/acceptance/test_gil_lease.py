@@ -5,8 +5,8 @@ used to be killed (``SIGKILL``) right after the call returned, and run again alt
 lease had not expired and nobody had taken it over.
 
 A real worker (prefork, and solo: the body in the worker's own main process); a body
-holding the GIL in one C call (libc's ``usleep`` through ``ctypes.PyDLL``): a ticking thread in the body proves no
-other thread ran meanwhile.
+holding the GIL in one C call (libc's ``usleep`` through ``ctypes.PyDLL``): a ticking
+thread in the body proves no other thread ran meanwhile.
 """
 
 from __future__ import annotations
