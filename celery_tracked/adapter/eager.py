@@ -25,7 +25,8 @@ from ..core.calls import PreparedCall
 from ..core.errors import JobFailed
 from ..core.jobs import EnqueueResult, Job, JobStatus
 from ..core.messages import TrackedHeaders
-from ..services.enqueuer import Enqueuer, NewJob
+from ..services.enqueuer import Enqueuer
+from ..services.newjobs import NewJob
 
 #: ``publish(headers, task_id)``: hands the message to the broker, or runs it here (eager).
 Send = Callable[[TrackedHeaders, str], AsyncResult[Any]]
