@@ -49,6 +49,9 @@ docs: venv
 # Every phase runs, and the target fails if one did. TEST_WORKERS=2 make test runs fewer
 # processes. Tracebacks are short (`--tb=short`): a failure's cause stays on one screen.
 TEST_WORKERS ?= 4
+# The acceptance tier waits on worker processes more than it computes (one core of two
+# busy at -n 4): six processes there.
+ACCEPTANCE_WORKERS ?= 6
 PYTEST := $(VENV)/bin/pytest --tb=short
 test: check
 	$(MAKE) test-untouched-seed
@@ -68,7 +71,7 @@ test-db: venv
 		--dist worksteal -m "not serial"
 
 test-acceptance: venv
-	$(PYTEST) tests/acceptance -q -n $(TEST_WORKERS) --dist worksteal \
+	$(PYTEST) tests/acceptance -q -n $(ACCEPTANCE_WORKERS) --dist worksteal \
 		-m "not serial and not untouched"
 
 test-serial: venv
