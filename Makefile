@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 
-.PHONY: venv check docs test test-fast test-unit test-db test-acceptance test-serial test-untouched-seed test-untouched-check chaos demo bench bench-progress bench-cleanup bench-fleet bench-scale clean
+.PHONY: venv check docs test test-durations test-fast test-unit test-db test-acceptance test-serial test-untouched-seed test-untouched-check chaos demo bench bench-progress bench-cleanup bench-fleet bench-scale clean
 
 venv: $(STAMP)
 
@@ -43,13 +43,25 @@ docs: venv
 # The suite in phases (tests/README.md): unit serially (xdist's start-up costs more than
 # it saves there), the database tiers and the acceptance tier in parallel (each pytest
 # process starts a private Redis and PostgreSQL of its own), then the timing-critical
-# `serial` tests alone, then the chaos tier once. `make -k`: every phase runs, and the
-# target fails if one did. TEST_WORKERS=2 make test runs fewer processes.
+# `serial` tests alone. The chaos tier runs once, beside the first phases (its soak waits
+# on its fault schedule far more than it computes: about 45 CPU-seconds in 135 s); its
+# report is printed when it ends, before the serial tests start on a quiet machine.
+# Every phase runs, and the target fails if one did. TEST_WORKERS=2 make test runs fewer
+# processes. Tracebacks are short (`--tb=short`): a failure's cause stays on one screen.
 TEST_WORKERS ?= 4
-PYTEST := $(VENV)/bin/pytest
+# The acceptance tier waits on worker processes more than it computes (one core of two
+# busy at -n 4): six processes there.
+ACCEPTANCE_WORKERS ?= 6
+PYTEST := $(VENV)/bin/pytest --tb=short
 test: check
-	$(MAKE) -k test-untouched-seed test-unit test-db test-acceptance test-serial chaos \
-		test-untouched-check
+	$(MAKE) test-untouched-seed
+	@echo "make chaos: in the background, its report after the parallel phases"
+	@$(MAKE) --no-print-directory chaos > .chaos.log 2>&1 & soak=$$!; \
+		$(MAKE) -k test-unit test-db test-acceptance; phases=$$?; \
+		wait $$soak; chaos=$$?; cat .chaos.log; \
+		$(MAKE) -k test-serial test-untouched-check; tail=$$?; \
+		echo "phases: $$phases, chaos: $$chaos, serial and untouched check: $$tail (0 = passed)"; \
+		exit $$(( phases || chaos || tail ))
 
 test-unit: venv
 	$(PYTEST) tests/unit -q -p no:xdist
@@ -59,11 +71,19 @@ test-db: venv
 		--dist worksteal -m "not serial"
 
 test-acceptance: venv
-	$(PYTEST) tests/acceptance -q -n $(TEST_WORKERS) --dist worksteal \
+	$(PYTEST) tests/acceptance -q -n $(ACCEPTANCE_WORKERS) --dist worksteal \
 		-m "not serial and not untouched"
 
 test-serial: venv
 	$(PYTEST) tests -q -p no:xdist -m "serial and not untouched"
+
+# tests/durations.json, read by tests/ordering.py (the long tests start first in each
+# xdist worker's share): measured again from a run of the parallel tiers.
+test-durations: venv
+	$(PYTEST) tests/contract tests/integration tests/migrations tests/acceptance -q \
+		-n $(TEST_WORKERS) --dist worksteal -m "not serial and not untouched" \
+		--durations=0 | tee .durations.log
+	$(PY) -m tests.ordering < .durations.log && rm .durations.log
 
 # First and last: a key seeded in each database of the Redis on 6379 (someone's own) before
 # the suite is still there after it.

@@ -25,6 +25,7 @@ from .core.errors import (
     StoreError,
     TrackedError,
     TransactionFailed,
+    UnknownTask,
     Unrecoverable,
     WaitTimeout,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "TrackedTask",
     "Tracker",
     "TransactionFailed",
+    "UnknownTask",
     "Unrecoverable",
     "WaitTimeout",
     "__version__",

@@ -12,7 +12,6 @@ class with Celery's implementation of that port.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -22,7 +21,7 @@ from .backends.guard import MemoryGuard, RedisGuard
 from .backends.limiter import GlobalRateLimit, MemoryLimiter, RedisLimiter
 from .backends.memory import MemoryStore
 from .core.conversions import MEMORY_URL
-from .core.errors import ConfigurationError, GuardError, JobFailed, JobNotFound, WaitTimeout
+from .core.errors import ConfigurationError, JobNotFound
 from .core.finder import (
     DEFAULT_PAGE,
     BulkReport,
@@ -33,7 +32,7 @@ from .core.finder import (
     filter_of,
     page_of,
 )
-from .core.guards import Guard, Notifier, Subscription
+from .core.guards import Guard, Notifier
 from .core.hooks import HookChain, Hooks, LogTransitions, NotifyTerminal, Transition
 from .core.jobs import EnqueueResult, Event, Job, JobEvent, utcnow
 from .core.messages import as_job_id
@@ -43,7 +42,7 @@ from .core.ports import Store
 from .core.redact import mask_url
 from .core.retention import policy_of
 from .core.settings import Settings
-from .services import bulk
+from .services import bulk, waiting
 from .services.aftermath import Aftermath
 from .services.cancelling import Stopper
 from .services.cleanup import Cleanup, CleanupReport, task_retentions
@@ -354,51 +353,9 @@ class Wiring:
             WaitTimeout: it had not ended after ``timeout`` seconds.
         """
         job_id = as_job_id(job_id.job_id if isinstance(job_id, EnqueueResult) else job_id)
-        deadline = time.monotonic() + timeout
-        subscription = self._subscribe(job_id)
-        try:
-            while True:
-                job = self.store.get(job_id)
-                if job is None:
-                    raise JobNotFound(f"no job {job_id}")
-                if job.terminal:
-                    if job.status.value == "completed":
-                        return job.result
-                    raise JobFailed(job)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise WaitTimeout(f"job {job_id} still {job.status} after {timeout} s")
-                # a notification wakes us at once; the cap re-reads the row in case the
-                # notifier lost one (Redis restart), so waiting never depends on it alone
-                try:
-                    subscription.wait(min(remaining, self.REREAD_S))
-                except GuardError as exc:  # Redis went away: poll the row instead
-                    # (said once for the process by the guard: ``guard.Health``)
-                    logger.debug("job %s: waiting without notifications: %s", job_id, exc)
-                    subscription.close()
-                    subscription = _Polling()
-        finally:
-            subscription.close()
-
-    def _subscribe(self, job_id: str) -> Subscription:
-        try:
-            return self.notifier.subscribe(job_id)
-        except GuardError as exc:  # the row is the truth: poll it while Redis is down
-            logger.debug("job %s: waiting without notifications: %s", job_id, exc)
-            return _Polling()
+        return waiting.wait_for_end(self.store, self.notifier, job_id, timeout, self.REREAD_S)
 
     def close(self) -> None:
         self.leases.stop()
         self.store.dispose()
         self.backend.close()
-
-
-class _Polling:
-    """A subscription that never hears anything: ``wait`` re-reads the row on its cap."""
-
-    def wait(self, timeout: float) -> bool:
-        time.sleep(max(0.0, timeout))
-        return False
-
-    def close(self) -> None:
-        pass

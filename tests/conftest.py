@@ -26,7 +26,7 @@ from sqlalchemy.engine import make_url
 
 from celery_tracked.store import migrate
 
-from . import own_services
+from . import ordering, own_services
 
 T = TypeVar("T")
 
@@ -433,3 +433,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if config.getoption("--no-services"):
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+    ordering.reorder(items)

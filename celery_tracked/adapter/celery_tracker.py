@@ -16,7 +16,8 @@ from celery import Celery
 from celery.utils.saferepr import saferepr
 
 from ..core.description import TaskDescription
-from ..core.jobs import Job
+from ..core.errors import UnknownTask
+from ..core.jobs import EnqueueResult, Job
 from ..core.port import Keywords, TaskRef
 from ..core.settings import Settings
 from ..tracker import Wiring
@@ -113,6 +114,44 @@ class Tracker(Wiring):
                     tracker = cls(app, settings_for(app))
                     setattr(app, _ATTR, tracker)
         return tracker
+
+    def enqueue(self, task_name: str, /, *args: Any, **kwargs: Any) -> EnqueueResult[Any]:
+        """Enqueue a job of the tracked task registered as ``task_name``, by name: what
+        ``app.tasks[task_name].enqueue(*args, **kwargs)`` does (the same row, guard,
+        redaction and publish; control options as ``_idempotency_key=``...), for a
+        producer that knows only the name. The task must be registered in this process
+        (its module imported; the app's ``include``/``imports`` are imported first).
+
+        Raises:
+            UnknownTask: no task of that name here, or it is not a tracked task (nothing
+                was created).
+            InvalidPayload: the arguments were refused (nothing was created).
+            EnqueueError: Redis, the database or the broker failed.
+        """
+        task = self._tracked(task_name)
+        return cast("EnqueueResult[Any]", task.enqueue(*args, **kwargs))
+
+    def _tracked(self, task_name: str) -> Any:
+        """The tracked task registered as ``task_name`` in this process."""
+        if not isinstance(task_name, str):
+            raise UnknownTask(repr(task_name), "a task name is a string")
+        if task_name not in self.app.tasks:
+            self.app.loader.import_default_modules()  # include=/imports= not yet imported
+        task = self.app.tasks.get(task_name)
+        if task is None:
+            raise UnknownTask(
+                task_name,
+                "no task of this name is registered in this process: import the module "
+                "declaring it (or list it in the app's include=/imports), or send it from a "
+                "process that has it (app.send_task sends it untracked: no row, no guard)",
+            )
+        if not isinstance(getattr(task, "description", None), TaskDescription):
+            raise UnknownTask(
+                task_name,
+                "is a plain Celery task, not a tracked one: declare it with @tracked_task "
+                "or base=TrackedTask to enqueue it tracked",
+            )
+        return task
 
     @classmethod
     def forget(cls, app: Celery) -> None:

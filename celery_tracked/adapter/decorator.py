@@ -15,6 +15,7 @@ from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, cast, overload
 from celery import Celery, shared_task
 
 from ..core.options import check_task_options
+from ..core.retry_policy import TRACKED_SEMANTICS
 from .task import TrackedTask
 
 P = ParamSpec("P")
@@ -44,7 +45,11 @@ def tracked_task(
 
     Tracked options: ``queue``, ``job_type``, ``max_attempts``, ``backoff_ms``,
     ``idempotency_key`` (a template or callable), ``validator``, ``rate_limit_global``,
-    ``concurrency_key``, ``concurrency_limit`` and ``retention`` (see ``TrackedTask``).
+    ``concurrency_key``, ``concurrency_limit``, ``retention`` and ``retry_semantics``
+    (see ``TrackedTask``). Unlike ``@app.task(base=TrackedTask)``, whose semantics are the
+    app's (``tracked_retry_semantics``, default ``"celery"``), a ``tracked_task`` has the
+    library's unless it says otherwise: every exception is retried, up to
+    ``tracked_default_attempts``, with backoff (``docs/converting.md``).
     Without ``app`` it is a ``shared_task`` (bound to every app, like Celery's own);
     other keywords are Celery task options (``bind``, ``name``, ``acks_late``...).
 
@@ -64,6 +69,8 @@ def tracked_task(
         opts["tracked_queue"] = queue  # Celery 5.7 deprecates the `queue` task attribute
     opts.update({k: v for k, v in options.items() if v is not None})
     opts.setdefault("base", TrackedTask)
+    if getattr(opts["base"], "retry_semantics", None) is None:
+        opts.setdefault("retry_semantics", TRACKED_SEMANTICS)  # the library's: every error
     check_task_options(opts)  # now: a shared task's class is only made when first used
 
     def decorate(func: Callable[..., Any]) -> TrackedTask[Any, Any]:

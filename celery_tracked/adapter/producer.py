@@ -1,7 +1,7 @@
 """The producer side of a tracked task: a Celery call resolved into the job to create.
 
 :func:`new_job` turns a task's call (arguments, ``task_id``, control options, Celery's
-options) into a :class:`~celery_tracked.enqueuer.NewJob`: Celery's view of it (the ids of
+options) into a ``NewJob`` (``services/newjobs.py``): Celery's view of it (the ids of
 a canvas member or a ``self.replace`` replacement, the lineage inherited from the calling
 task) added to what ``newjobs.py`` makes of the call by the task's description (the
 prepared call, the queue as Celery would route it, the task's attempts and key lifetime).
@@ -19,7 +19,7 @@ from ..core.description import TaskDescription
 from ..core.messages import Control, TrackedHeaders, check_job_id, check_options
 from ..core.settings import Settings
 from ..services import newjobs
-from ..services.enqueuer import NewJob
+from ..services.newjobs import NewJob
 from . import canvas
 
 

@@ -25,7 +25,7 @@ from celery.exceptions import Reject, Retry
 from ..core.attempt import Attempt
 from ..core.jobs import Job, utcnow
 from ..core.messages import TrackedHeaders
-from ..core.retry_policy import RetryPolicy
+from ..core.retry_policy import CELERY_SEMANTICS, RetryPolicy
 
 #: Celery's ``max_retries`` of the tracker's own re-publishes: attempts are the tracker's.
 UNLIMITED = sys.maxsize
@@ -84,10 +84,14 @@ def requeue_refused() -> Iterator[None]:
         raise Reject(getattr(reject, "reason", None), requeue=True) from None
 
 
-def retry_delay(task: Any, attempt: int) -> int:
-    """The delay after failed attempt ``attempt`` by ``task``'s retry policy, ms."""
+def retry_delay(task: Any, attempt: int, killed: BaseException | None = None) -> int | None:
+    """The delay after failed attempt ``attempt`` by ``task``'s retry policy, ms. None
+    when a run ``killed`` by the hard time limit is not retried: under Celery's retry
+    semantics, unless ``autoretry_for`` covers the error (plain Celery fails it)."""
     settings = task.tracker.settings
     policy: RetryPolicy = task.description.retry
+    if killed is not None and policy.semantics == CELERY_SEMANTICS and not policy.retries(killed):
+        return None
     return policy.delay_ms(
         attempt, settings.default_backoff_ms, settings.max_backoff_ms, random.random
     )

@@ -18,7 +18,10 @@ from ..core.printable import visible
 from ..core.redact import mask_url
 from ..core.settings import DEFAULT_DATABASE_URL
 from ..store.migrate import schema_problem, sqlite_file
-from . import stopping  # noqa: F401 (registers the worker's ``tracked_terminate`` command)
+from . import (
+    stopping,  # noqa: F401 (registers the worker's ``tracked_terminate`` command)
+    untracked,  # noqa: F401 (warns of a tracked task sent untracked)
+)
 from .celery_tracker import Tracker
 from .task import TrackedTask
 

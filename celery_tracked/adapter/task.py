@@ -42,10 +42,11 @@ from ..core.options import check_task_class, check_task_limits, describe
 from ..core.outcome import Completed, Failed, PassedOn, Postponed, Retrying, Verdict
 from ..core.retry_policy import RetryPolicy
 from ..core.run import Run
+from ..core.settings import Settings
 from ..services import progress, successors
 from ..services.reporter import ProgressReporter
 from ..services.successors import Step
-from . import celery_builtins, eager, producer, retries, transactional
+from . import celery_builtins, eager, producer, retries, transactional, untracked
 from .celery_signals import CELERY_SIGNALS
 from .celery_tracker import Tracker
 from .maintenance import install_beat_entries
@@ -72,8 +73,9 @@ class TrackedTask(Task[P, R_co]):
     (a template naming the call's arguments, or a callable; a key given per call is taken
     literally), ``key_lifetime`` (with ``throttle_s``/``debounce_s``), ``validator``,
     ``rate_limit_global``, ``concurrency_key`` (with ``concurrency_limit``),
-    ``retention`` (how long its ended jobs are kept); what each means and accepts:
-    ``celery_tracked/core/options.py``.
+    ``retention`` (how long its ended jobs are kept), ``retry_semantics`` (``"celery"``
+    or ``"tracked"``, default the app's ``tracked_retry_semantics``: ``"celery"``); what
+    each means and accepts: ``celery_tracked/core/options.py``.
     """
 
     acks_late = True
@@ -90,6 +92,8 @@ class TrackedTask(Task[P, R_co]):
     throttle_s: ClassVar[float | None] = None
     debounce_s: ClassVar[float | None] = None
     retention: ClassVar[Any] = None
+    #: ``"celery"`` or ``"tracked"``; None: the app's ``tracked_retry_semantics``
+    retry_semantics: ClassVar[str | None] = None
     _tracked_retry: ClassVar[RetryPolicy] = RetryPolicy()
     _tracked_keys: ClassVar[KeyRule] = KeyRule()
     rate_limit_global: ClassVar[str | tuple[str, int] | None] = None
@@ -127,11 +131,10 @@ class TrackedTask(Task[P, R_co]):
         cls = type(self)
         found = cls.__dict__.get("_tracked_description")
         if found is None:
-            checked = (cls._tracked_retry, cls._tracked_keys, cls._tracked_limits)
-            framework = (
-                partial(routed_queue, self.app, self.name),
-                partial(eager.send_existing, self),
-            )
+            retry = cls._tracked_retry.under(Settings.retry_semantics_from_conf(self.app.conf))
+            checked = (retry, cls._tracked_keys, cls._tracked_limits)
+            send = partial(eager.send_existing, self)
+            framework = (partial(routed_queue, self.app, self.name), send)
             found = describe(cls, self.name, self.run, framework, checked, saferepr)
             setattr(cls, "_tracked_description", found)  # noqa: B010 (one per task class)
         return cast(TaskDescription, found)
@@ -271,9 +274,7 @@ class TrackedTask(Task[P, R_co]):
             return super().__call__(*args, **kwargs)
         headers = TrackedHeaders.read(request.headers, request)
         if headers is None:
-            logger.warning(
-                "%s[%s] was not sent through celery-tracked: untracked run", self.name, request.id
-            )
+            untracked.warn_run(self.name, request.id)
             return self.run(*args, **kwargs)
         tracker = self.tracker
         settings = tracker.settings
@@ -388,7 +389,7 @@ class TrackedTask(Task[P, R_co]):
         if isinstance(exc, TimeLimitExceeded):
             republish = partial(retries.publish_again, self, args, kwargs)
             limit = exc.args[0] if exc.args else "?"
-            delay = partial(retries.retry_delay, self)
+            delay = partial(retries.retry_delay, self, killed=exc)
             self.tracker.aftermath.time_limited(task_id, limit, delay, republish)
 
 

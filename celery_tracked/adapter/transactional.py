@@ -25,7 +25,8 @@ from ..core.errors import EnqueueError, NotInAStep, NotTransactional, StoreError
 from ..core.hooks import Transition
 from ..core.jobs import EnqueueResult, Event, JobStatus, utcnow
 from ..core.messages import Control
-from ..services.enqueuer import NewJob, Publish
+from ..services.enqueuer import Publish
+from ..services.newjobs import NewJob
 from ..services.sealing import EXTRA, needs_seal
 from ..store import JobStore, effects
 from ..store.translate import translated

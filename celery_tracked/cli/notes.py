@@ -28,6 +28,11 @@ def retry_note(job: Job, app: Any) -> str | None:
     policy = getattr(getattr(task, "description", None), "retry", None)
     error = job.error_type or "its error"
     if isinstance(policy, RetryPolicy):
+        if policy.retry_on == () and policy.semantics == "celery":
+            return (
+                "  (not retried: under Celery's retry semantics only self.retry and "
+                "autoretry_for retry; tracked_retry_semantics='tracked' retries every error)"
+            )
         if policy.retry_on == ():
             return "  (not retried: its task declares autoretry_for=(), no error is retried)"
         if error in _names(policy.never_retry):

@@ -147,6 +147,21 @@ def pooler(source: str, value: Any) -> str:
     return text
 
 
+def choice(name: str, allowed: tuple[str, ...]) -> Callable[[str, Any], str]:
+    """One of ``allowed`` (case and surrounding spaces ignored)."""
+
+    def convert(source: str, value: Any) -> str:
+        text = str(value).strip().lower()
+        if text not in allowed:
+            raise ConfigurationError(
+                f"tracked_{name}",
+                f"must be one of {', '.join(allowed)}, got {value!r} (from {source})",
+            )
+        return text
+
+    return convert
+
+
 def boolean(name: str) -> Callable[[str, Any], bool]:
     def convert(source: str, value: Any) -> bool:
         if isinstance(value, bool):

@@ -22,6 +22,7 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
     │   └── TransactionFailed     the body's ``self.transaction()`` failed before its commit
     ├── GuardError                Redis (the idempotency guard) failed
     ├── JobNotFound
+    ├── UnknownTask               ``Tracker.enqueue(name)``: no tracked task of that name here
     ├── InvalidFilter             ``Tracker.jobs``/bulk actions: a bad filter, limit or cursor
     ├── InvalidProgress           ``set_progress``/``log`` given a value it cannot record
     ├── NotInAStep                ``then``/``otherwise``/``transaction`` outside a running
@@ -187,6 +188,20 @@ class InvalidProgress(TrackedError, ValueError):
 
 class JobNotFound(TrackedError, LookupError):
     """No job has this id."""
+
+
+class UnknownTask(TrackedError, LookupError):
+    """``Tracker.enqueue(name, ...)`` (``celery tracked call``) names no tracked task
+    registered in this process: its module was never imported here, or the task is a
+    plain Celery one. Nothing was created.
+
+    Attributes:
+        task_name: the name given.
+    """
+
+    def __init__(self, task_name: str, reason: str) -> None:
+        self.task_name = task_name
+        super().__init__(f"{task_name!r}: {reason}")
 
 
 class InvalidFilter(TrackedError, ValueError):

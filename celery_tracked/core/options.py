@@ -17,7 +17,11 @@ The options (``None``: the default):
         ``tracked_default_backoff_ms``).
     Celery's ``max_retries``, ``autoretry_for``, ``dont_autoretry_for``, ``retry_backoff``,
     ``retry_backoff_max``, ``retry_jitter`` and ``default_retry_delay`` map onto these
-    (``retry_policy.py``); without ``autoretry_for`` EVERY exception is retried.
+    (``retry_policy.py``). ``retry_semantics``: what a task that declares none of them
+    retries: ``"celery"`` (only ``self.retry``/``autoretry_for``; Celery's ``max_retries``
+    of 3 and 180 s delay) or ``"tracked"`` (EVERY exception, ``tracked_default_attempts``,
+    backoff); default: the app's ``tracked_retry_semantics`` (``"celery"``), but
+    ``@tracked_task`` declares ``"tracked"``.
     idempotency_key: a ``str.format`` template naming the call's arguments
         (``"ocr:{document_id}"``; no attribute or index access, no positional fields) or a
         callable taking the call's arguments. A key given per call is taken literally.
@@ -62,6 +66,7 @@ TRACKED_OPTIONS = (
     "idempotency_key",
     "validator",
     "retention",
+    "retry_semantics",
     *KEY_OPTIONS,
     *LIMIT_OPTIONS,
 )

@@ -18,9 +18,15 @@ The mapping (docs/configuration.md, "Celery's retry options"):
   ``backoff_ms`` or ``retry_backoff`` as well: refused). A body's own ``self.retry()``
   keeps Celery's meaning (its ``countdown``, else ``default_retry_delay``).
 - ``autoretry_for=(E, ...)`` → only those exceptions are retried, any other fails at once;
-  ``autoretry_for=()`` retries nothing. Not given: **every exception is retried** (up to
-  ``max_attempts``, default 3). ``dont_autoretry_for=(E, ...)`` → those fail at once.
-  Celery's autoretry wrapper itself is bypassed: its countdown never overrides the policy.
+  ``autoretry_for=()`` retries nothing. ``dont_autoretry_for=(E, ...)`` → those fail at
+  once. Celery's autoretry wrapper itself is bypassed: its countdown never overrides the
+  policy.
+- ``retry_semantics`` (the task's, else ``tracked_retry_semantics``; :meth:`RetryPolicy.under`)
+  decides what is not declared. ``"celery"`` (the app default): Celery's own defaults, no
+  error is retried but by ``self.retry``/``autoretry_for``, ``max_retries=3`` (4 attempts),
+  a fixed ``default_retry_delay`` of 180 s. ``"tracked"`` (``@tracked_task``'s default):
+  **every exception is retried**, ``tracked_default_attempts`` attempts, exponential
+  backoff from ``tracked_default_backoff_ms``.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from __future__ import annotations
 import inspect
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import InvalidTaskOption
@@ -44,7 +50,16 @@ CELERY_RETRY_OPTIONS = (
     "max_retries",
     "default_retry_delay",
 )
-RETRY_OPTIONS = ("max_attempts", "backoff_ms", *CELERY_RETRY_OPTIONS)
+RETRY_OPTIONS = ("max_attempts", "backoff_ms", "retry_semantics", *CELERY_RETRY_OPTIONS)
+
+#: ``retry_semantics``: Celery's own (only ``self.retry``/``autoretry_for`` retry) ...
+CELERY_SEMANTICS = "celery"
+#: ... or the library's (every exception retried, ``tracked_default_attempts``, backoff).
+TRACKED_SEMANTICS = "tracked"
+SEMANTICS = (CELERY_SEMANTICS, TRACKED_SEMANTICS)
+#: Celery's ``Task.max_retries`` and ``Task.default_retry_delay`` (seconds) defaults.
+CELERY_MAX_RETRIES = 3
+CELERY_RETRY_DELAY_MS = 180_000
 
 Errors = tuple[type[BaseException], ...]
 
@@ -61,6 +76,26 @@ class RetryPolicy:
     #: None: every exception is retried
     retry_on: Errors | None = None
     never_retry: Errors = ()
+    #: ``"celery"`` or ``"tracked"``; None: the app's ``tracked_retry_semantics``
+    semantics: str | None = None
+
+    def under(self, app_semantics: str) -> RetryPolicy:
+        """This policy with what it does not declare filled by its semantics (its own,
+        else ``app_semantics``): under ``"celery"``, Celery's defaults (no error retried
+        but by ``self.retry``/``autoretry_for``, 4 attempts, a fixed 180 s delay); under
+        ``"tracked"``, as declared (every exception retried, the settings' defaults)."""
+        semantics = self.semantics or app_semantics
+        if semantics != CELERY_SEMANTICS:
+            return replace(self, semantics=semantics)
+        declared_delay = self.backoff_ms is not None
+        return replace(
+            self,
+            semantics=semantics,
+            max_attempts=self.max_attempts or CELERY_MAX_RETRIES + 1,
+            retry_on=() if self.retry_on is None else self.retry_on,
+            backoff_ms=self.backoff_ms if declared_delay else CELERY_RETRY_DELAY_MS,
+            exponential=self.exponential if declared_delay else False,
+        )
 
     def base_ms(self, default_ms: int) -> int:
         """The backoff's base (or the fixed delay), ms; ``default_ms`` when not declared."""
@@ -154,8 +189,13 @@ def retry_policy(options: Mapping[str, Any]) -> RetryPolicy:
     jitter = given.get("retry_jitter", True)
     if not isinstance(jitter, bool):
         raise InvalidTaskOption("retry_jitter", f"must be True or False, got {jitter!r}")
+    semantics = given.get("retry_semantics")
+    if semantics is not None and semantics not in SEMANTICS:
+        allowed = ", ".join(map(repr, SEMANTICS))
+        raise InvalidTaskOption("retry_semantics", f"must be one of {allowed}, got {semantics!r}")
     retry_on = "autoretry_for" in options and options["autoretry_for"] is not None
     return RetryPolicy(
+        semantics=semantics,
         max_attempts=attempts,
         backoff_ms=base,
         cap_ms=None if cap is None else delay_ms("retry_backoff_max", cap),

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from .conversions import (
     MEMORY_URL,
     boolean,
+    choice,
     cleanup_schedule,
     integer,
     key_names,
@@ -35,6 +36,7 @@ from .conversions import (
 from .crontab import check_crontab
 from .errors import ConfigurationError
 from .redact import mask_url
+from .retry_policy import CELERY_SEMANTICS, SEMANTICS
 
 logger = logging.getLogger("celery_tracked")
 
@@ -80,6 +82,12 @@ class Settings:
     #: connection proven direct (``store.fastpath.prepare_only_if_direct``)
     database_pooler: str = "none"
     redis_url: str = ""
+    #: which errors a task that declares none retries, and its default attempts and delay:
+    #: ``"celery"`` (Celery's own: only ``self.retry``/``autoretry_for``, ``max_retries=3``,
+    #: 180 s) or ``"tracked"`` (every exception, ``default_attempts``, backoff);
+    #: ``@tracked_task`` declares ``"tracked"`` itself (``retry_policy.py``)
+    retry_semantics: str = CELERY_SEMANTICS
+    #: attempts of a job under the ``"tracked"`` semantics, unless its task declares them
     default_attempts: int = 3
     default_backoff_ms: int = 1000
     max_backoff_ms: int = 3_600_000
@@ -171,6 +179,16 @@ class Settings:
         env = os.environ if environ is None else environ
         refuse_unknown(conf, env)
         return str(_read(conf, env, "database_url"))
+
+    @classmethod
+    def retry_semantics_from_conf(
+        cls, conf: Mapping[str, Any], environ: Mapping[str, str] | None = None
+    ) -> str:
+        """Only ``tracked_retry_semantics``, read and validated as ``from_conf()`` does
+        (what a task's description needs: no URL)."""
+        env = os.environ if environ is None else environ
+        refuse_unknown(conf, env)
+        return str(_read(conf, env, "retry_semantics"))
 
 
 #: The environment variables' prefix: ``CELERY_TRACKED_<NAME>`` is ``tracked_<name>``.
@@ -315,6 +333,7 @@ _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
     "database_url": url("database_url"),
     "database_pooler": pooler,
     "redis_url": redis_url,
+    "retry_semantics": choice("retry_semantics", SEMANTICS),
     "default_attempts": integer("default_attempts"),
     "default_backoff_ms": integer("default_backoff_ms"),
     "max_backoff_ms": integer("max_backoff_ms"),

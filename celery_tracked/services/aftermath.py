@@ -9,7 +9,9 @@ one move fenced to it (the attempt last seen and the dead owner), so a run that 
 (a takeover, another worker) is never touched:
 
 - time limit: ``retrying`` and the message published again after the task's retry delay
-  (its policy, as for any failed attempt) while attempts remain, else ``failed`` with
+  (its policy, as for any failed attempt) while attempts remain and the task retries a
+  killed run (``delay`` gives None when it does not: Celery's retry semantics without
+  ``autoretry_for`` covering it, as plain Celery fails it), else ``failed`` with
   ``error_type = "TimeLimitExceeded"``;
 - terminated: ``cancelled``.
 
@@ -38,7 +40,7 @@ logger = logging.getLogger("celery_tracked")
 #: ``republish(job, countdown_s)``: deliver the job's message again after ``countdown_s``.
 Republish = Callable[[Job, float], None]
 #: ``delay(attempt)``: the task's retry delay after failed attempt ``attempt``, in ms.
-Delay = Callable[[int], int]
+Delay = Callable[[int], int | None]
 #: Longest wait for a killed run's process to be gone.
 DEATH_WAIT_S = 30.0
 _POLL_S = 0.1
@@ -84,10 +86,10 @@ class Aftermath:
         if job.cancel_requested_at is not None:  # asked to stop: never retried
             self._write(job, stale_owner, JobStatus.CANCELLED, None, None, f"cancelled; {reason}")
             return
-        if attempt >= job.max_attempts:
+        delay_ms = None if attempt >= job.max_attempts else delay(attempt)
+        if delay_ms is None:  # no attempt left, or its task does not retry a killed run
             self._write(job, stale_owner, JobStatus.FAILED, kind, reason, f"{kind}: {reason}")
             return
-        delay_ms = delay(attempt)
         try:
             # first: a message that arrives before the write finds a dead holder and takes
             # over; a write without a message would leave the job waiting for nothing

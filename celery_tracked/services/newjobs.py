@@ -13,12 +13,96 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from ..core.calls import prepare_call
+from ..core.calls import PreparedCall, prepare_call
 from ..core.description import TaskDescription
-from ..core.messages import Control, check_text
+from ..core.jobs import JobStatus, utcnow
+from ..core.keys import KeyRule
+from ..core.messages import Control, TrackedHeaders, check_text
 from ..core.settings import Settings
-from .enqueuer import NewJob
 from .sealing import seal_call, sealer_for
+
+#: The guard of a job without key but with a given task id covers the enqueue only.
+ID_GUARD_TTL_MS = 60_000
+_ONE_JOB = KeyRule()
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """Everything the producer needs to create one job."""
+
+    job_id: str
+    task_name: str
+    job_type: str
+    #: the queue the message goes to (also ``queue_name`` of the row)
+    queue: str
+    call: PreparedCall
+    max_attempts: int
+    #: shared by a job and every job enqueued from inside it
+    correlation_id: str
+    parent_job_id: str | None
+    owner_id: str | None
+    #: the message's task id when it is not the job id (a ``self.replace`` replacement)
+    celery_task_id: str | None = None
+    #: sent as part of a Celery canvas: a duplicate is refused (``DuplicateInCanvas``)
+    canvas: bool = False
+    #: the task's key lifetime (``keys.py``)
+    key_rule: KeyRule = _ONE_JOB
+    #: the jobs sharing it run at most the task's limit at once (``limits.py``)
+    concurrency_key: str | None = None
+    #: the id was made for this call (no task id given): nobody else can hold it
+    fresh_id: bool = False
+    sealed: str | None = None  #: the redacted values, encrypted (``sealing.py``)
+    #: the message's ``countdown`` (seconds): the row is due that long after its insert,
+    #: on the database's clock (``not_before``)
+    due_in_s: float | None = None
+    #: the message's ``eta`` (UTC): the row is due then (``not_before``)
+    due_at: datetime | None = None
+
+    @property
+    def rule(self) -> KeyRule:
+        """The key lifetime that applies: a job without key is only ever itself."""
+        return self.key_rule if self.call.key is not None else _ONE_JOB
+
+    def headers(self) -> TrackedHeaders:
+        return TrackedHeaders(self.job_id, self.correlation_id, self.parent_job_id, self.queue)
+
+    def row(self, key_round: int = 0, now: datetime | None = None) -> dict[str, object]:
+        """The new row, created at ``now`` (the database's clock under a timed key rule)."""
+        now = now or utcnow()
+        return {
+            "id": self.job_id,
+            "queue_name": self.queue,
+            "job_type": self.job_type,
+            "task_name": self.task_name,
+            "celery_task_id": self.celery_task_id or self.job_id,
+            "status": JobStatus.PENDING.value,
+            "payload_json": self.call.payload_json,
+            "max_attempts": self.max_attempts,
+            "idempotency_key": self.call.key,
+            "key_round": key_round,
+            "revision": 0,
+            "correlation_id": self.correlation_id,
+            "parent_job_id": self.parent_job_id,
+            "owner_id": self.owner_id,
+            "concurrency_key": self.concurrency_key,
+            "secrets_sealed": self.sealed,
+            "created_at": now,
+            "updated_at": now,
+            "due_in_s": self.due_in_s,
+            "due_at": self.due_at,
+        }
+
+
+def guard_of(job: NewJob, guard_ttl_s: int) -> tuple[tuple[str, ...], int] | None:
+    """The guard key's parts and its TTL (ms): per ``(job_type, key)`` for the key's
+    lifetime (at most ``guard_ttl_s``; a throttle's window), else per job id for the
+    enqueue itself (an explicit ``task_id`` given twice is one job); None for a job
+    without key whose id was made for this call (its primary key is guard enough)."""
+    if job.call.key is not None:
+        return ("guard", job.job_type, job.call.key), job.rule.guard_ttl_ms(guard_ttl_s * 1000)
+    if job.fresh_id:
+        return None
+    return ("guard", "id", job.job_id), min(ID_GUARD_TTL_MS, guard_ttl_s * 1000)
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,7 @@ from ..core.ports import SuccessorStore
 from ..core.printable import visible
 from ..core.redact import mask_secrets
 from ..core.settings import Settings
-from .enqueuer import NewJob
-from .newjobs import Ids, new_job
+from .newjobs import Ids, NewJob, new_job
 
 logger = logging.getLogger("celery_tracked")
 

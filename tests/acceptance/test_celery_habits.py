@@ -130,3 +130,4 @@ def test_send_task_runs_untracked_with_a_warning(env: Any, start_worker: Any) ->
     ]
     assert len(warnings) == 1, worker.records()
     assert "acc.succeed" in warnings[0]["message"]
+    assert "Tracker.enqueue(name, ...) or `celery tracked call`" in warnings[0]["message"]

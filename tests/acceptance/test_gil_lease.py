@@ -5,8 +5,8 @@ used to be killed (``SIGKILL``) right after the call returned, and run again alt
 lease had not expired and nobody had taken it over.
 
 A real worker (prefork, and solo: the body in the worker's own main process); a body
-holding the GIL in the builtin ``sum`` (a C loop): a ticking thread in the body proves no
-other thread ran meanwhile.
+holding the GIL in one C call (libc's ``usleep`` through ``ctypes.PyDLL``): a ticking
+thread in the body proves no other thread ran meanwhile.
 """
 
 from __future__ import annotations
@@ -20,9 +20,6 @@ from celery_tracked.services.lease import PROOF_SHARE
 LEASE_S = 4.0
 
 
-# serial: the body's length is calibrated on this CPU; beside other tests the calibration
-# and the run see different speeds (held 2.2 s of the 3.8 s asked, at -n 4 in CI)
-@pytest.mark.serial
 @pytest.mark.parametrize("lease_seconds", [LEASE_S])
 @pytest.mark.parametrize("pool", ["prefork", "solo"])
 def test_a_body_holding_the_gil_for_most_of_its_lease_is_not_stopped(

@@ -40,6 +40,7 @@ from typing import Any
 import redis
 from celery import Celery
 from celery.exceptions import Ignore, Reject
+from converted_tasks import add_by_name_tasks, add_converted_tasks
 from effects_tasks import add_effects_tasks
 from gil_tasks import add_gil_tasks
 from key_tasks import add_key_tasks
@@ -152,6 +153,8 @@ def create_app(config: Mapping[str, Any]) -> Celery:
     add_retry_tasks(app, QUEUE, _begin, _end)
     add_effects_tasks(app, QUEUE, _begin, _end)
     add_sealed_tasks(app, QUEUE, _begin, _end)
+    add_converted_tasks(app, QUEUE, _begin, _end)
+    add_by_name_tasks(app, QUEUE)
 
     @tracked_task(app=app, bind=True, shared=False, name="acc.succeed", queue=QUEUE, max_attempts=3)
     def succeed(self: Any, x: Any, sleep: float = 0.0) -> dict[str, Any]:
@@ -461,7 +464,15 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         _end(r, job_id, started)
         return {"child": child.job_id, "run": run}
 
-    @app.task(base=TrackedTask, bind=True, shared=False, name="acc.base_only", max_attempts=2)
+    @app.task(
+        base=TrackedTask,
+        bind=True,
+        shared=False,
+        name="acc.base_only",
+        max_attempts=2,
+        autoretry_for=(ConnectionError,),  # Celery's semantics: only these are retried
+        default_retry_delay=0.2,  # Celery's default is 180 s
+    )
     def base_only(self: Any, x: Any) -> dict[str, Any]:
         """Tracked through ``base=TrackedTask`` alone, no decorator; run 1 fails."""
         r, job_id, run, started = _begin(self)

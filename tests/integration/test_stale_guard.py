@@ -77,7 +77,9 @@ def test_a_guard_naming_a_deleted_row_does_not_stall_the_next_enqueue(
     again = task.enqueue(n=n)
     took = time.monotonic() - began
 
-    assert took < 1.0, f"the enqueue waited {took:.2f} s for a job whose row is gone"
+    # the stall was the vanished holder's wait (5.2 s); a loaded machine (-n 4 beside the
+    # chaos tier) took 1.2 s without one, so the bound sits between the two
+    assert took < 3.0, f"the enqueue waited {took:.2f} s for a job whose row is gone"
     assert again.created and again.job_id != first.job_id
     assert again.status is JobStatus.PENDING
     assert rows_of_key(database_url, f"k:{n}") == [again.job_id]
@@ -137,7 +139,7 @@ def test_a_producer_between_its_guard_and_its_insert_still_makes_one_job(
         slow_id = broker.get(guard)
         began = time.monotonic()
         won = fast.enqueue(n=n, m=2)
-        assert time.monotonic() - began < 1.0
+        assert time.monotonic() - began < 3.0  # not the slow holder's wait (loaded: > 1 s)
         assert won.created and won.job_id.encode() != slow_id
     finally:
         held.go.set()

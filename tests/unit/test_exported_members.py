@@ -34,6 +34,7 @@ EXPECTED = {
     "TrackedTask",
     "TransactionFailed",
     "Tracker",
+    "UnknownTask",
     "Unrecoverable",
     "WaitTimeout",
     "__version__",

@@ -136,6 +136,7 @@ def test_every_setting_has_its_celery_tracked_environment_name() -> None:
         "database_url": "sqlite:///x.db",
         "database_pooler": "pgbouncer",
         "redis_url": "redis://h/3",
+        "retry_semantics": "tracked",
         "default_attempts": "9",
         "default_backoff_ms": "7",
         "max_backoff_ms": "8",
