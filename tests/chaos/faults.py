@@ -67,6 +67,9 @@ class Fleet:
     lock: threading.Lock = field(default_factory=threading.Lock)
     here: Path | None = None
     repo: Path | None = None
+    #: set by ``stop_all``: no worker is started again after it (the faults' thread may
+    #: still run when a SIGTERM ends the soak)
+    stopped: bool = False
 
     def log(self, message: str) -> None:
         print(f"[chaos {time.monotonic() - self.started:7.1f}s] {message}", flush=True)
@@ -87,6 +90,8 @@ class Fleet:
         return environ
 
     def start(self, node: Node) -> None:
+        if self.stopped:
+            return
         command = [sys.executable, "-m", "celery", "-A", "chaos_app", "worker"]
         command += ["-P", "prefork", "-c", str(node.concurrency), "-Q", "chaos"]
         command += ["-n", f"{node.name}@%h", "-l", "info"]
@@ -168,6 +173,8 @@ class Fleet:
                 self.log(f"killed worker {name} (its process group)")
 
     def stop_all(self) -> None:
+        with self.lock:  # a restart under way ends first; none after
+            self.stopped = True
         for node in self.nodes.values():
             if node.proc is not None:
                 with contextlib.suppress(ProcessLookupError):

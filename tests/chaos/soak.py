@@ -24,6 +24,7 @@ import base64
 import os
 import random
 import shutil
+import signal
 import sys
 import time
 import uuid
@@ -381,5 +382,16 @@ def main() -> int:
     return code
 
 
+def _stop_on_sigterm() -> None:
+    """A SIGTERM (``kill``, a CI timeout, ``make`` interrupted) ends the soak through its
+    ``finally``: the private servers and the workers are stopped, none left behind."""
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 if __name__ == "__main__":
+    _stop_on_sigterm()
     sys.exit(main())
