@@ -8,13 +8,14 @@ dealt, longest first, into N shares of exactly those counts, each share longest 
 every worker starts with one of the longest tests, and the short ones fill in after.
 Durations come from ``durations.json`` (seconds per test id, measured with
 ``--durations``; ``make test-durations`` writes it again); a test not in it is short.
-Serial runs (no xdist) keep pytest's order.
+Serial runs (no xdist) keep pytest's order. ``TEST_SHUFFLE=<seed>`` shuffles instead.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,12 @@ def longest_first(items: list[Any], seconds: dict[str, float], workers: int) -> 
 
 def reorder(items: list[Any]) -> None:
     """In an xdist worker: put ``items`` in the longest-first order (the same order in
-    every worker, as xdist requires)."""
+    every worker, as xdist requires). With ``TEST_SHUFFLE=<seed>``: a shuffled order
+    instead (the same seed, the same order; no test may depend on another's order)."""
+    shuffle = os.environ.get("TEST_SHUFFLE")
+    if shuffle:
+        random.Random(shuffle).shuffle(items)
+        return
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
     if workers < 2 or not DURATIONS.exists():
         return
