@@ -414,6 +414,11 @@ def _needs(item: pytest.Item) -> set[str]:
     return needs
 
 
+#: A ``serial`` test's bounds hold on a machine that runs nothing else: beside other tests
+#: (under xdist) it is skipped, and ``make test-serial`` runs it alone.
+SERIAL_UNDER_XDIST = "timing-critical: runs alone (make test-serial), not beside other tests"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with the services it uses (``postgres``, ``redis``, ``mariadb``),
     ``process`` when it starts a worker or Beat, ``subprocess_project``, ``packaging``;
@@ -433,4 +438,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if config.getoption("--no-services"):
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        for item in items:
+            if item.get_closest_marker("serial"):
+                item.add_marker(pytest.mark.skip(reason=SERIAL_UNDER_XDIST))
     ordering.reorder(items)
