@@ -40,6 +40,7 @@ from typing import Any
 import redis
 from celery import Celery
 from celery.exceptions import Ignore, Reject
+from compat_tasks import add_compat_tasks
 from effects_tasks import add_effects_tasks
 from gil_tasks import add_gil_tasks
 from key_tasks import add_key_tasks
@@ -152,6 +153,7 @@ def create_app(config: Mapping[str, Any]) -> Celery:
     add_retry_tasks(app, QUEUE, _begin, _end)
     add_effects_tasks(app, QUEUE, _begin, _end)
     add_sealed_tasks(app, QUEUE, _begin, _end)
+    add_compat_tasks(app, QUEUE, _begin, _end)
 
     @tracked_task(app=app, bind=True, shared=False, name="acc.succeed", queue=QUEUE, max_attempts=3)
     def succeed(self: Any, x: Any, sleep: float = 0.0) -> dict[str, Any]:
