@@ -45,7 +45,7 @@ from ..core.run import Run
 from ..services import progress, successors
 from ..services.reporter import ProgressReporter
 from ..services.successors import Step
-from . import eager, producer, retries, transactional
+from . import eager, producer, retries, transactional, values
 from .celery_signals import CELERY_SIGNALS
 from .celery_tracker import Tracker
 from .maintenance import install_beat_entries
@@ -187,6 +187,7 @@ class TrackedTask(Task[P, R_co]):
         options.update(producer=producer, link=link, link_error=link_error, shadow=shadow)
         existing = TrackedHeaders.read(options.get("headers"))
         if existing is not None:
+            args, kwargs = values.sent_arguments(self, args, kwargs, options)
             # a re-publish of an existing job (Celery retry): never a new row or key check
             for name in CONTROL_OPTIONS:
                 options.pop(name, None)
@@ -218,6 +219,7 @@ class TrackedTask(Task[P, R_co]):
     ) -> tuple[EnqueueResult[Any], AsyncResult[Any] | None]:
         """Create the job; publish it, or run it here (``send`` given, or eager mode)."""
         tracker = self.tracker
+        args, kwargs = values.sent_arguments(self, args, kwargs, options)  # pydantic models
         job = producer.new_job(
             self.description, tracker.settings, args, kwargs, task_id, control, options
         )
@@ -281,6 +283,7 @@ class TrackedTask(Task[P, R_co]):
             policy=described.retry,
             limits=described.limits.for_delivery(shape, args, kwargs, request, settings),
             signals=CELERY_SIGNALS,  # Celery's Ignore/Reject/Retry, read for the core
+            stored_result=values.stored_result,  # an AsyncResult as Celery stores it
         )
         body = getattr(self, "_orig_run", self.run)  # Celery's autoretry wrapper bypassed
         call = body_call(request, body, args, kwargs)  # given its attempt by the runner

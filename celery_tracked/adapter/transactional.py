@@ -29,7 +29,7 @@ from ..services.enqueuer import NewJob, Publish
 from ..services.sealing import EXTRA, needs_seal
 from ..store import JobStore, effects
 from ..store.translate import translated
-from . import eager, producer
+from . import eager, producer, values
 from .request_state import attempt_of
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ def enqueue_in(
     if task.app.conf.task_always_eager:
         raise NotTransactional(f"enqueue_in of {task.name}: not in eager mode (use enqueue)")
     task_id = options.pop("task_id", None)
+    args, kwargs = values.sent_arguments(task, args, kwargs, options)
     job = producer.new_job(
         task.description, tracker.settings, args, kwargs, task_id, control, options
     )
