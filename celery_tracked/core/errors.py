@@ -8,6 +8,7 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
     ├── ConfigurationError        a setting is missing or invalid (names the setting)
     │   └── InvalidTaskOption     a task's tracked option is invalid (at decoration)
     ├── InvalidPayload            bad input at enqueue; nothing was created
+    │   ├── ArgumentsMismatch     the arguments do not fit the body (also a TypeError)
     │   ├── PayloadNotSerializable
     │   ├── PayloadTooLarge
     │   └── InvalidSuccessor      a successor a step declared was refused (also Unrecoverable)
@@ -70,6 +71,11 @@ class InvalidTaskOption(ConfigurationError, ValueError):
 
 class InvalidPayload(TrackedError, ValueError):
     """The task arguments were refused before anything was created."""
+
+
+class ArgumentsMismatch(InvalidPayload, TypeError):
+    """The arguments do not fit the task body's signature (missing, extra or repeated):
+    a ``TypeError``, as Celery raises for it, unless the task says ``typing=False``."""
 
 
 class PayloadNotSerializable(InvalidPayload, TypeError):
