@@ -45,17 +45,14 @@ def enqueue(
     """
     if not inline:
         return enqueuer.enqueue(job, send, redact_keys), None
-    queued = enqueuer.enqueue(job, _runs_here, redact_keys)
+    handed: list[tuple[TrackedHeaders, str]] = []  # no broker publish: it runs here after
+    queued = enqueuer.enqueue(job, lambda *message: handed.append(message), redact_keys)
     if not queued.created:
         return queued, row_result(enqueuer.store.get(queued.job_id), queued.job_id)
-    result = send(job.headers(), job.celery_task_id or job.job_id)
+    result = send(*handed[-1])  # a new job's message, or a new round's (re-sent job id)
     found = enqueuer.store.get(queued.job_id)
     status = found.status if found is not None else queued.status
     return EnqueueResult(queued.job_id, status, True), result
-
-
-def _runs_here(headers: TrackedHeaders, task_id: str) -> None:
-    """No broker publish: the delivery runs in this process right after."""
 
 
 def run_inline(apply: Callable[..., EagerResult[Any]], *args: Any, **options: Any) -> Any:
