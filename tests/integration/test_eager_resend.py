@@ -1,0 +1,49 @@
+"""Eager mode (``task_always_eager``): a job id re-sent after its job ended runs again as
+a new round, and a ``pydantic=True`` task receives its models (issue 24), as on a worker
+(``tests/acceptance/test_resent_job_id.py``, ``test_celery_values.py``)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from celery_tracked import JobStatus, tracked_task
+
+from .conftest import AppFactory, tracker_of
+
+
+class Point(BaseModel):
+    x: int
+    y: int
+
+
+def test_an_eager_resend_of_an_ended_job_runs_it_again(make_app: AppFactory) -> None:
+    app = make_app(task_always_eager=True, task_eager_propagates=True)
+
+    @tracked_task(app=app, queue="eager_q")
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    first = add.apply_async((1, 2))
+    assert first.get() == 3
+    again = add.apply_async((3, 4), task_id=first.id)
+    assert (again.id, again.get()) == (first.id, 7)
+    job = tracker_of(app).get_job(first.id)
+    assert job is not None and job.status is JobStatus.COMPLETED
+    assert (job.result, job.attempts_made, job.payload) == (7, 2, {"args": [3, 4], "kwargs": {}})
+    assert [e.event for e in tracker_of(app).history(first.id)] == [
+        "enqueued", "started", "completed", "retried", "started", "completed",
+    ]  # fmt: skip
+
+
+def test_an_eager_pydantic_task_receives_its_model(make_app: AppFactory) -> None:
+    app = make_app(task_always_eager=True, task_eager_propagates=True)
+
+    @tracked_task(app=app, queue="eager_q", pydantic=True)
+    def norm(point: Point) -> int:
+        assert isinstance(point, Point)
+        return point.x * point.x + point.y * point.y
+
+    result = norm.delay(Point(x=3, y=4))
+    assert result.get() == 25
+    job = tracker_of(app).get_job(result.id)
+    assert job is not None and job.payload == {"args": [{"x": 3, "y": 4}], "kwargs": {}}
