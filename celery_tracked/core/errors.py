@@ -97,7 +97,8 @@ class EnqueueError(TrackedError):
 
 class DuplicateInCanvas(EnqueueError):
     """A signature sent as part of a canvas (``group``, ``chain``, ``chord``, a ``link``, a
-    ``self.replace``) has the idempotency key (or task id) of an existing job.
+    ``self.replace``) has the idempotency key of an existing job, or the task id of a job
+    still active (the task id of a job that ended runs that job again: a new round).
 
     Outside a canvas such a call returns the existing job; inside one, Celery waits on the
     signature's own frozen task id, which would never get a message: the canvas would hang.
