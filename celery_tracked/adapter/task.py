@@ -233,12 +233,12 @@ class TrackedTask(Task[P, R_co]):
     def then(self, task: TrackedTask[Q, Any], *args: Q.args, **kwargs: Q.kwargs) -> str:
         """Declare a successor of this running step: created with its completion, published
         after it; returns the successor's job id. Raises ``NotInAStep`` outside a run."""
-        return successors.declare(part(self.request, Step), task, args, kwargs)
+        return self.successor(task)(*args, **kwargs)
 
     def otherwise(self, task: TrackedTask[Q, Any], *args: Q.args, **kwargs: Q.kwargs) -> str:
         """Declare a fail-soft successor: created only if this step fails after exhausting
         its retries (never after ``Unrecoverable``)."""
-        return successors.declare(part(self.request, Step), task, args, kwargs, fail_soft=True)
+        return self.successor(task, fail_soft=True)(*args, **kwargs)
 
     def successor(
         self,
@@ -251,7 +251,8 @@ class TrackedTask(Task[P, R_co]):
 
         def declare(*args: Q.args, **kwargs: Q.kwargs) -> str:
             key, soft, step = idempotency_key, fail_soft, part(self.request, Step)
-            return successors.declare(step, task, args, kwargs, idempotency_key=key, fail_soft=soft)
+            sent = values.sent_arguments(task, args, kwargs, {})  # a pydantic task's models
+            return successors.declare(step, task, *sent, idempotency_key=key, fail_soft=soft)
 
         return declare
 

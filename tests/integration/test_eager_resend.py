@@ -4,6 +4,8 @@ a new round, and a ``pydantic=True`` task receives its models (issue 24), as on 
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel
 
 from celery_tracked import JobStatus, tracked_task
@@ -47,3 +49,21 @@ def test_an_eager_pydantic_task_receives_its_model(make_app: AppFactory) -> None
     assert result.get() == 25
     job = tracker_of(app).get_job(result.id)
     assert job is not None and job.payload == {"args": [{"x": 3, "y": 4}], "kwargs": {}}
+
+
+def test_a_successor_of_a_pydantic_task_takes_its_model(make_app: AppFactory) -> None:
+    app = make_app(task_always_eager=True, task_eager_propagates=True)
+
+    @tracked_task(app=app, queue="eager_q", pydantic=True)
+    def norm(point: Point) -> int:
+        assert isinstance(point, Point)
+        return point.x + point.y
+
+    @tracked_task(app=app, queue="eager_q", bind=True)
+    def step(self: Any) -> str:
+        return self.then(norm, Point(x=1, y=2))
+
+    first = step.delay()
+    successor = tracker_of(app).get_job(first.get())
+    assert successor is not None and successor.status is JobStatus.COMPLETED
+    assert (successor.result, successor.payload) == (3, {"args": [{"x": 1, "y": 2}], "kwargs": {}})
