@@ -187,7 +187,7 @@ class TrackedTask(Task[P, R_co]):
         options.update(producer=producer, link=link, link_error=link_error, shadow=shadow)
         existing = TrackedHeaders.read(options.get("headers"))
         if existing is not None:
-            args, kwargs = values.sent_arguments(self, args, kwargs, options)
+            args, kwargs = values.sent_arguments(self, args, kwargs)
             # a re-publish of an existing job (Celery retry): never a new row or key check
             for name in CONTROL_OPTIONS:
                 options.pop(name, None)
@@ -219,7 +219,7 @@ class TrackedTask(Task[P, R_co]):
     ) -> tuple[EnqueueResult[Any], AsyncResult[Any] | None]:
         """Create the job; publish it, or run it here (``send`` given, or eager mode)."""
         tracker = self.tracker
-        args, kwargs = values.sent_arguments(self, args, kwargs, options)  # pydantic models
+        args, kwargs = values.sent_arguments(self, args, kwargs)  # pydantic models
         job = producer.new_job(
             self.description, tracker.settings, args, kwargs, task_id, control, options
         )
@@ -251,7 +251,7 @@ class TrackedTask(Task[P, R_co]):
 
         def declare(*args: Q.args, **kwargs: Q.kwargs) -> str:
             key, soft, step = idempotency_key, fail_soft, part(self.request, Step)
-            sent = values.sent_arguments(task, args, kwargs, {})  # a pydantic task's models
+            sent = values.sent_arguments(task, args, kwargs)  # a pydantic task's models
             return successors.declare(step, task, *sent, idempotency_key=key, fail_soft=soft)
 
         return declare

@@ -59,7 +59,7 @@ def enqueue_in(
     if task.app.conf.task_always_eager:
         raise NotTransactional(f"enqueue_in of {task.name}: not in eager mode (use enqueue)")
     task_id = options.pop("task_id", None)
-    args, kwargs = values.sent_arguments(task, args, kwargs, options)
+    args, kwargs = values.sent_arguments(task, args, kwargs)
     job = producer.new_job(
         task.description, tracker.settings, args, kwargs, task_id, control, options
     )

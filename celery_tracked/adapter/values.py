@@ -23,12 +23,14 @@ __all__ = ["sent_arguments", "stored_result"]
 
 
 def sent_arguments(
-    task: Any, args: Sequence[Any], kwargs: Mapping[str, Any], options: Mapping[str, Any]
+    task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """``(args, kwargs)`` as Celery sends a call of ``task``: the models of a
-    ``pydantic=True`` task dumped (not for the ``pickle`` serializer, as Celery)."""
+    ``pydantic=True`` task dumped. Also with the ``pickle`` serializer (which Celery lets
+    carry models as they are): a job's payload is JSON whatever the message's serializer,
+    and the worker's wrapper validates the dumped form back into the same model."""
     dump = getattr(task, "_dump_pydantic_arguments", None)
-    if dump is None or options.get("serializer") == "pickle":
+    if dump is None:
         return tuple(args), dict(kwargs)
     sent_args, sent_kwargs = dump(tuple(args), dict(kwargs))
     return tuple(sent_args or ()), dict(sent_kwargs or {})

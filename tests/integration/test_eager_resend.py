@@ -47,6 +47,7 @@ def test_an_eager_pydantic_task_receives_its_model(make_app: AppFactory) -> None
 
     result = norm.delay(Point(x=3, y=4))
     assert result.get() == 25
+    assert norm.apply_async((Point(x=1, y=1),), serializer="pickle").get() == 2  # dumped too
     job = tracker_of(app).get_job(result.id)
     assert job is not None and job.payload == {"args": [{"x": 3, "y": 4}], "kwargs": {}}
 
