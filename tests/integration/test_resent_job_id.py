@@ -1,14 +1,17 @@
-"""Eager mode (``task_always_eager``): a job id re-sent after its job ended runs again as
-a new round, and a ``pydantic=True`` task receives its models (issue 24), as on a worker
-(``tests/acceptance/test_resent_job_id.py``, ``test_celery_values.py``)."""
+"""A job id re-sent after its job ended runs again as a new round, and a ``pydantic=True``
+task receives its models (issue 24): in eager mode (``task_always_eager``), as on a worker
+(``tests/acceptance/test_resent_job_id.py``, ``test_celery_values.py``), and a re-send
+whose publish fails leaves the job as it was."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from celery import Task
 from pydantic import BaseModel
 
-from celery_tracked import JobStatus, tracked_task
+from celery_tracked import EnqueueError, JobStatus, tracked_task
 
 from .conftest import AppFactory, tracker_of
 
@@ -68,3 +71,35 @@ def test_a_successor_of_a_pydantic_task_takes_its_model(make_app: AppFactory) ->
     successor = tracker_of(app).get_job(first.get())
     assert successor is not None and successor.status is JobStatus.COMPLETED
     assert (successor.result, successor.payload) == (3, {"args": [{"x": 1, "y": 2}], "kwargs": {}})
+
+
+def test_a_resend_whose_publish_fails_leaves_the_ended_job_as_it_was(
+    make_app: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = make_app()
+
+    @tracked_task(app=app, queue="resend_q")
+    def work(n: int) -> None: ...
+
+    first = work.apply_async((1,))
+    tracker = tracker_of(app)
+    assert tracker.cancel(first.id)
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("broker down")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Task, "apply_async", refused)
+        with pytest.raises(EnqueueError, match="broker down"):
+            work.apply_async((2,), task_id=first.id)
+    job = tracker.get_job(first.id)
+    assert job is not None and job.status is JobStatus.CANCELLED
+    assert job.payload == {"args": [1], "kwargs": {}} and job.finished_at is not None
+
+    again = work.apply_async((3,), task_id=first.id)
+    job = tracker.get_job(again.id)
+    assert job is not None and (job.status, job.revision) == (JobStatus.PENDING, 2)
+    assert job.payload == {"args": [3], "kwargs": {}} and job.published_at is not None
+    assert [e.event for e in tracker.history(first.id)] == [
+        "enqueued", "cancelled", "retried", "retry_undone", "retried",
+    ]  # fmt: skip
