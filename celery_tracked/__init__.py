@@ -5,6 +5,7 @@ from .adapter.celery_tracker import Tracker
 from .adapter.decorator import tracked_task
 from .adapter.task import TrackedTask
 from .core.errors import (
+    ArgumentsMismatch,
     ConfigurationError,
     DuplicateInCanvas,
     EnqueueError,
@@ -40,6 +41,7 @@ from .services.reaper import ReapReport
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArgumentsMismatch",
     "BulkReport",
     "CleanupReport",
     "ConfigurationError",

@@ -123,6 +123,7 @@ class Wiring:
         self.resender = Resender(
             self.store, self.hooks, platform, settings.redact_keys, self.sealer
         )
+        self.enqueuer.again = self.resender.again  # a job id re-sent after its job ended
         self.stopper = Stopper(self.store, self.hooks, self.leases, self.cancel, platform.terminate)
 
     def add_hook(self, hook: Hooks) -> None:

@@ -68,7 +68,7 @@ def enqueue(
         _HELD.reset(holding)
     if not queued.created:
         return queued, row_result(enqueuer.store.get(queued.job_id), queued.job_id)
-    result = held[0]() if held else send.sent
+    result = held[-1]() if held else send.sent  # a new job's, or a new round's (re-sent id)
     found = enqueuer.store.get(queued.job_id)
     status = found.status if found is not None else queued.status
     return EnqueueResult(queued.job_id, status, True), result

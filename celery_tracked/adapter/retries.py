@@ -103,3 +103,10 @@ def publish_again(task: Any, args: Any, kwargs: Any, job: Job, countdown: float)
     headers = TrackedHeaders.of(job).to_headers()
     queue, made = job.queue_name, job.attempts_made
     task.apply_async(args, kwargs, headers=headers, countdown=countdown, queue=queue, retries=made)
+
+
+def hide_arguments(task: Any) -> None:
+    """Redact the request's arguments once nothing is re-published from them (Celery
+    stores them in the result backend with ``result_extended=True``)."""
+    req, keys = task.request, task.tracker.settings.redact_keys
+    req.args, req.kwargs = task.description.shape.redacted(req.args or (), req.kwargs or {}, keys)

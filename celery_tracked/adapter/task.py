@@ -20,7 +20,6 @@ Celery's ``Ignore``/``Retry``/``Reject``.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -46,14 +45,12 @@ from ..core.settings import Settings
 from ..services import progress, successors
 from ..services.reporter import ProgressReporter
 from ..services.successors import Step
-from . import celery_builtins, eager, producer, retries, transactional, untracked
+from . import celery_builtins, eager, producer, retries, transactional, untracked, values
 from .celery_signals import CELERY_SIGNALS
 from .celery_tracker import Tracker
 from .maintenance import install_beat_entries
 from .request_state import attempt_of, body_call, part
 from .routing import routed_queue
-
-logger = logging.getLogger("celery_tracked")
 
 _HOSTNAME = socket.gethostname()
 
@@ -199,6 +196,7 @@ class TrackedTask(Task[P, R_co]):
         options.update(producer=producer, link=link, link_error=link_error, shadow=shadow)
         existing = TrackedHeaders.read(options.get("headers"))
         if existing is not None:
+            args, kwargs = values.sent_arguments(self, args, kwargs)
             # a re-publish of an existing job (Celery retry): never a new row or key check
             for name in CONTROL_OPTIONS:
                 options.pop(name, None)
@@ -230,6 +228,7 @@ class TrackedTask(Task[P, R_co]):
     ) -> tuple[EnqueueResult[Any], AsyncResult[Any] | None]:
         """Create the job; publish it, or run it here (``send`` given, or eager mode)."""
         tracker = self.tracker
+        args, kwargs = values.sent_arguments(self, args, kwargs)  # pydantic models
         job = producer.new_job(
             self.description, tracker.settings, args, kwargs, task_id, control, options
         )
@@ -244,12 +243,12 @@ class TrackedTask(Task[P, R_co]):
     def then(self, task: TrackedTask[Q, Any], *args: Q.args, **kwargs: Q.kwargs) -> str:
         """Declare a successor of this running step: created with its completion, published
         after it; returns the successor's job id. Raises ``NotInAStep`` outside a run."""
-        return successors.declare(part(self.request, Step), task, args, kwargs)
+        return self.successor(task)(*args, **kwargs)
 
     def otherwise(self, task: TrackedTask[Q, Any], *args: Q.args, **kwargs: Q.kwargs) -> str:
         """Declare a fail-soft successor: created only if this step fails after exhausting
         its retries (never after ``Unrecoverable``)."""
-        return successors.declare(part(self.request, Step), task, args, kwargs, fail_soft=True)
+        return self.successor(task, fail_soft=True)(*args, **kwargs)
 
     def successor(
         self,
@@ -262,7 +261,8 @@ class TrackedTask(Task[P, R_co]):
 
         def declare(*args: Q.args, **kwargs: Q.kwargs) -> str:
             key, soft, step = idempotency_key, fail_soft, part(self.request, Step)
-            return successors.declare(step, task, args, kwargs, idempotency_key=key, fail_soft=soft)
+            sent = values.sent_arguments(task, args, kwargs)  # a pydantic task's models
+            return successors.declare(step, task, *sent, idempotency_key=key, fail_soft=soft)
 
         return declare
 
@@ -292,6 +292,7 @@ class TrackedTask(Task[P, R_co]):
             policy=described.retry,
             limits=described.limits.for_delivery(shape, args, kwargs, request, settings),
             signals=CELERY_SIGNALS,  # Celery's Ignore/Reject/Retry, read for the core
+            stored_result=values.stored_result,  # an AsyncResult as Celery stores it
         )
         body = getattr(self, "_orig_run", self.run)  # Celery's autoretry wrapper bypassed
         call = body_call(request, body, args, kwargs)  # given its attempt by the runner
@@ -330,7 +331,7 @@ class TrackedTask(Task[P, R_co]):
             self._republish(verdict.countdown, verdict.cause)
         if isinstance(verdict, Postponed):
             self._republish(verdict.countdown, None, verdict.headers, retry=False)
-        _hide_arguments(self)
+        retries.hide_arguments(self)
         if isinstance(verdict, Completed):
             return verdict.result
         if isinstance(verdict, Failed):
@@ -359,7 +360,7 @@ class TrackedTask(Task[P, R_co]):
             with retries.counted(self.request, retry):
                 raise self.retry(exc=exc, countdown=countdown, **options)
         except Retry:
-            _hide_arguments(self)  # re-published: Celery now only stores the request
+            retries.hide_arguments(self)  # re-published: Celery now only stores the request
             raise
 
     def retry(
@@ -391,10 +392,3 @@ class TrackedTask(Task[P, R_co]):
             limit = exc.args[0] if exc.args else "?"
             delay = partial(retries.retry_delay, self, killed=exc)
             self.tracker.aftermath.time_limited(task_id, limit, delay, republish)
-
-
-def _hide_arguments(task: TrackedTask[Any, Any]) -> None:
-    """Redact the request's arguments once nothing is re-published from them (Celery
-    stores them in the result backend with ``result_extended=True``)."""
-    req, keys = task.request, task.tracker.settings.redact_keys
-    req.args, req.kwargs = task.description.shape.redacted(req.args or (), req.kwargs or {}, keys)

@@ -30,7 +30,7 @@ from ..services.newjobs import NewJob
 from ..services.sealing import EXTRA, needs_seal
 from ..store import JobStore, effects
 from ..store.translate import translated
-from . import eager, producer
+from . import eager, producer, values
 from .request_state import attempt_of
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ def enqueue_in(
     if task.app.conf.task_always_eager:
         raise NotTransactional(f"enqueue_in of {task.name}: not in eager mode (use enqueue)")
     task_id = options.pop("task_id", None)
+    args, kwargs = values.sent_arguments(task, args, kwargs)
     job = producer.new_job(
         task.description, tracker.settings, args, kwargs, task_id, control, options
     )

@@ -187,8 +187,11 @@ class MemoryMessages(MemoryCore):
         now: datetime,
         message: str,
         secrets_sealed: str | None = None,
+        payload_json: str | None = None,
+        completed_too: bool = False,
     ) -> bool:
-        """``RETRY``: failed | cancelled → pending, unless a newer round holds the key."""
+        """``RETRY`` (``RETRY_ENDED``: from completed too): failed | cancelled → pending,
+        unless a newer round holds the key."""
 
         def check(job: Job) -> bool:
             return job.revision == seen_revision and not self._newer_round(job)
@@ -203,16 +206,18 @@ class MemoryMessages(MemoryCore):
                 "retries_exhausted": False,
                 "cancel_requested_at": None,
                 "secrets_sealed": secrets_sealed,
+                "payload_json": job.payload_json if payload_json is None else payload_json,
             }
 
-        moved = self.move(job_id, _ENDED, check, change, _RETRIED, now=now, message=message)
+        sources = (JobStatus.COMPLETED, *_ENDED) if completed_too else _ENDED
+        moved = self.move(job_id, sources, check, change, _RETRIED, now=now, message=message)
         return moved is not None
 
     def undo_retry(self, job_id: str, undo: RetryUndo, *, now: datetime, message: str) -> bool:
-        """``UNDO_RETRY``: back to ``undo.status`` (failed or cancelled)."""
-        if undo.status not in _ENDED:
+        """``UNDO_RETRY``: back to ``undo.status`` (completed, failed or cancelled)."""
+        if undo.status not in (JobStatus.COMPLETED, *_ENDED):
             raise KeyError(undo.status)
-        change = {
+        change: dict[str, Any] = {
             "status": undo.status,
             "max_attempts": undo.max_attempts,
             "finished_at": undo.finished_at,
@@ -220,6 +225,8 @@ class MemoryMessages(MemoryCore):
             "secrets_sealed": undo.secrets_sealed,
             "updated_at": now,
         }
+        if undo.payload_json is not None:
+            change["payload_json"] = undo.payload_json
         return self._undo(job_id, undo.made, change, RETRY_UNDONE, now, message)
 
     def retry_rounds(self, job_id: str) -> list[tuple[str, int]]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .codec import PAYLOAD_DEPTH, check_depth, encode
-from .errors import InvalidPayload, InvalidTaskOption, PayloadNotSerializable
+from .errors import ArgumentsMismatch, InvalidPayload, InvalidTaskOption, PayloadNotSerializable
 from .redact import (
     REDACTED,
     encode_payload,
@@ -54,10 +54,14 @@ def bounded_reprs(
 
 
 class CallShape:
-    """How a body takes its arguments (from its signature; None when it has none)."""
+    """How a body takes its arguments (from its signature; None when it has none);
+    ``strict``: a call must fit it (Celery's ``typing``, on by default)."""
 
-    def __init__(self, func: Callable[..., Any], show: Show = plain_repr) -> None:
+    def __init__(
+        self, func: Callable[..., Any], show: Show = plain_repr, strict: bool = True
+    ) -> None:
         self.show = show
+        self.strict = strict
         try:
             self.signature: inspect.Signature | None = inspect.signature(func)
         except (TypeError, ValueError):
@@ -83,17 +87,20 @@ class CallShape:
         return [v for n, v in zip(self.names(len(args)), args, strict=True) if n is None]
 
     def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any], task: str) -> dict[str, Any]:
-        """The call's arguments by name with defaults applied (``**kwargs`` flattened).
+        """The call's arguments by name with defaults applied (``**kwargs`` flattened);
+        not ``strict``, a call that does not fit: the arguments a parameter names.
 
         Raises:
-            InvalidPayload: the arguments do not fit the signature.
+            ArgumentsMismatch: (a ``TypeError``) the arguments do not fit the signature.
         """
         if self.signature is None:
             return dict(kwargs)
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as exc:
-            raise InvalidPayload(f"{task}: {exc}") from None
+            if not self.strict:
+                return self.named(args, kwargs)
+            raise ArgumentsMismatch(f"{task}: {exc}") from None
         bound.apply_defaults()
         named: dict[str, Any] = {}
         for name, value in bound.arguments.items():

@@ -8,6 +8,7 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
     ├── ConfigurationError        a setting is missing or invalid (names the setting)
     │   └── InvalidTaskOption     a task's tracked option is invalid (at decoration)
     ├── InvalidPayload            bad input at enqueue; nothing was created
+    │   ├── ArgumentsMismatch     the arguments do not fit the body (also a TypeError)
     │   ├── PayloadNotSerializable
     │   ├── PayloadTooLarge
     │   └── InvalidSuccessor      a successor a step declared was refused (also Unrecoverable)
@@ -74,6 +75,11 @@ class InvalidPayload(TrackedError, ValueError):
     """The task arguments were refused before anything was created."""
 
 
+class ArgumentsMismatch(InvalidPayload, TypeError):
+    """The arguments do not fit the task body's signature (missing, extra or repeated):
+    a ``TypeError``, as Celery raises for it, unless the task says ``typing=False``."""
+
+
 class PayloadNotSerializable(InvalidPayload, TypeError):
     """The arguments cannot be encoded as JSON."""
 
@@ -93,7 +99,8 @@ class EnqueueError(TrackedError):
 
 class DuplicateInCanvas(EnqueueError):
     """A signature sent as part of a canvas (``group``, ``chain``, ``chord``, a ``link``, a
-    ``self.replace``) has the idempotency key (or task id) of an existing job.
+    ``self.replace``) has the idempotency key of an existing job, or the task id of a job
+    still active (the task id of a job that ended runs that job again: a new round).
 
     Outside a canvas such a call returns the existing job; inside one, Celery waits on the
     signature's own frozen task id, which would never get a message: the canvas would hang.

@@ -166,7 +166,8 @@ TABLES = ("background_jobs", "background_job_events")
 if TYPE_CHECKING:  # generic for type checkers only: a generic NamedTuple needs 3.11
 
     class EnqueueResult(NamedTuple, Generic[Result_co]):
-        """What ``enqueue`` returns. ``created`` is False for a deduplicated call."""
+        """What ``enqueue`` returns. ``created`` is False for a deduplicated call (True for a
+        new job, or a new round of an ended job whose id was sent again)."""
 
         job_id: str
         status: JobStatus
@@ -175,7 +176,8 @@ if TYPE_CHECKING:  # generic for type checkers only: a generic NamedTuple needs 
 else:
 
     class EnqueueResult(NamedTuple):
-        """What ``enqueue`` returns. ``created`` is False for a deduplicated call.
+        """What ``enqueue`` returns. ``created`` is False for a deduplicated call (True for a
+        new job, or a new round of an ended job whose id was sent again).
 
         ``EnqueueResult[R]``: ``R`` is the body's return type (``Tracker.wait`` returns it).
         """

@@ -165,3 +165,5 @@ class RetryUndo:
     retries_exhausted: bool = False
     #: the sealed values it had (``sealing.py``)
     secrets_sealed: str | None = None
+    #: the arguments it had, when the retry replaced them (a re-sent job id); None: kept
+    payload_json: str | None = None

@@ -224,7 +224,7 @@ def describe(
     return TaskDescription(
         name=name,
         job_type=str(static("job_type") or name),
-        shape=CallShape(run, show),
+        shape=CallShape(run, show, strict=getattr(cls, "typing", None) is not False),
         route=framework[0],
         send=framework[1],
         retry=retry,

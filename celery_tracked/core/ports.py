@@ -268,6 +268,8 @@ class RerunStore(Reader, Handing, KeyReader, Protocol):
         now: datetime,
         message: str,
         secrets_sealed: str | None = None,
+        payload_json: str | None = None,
+        completed_too: bool = False,
     ) -> bool: ...
 
     def undo_retry(self, job_id: str, undo: RetryUndo, *, now: datetime, message: str) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .limits import DeliveryLimits
 from .messages import TrackedHeaders
@@ -37,6 +38,9 @@ class Run:
     limits: DeliveryLimits | None = None
     #: which exceptions are the framework's control signals (the adapter's: Celery's)
     signals: Signals = NO_SIGNALS
+    #: the form the framework stores a body's return value in, also the row's ``result``
+    #: (the adapter's: an ``AsyncResult`` as Celery's tuple form, ``values.py``)
+    stored_result: Callable[[Any], Any] = field(default=lambda result: result)
 
     @property
     def job_id(self) -> str:

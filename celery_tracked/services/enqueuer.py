@@ -42,6 +42,9 @@ DUPLICATE_WAIT_S = 5.0
 _ROUNDS_TRIED = 60
 #: ``publish(headers, task_id)``: hand the job's message to the broker (or run it here).
 Publish = Callable[[TrackedHeaders, str], object]
+#: ``again(found, job, publish)``: a new round of ``found``, an ended job whose id ``job``
+#: re-sends (``Resender.again``); None: ``job`` is a duplicate of it.
+Again = Callable[["Job", "NewJob", Publish], "EnqueueResult[Any] | None"]
 
 
 class Enqueuer:
@@ -53,6 +56,7 @@ class Enqueuer:
         self.guard_ttl_s = guard_ttl_s
         self.hooks = hooks
         self.duplicate_wait_s = DUPLICATE_WAIT_S
+        self.again: Again | None = None  # set by the tracker (its ``Resender``)
 
     def enqueue(
         self, job: NewJob, publish: Publish, redact_keys: tuple[str, ...]
@@ -87,7 +91,7 @@ class Enqueuer:
                     if holder is None:
                         self._release(key, job.job_id)
                     if decided is Then.DUPLICATE:
-                        return self._duplicate_of(job, latest)
+                        return self._duplicate_of(job, latest, publish)
                     replaced = self._replace(job, latest, publish, redact_keys)
                     if replaced is not None:
                         return replaced
@@ -99,7 +103,7 @@ class Enqueuer:
                 self._release(key, job.job_id)
                 if job.rule.reused and not self._exists(job):
                     continue  # another producer created this round: decide again
-                duplicate = self._duplicate(job)
+                duplicate = self._duplicate(job, publish)
                 if duplicate is None:
                     continue  # the job it collided with was undone meanwhile: decide again
                 return duplicate
@@ -208,7 +212,7 @@ class Enqueuer:
             current = self.store.get(current.id)
         return current
 
-    def _duplicate(self, job: NewJob) -> EnqueueResult[Any] | None:
+    def _duplicate(self, job: NewJob, publish: Publish) -> EnqueueResult[Any] | None:
         """The job an insert collided with: this very id (a ``task_id`` given twice), else
         the key's newest job; None when that job is gone meanwhile (its enqueue undone)."""
         try:
@@ -218,9 +222,15 @@ class Enqueuer:
             found = None if found is None else self._settled(job, found)
         except StoreError as exc:
             raise EnqueueError(f"enqueue of {job.task_name} failed (database): {exc}") from None
-        return None if found is None else self._duplicate_of(job, found)
+        return None if found is None else self._duplicate_of(job, found, publish)
 
-    def _duplicate_of(self, job: NewJob, found: Job) -> EnqueueResult[Any]:
+    def _duplicate_of(self, job: NewJob, found: Job, publish: Publish) -> EnqueueResult[Any]:
+        """``found``, the job ``job`` duplicates; a new round of it when ``job`` re-sends
+        its id after it ended (``again``)."""
+        if found.id == job.job_id and found.status.terminal and self.again is not None:
+            again = self.again(found, job, publish)
+            if again is not None:
+                return again
         if job.canvas:
             raise DuplicateInCanvas(job.task_name, found.id, job.celery_task_id or job.job_id)
         message = f"job {found.id} deduplicated (key already used)"

@@ -16,6 +16,11 @@
    handed over. A publish that fails is undone: the job is back as it was, and the caller
    gets ``EnqueueError``.
 
+A call re-sending the id of a job that ended (a frozen Celery signature or canvas applied
+again, a ``task_id`` given twice) makes the same new round (``Resender.again``, asked by the
+producer, ``enqueuer.py``): from ``completed`` too, with the call's arguments, attempts and
+message, as Celery runs each apply again. A re-send while the job is active stays that job.
+
 Knows nothing of Celery: the task's description, the publish and the stored results go
 through the platform port (``port.py``).
 """
@@ -25,19 +30,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from functools import partial
+from typing import Any, NamedTuple, Protocol
 
 from ..core.calls import Show, bounded_reprs, plain_repr
 from ..core.codec import PAYLOAD_DEPTH, check_depth, decode, encode
 from ..core.description import TaskDescription
 from ..core.errors import EnqueueError, JobNotFound, RetryRefused, StoreError
 from ..core.hooks import Hooks, Transition
-from ..core.jobs import RETRY_UNDONE, Event, Job, JobStatus, utcnow
+from ..core.jobs import RETRY_UNDONE, EnqueueResult, Event, Job, JobStatus, utcnow
 from ..core.messages import TrackedHeaders, positive
 from ..core.moves import RetryUndo
 from ..core.port import Platform
 from ..core.ports import RerunStore
 from ..core.redact import holds_redacted, mask_secrets, redact, secret_values
+from .enqueuer import Publish
+from .newjobs import NewJob
 from .sealing import SealBroken, Sealer, seal_call, unsealed
 from .successors import fail_soft_note
 
@@ -45,6 +53,18 @@ logger = logging.getLogger("celery_tracked")
 
 #: The statuses ``Tracker.retry`` runs again.
 RETRIABLE = (JobStatus.FAILED, JobStatus.CANCELLED)
+#: The statuses a re-send of a job's id runs again (``Resender.again``): every ended one.
+RUN_AGAIN = (JobStatus.COMPLETED, *RETRIABLE)
+
+
+class Round(NamedTuple):
+    """A new round of an ended job: its attempts, its event's text, the values it is sent
+    with (sealed), and the secrets to mask in a failed publish's error."""
+
+    budget: int
+    message: str
+    sealed: str | None
+    secrets: Sequence[str]
 
 
 class Shape(Protocol):
@@ -204,8 +224,7 @@ class Resender:
             JobNotFound, RetryRefused, InvalidPayload (``attempts``), EnqueueError (the
             publish failed: undone), StoreError.
         """
-        store, keys = self.store, self.redact_keys
-        job = store.get(job_id)
+        job = self.store.get(job_id)
         if job is None:
             raise JobNotFound(f"no job {job_id}")
         if job.status not in RETRIABLE:
@@ -217,45 +236,100 @@ class Resender:
         sealed = seal_call(self.sealer, args, kwargs, job.payload_json or "")
         self._refuse_after_fail_soft(job)
         budget = positive(attempts, "attempts") or self._budget(job, task)
-        made = job.revision + 1
         message = (
             f"job {job.id} retried: runs again with {budget} more attempt(s) "
             f"(was {job.status.value} after {job.attempts_made})"
         )
+        secrets = secret_values([dict(arguments or {}), kwargs], self.redact_keys)
+        send = partial(send_job, self.platform, args=args, kwargs=kwargs)
+        if not self._new_round(job, Round(budget, message, sealed, secrets), send):
+            self._refuse_if_key_taken(job)
+            return False
+        return True
+
+    def again(self, found: Job, job: NewJob, publish: Publish) -> EnqueueResult[Any] | None:
+        """A call re-sending the id of ``found``, a job that ended (``job``: that call, as
+        the producer prepared it): a new round of ``found``, as :meth:`retry` makes one,
+        with the call's arguments, attempts and message (``publish``, its Celery options:
+        a frozen canvas applied again runs again, as in Celery). None when it is not one
+        (not ended, another task or key, its pipeline went on from its failure, or it
+        moved meanwhile): the call is then a duplicate.
+
+        Raises:
+            EnqueueError: the database or the publish failed (the job is as it was).
+        """
+        same = (found.task_name, found.idempotency_key) == (job.task_name, job.call.key)
+        if found.status not in RUN_AGAIN or not same:
+            return None
+        message = (
+            f"job {found.id} sent again (its task id re-sent): runs again with "
+            f"{job.max_attempts} attempt(s) (was {found.status.value} after "
+            f"{found.attempts_made})"
+        )
+        task_id = job.celery_task_id or job.job_id
+        made = Round(job.max_attempts, message, job.sealed, job.call.secrets)
+        try:
+            self._refuse_after_fail_soft(found)
+            sent = self._new_round(
+                found,
+                made,
+                lambda row: publish(TrackedHeaders.of(row), task_id),
+                payload_json=job.call.payload_json,
+            )
+        except RetryRefused:
+            return None
+        except StoreError as exc:
+            raise EnqueueError(f"enqueue of {job.task_name} failed (database): {exc}") from None
+        return EnqueueResult(found.id, JobStatus.PENDING, True) if sent else None
+
+    def _new_round(
+        self,
+        job: Job,
+        made: Round,
+        send: Callable[[Job], object],
+        payload_json: str | None = None,
+    ) -> bool:
+        """Move ended ``job`` back to ``pending`` at its next revision (``RETRY``; any ended
+        status when ``payload_json``, the re-sent arguments, is given), forget Celery's
+        stored result of its last run and ``send`` its new message; undone if that fails.
+        False if it moved meanwhile (or a newer job holds its key)."""
+        store, resent = self.store, payload_json is not None
         if not store.retry(
             job.id,
             seen_revision=job.revision,
-            budget=budget,
+            budget=made.budget,
             now=utcnow(),
-            message=message,
-            secrets_sealed=sealed,
+            message=made.message,
+            secrets_sealed=made.sealed,
+            payload_json=payload_json,
+            completed_too=resent,
         ):
-            self._refuse_if_key_taken(job)
             return False
-        sent = replace(job, status=JobStatus.PENDING, revision=made)
+        revision = job.revision + 1
+        sent = replace(job, status=JobStatus.PENDING, revision=revision)
         forgotten = self.platform.forget_result(sent)
         try:
-            send_job(self.platform, sent, args, kwargs)
+            send(sent)
         except Exception as exc:
             if forgotten is not None:
                 self.platform.restore_result(sent, forgotten)
-            secrets = secret_values([dict(arguments or {}), kwargs], keys)
-            detail = mask_secrets(str(exc), secrets, keys)
+            detail = mask_secrets(str(exc), made.secrets, self.redact_keys)
             ended = (job.status, job.max_attempts, job.finished_at, job.retries_exhausted)
+            old_payload = job.payload_json if resent else None
             store.undo_retry(
                 job.id,
-                RetryUndo(made, *ended, job.secrets_sealed),
+                RetryUndo(revision, *ended, job.secrets_sealed, old_payload),
                 now=utcnow(),
                 message=f"retry undone: its message could not be published: {detail}",
             )
             raise EnqueueError(f"retry of job {job.id} failed (broker publish): {detail}") from None
         try:
-            store.handed_over(job.id, utcnow(), made)
+            store.handed_over(job.id, utcnow(), revision)
         except StoreError as exc:  # harmless: the relay may send a duplicate, which runs nothing
             logger.warning("could not record that job %s was published: %s", job.id, exc)
         self.hooks.after_transition(
             Transition.of(
-                Event.RETRIED, job.id, message, JobStatus.PENDING, job.queue_name, job.job_type
+                Event.RETRIED, job.id, made.message, JobStatus.PENDING, job.queue_name, job.job_type
             )
         )
         return True

@@ -248,7 +248,7 @@ class Runner:
         try:
             with self.hooks.running(attempt):  # the hooks' blocks end with the body
                 result = body(attempt)
-            result_json = _encode_result(result)
+            result_json = _encode_result(run.stored_result(result))
         except Exception as exc:
             error = exc
             mask_exception(exc, run.secrets(), self.settings.redact_keys)  # and its cause

@@ -14,9 +14,10 @@ moves on to a newer one, left to the relay (``keys.undo_replace``).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
-from sqlalchemy import Boolean, Integer, String, Text, exists, or_, select
+from sqlalchemy import Boolean, Integer, String, Text, exists, func, or_, select
 
 from ..core.jobs import RETRY_UNDONE, Job, JobStatus
 from ..core.keys import UndoneReplace
@@ -30,6 +31,8 @@ from .translate import reconnecting, translated
 _PENDING = (JobStatus.PENDING,)
 _ENDED = (JobStatus.FAILED, JobStatus.CANCELLED)
 PAYLOAD = param("payload_json", Text)
+#: The arguments a retry sends: given (a re-sent job id's call), else the stored ones.
+_SENT_PAYLOAD = func.coalesce(param("payload_json", Text, optional=True), jobs.c.payload_json)
 #: the arguments' sealed values (``sealing.py``), NULL when none
 SEALED = param("secrets_sealed", Text, optional=True)
 #: Attempts the retried job may make from now on.
@@ -91,6 +94,7 @@ RETRY = Move(
     JobStatus.PENDING,
     {
         **_NEW_MESSAGE,
+        "payload_json": _SENT_PAYLOAD,
         "max_attempts": jobs.c.attempts_made + BUDGET,
         "started_at": None,
         "finished_at": None,
@@ -102,7 +106,13 @@ RETRY = Move(
     "retried",
     extra_where=(_NO_NEWER_ROUND,),
 )
+#: The same move from a completed job too: a re-send of an ended job's id runs it again
+#: as a new round (``resend.py``, ``Resender.again``).
+RETRY_ENDED = replace(RETRY, name="retry_ended", sources=(JobStatus.COMPLETED, *_ENDED))
 _UNDONE_RETRY = {
+    "payload_json": func.coalesce(
+        param("old_payload_json", Text, optional=True), jobs.c.payload_json
+    ),
     "max_attempts": OLD_MAX,
     "finished_at": OLD_FINISHED,
     "retries_exhausted": param("old_retries_exhausted", Boolean),
@@ -111,7 +121,7 @@ _UNDONE_RETRY = {
 }
 UNDO_RETRY = {
     ended: Move(f"undo_retry_{ended.value}", _PENDING, ended, _UNDONE_RETRY, _UNSENT, RETRY_UNDONE)
-    for ended in _ENDED
+    for ended in RETRY_ENDED.sources
 }
 #: A job's retries and their undos, in order (``attempt``: the attempts made before each).
 SELECT_ROUNDS = (
@@ -184,19 +194,23 @@ class Rerun(Applying):
         now: datetime,
         message: str,
         secrets_sealed: str | None = None,
+        payload_json: str | None = None,
+        completed_too: bool = False,
     ) -> bool:
-        """failed | cancelled → pending at revision ``seen_revision + 1``, with ``budget``
-        more attempts (and the values it is sent with, sealed: ``secrets_sealed``); False
-        if it moved meanwhile or a newer job holds its key."""
+        """failed | cancelled (and completed, ``completed_too``) → pending at revision
+        ``seen_revision + 1``, with ``budget`` more attempts, the values it is sent with
+        sealed (``secrets_sealed``) and its arguments replaced by ``payload_json`` (None:
+        kept); False if it moved meanwhile or a newer job holds its key."""
         params = {"job_id": job_id, "at_revision": seen_revision, "budget": budget, "now": now}
-        params.update(message=message, secrets_sealed=secrets_sealed)
-        return self.apply(RETRY, params) is not None
+        params.update(message=message, secrets_sealed=secrets_sealed, payload_json=payload_json)
+        return self.apply(RETRY_ENDED if completed_too else RETRY, params) is not None
 
     @reconnecting
     def undo_retry(self, job_id: str, undo: RetryUndo, *, now: datetime, message: str) -> bool:
-        """Back to ``undo.status`` (failed or cancelled) and the values before the retry,
-        if nobody handed revision ``undo.made`` over."""
+        """Back to ``undo.status`` (the ended status) and the values before the retry, if
+        nobody handed revision ``undo.made`` over."""
         params = {"job_id": job_id, "made": undo.made, "now": now, "message": message}
+        params["old_payload_json"] = undo.payload_json
         params.update(old_max_attempts=undo.max_attempts, old_finished_at=undo.finished_at)
         params.update(old_retries_exhausted=undo.retries_exhausted)
         params.update(old_secrets_sealed=undo.secrets_sealed)

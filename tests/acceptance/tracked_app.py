@@ -40,6 +40,7 @@ from typing import Any
 import redis
 from celery import Celery
 from celery.exceptions import Ignore, Reject
+from compat_tasks import add_compat_tasks
 from converted_tasks import add_by_name_tasks, add_converted_tasks
 from effects_tasks import add_effects_tasks
 from gil_tasks import add_gil_tasks
@@ -155,6 +156,7 @@ def create_app(config: Mapping[str, Any]) -> Celery:
     add_sealed_tasks(app, QUEUE, _begin, _end)
     add_converted_tasks(app, QUEUE, _begin, _end)
     add_by_name_tasks(app, QUEUE)
+    add_compat_tasks(app, QUEUE, _begin, _end)
 
     @tracked_task(app=app, bind=True, shared=False, name="acc.succeed", queue=QUEUE, max_attempts=3)
     def succeed(self: Any, x: Any, sleep: float = 0.0) -> dict[str, Any]:

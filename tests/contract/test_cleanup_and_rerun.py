@@ -89,6 +89,36 @@ def test_a_retry_sends_an_ended_job_again_and_its_undo_restores_it(store: Store)
     assert not store.retry(job_id, seen_revision=1, budget=1, now=utcnow(), message="again")
 
 
+def test_a_resent_completed_job_runs_again_with_the_resent_arguments(store: Store) -> None:
+    """A re-send of an ended job's id (issue 24): ``retry`` with ``completed_too`` moves a
+    completed job too, with the re-sent call's payload; ``Tracker.retry``'s (without it)
+    never moves a completed job. Its undo gives the completed job its payload back."""
+    job_id = _completed(store, 1, payload_json='{"args": [1], "kwargs": {}}')
+    done = store.get(job_id)
+    assert done is not None and done.status is JobStatus.COMPLETED
+    assert not store.retry(job_id, seen_revision=0, budget=2, now=utcnow(), message="no")
+    resent = '{"args": [2], "kwargs": {}}'
+    assert store.retry(
+        job_id, seen_revision=0, budget=2, now=utcnow(), message="re-sent",
+        payload_json=resent, completed_too=True,
+    )  # fmt: skip
+    job = store.get(job_id)
+    assert job is not None and (job.status, job.revision) == (JobStatus.PENDING, 1)
+    assert (job.payload_json, job.max_attempts, job.finished_at) == (resent, 3, None)
+    assert store.retry_rounds(job_id) == [("retried", 1)]
+    undo = RetryUndo(
+        made=1, status=JobStatus.COMPLETED, max_attempts=done.max_attempts,
+        finished_at=done.finished_at, payload_json=done.payload_json,
+    )  # fmt: skip
+    assert store.undo_retry(job_id, undo, now=utcnow(), message="publish failed")
+    job = store.get(job_id)
+    assert job is not None and (job.status, job.payload_json) == (
+        JobStatus.COMPLETED,
+        done.payload_json,
+    )
+    assert job.finished_at == done.finished_at
+
+
 def test_the_fail_soft_successor_of_a_step_is_found_by_its_note(store: Store) -> None:
     step = new_job(store)
     assert store.fail_soft_successor(store.get(step), "fail-soft") is None  # type: ignore[arg-type]

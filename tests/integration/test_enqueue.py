@@ -12,6 +12,7 @@ import redis
 from sqlalchemy import create_engine, func, select
 
 from celery_tracked import (
+    ArgumentsMismatch,
     ConfigurationError,
     EnqueueError,
     InvalidPayload,
@@ -79,7 +80,7 @@ def test_delay_and_apply_async_return_the_job_id(make_app: AppFactory) -> None:
         ({"document_id": 5, "pages": "many"}, InvalidPayload),  # schema
         ({"document_id": "d", "pages": 1, "blob": {1, 2}}, PayloadNotSerializable),
         ({"document_id": "x" * 70_000}, PayloadTooLarge),
-        ({"pages": 2}, InvalidPayload),  # missing required argument
+        ({"pages": 2}, ArgumentsMismatch),  # missing required argument
     ],
 )
 def test_invalid_payload_leaves_nothing_behind(
@@ -309,3 +310,30 @@ def test_bad_redis_url_is_a_configuration_error(make_app: AppFactory) -> None:
     with pytest.raises(ConfigurationError) as info:
         tracker_of(app)
     assert info.value.setting == "tracked_redis_url"
+
+
+def test_arguments_that_do_not_fit_are_a_type_error_unless_typing_is_off(
+    make_app: AppFactory, broker: redis.Redis, database_url: str
+) -> None:
+    """As Celery: a call its signature cannot bind raises ``TypeError`` (our
+    ``ArgumentsMismatch``, also an ``InvalidPayload``) before anything is created; a task
+    declared ``typing=False`` is not checked (its body meets the arguments on the worker)."""
+    app = make_app()
+
+    @tracked_task(app=app, queue="typed_q")
+    def typed(x: int) -> None: ...
+
+    @tracked_task(app=app, queue="untyped_q", typing=False)
+    def untyped(x: int) -> None: ...
+
+    for call in (lambda: typed.delay(), lambda: typed.apply_async((1, 2))):
+        with pytest.raises(TypeError) as raised:
+            call()
+        assert isinstance(raised.value, ArgumentsMismatch | InvalidPayload)
+    assert queue_messages(broker, "typed_q") == [] and guard_keys(broker) == []
+    assert row_count(database_url) == 0
+
+    result = untyped.apply_async((1, 2), {"y": 3})
+    job = tracker_of(app).get_job(result.id)
+    assert job is not None and job.payload == {"args": [1, 2], "kwargs": {"y": 3}}
+    assert len(queue_messages(broker, "untyped_q")) == 1

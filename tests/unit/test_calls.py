@@ -13,6 +13,7 @@ from celery import Celery
 from pydantic import BaseModel, field_validator
 
 from celery_tracked import (
+    ArgumentsMismatch,
     InvalidPayload,
     PayloadNotSerializable,
     PayloadTooLarge,
@@ -174,15 +175,28 @@ def test_var_keyword_arguments_are_flattened_for_keys_validators_and_secrets() -
     ("args", "kwargs"),
     [((), {}), (("a",), {}), (("a", "b", 1, 2), {}), (("a", "b"), {"nope": 1})],
 )
-def test_bad_arity_is_invalid_payload(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    with pytest.raises(InvalidPayload) as info:
+def test_bad_arity_is_a_type_error_as_in_celery(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    with pytest.raises(TypeError) as info:  # Celery's own error for it (``typing``)
         prepare_call(CallShape(login), rules(), args, kwargs)
+    assert isinstance(info.value, ArgumentsMismatch) and isinstance(info.value, InvalidPayload)
     assert str(info.value).startswith("app.tasks.send: ")
 
 
-def test_an_argument_given_twice_is_invalid_payload() -> None:
-    with pytest.raises(InvalidPayload):
+def test_an_argument_given_twice_is_a_type_error() -> None:
+    with pytest.raises(ArgumentsMismatch):
         prepare(login, "a", "b", user="c")
+
+
+def test_without_typing_arguments_are_not_checked_against_the_signature() -> None:
+    """``typing=False`` (Celery's): no binding check; the named arguments are the ones
+    a parameter names, defaults left out."""
+    shape = CallShape(login, strict=False)
+    call = prepare_call(shape, rules(), ("a", "b", 1, 2), {"nope": 1})
+    assert json.loads(call.payload_json) == {"args": ["a", REDACTED, 1, 2], "kwargs": {"nope": 1}}
+    empty = prepare_call(shape, rules(), (), {})
+    assert json.loads(empty.payload_json) == {"args": [], "kwargs": {}}
 
 
 @pytest.mark.parametrize("value", [object(), {1, 2}, float("nan")])

@@ -1,6 +1,7 @@
 import celery_tracked
 
 EXPECTED = {
+    "ArgumentsMismatch",
     "BulkReport",
     "CleanupReport",
     "ConfigurationError",

@@ -125,3 +125,16 @@ def test_an_import_against_the_layers_breaks_the_contracts(tmp_path: Path) -> No
         found.stdout
     )
     assert "Only the Celery adapter imports Celery BROKEN" in found.stdout
+
+
+#: STYLE.md: a module reads on a screen or two
+MAX_MODULE_LINES = 400
+
+
+def test_no_module_of_the_package_is_over_400_lines() -> None:
+    long = {
+        str(path.relative_to(PACKAGE)): lines
+        for path in PACKAGE.rglob("*.py")
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, f"split these modules: {long}"
