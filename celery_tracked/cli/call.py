@@ -4,8 +4,9 @@ the redaction of a decorated call. The task must be registered in the CLI's proc
 (``-A proj`` imports it, or the app's ``include``/``imports`` do).
 
 Exit codes: 0 created or deduplicated; 1 no tracked task of that name here; 2 bad
-``--args``/``--kwargs`` or arguments the task refuses; 4 Redis, the database or the broker
-failed.
+``--args``/``--kwargs`` (a control keyword such as ``_idempotency_key`` among them), an
+empty ``--idempotency-key``/``--correlation-id``, arguments the task refuses or options
+Celery refuses (its ``ValueError``); 4 Redis, the database or the broker failed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import click
 from celery.bin.base import CeleryCommand
 
 from ..core.errors import InvalidPayload, UnknownTask
+from ..core.messages import Control
 from ..core.printable import visible
+from ..core.redact import first_line
 from .common import NotFound, check_text, emit_json, friendly, json_option, tracker_of
 from .group import tracked
 
@@ -59,6 +62,7 @@ def call(
     job (deduplicated by its key)."""
     args = _json("--args", args_json, list)
     kwargs = _json("--kwargs", kwargs_json, dict)
+    _no_control(kwargs)
     check_text("NAME", name)
     control = {"_idempotency_key": idempotency_key, "_correlation_id": correlation_id}
     tracker = tracker_of(ctx)
@@ -69,6 +73,8 @@ def call(
             raise NotFound(str(exc)) from None
         except InvalidPayload as exc:
             raise click.UsageError(visible(str(exc))) from None
+        except ValueError as exc:  # Celery refusing the task's options (time limits...)
+            raise click.UsageError(visible(first_line(str(exc), type(exc).__name__))) from None
     if as_json:
         emit_json(
             {"job_id": queued.job_id, "status": queued.status.value, "created": queued.created}
@@ -78,5 +84,25 @@ def call(
     click.echo(f"job {queued.job_id} {queued.status.value} ({how})")
 
 
+#: The control keywords ``tracked call`` sets with an option of its own.
+_OPTION_OF = {"_idempotency_key": "--idempotency-key", "_correlation_id": "--correlation-id"}
+
+
+def _no_control(kwargs: dict[str, Any]) -> None:
+    """``--kwargs`` holds the task's named arguments only: a control keyword there is
+    refused, naming the option to use (its value never echoed)."""
+    for name in Control.keywords():
+        if name in kwargs:
+            option = _OPTION_OF.get(name)
+            instead = f"use {option}" if option else "tracked call does not set it"
+            raise click.BadParameter(
+                f"{name} is a control keyword, not an argument of the task ({instead})",
+                param_hint="--kwargs",
+            )
+
+
 def _given(control: dict[str, str | None]) -> dict[str, str]:
-    return {name: check_text(name[1:], value) for name, value in control.items() if value}
+    """The options given (an empty one too: the API refuses it)."""
+    return {
+        name: check_text(name[1:], value) for name, value in control.items() if value is not None
+    }

@@ -15,7 +15,8 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
     ├── EnqueueError              Redis, database or broker failed at enqueue (retryable)
     │   ├── DuplicateInCanvas     a canvas member's idempotency key is taken (not retryable)
     │   ├── NotInTrackingDatabase ``enqueue_in`` given another database's connection
-    │   └── NotTransactional      ``enqueue_in`` cannot decide this call in a transaction
+    │   ├── NotTransactional      ``enqueue_in`` cannot decide this call in a transaction
+    │   └── TaskIdInUse           the given ``task_id`` is a job of another task
     ├── RetryRefused              ``Tracker.retry`` cannot re-run the job as asked
     ├── StoreError                the tracking database failed outside enqueue
     │   ├── Disconnected          (internal) its pooled connection was dead
@@ -120,6 +121,26 @@ class DuplicateInCanvas(EnqueueError):
         super().__init__(
             f"{task_name}: idempotency key already used by job {job_id}; inside a canvas "
             f"its signature (task id {task_id}) would never run, refused"
+        )
+
+
+class TaskIdInUse(EnqueueError, ValueError):
+    """The ``task_id`` given to a call is the id of a job of another task: refused, nothing
+    created (the other task's job is never returned as this call's). Not retryable.
+
+    Attributes:
+        job_id: the existing job (of ``task_name``).
+        task_id: the ``task_id`` given.
+        task_name: the existing job's task.
+    """
+
+    retryable = False
+
+    def __init__(self, called: str, task_name: str, job_id: str, task_id: str) -> None:
+        self.job_id, self.task_id, self.task_name = job_id, task_id, task_name
+        super().__init__(
+            f"{called}: task_id {task_id} is already the id of job {job_id} of another "
+            f"task, {task_name}; give a new task_id (or none), refused"
         )
 
 

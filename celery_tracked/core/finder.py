@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import difflib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta, timezone
@@ -229,7 +230,17 @@ def parse_statuses(status: Statuses) -> tuple[JobStatus, ...]:
 
 def filter_of(filters: Filters, clock: Callable[[], datetime]) -> JobFilter:
     """``JobFilter.of(**filters)``, a ``timedelta`` bound taken back from ``clock()`` (the
-    database's: ``created_at``/``finished_at`` are judged on it), read only then."""
+    database's: ``created_at``/``finished_at`` are judged on it), read only then.
+
+    Raises:
+        InvalidFilter: an unknown keyword (``task=`` for ``task_name=``), or a bad value.
+    """
+    for name in filters:
+        if name not in Filters.__annotations__:
+            near = difflib.get_close_matches(str(name), list(Filters.__annotations__), 1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            known = ", ".join(Filters.__annotations__)
+            raise InvalidFilter(f"unknown filter {name!r}{hint}; the filters: {known}")
     relative = any(isinstance(value, timedelta) for value in filters.values())
     return JobFilter.of(**filters, now=clock() if relative else None)
 

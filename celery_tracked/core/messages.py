@@ -179,8 +179,12 @@ class Control:
     def underscored(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
         """``enqueue``'s untyped control keywords of 0.1 (``_idempotency_key=``, ...,
         ``_options=``), kept working: taken out of ``kwargs``, by their names."""
-        names = [f"_{f.name}" for f in fields(cls)] + ["_options"]
-        return {name[1:]: kwargs.pop(name) for name in names if name in kwargs}
+        return {name[1:]: kwargs.pop(name) for name in cls.keywords() if name in kwargs}
+
+    @classmethod
+    def keywords(cls) -> list[str]:
+        """The names of ``enqueue``'s untyped control keywords (``_idempotency_key``...)."""
+        return [f"_{f.name}" for f in fields(cls)] + ["_options"]
 
 
 #: ``apply_async`` keywords that are control options, not Celery's.

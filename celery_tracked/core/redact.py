@@ -20,6 +20,8 @@ shape with the user-info masked, wherever it sits.
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -199,7 +201,7 @@ def url_userinfo(text: str) -> list[str]:
 _PAIR = re.compile(
     r"(?<![\w\-])(?P<key>[\w\-]++)(?P<sep>['\"]?+\s*+[:=]\s*+['\"]?+)"
     r"(?P<value>(?:(?:bearer|basic|token|digest|negotiate)\s++(?=[^\s'\",;&}]))?+"
-    r"[^\s'\",;&}]++)",
+    r"(?![{\[(])[^\s'\",;&}]++)",
     re.IGNORECASE,
 )
 
@@ -216,10 +218,24 @@ def _mask_pairs(text: str, keys: Sequence[str]) -> str:
     return _PAIR.sub(mask, text)
 
 
+@functools.lru_cache(maxsize=1024)
+def escaped_forms(value: str) -> tuple[str, ...]:
+    """``value`` and the forms it takes inside a text: the body of its ``repr``, ``ascii``
+    and JSON, and each of those escaped once more (a repr of a message holding a repr,
+    as Celery's ``MaxRetriesExceededError`` shows ``args:(...)``). A value no escaping
+    changes has one form."""
+    once = {value, repr(value)[1:-1], ascii(value)[1:-1], json.dumps(value)[1:-1]}
+    once.add(json.dumps(value, ensure_ascii=False)[1:-1])
+    twice = {repr(form)[1:-1] for form in once} | {json.dumps(form)[1:-1] for form in once}
+    return tuple(dict.fromkeys(form for form in (value, *once, *twice) if form))
+
+
 def mask_secrets(text: str, secrets: Iterable[str] = (), keys: Iterable[str] = ()) -> str:
-    """Mask URL credentials, ``key=value`` pairs under secret keys, and known secret values."""
+    """Mask URL credentials, ``key=value`` pairs under secret keys, and known secret values
+    (in their escaped forms too: :func:`escaped_forms`)."""
     text = mask_url(text)
-    for value in sorted({s for s in secrets if s}, key=len, reverse=True):
+    forms = {form for s in secrets if s for form in escaped_forms(s)}
+    for value in sorted(forms, key=len, reverse=True):
         if len(value) >= SHORT_SECRET:
             text = text.replace(value, MASK)
         else:  # 1-2 characters: where it stands alone, not inside every word holding it

@@ -23,6 +23,7 @@ from ..core.errors import (
     GuardError,
     PublishRefused,
     StoreError,
+    TaskIdInUse,
 )
 from ..core.guards import Guard
 from ..core.hooks import Hooks, Transition
@@ -226,7 +227,14 @@ class Enqueuer:
 
     def _duplicate_of(self, job: NewJob, found: Job, publish: Publish) -> EnqueueResult[Any]:
         """``found``, the job ``job`` duplicates; a new round of it when ``job`` re-sends
-        its id after it ended (``again``)."""
+        its id after it ended (``again``).
+
+        Raises:
+            TaskIdInUse: ``found`` has ``job``'s id but is a job of another task.
+            DuplicateInCanvas: ``job`` is a canvas member."""
+        if found.id == job.job_id and found.task_name != job.task_name:
+            given = job.celery_task_id or job.job_id
+            raise TaskIdInUse(job.task_name, found.task_name, found.id, given)
         if found.id == job.job_id and found.status.terminal and self.again is not None:
             again = self.again(found, job, publish)
             if again is not None:

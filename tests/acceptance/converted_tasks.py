@@ -75,3 +75,8 @@ def add_by_name_tasks(app: Celery, queue: str) -> None:
     @app.task(name="acc.byname.plain", shared=False)
     def plain(x: int) -> int:
         return x
+
+    # Celery refuses its messages: a soft time limit over the hard one
+    @tracked_task(app=app, shared=False, name="acc.byname.limits", soft_time_limit=10, time_limit=5)
+    def limits(x: int) -> int:
+        return x

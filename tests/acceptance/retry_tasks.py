@@ -60,6 +60,12 @@ def add_retry_tasks(
         record(self)
         return results
 
+    def login_retry(self: Any, user: str, password: str) -> None:
+        """Retries with no ``exc``: Celery's ``MaxRetriesExceededError`` quotes the
+        arguments (``args:('alice', 'C:\\\\new...')``), the password escaped."""
+        record(self)
+        raise self.retry(countdown=COUNTDOWN_S)
+
     # the plain tasks go to the app's default queue (Celery deprecates ``queue=``)
     common: dict[str, Any] = {"bind": True, "shared": False}
     retried = {**common, "max_retries": 3, "default_retry_delay": COUNTDOWN_S}
@@ -68,6 +74,7 @@ def add_retry_tasks(
         ("self_retry", self_retry, retried),
         ("raises", raises, auto),
         ("collect", collect, common),
+        ("login_retry", login_retry, {**retried, "max_retries": 1}),
     ):
         tracked_task(app=app, name=f"acc.t.{name}", queue=queue, **options)(body)
         app.task(name=f"acc.p.{name}", **options)(body)

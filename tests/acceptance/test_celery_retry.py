@@ -15,6 +15,7 @@ import gc
 import threading
 from collections.abc import Callable, Iterator
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -167,6 +168,25 @@ def test_retries_end_like_plain_celery_on_a_worker(env: Any, watched: Watch) -> 
             assert job.retries_exhausted is True
         else:
             assert job.status is JobStatus.COMPLETED
+
+
+def test_max_retries_exceeded_never_shows_an_escaped_secret(
+    env: Any, watched: Watch, tmp_path: Path
+) -> None:
+    """Celery's ``MaxRetriesExceededError`` quotes the call's arguments (a password with
+    backslashes doubled, and doubled again in a repr of its message): masked in the row's
+    ``error_message``, the result backend and the worker's log."""
+    password = "C:\\new\\pw-1"
+    result = env.task("acc.t.login_retry").apply_async(("alice", password))
+    with pytest.raises(MaxRetriesExceededError) as info:
+        result.get(timeout=DEADLINE_S)
+    assert "***" in str(info.value) and "pw-1" not in str(info.value) + repr(info.value)
+    job = env.tracker.get_job(result.id)
+    assert job.status is JobStatus.FAILED and job.error_type == "MaxRetriesExceededError"
+    assert "***" in job.error_message and "pw-1" not in job.error_message
+    logs = [path.read_text(errors="replace") for path in tmp_path.glob("worker-*")]
+    assert any("failed after attempt 2/2" in text for text in logs), logs
+    assert not any("pw-1" in text for text in logs)
 
 
 def test_a_chord_with_a_member_out_of_retries_fails_like_plain_celery(

@@ -113,6 +113,41 @@ def test_a_name_that_is_no_tracked_task_here_is_refused_and_creates_nothing(
     assert env.broker_messages() == []
 
 
+def test_the_cli_refuses_empty_control_values_control_keywords_and_refused_options(
+    env: Any, cli_in_process: Callable[..., Any]
+) -> None:
+    """Exit 2, the API's own message, nothing created: an empty ``--idempotency-key`` or
+    ``--correlation-id``; a control keyword inside ``--kwargs`` (its value never echoed);
+    options Celery refuses (a soft time limit over the hard one)."""
+    with pytest.raises(InvalidPayload, match="idempotency_key") as api:
+        env.tracker.enqueue(NAME, document_id="d-1", _idempotency_key="")
+    empty = cli_in_process(
+        "call", NAME, "--kwargs", '{"document_id": "d-1"}', "--idempotency-key", ""
+    )
+    assert empty.returncode == 2, empty.stdout + empty.stderr
+    assert str(api.value).splitlines()[0] in empty.stderr
+    no_id = cli_in_process(
+        "call", NAME, "--kwargs", '{"document_id": "d-1"}', "--correlation-id", ""
+    )
+    assert no_id.returncode == 2 and "correlation_id" in no_id.stderr, no_id.stderr
+    for control, instead in (
+        ("_idempotency_key", "--idempotency-key"),
+        ("_correlation_id", "--correlation-id"),
+        ("_options", None),
+        ("_max_attempts", None),
+    ):
+        given = json.dumps({"document_id": "d-1", control: "hunter2"})
+        out = cli_in_process("call", NAME, "--kwargs", given)
+        assert out.returncode == 2, (control, out.stdout, out.stderr)
+        assert control in out.stderr and "hunter2" not in out.stdout + out.stderr
+        assert instead is None or instead in out.stderr
+    refused = cli_in_process("call", "acc.byname.limits", "--kwargs", '{"x": 1}')
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "soft_time_limit" in refused.stderr
+    assert env.sql("SELECT count(*) FROM background_jobs")[0][0] == 0
+    assert env.broker_messages() == []
+
+
 def test_send_task_of_a_tracked_task_is_logged_once_with_the_fix(
     env: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -96,6 +96,30 @@ def test_argsrepr_and_kwargsrepr_options_are_the_callers_text(
     assert row_count(app) == 3
 
 
+def test_the_callers_text_never_shows_a_secret_escaped(
+    make_app: AppFactory, broker: redis.Redis
+) -> None:
+    """A password holding a backslash, a quote, a tab or a non-ASCII letter is masked in the
+    caller's ``argsrepr``/``kwargsrepr`` in its escaped forms too (``repr``, ``ascii``,
+    JSON); a secret nested under a secret key leaves a well-formed text."""
+    app = make_app()
+
+    @tracked_task(app=app, queue="q")
+    def login(user: str, password: str, token: Any = None) -> None: ...
+
+    passwords = ["C:\\new\\pw", "x'y\"z", "tab\there", "p\xe4ssw\xf6rt-1"]
+    for pw in passwords:
+        login.apply_async(("u", pw), argsrepr=repr(("u", pw)))
+        login.apply_async(("u", pw), argsrepr=ascii(("u", pw)))
+        login.apply_async(("u", pw), argsrepr=json.dumps(["u", pw]))
+    token = {"a": "nested-tok-1"}
+    login.apply_async(("u", "pw-1"), {"token": token}, kwargsrepr=repr({"token": token}))
+    sent = message_headers(broker, "q")
+    for headers in sent[:-1]:
+        assert headers["argsrepr"] in ("('u', '***')", '["u", "***"]'), headers["argsrepr"]
+    assert sent[-1]["kwargsrepr"] == "{'token': {'a': '***'}}"
+
+
 def test_a_call_celery_refuses_keeps_its_error_and_leaves_nothing(
     make_app: AppFactory, broker: redis.Redis
 ) -> None:

@@ -11,7 +11,7 @@ import pytest
 from celery import Task
 from pydantic import BaseModel
 
-from celery_tracked import EnqueueError, JobStatus, tracked_task
+from celery_tracked import EnqueueError, JobStatus, TaskIdInUse, tracked_task
 
 from .conftest import AppFactory, tracker_of
 
@@ -103,3 +103,29 @@ def test_a_resend_whose_publish_fails_leaves_the_ended_job_as_it_was(
     assert [e.event for e in tracker.history(first.id)] == [
         "enqueued", "cancelled", "retried", "retry_undone", "retried",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("eager", [True, False])
+def test_a_task_id_resent_to_another_task_is_refused(make_app: AppFactory, eager: bool) -> None:
+    """The id of a job of another task is refused (``TaskIdInUse``, naming both tasks),
+    nothing created, never the other task's job returned: ended or not, eager or not."""
+    app = make_app(task_always_eager=eager, task_eager_propagates=eager)
+
+    @tracked_task(app=app, queue="resend_q")
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    @tracked_task(app=app, queue="resend_q")
+    def tsum(numbers: list[int]) -> int:
+        return sum(numbers)
+
+    first = add.apply_async((1, 2))
+    tracker = tracker_of(app)
+    with pytest.raises(TaskIdInUse) as info:
+        tsum.apply_async(([5, 5],), task_id=first.id)
+    assert (info.value.job_id, info.value.task_id) == (first.id, first.id)
+    assert add.name in str(info.value) and tsum.name in str(info.value)
+    assert isinstance(info.value, ValueError) and not info.value.retryable
+    job = tracker.get_job(first.id)
+    assert job is not None and job.task_name == add.name and job.payload["args"] == [1, 2]
+    assert tracker.jobs(task_name=tsum.name).jobs == ()

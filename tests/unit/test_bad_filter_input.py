@@ -10,7 +10,7 @@ import pytest
 
 from celery_tracked.core.calls import key_problem
 from celery_tracked.core.errors import InvalidFilter
-from celery_tracked.core.finder import EARLIEST, JobFilter
+from celery_tracked.core.finder import EARLIEST, JobFilter, filter_of
 
 
 @pytest.mark.parametrize("name", ["created_after", "created_before", "finished_after"])
@@ -37,3 +37,11 @@ def test_a_bound_older_than_every_store_compares_is_the_earliest() -> None:
     assert far.created_after == EARLIEST
     old = datetime(5, 1, 1, tzinfo=timezone.utc)
     assert JobFilter.of(created_before=old).created_before == EARLIEST
+
+
+@pytest.mark.parametrize("name", ["task", "now", "statuses"])
+def test_an_unknown_filter_keyword_is_an_invalid_filter(name: str) -> None:
+    """``Tracker.jobs(task=...)`` (and ``retry_many``/``cancel_many``): the documented
+    ``InvalidFilter`` naming the keyword, never a raw ``TypeError``."""
+    with pytest.raises(InvalidFilter, match=f"unknown filter {name!r}"):
+        filter_of({name: "x"}, lambda: datetime.now(timezone.utc))  # type: ignore[misc]

@@ -28,6 +28,7 @@ EXPECTED = {
     "PayloadTooLarge",
     "Pipeline",
     "ReapReport",
+    "TaskIdInUse",
     "RetryRefused",
     "Settings",
     "StoreError",
