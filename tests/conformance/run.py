@@ -1,0 +1,174 @@
+"""``make conformance``: Celery's own integration suite, plain and with ``TrackedTask``.
+
+The sdist of the installed Celery (``pip download --no-binary :all: --no-deps
+celery==<version>``, cached in the git-ignored ``.conformance/``) is unpacked (only its
+``t/`` tests and its ``pyproject.toml``: the installed Celery is the one tested), and its
+``t/integration`` suite runs twice against a private ``redis-server`` (a free port, data
+in /dev/shm, killed at the end; never the shared 6379), test files unchanged:
+
+1. **plain**: as Celery's CI runs it with Redis as broker and backend;
+2. **tracked**: every task of the suite's app built on ``TrackedTask`` (the app's
+   ``task_cls``, set by ``ct_conformance_plugin.py``), tracking in a SQLite file of its
+   own and the guard on another database of the private Redis.
+
+Then each test that passed plain and failed tracked runs once more, alone and tracked
+(``confirmed`` when it fails again, ``flaky`` otherwise), the table of both runs is printed
+(and written to ``.conformance/report-<mode>.txt``), and the exit status is 1 when a
+confirmed regression is not on the list of deliberate differences (``deliberate.py``,
+each with its reason; docs/converting.md lists them too).
+
+    CONFORMANCE          ``full`` (default) or ``quick`` (``QUICK_FILES``: CI's budget)
+    CONFORMANCE_TIMEOUT  seconds a test may take (default 120; Celery marks some 300)
+    CONFORMANCE_ARGS     more pytest arguments (e.g. ``-k chord``), both runs
+    CONFORMANCE_KEEP     1: keep the unpacked suite and the logs (printed path)
+
+Celery's ``flaky`` mark (pytest-rerunfailures) is switched off in both runs (``-p
+no:rerunfailures``): it would rerun a test failing for a deterministic reason five times;
+the confirmation run above stands in for it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+from ..own_services import SCRATCH, RedisServer
+from .report import Outcome, deliberate, read_junit, table
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+CACHE = ROOT / ".conformance"
+#: ``CONFORMANCE=quick``: a few files that fit CI's budget (tests/README.md: timings).
+QUICK_FILES = ("t/integration/test_tasks.py",)
+MODES = ("plain", "tracked")
+
+
+def sdist(celery_version: str) -> Path:
+    """The cached sdist of ``celery==celery_version``, downloaded from the index once."""
+    dist = CACHE / "dist"
+    found = sorted(dist.glob(f"celery-{celery_version}.tar.gz"))
+    if found:
+        return found[0]
+    dist.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps"]
+    command += ["-q", "-d", str(dist), f"celery=={celery_version}"]
+    subprocess.run(command, check=True)
+    return dist / f"celery-{celery_version}.tar.gz"
+
+
+def unpack(archive: Path, target: Path) -> Path:
+    """Celery's ``t/`` and ``pyproject.toml`` (pytest's settings) into ``target``."""
+    with tarfile.open(archive) as tar:
+        top = tar.getnames()[0].split("/")[0]
+        wanted = [
+            m
+            for m in tar.getmembers()
+            if m.name == f"{top}/pyproject.toml" or m.name.startswith(f"{top}/t/")
+        ]
+        tar.extractall(target, members=wanted, filter="data")
+    return target / top
+
+
+def pytest_command(suite: Path, junit: Path, selection: list[str]) -> list[str]:
+    command = [sys.executable, "-m", "pytest", *selection, "-q", "-rfE", f"--junitxml={junit}"]
+    command += ["-p", "no:celery_tracked", "-p", "no:rerunfailures", "-p", "no:xdist"]
+    command += ["--continue-on-collection-errors"]  # a module Celery's CI has extras for
+    command += ["-p", "no:cacheprovider", "-p", "ct_conformance_plugin", f"--rootdir={suite}"]
+    return command + os.environ.get("CONFORMANCE_ARGS", "").split()
+
+
+def environment(mode: str, redis: RedisServer, work: Path) -> dict[str, str]:
+    url = f"redis://127.0.0.1:{redis.port}"
+    env = dict(os.environ, CONFORMANCE_MODE=mode, PYTHONPATH=str(HERE), PYTHONUNBUFFERED="1")
+    env.update(TEST_BROKER=f"{url}/0", TEST_BACKEND=f"{url}/0")
+    env.update(REDIS_HOST="127.0.0.1", REDIS_PORT=str(redis.port))
+    for name in [n for n in env if n.startswith("CELERY_TRACKED_")]:
+        del env[name]
+    if mode == "tracked":
+        from celery_tracked.migrate import upgrade
+
+        database = f"sqlite:///{work / 'tracked.sqlite3'}"
+        upgrade(database)
+        env.update(CELERY_TRACKED_DATABASE_URL=database, CELERY_TRACKED_REDIS_URL=f"{url}/5")
+    return env
+
+
+def run_mode(
+    mode: str, suite: Path, redis: RedisServer, work: Path, selection: list[str], tag: str
+) -> tuple[dict[str, Outcome], float]:
+    """One pytest run of ``selection`` in ``mode`` on a flushed Redis: outcomes, seconds."""
+    redis_flush(redis)
+    junit = work / f"{tag}.xml"
+    log = work / f"{tag}.log"
+    started = time.monotonic()
+    print(f"== {tag}: {' '.join(selection)} (log: {log})", flush=True)
+    with log.open("w") as out:
+        subprocess.run(
+            pytest_command(suite, junit, selection),
+            cwd=suite,
+            env=environment(mode, redis, work),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+    elapsed = time.monotonic() - started
+    print(log.read_text().rstrip().splitlines()[-1] if log.stat().st_size else "(no output)")
+    return read_junit(junit, suite), elapsed
+
+
+def redis_flush(redis: RedisServer) -> None:
+    import redis as redis_client
+
+    client = redis_client.Redis(host="127.0.0.1", port=redis.port)
+    client.flushall()
+    client.close()
+
+
+def main() -> int:
+    quick = os.environ.get("CONFORMANCE", "full") == "quick"
+    keep = os.environ.get("CONFORMANCE_KEEP") == "1"
+    celery_version = version("celery")
+    archive = sdist(celery_version)
+    work = Path(tempfile.mkdtemp(prefix="ct-conformance-", dir=SCRATCH))
+    redis = RedisServer()
+    try:
+        suite = unpack(archive, work)
+        selection = list(QUICK_FILES) if quick else ["t/integration"]
+        results: dict[str, dict[str, Outcome]] = {}
+        seconds: dict[str, float] = {}
+        for mode in MODES:
+            results[mode], seconds[mode] = run_mode(mode, suite, redis, work, selection, mode)
+        plain, tracked = results["plain"], results["tracked"]
+        regressed = sorted(t for t in plain if plain[t].passed and tracked.get(t, _none()).failed)
+        confirmed: dict[str, Outcome] = {}
+        if regressed:
+            confirmed, _ = run_mode("tracked", suite, redis, work, regressed, "tracked-again")
+        known = deliberate()
+        text, unexpected = table(plain, tracked, confirmed, known, seconds, celery_version)
+        CACHE.mkdir(exist_ok=True)
+        report = CACHE / f"report-{'quick' if quick else 'full'}.txt"
+        report.write_text(text)
+        print(text)
+        print(f"(also in {report})")
+        return 1 if unexpected else 0
+    finally:
+        redis.stop()
+        if keep:
+            print(f"kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _none() -> Outcome:
+    return Outcome("missing", "not run")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
