@@ -66,7 +66,7 @@ def table(
     tracked: dict[str, Outcome],
     again: dict[str, Outcome],
     known: dict[str, str],
-    seconds: dict[str, float],
+    seconds: dict[str, dict[str, float]],
     celery_version: str,
 ) -> tuple[str, list[str]]:
     """The table of both runs, its summary; and the unexpected regressions."""
@@ -97,7 +97,7 @@ def table(
     for mode, results in (("plain", plain), ("tracked", tracked)):
         counts = {s: sum(1 for o in results.values() if o.status == s) for s in _RANK}
         summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-        lines.append(f"  {mode:<8} {summary} in {seconds.get(mode, 0):.0f} s")
+        lines.append(f"  {mode:<8} {summary} in {sum(seconds.get(mode, {}).values()):.0f} s")
     both = sum(1 for t in tests if plain.get(t, none).passed and tracked.get(t, none).passed)
     lines.append(f"  passed in both: {both}")
     lines.append(
@@ -106,6 +106,10 @@ def table(
         f"{len(regressions) - len(unexpected) - len(flaky)} deliberate)"
     )
     lines += regressions
+    lines += ["", "seconds per file (plain, tracked):"]
+    for path in sorted(seconds.get("plain", {})):
+        took = [seconds.get(mode, {}).get(path, 0.0) for mode in ("plain", "tracked")]
+        lines.append(f"  {path:<58} {took[0]:6.0f} {took[1]:6.0f}")
     stale = sorted(set(known) - set(tests))
     if stale:
         lines.append(f"  deliberate entries not run this time: {', '.join(stale)}")
