@@ -19,6 +19,8 @@ each with its reason; docs/converting.md lists them too).
 
     CONFORMANCE          ``full`` (default) or ``quick`` (``QUICK_FILES``: CI's budget)
     CONFORMANCE_TIMEOUT  seconds a test may take (default 120; Celery marks some 300)
+    CONFORMANCE_MODES    ``plain,tracked`` (default), or one of them (empty: none): the
+                         others' last results (saved in ``.conformance/``) are used
     CONFORMANCE_ARGS     more pytest arguments (e.g. ``-k chord``), both runs
     CONFORMANCE_KEEP     1: keep the unpacked suite and the logs (printed path)
 
@@ -29,6 +31,7 @@ the confirmation run above stands in for it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -162,19 +165,23 @@ def main() -> int:
         suite = unpack(archive, work)
         files = sorted(p.relative_to(suite).as_posix() for p in suite.glob(SUITE_GLOB))
         selection = list(QUICK_FILES) if quick else files
+        scope = "quick" if quick else "full"
         results: dict[str, dict[str, Outcome]] = {}
         seconds: dict[str, dict[str, float]] = {}
         for mode in MODES:
-            results[mode], seconds[mode] = run_mode(mode, suite, redis, work, selection, mode)
+            if mode in chosen_modes():
+                results[mode], seconds[mode] = run_mode(mode, suite, redis, work, selection, mode)
+                save_run(scope, mode, celery_version, results[mode], seconds[mode])
+            else:  # the last run of this mode (the plain results do not change with ours)
+                results[mode], seconds[mode] = load_run(scope, mode, celery_version)
         plain, tracked = results["plain"], results["tracked"]
         regressed = sorted(t for t in plain if plain[t].passed and tracked.get(t, _none()).failed)
         confirmed: dict[str, Outcome] = {}
-        if regressed:
+        if regressed and "tracked" in chosen_modes():
             confirmed, _ = run_mode("tracked", suite, redis, work, regressed, "tracked-again")
         known = deliberate()
         text, unexpected = table(plain, tracked, confirmed, known, seconds, celery_version)
-        CACHE.mkdir(exist_ok=True)
-        report = CACHE / f"report-{'quick' if quick else 'full'}.txt"
+        report = CACHE / f"report-{scope}.txt"
         report.write_text(text)
         print(text)
         print(f"(also in {report})")
@@ -185,6 +192,38 @@ def main() -> int:
             print(f"kept: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def chosen_modes() -> list[str]:
+    """``CONFORMANCE_MODES``: the modes to run (default both); the others' last results
+    are read from ``.conformance/``."""
+    given = [m for m in os.environ.get("CONFORMANCE_MODES", ",".join(MODES)).split(",") if m]
+    unknown = set(given) - set(MODES)
+    if unknown:
+        raise SystemExit(f"CONFORMANCE_MODES: unknown {sorted(unknown)}; choose from {MODES}")
+    return given
+
+
+def save_run(
+    scope: str, mode: str, celery_version: str, outcomes: dict[str, Outcome], took: dict[str, float]
+) -> None:
+    CACHE.mkdir(exist_ok=True)
+    data = {"celery": celery_version, "seconds": took}
+    data["outcomes"] = {t: [o.status, o.message] for t, o in outcomes.items()}
+    (CACHE / f"outcomes-{scope}-{mode}.json").write_text(json.dumps(data, indent=1))
+
+
+def load_run(
+    scope: str, mode: str, celery_version: str
+) -> tuple[dict[str, Outcome], dict[str, float]]:
+    path = CACHE / f"outcomes-{scope}-{mode}.json"
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    if data.get("celery") != celery_version:
+        print(f"{mode}: no {scope} run of Celery {celery_version} saved (run it): no results")
+        return {}, {}
+    print(f"{mode}: the last {scope} run's results ({path})")
+    outcomes = {t: Outcome(status, message) for t, (status, message) in data["outcomes"].items()}
+    return outcomes, data["seconds"]
 
 
 def _none() -> Outcome:
