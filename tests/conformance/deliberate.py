@@ -18,6 +18,6 @@ _ACKS_LATE = (
 )
 
 DELIBERATE: dict[str, str] = {
-    "t/integration/test_inspect.py::test_inspect::test_active": _ACKS_LATE,
-    "t/integration/test_inspect.py::test_inspect::test_query_task": _ACKS_LATE,
+    "t/integration/test_inspect.py::test_Inspect::test_active": _ACKS_LATE,
+    "t/integration/test_inspect.py::test_Inspect::test_query_task": _ACKS_LATE,
 }
