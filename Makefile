@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 
-.PHONY: venv check docs test test-durations test-fast test-unit test-db test-acceptance test-serial test-untouched-seed test-untouched-check chaos demo bench bench-progress bench-cleanup bench-fleet bench-scale clean
+.PHONY: venv check docs test test-durations test-fast test-unit test-db test-acceptance test-serial test-untouched-seed test-untouched-check chaos conformance demo bench bench-progress bench-cleanup bench-fleet bench-scale clean
 
 venv: $(STAMP)
 
@@ -101,6 +101,12 @@ test-fast: venv
 # invariants as a table; about 3 minutes. `CHAOS_MINUTES=60 make chaos` soaks longer.
 chaos: venv
 	$(PY) -m tests.chaos.soak
+
+# The conformance tier (tests/README.md): Celery's own t/integration suite, from the sdist of
+# the installed Celery, plain then with TrackedTask as the app's task_cls, on a private
+# Redis; the table of both. CONFORMANCE=quick runs a few files only (CI's budget).
+conformance: venv
+	$(PY) -m tests.conformance.run
 
 demo: $(RUNTIME_STAMP)
 	$(PY) -m example_project.demo

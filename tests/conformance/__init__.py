@@ -1,0 +1,1 @@
+"""``make conformance``: Celery's own integration suite, plain and tracked (``run.py``)."""
