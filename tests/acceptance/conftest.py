@@ -8,6 +8,7 @@ environment, in their own process group; teardown terminates the whole group.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -478,3 +479,24 @@ def run_producers(procs: list[Any], results: Any) -> list[tuple[str, bool, str]]
         results.close()
         results.join_thread()
     return outcomes
+
+
+@contextlib.contextmanager
+def result_backend_worker(
+    env: Env, start_worker: Callable[..., Worker], redis_url: str, **worker: Any
+) -> Iterator[Env]:
+    """The test's app and one worker (``start_worker``'s options), both with a Redis result
+    backend (``.get()`` waits for a task's final state); afterwards the app's result
+    consumer is stopped and its connections closed."""
+    env.app.conf.update(result_backend=redis_url, task_ignore_result=False)
+    start_worker(environ={"TRACKED_TEST_RESULT_BACKEND": redis_url}, **worker)
+    try:
+        yield env
+    finally:
+        gc.collect()
+        backend = env.app.backend
+        with contextlib.suppress(Exception):
+            backend.result_consumer.stop()
+            # a result freed later would unsubscribe, reopening the closed connection
+            backend.result_consumer.subscribed_to.clear()
+        backend.client.connection_pool.disconnect()

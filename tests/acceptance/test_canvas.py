@@ -8,13 +8,12 @@ deadline: the canvas either raises at the call or completes within ``DEADLINE_S`
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from celery import chain, chord, group
+from conftest import result_backend_worker
 
 from celery_tracked import DuplicateInCanvas, EnqueueError
 from tests.conftest import wait_for
@@ -27,16 +26,8 @@ pytestmark = pytest.mark.timeout(90)
 def canvas_env(env: Any, start_worker: Callable[..., Any], redis_url: str) -> Iterator[Any]:
     """The test's app and one worker, both with a Redis result backend (canvases wait on
     their members' results)."""
-    env.app.conf.update(result_backend=redis_url, task_ignore_result=False)
-    start_worker(environ={"TRACKED_TEST_RESULT_BACKEND": redis_url})
-    yield env
-    gc.collect()
-    backend = env.app.backend
-    with contextlib.suppress(Exception):
-        backend.result_consumer.stop()
-        # a result freed later would unsubscribe, reopening the closed connection
-        backend.result_consumer.subscribed_to.clear()
-    backend.client.connection_pool.disconnect()
+    with result_backend_worker(env, start_worker, redis_url) as made:
+        yield made
 
 
 def rows(env: Any, task_name: str) -> int:

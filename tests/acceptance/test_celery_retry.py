@@ -10,8 +10,6 @@ Item 8: a hard time limit's retry waits what the task's retry policy says.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import threading
 from collections.abc import Callable, Iterator
 from itertools import pairwise
@@ -22,6 +20,7 @@ import pytest
 import tracked_app
 from celery import Celery, chord
 from celery.exceptions import MaxRetriesExceededError, Retry
+from conftest import result_backend_worker
 from retry_tasks import TIME_LIMIT_DELAY_S
 
 from celery_tracked import JobStatus
@@ -77,18 +76,11 @@ class Watch:
 @pytest.fixture
 def watched(env: Any, start_worker: Callable[..., Any], redis_url: str) -> Iterator[Watch]:
     """The test's app and one worker (events on), both with a Redis result backend."""
-    env.app.conf.update(result_backend=redis_url, task_ignore_result=False)
     watch = Watch(env.app)
     watch.start()
-    start_worker(events=True, environ={"TRACKED_TEST_RESULT_BACKEND": redis_url})
-    yield watch
-    watch.stop()
-    gc.collect()
-    backend = env.app.backend
-    with contextlib.suppress(Exception):
-        backend.result_consumer.stop()
-        backend.result_consumer.subscribed_to.clear()
-    backend.client.connection_pool.disconnect()
+    with result_backend_worker(env, start_worker, redis_url, events=True):
+        yield watch
+        watch.stop()
 
 
 def outcome(result: Any) -> tuple[str, str, str]:

@@ -10,8 +10,6 @@ items 3 and 4), on a real worker with a Redis result backend.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,6 +17,7 @@ from typing import Any
 import pytest
 from celery.result import GroupResult, result_from_tuple
 from compat_tasks import Login, Pages
+from conftest import result_backend_worker
 
 from celery_tracked.core.redact import REDACTED
 
@@ -29,15 +28,8 @@ pytestmark = pytest.mark.timeout(90)
 @pytest.fixture
 def backend_env(env: Any, start_worker: Callable[..., Any], redis_url: str) -> Iterator[Any]:
     """The test's app and one worker, both with a Redis result backend."""
-    env.app.conf.update(result_backend=redis_url, task_ignore_result=False)
-    start_worker(environ={"TRACKED_TEST_RESULT_BACKEND": redis_url})
-    yield env
-    gc.collect()
-    backend = env.app.backend
-    with contextlib.suppress(Exception):
-        backend.result_consumer.stop()
-        backend.result_consumer.subscribed_to.clear()
-    backend.client.connection_pool.disconnect()
+    with result_backend_worker(env, start_worker, redis_url) as made:
+        yield made
 
 
 def test_a_pydantic_task_receives_its_models(backend_env: Any) -> None:

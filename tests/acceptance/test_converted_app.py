@@ -10,12 +10,11 @@ Celery ends with.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from conftest import result_backend_worker
 
 from celery_tracked import JobStatus
 
@@ -27,15 +26,8 @@ DEADLINE_S = 30.0
 def backend_worker(env: Any, start_worker: Callable[..., Any], redis_url: str) -> Iterator[None]:
     """One worker, the app and the worker with a Redis result backend (``.get()`` waits
     for a task's final state)."""
-    env.app.conf.update(result_backend=redis_url, task_ignore_result=False)
-    start_worker(environ={"TRACKED_TEST_RESULT_BACKEND": redis_url})
-    yield
-    gc.collect()
-    backend = env.app.backend
-    with contextlib.suppress(Exception):
-        backend.result_consumer.stop()
-        backend.result_consumer.subscribed_to.clear()
-    backend.client.connection_pool.disconnect()
+    with result_backend_worker(env, start_worker, redis_url):
+        yield
 
 
 def ended(result: Any) -> tuple[str, str, str]:
