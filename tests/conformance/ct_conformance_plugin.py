@@ -23,7 +23,7 @@ import os
 import pytest
 
 MODE = os.environ.get("CONFORMANCE_MODE", "plain")
-TIMEOUT_S = float(os.environ.get("CONFORMANCE_TIMEOUT", "120"))
+TIMEOUT_S = float(os.environ.get("CONFORMANCE_TIMEOUT", "300"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -19,7 +19,7 @@ each with its reason; docs/converting.md lists them too).
 
     CONFORMANCE          ``full`` (default) or ``quick`` (``QUICK_FILES``: CI's budget)
     CONFORMANCE_FILES    test files to run instead (``t/integration/test_tasks.py ...``)
-    CONFORMANCE_TIMEOUT  seconds a test may take (default 120; Celery marks some 300)
+    CONFORMANCE_TIMEOUT  seconds a test may take (default 300, Celery's own longest mark)
     CONFORMANCE_MODES    ``plain,tracked`` (default), or one of them (empty: none): the
                          others' last results (saved in ``.conformance/``) are used
     CONFORMANCE_ARGS     more pytest arguments (e.g. ``-k chord``), both runs
