@@ -43,7 +43,6 @@ from .core.redact import mask_url
 from .core.retention import policy_of
 from .core.settings import Settings
 from .services import bulk, waiting
-from .services.aftermath import Aftermath
 from .services.cancelling import Stopper
 from .services.cleanup import Cleanup, CleanupReport, task_retentions
 from .services.enqueuer import Enqueuer
@@ -55,6 +54,7 @@ from .services.resend import Resender, publisher
 from .services.runner import Runner
 from .services.sealing import sealer_for
 from .services.successors import Successors
+from .services.time_limits import Aftermath
 from .store import JobStore
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ from ..core.redact import mask_exception
 from ..core.run import Run
 from ..core.settings import Settings
 from .lease import LeaseKeeper, diagnose, owner_id, waiting_hold
-from .recorder import Recorder, after_write
+from .outcomes import Recorder, after_write
 
 logger = logging.getLogger("celery_tracked")
 

@@ -37,7 +37,7 @@ from celery_tracked.core.outcome import (
 from celery_tracked.core.run import Run
 from celery_tracked.core.settings import Settings
 from celery_tracked.services.lease import LeaseKeeper, owner_id
-from celery_tracked.services.recorder import Recorder as RecorderService
+from celery_tracked.services.outcomes import Recorder as RecorderService
 from celery_tracked.services.runner import Runner
 from tests.unit.job_rows import a_job
 

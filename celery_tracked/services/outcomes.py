@@ -43,7 +43,7 @@ from ..core.redact import error_type, mask_exception, summarize
 from ..core.retry_policy import RetryPolicy
 from ..core.run import Run
 from ..core.settings import Settings
-from .late import LateOutcomes
+from .carried_over import LateOutcomes
 
 #: The policy of the library's own waits (not a task's retries).
 _OWN_WAITS = RetryPolicy()

@@ -15,9 +15,9 @@ from celery_tracked import JobStatus, Settings
 from celery_tracked.core.hooks import Hooks
 from celery_tracked.core.jobs import Job, utcnow
 from celery_tracked.core.moves import DeadRun, Lease, Takeover
-from celery_tracked.services import aftermath as aftermath_module
-from celery_tracked.services.aftermath import Aftermath
+from celery_tracked.services import time_limits as aftermath_module
 from celery_tracked.services.lease import owner_id
+from celery_tracked.services.time_limits import Aftermath
 from celery_tracked.store import JobStore
 
 from ..conftest import wait_for
