@@ -54,7 +54,7 @@ from .services.resend import Resender, publisher
 from .services.runner import Runner
 from .services.sealing import sealer_for
 from .services.successors import Successors
-from .services.time_limits import Aftermath
+from .services.time_limits import TimeLimits
 from .store import JobStore
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ class Wiring:
             self.hooks.add(MetricsHooks())
         self.enqueuer = Enqueuer(self.store, self.guard, settings.guard_ttl_seconds, self.hooks)
         self.runner = Runner(self.store, self.leases, self.hooks, settings)
-        self.aftermath = Aftermath(self.store, self.hooks, settings)
+        self.aftermath = TimeLimits(self.store, self.hooks, settings)
         self.relay = Relay(
             self.store, settings.relay_grace_seconds, self.cancel, keyed=bool(settings.secret_key)
         )

@@ -1,77 +1,72 @@
-"""Writing what a run amounts to: the fenced outcome writes and the transitions.
+"""Writing what a run amounts to: the fenced outcome writes of a run's claim.
 
-The ``Runner`` (``runner.py``) claims and runs; the ``Recorder`` writes ``completed``,
-``retrying`` or ``failed`` for the run's claim, never acknowledging a job as done without
-the write, turns a write that matched nothing into the right verdict (the lease was lost),
-and tells the hooks every transition. Knows nothing of Celery.
+The ``Runner`` (``runner.py``) claims and runs; its ``OutcomeWriter`` plans the body's end
+(``plan``) and writes ``completed`` (``complete``), a lease given back (``release``) or a
+failed attempt, one :class:`~celery_tracked.core.outcome.Failure` value (``fail``:
+``retrying`` or ``failed``). It never acknowledges a job as done without the write, turns
+a write that matched nothing into the right verdict (``lost``: the lease was lost;
+``cancelled``: a cancel was requested meanwhile), carries a failure the database refused
+over in the message's headers (written first by the next delivery: ``carried_over.py``),
+and tells each transition through the ``Teller`` (``teller.py``). Knows nothing of Celery.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Any
 
 from ..core.attempt import Attempt
 from ..core.errors import Refused, StoreError, TransactionFailed
-from ..core.hooks import Hooks, Transition
+from ..core.hooks import Hooks
 from ..core.jobs import CLAIMABLE, Claim, Event, JobStatus, NewRow, utcnow
 from ..core.messages import HEADER_PENDING_FAILURE, HEADER_PENDING_RETRY, PendingFailure
 from ..core.moves import AttemptError, Completion
 from ..core.outcome import (
-    Completed,
-    Failed,
-    PassedOn,
+    BodyEnd,
+    Failure,
     Plan,
     Postponed,
     Retrying,
-    Signals,
     Skipped,
     Verdict,
     Write,
+    after_write,
     exhausted,
-    final_error,
     plan_outcome,
     retry_cause,
 )
 from ..core.ports import OutcomeStore
 from ..core.redact import error_type, mask_exception, summarize
-from ..core.retry_policy import RetryPolicy
+from ..core.retry_policy import Backoff
 from ..core.run import Run
-from ..core.settings import Settings
-from .carried_over import LateOutcomes
+from .teller import Teller
 
-#: The policy of the library's own waits (not a task's retries).
-_OWN_WAITS = RetryPolicy()
+logger = logging.getLogger("celery_tracked")
 
 
-class Recorder:
-    """Writes the outcomes of runs in this process and tells the hooks."""
+class OutcomeWriter:
+    """Writes the outcomes of the runs in this process."""
 
     #: Pauses between re-sends of a completion whose database connection failed (about
     #: 12 s in all); after the last one the attempt is retried.
     RESEND_PAUSES_S: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 4.0)
 
-    def __init__(self, store: OutcomeStore, hooks: Hooks, settings: Settings) -> None:
+    def __init__(
+        self,
+        store: OutcomeStore,
+        hooks: Hooks,
+        teller: Teller,
+        backoff: Backoff,
+        redact_keys: Sequence[str],
+    ) -> None:
         self.store = store
         self.hooks = hooks
-        self.settings = settings
-        self.late = LateOutcomes(
-            store, self.tell, partial(self.backoff, 1, settings.default_backoff_ms)
-        )
-
-    def carried_over(self, run: Run) -> Verdict | None:
-        """Write first the outcome an earlier attempt decided but could not save (its
-        headers carry it: ``late.py``). None: the delivery goes on and claims."""
-        if run.headers.pending_failure is not None:
-            return self.late.record_pending_failure(run, run.headers.pending_failure)
-        if run.headers.pending_retry is not None:  # record it first, then claim as usual
-            return self.late.record_pending_retry(run, run.headers.pending_retry)
-        return None
+        self.teller = teller
+        self.backoff = backoff
+        self.redact_keys = redact_keys
 
     def plan(
         self, run: Run, claim: Claim, error: BaseException | None, ran: Attempt | None = None
@@ -82,7 +77,7 @@ class Recorder:
             error,
             claim.attempt,
             claim.max_attempts,
-            partial(self.delay, run),
+            partial(self.retry_ms, run),
             run.policy.retries,
             gave_up=ran is not None and ran.gave_up_with(error),
             retry_sent=None if ran is None else ran.retry_sent,
@@ -92,63 +87,49 @@ class Recorder:
             return replace(plan, delay_ms=0)
         return plan
 
-    def complete(
-        self,
-        attempt: Attempt,
-        plan: Plan,
-        error: Exception | None,
-        result: Any,
-        result_json: str | None,
-        started: float,
-    ) -> Verdict:
+    def retry_ms(self, run: Run, attempt: int) -> int:
+        """The delay after ``run``'s failed attempt ``attempt``, by its task's policy."""
+        return self.backoff.retry_ms(run.policy, attempt, run.backoff_base_ms)
+
+    # -- completed ----------------------------------------------------------------------
+
+    def complete(self, attempt: Attempt, plan: Plan, end: BodyEnd) -> Verdict:
         """Write ``completed`` durably, or retry the attempt: never acknowledged as done
         without the write."""
         run, claim = attempt.run, attempt.claim
         try:
-            rows = self.hooks.completion_rows(attempt, result)
+            rows = self.hooks.completion_rows(attempt, end.result)
         except Exception as exc:
             attempt.drop_held()
-            return self.job_error(attempt, exc, started)
-        duration = int((time.monotonic() - started) * 1000)
+            return self._job_error(attempt, exc, end.started)
+        duration = _since(end.started)
         try:
             held, attempt.held = attempt.held, None
             if held is not None:  # the body's own transaction: commits with it, once
-                saved = held.complete(claim, Completion(result_json, utcnow(), duration, rows))
+                saved = held.complete(claim, Completion(end.result_json, utcnow(), duration, rows))
             else:
-                saved = self._save_completion(run, claim, result_json, duration, rows)
+                saved = self._save_completion(attempt, end.result_json, duration, rows)
         except Refused as exc:
-            return self.job_error(attempt, exc, started)
+            return self._job_error(attempt, exc, end.started)
         except TransactionFailed as exc:
-            return self.transaction_failed(attempt, exc, started)
+            return self._transaction_failed(attempt, exc, end.started)
         except StoreError as exc:  # the database stayed away: the attempt is retried
-            delay = 0 if run.inline else self.delay(run, claim.attempt)
-            lost = self.record_failure(attempt, exc, started, delay, secret=False, carry=True)
-            return lost if lost is not None else Retrying(delay / 1000, None)
+            return self.fail(attempt, self._unsaved(run, claim, exc), end.started)
         if not saved:
-            return self.lost(run, claim, "completed", duration)
+            return self.lost(attempt, "completed", duration)
         attempt.recorded = JobStatus.COMPLETED.value
         note = f" ({plan.note})" if plan.note else ""
-        self.tell(
-            run,
-            Event.COMPLETED,
-            f"job {claim.job_id} completed in {duration} ms{note}",
-            attempt=claim.attempt,
-            duration_ms=duration,
-        )
-        return after_write(plan, error, run.signals, result)
+        message = f"job {claim.job_id} completed in {duration} ms{note}"
+        self.teller.tell_attempt(attempt, Event.COMPLETED, message, duration)
+        return after_write(plan, end.error, run.signals, end.result)
 
     def _save_completion(
-        self,
-        run: Run,
-        claim: Claim,
-        result_json: str | None,
-        duration: int,
-        rows: Sequence[NewRow],
+        self, attempt: Attempt, result_json: str | None, duration: int, rows: Sequence[NewRow]
     ) -> bool:
         """Send the fenced completion; a connection that failed (a server restart, an idle
         timeout during the body) is replaced and the completion re-sent, a bounded number
         of times with backoff, before the attempt falls back to a retry."""
-        resent = False
+        claim, resent = attempt.claim, False
         for pause in (*self.RESEND_PAUSES_S, None):
             try:
                 done = Completion(result_json, utcnow(), duration, rows)
@@ -159,45 +140,31 @@ class Recorder:
                 if pause is None:
                     raise
                 message = f"job {claim.job_id}: completion not saved ({exc}); re-sent in {pause} s"
-                self.tell(run, Event.ERROR, message, logging.WARNING, claim.attempt, duration)
+                self.teller.tell_attempt(attempt, Event.ERROR, message, duration, logging.WARNING)
                 time.sleep(pause)
                 resent = True
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def fail_attempt(
-        self, attempt: Attempt, plan: Plan, error: Exception, started: float
-    ) -> Verdict:
-        """Record the attempt as failed (``retrying`` or ``failed``, as ``plan`` says); a
-        failure that exhausted the retries inserts the hooks' ``failure_rows`` with it."""
-        run, claim = attempt.run, attempt.claim
-        rows: Sequence[NewRow] = ()
-        used_up = plan.used_up or exhausted(
-            error, claim.attempt, claim.max_attempts, run.policy.retries, run.signals
-        )
-        if plan.delay_ms is None and used_up:
-            try:
-                rows = self.hooks.failure_rows(attempt, error)
-            except Exception:  # the failure is written anyway, without them
-                logging.getLogger("celery_tracked").exception(
-                    "job %s: failure_rows hook failed", claim.job_id
-                )
-        cause = retry_cause(error, run.signals)
-        written = self.record_failure(
-            attempt, cause, started, plan.delay_ms, rows=rows, used_up=used_up
-        )
-        return written if written is not None else after_write(plan, error, run.signals)
+    def _unsaved(self, run: Run, claim: Claim, exc: StoreError) -> Failure:
+        """A completion the database never took: the attempt is retried after its backoff,
+        the retry carried over if its write fails too (the body must not run again before
+        it is written). The store's error holds no secret value of the call."""
+        delay = 0 if run.inline else self.retry_ms(run, claim.attempt)
+        summary = summarize(exc, (), self.redact_keys)
+        verdict = Retrying(delay / 1000, None)
+        return Failure(error_type(exc), summary, verdict, retry_ms=delay, carry=True)
 
-    def job_error(self, attempt: Attempt, error: Exception, started: float) -> Verdict:
+    def _job_error(self, attempt: Attempt, error: Exception, started: float) -> Verdict:
         """The completion could not be written for a reason of the job's own (a hook
         raised, the database refused its rows): the attempt fails as if the body had
         raised ``error``, and counts against ``max_attempts``."""
-        mask_exception(error, attempt.run.secrets(), self.settings.redact_keys)
+        mask_exception(error, attempt.run.secrets(), self.redact_keys)
         plan = self.plan(attempt.run, attempt.claim, error)
         if plan.write not in (Write.RETRY, Write.FAIL):  # Celery's own signals from a hook
             plan = Plan(Write.FAIL, reraise=True)
-        return self.fail_attempt(attempt, plan, error, started)
+        return self.fail(attempt, self.failure(attempt, plan, error), started)
 
-    def transaction_failed(
+    def _transaction_failed(
         self, attempt: Attempt, error: TransactionFailed, started: float
     ) -> Verdict:
         """The body's own transaction failed before its completion committed (rolled back):
@@ -205,160 +172,133 @@ class Recorder:
         attempts remain, else ``failed``."""
         run, claim = attempt.run, attempt.claim
         if claim.attempt < claim.max_attempts:
-            delay = 0 if run.inline else self.delay(run, claim.attempt)
+            delay = 0 if run.inline else self.retry_ms(run, claim.attempt)
             plan = Plan(Write.RETRY, delay_ms=delay)
         else:
             plan = Plan(Write.FAIL, reraise=True, used_up=True)
-        return self.fail_attempt(attempt, plan, error, started)
+        return self.fail(attempt, self.failure(attempt, plan, error), started)
 
-    def record_failure(
-        self,
-        attempt: Attempt,
-        exc: BaseException,
-        started: float,
-        delay_ms: int | None,
-        secret: bool = True,
-        rows: Sequence[NewRow] = (),
-        used_up: bool = False,
-        carry: bool = False,
-    ) -> Verdict | None:
-        """Write retrying (``delay_ms`` given) or failed, fenced. None when written; else
-        the verdict that replaces the plan's (lease lost, or the failure to carry over: a
-        final one always, a retry when ``carry`` says so)."""
+    # -- retrying or failed -------------------------------------------------------------
+
+    def failure(self, attempt: Attempt, plan: Plan, error: Exception) -> Failure:
+        """The failed attempt as ``plan`` says to write it (``retrying`` or ``failed``): the
+        error a ``Retry`` was for, masked; a failure that exhausted the retries inserts the
+        hooks' ``failure_rows`` with it."""
         run, claim = attempt.run, attempt.claim
-        keys = self.settings.redact_keys
-        kind = error_type(exc)
-        summary = summarize(exc, run.secrets() if secret else (), keys)
-        duration = int((time.monotonic() - started) * 1000)
-        status = JobStatus.FAILED if delay_ms is None else JobStatus.RETRYING
-        try:
-            ended = AttemptError(kind, summary, duration, utcnow())
-            if delay_ms is None:
-                written = self.store.fail(claim, ended, rows, retries_exhausted=used_up)
-            else:
-                written = self.store.retrying(claim, ended, delay_ms)
-        except StoreError as store_exc:
-            message = f"job {claim.job_id}: could not record {status.value}: {store_exc}"
-            self.tell(run, Event.ERROR, message, logging.ERROR, claim.attempt, duration)
-            if delay_ms is not None and not carry:
-                return None  # the re-publish that follows makes the next attempt anyway
-            # the decision must not be lost, nor the body run again before it is written:
-            # the re-published message carries it, and its delivery records it once the
-            # database answers (a retry: then the next attempt runs, after its backoff)
-            failure = PendingFailure(claim.attempt, kind, summary, used_up, delay_ms)
-            if delay_ms is None:
-                header, noun = HEADER_PENDING_FAILURE, "failure"
-            else:
-                header, noun = HEADER_PENDING_RETRY, "retry"
-            return Postponed(1.0, f"{noun} not recorded", {header: failure.encode()})
-        if not written:
-            return self.lost(run, claim, status.value, duration)
-        attempt.recorded = status.value
-        tail = "" if delay_ms is None else f"; retry in {delay_ms} ms"
-        self.tell(
-            run,
-            Event(status.value),
-            f"job {claim.job_id} {status.value} after attempt {claim.attempt}/"
-            f"{claim.max_attempts}: {kind}: {summary}{tail}",
-            logging.ERROR if delay_ms is None else logging.WARNING,
-            claim.attempt,
-            duration,
+        used_up = plan.used_up or exhausted(
+            error, claim.attempt, claim.max_attempts, run.policy.retries, run.signals
         )
-        return None
+        rows: Sequence[NewRow] = ()
+        if plan.delay_ms is None and used_up:
+            try:
+                rows = self.hooks.failure_rows(attempt, error)
+            except Exception:  # the failure is written anyway, without them
+                logger.exception("job %s: failure_rows hook failed", claim.job_id)
+        cause = retry_cause(error, run.signals)
+        summary = summarize(cause, run.secrets(), self.redact_keys)
+        verdict = after_write(plan, error, run.signals)
+        return Failure(
+            error_type(cause),
+            summary,
+            verdict,
+            retry_ms=plan.delay_ms,
+            retries_exhausted=used_up,
+            rows=rows,
+        )
 
-    def lost(self, run: Run, claim: Claim, outcome: str, duration_ms: int) -> Verdict:
+    def fail(self, attempt: Attempt, failure: Failure, started: float) -> Verdict:
+        """Write ``failure`` fenced: ``retrying`` or ``failed``. Its verdict once written;
+        else the lost lease's, or the failure carried over in the re-published message."""
+        claim = attempt.claim
+        duration = _since(started)
+        ended = AttemptError(failure.error_type, failure.summary, duration, utcnow())
+        try:
+            if failure.retry_ms is None:
+                exhausted = failure.retries_exhausted
+                written = self.store.fail(claim, ended, failure.rows, retries_exhausted=exhausted)
+            else:
+                written = self.store.retrying(claim, ended, failure.retry_ms)
+        except StoreError as exc:
+            return self._not_written(attempt, failure, duration, exc)
+        status = JobStatus.FAILED if failure.final else JobStatus.RETRYING
+        if not written:
+            return self.lost(attempt, status.value, duration)
+        attempt.recorded = status.value
+        self.teller.tell_failure(attempt, failure, duration)
+        return failure.verdict
+
+    def _not_written(
+        self, attempt: Attempt, failure: Failure, duration: int, exc: StoreError
+    ) -> Verdict:
+        """The database refused ``failure``: the decision must not be lost, nor the body
+        run again before it is written. A failure to carry travels in the re-published
+        message, whose delivery writes it once the database answers (a retry: then the
+        next attempt runs, after its backoff)."""
+        claim = attempt.claim
+        status = JobStatus.FAILED if failure.final else JobStatus.RETRYING
+        message = f"job {claim.job_id}: could not record {status.value}: {exc}"
+        self.teller.tell_attempt(attempt, Event.ERROR, message, duration, logging.ERROR)
+        if not failure.carried:
+            return failure.verdict  # the re-publish that follows makes the next attempt
+        pending = PendingFailure(
+            claim.attempt,
+            failure.error_type,
+            failure.summary,
+            failure.retries_exhausted,
+            failure.retry_ms,
+        )
+        if failure.final:
+            header, noun = HEADER_PENDING_FAILURE, "failure"
+        else:
+            header, noun = HEADER_PENDING_RETRY, "retry"
+        return Postponed(1.0, f"{noun} not recorded", {header: pending.encode()})
+
+    # -- a write that matched nothing, a lease given back --------------------------------
+
+    def lost(self, attempt: Attempt, outcome: str, duration_ms: int) -> Verdict:
         """The fenced write matched nothing: another attempt took over, or (after a database
         crash lost the claim) the row is claimable again and this delivery must retry."""
+        claim = attempt.claim
         try:
             job = self.store.get(claim.job_id)
         except StoreError:
             return Postponed(1.0, "cannot tell who holds the job")  # the claim will decide
         held = job is not None and job.attempts_made == claim.attempt
         if held and job is not None and job.cancel_requested_at is not None:
-            return self.cancelled(run, claim, outcome, duration_ms)
+            return self.cancelled(attempt, outcome, duration_ms)
         now = job.status.value if job else "missing"
-        self.tell(
-            run,
-            Event.LEASE_LOST,
+        message = (
             f"job {claim.job_id} attempt {claim.attempt} no longer holds its lease; "
-            f"{outcome} not written (now {now})",
-            logging.WARNING,
-            claim.attempt,
-            duration_ms,
+            f"{outcome} not written (now {now})"
         )
+        self.teller.tell_attempt(attempt, Event.LEASE_LOST, message, duration_ms, logging.WARNING)
         if job is not None and job.status in CLAIMABLE:
             return Postponed(0.5, "the job is claimable again")
         return Skipped(f"attempt {claim.attempt} lost its lease")
 
-    def cancelled(self, run: Run, claim: Claim, outcome: str, duration_ms: int) -> Verdict:
+    def cancelled(self, attempt: Attempt, outcome: str, duration_ms: int) -> Verdict:
         """A cancel was requested while the run held the job (``stopping.py``): the job
         ends ``cancelled`` instead of ``outcome``."""
+        claim = attempt.claim
         message = f"cancelled while running (the body ended after the request; {outcome} dropped)"
         try:
             ended = self.store.cancel_run(claim, now=utcnow(), message=message)
         except StoreError as exc:  # the row keeps its request: a redelivery ends it
             return Postponed(1.0, f"cancel not recorded: {exc}")
         if ended:
-            self.tell(
-                run,
-                Event.CANCELLED,
-                f"job {claim.job_id} {message}",
-                logging.WARNING,
-                claim.attempt,
-                duration_ms,
-            )
+            said = f"job {claim.job_id} {message}"
+            self.teller.tell_attempt(attempt, Event.CANCELLED, said, duration_ms, logging.WARNING)
         return Skipped(f"attempt {claim.attempt} was cancelled while running")
 
     def release(self, claim: Claim) -> None:
+        """Give the lease back, no outcome written (Celery's ``Reject(requeue=True)``: the
+        message comes back at once and takes the released lease over)."""
         try:
             self.store.release(claim, utcnow())
         except StoreError as exc:
-            logging.getLogger("celery_tracked").warning(
-                "job %s: could not release its lease: %s", claim.job_id, exc
-            )
-
-    def delay(self, run: Run, attempt: int) -> int:
-        """The delay after ``run``'s failed attempt ``attempt``, by its task's policy."""
-        cap = self.settings.max_backoff_ms
-        return run.policy.delay_ms(attempt, run.backoff_base_ms, cap, random.random)
-
-    def backoff(self, attempt: int, base_ms: int, cap_ms: int | None = None) -> int:
-        """A wait of the library's own (the database is unavailable): the default policy."""
-        cap = self.settings.max_backoff_ms if cap_ms is None else cap_ms
-        return _OWN_WAITS.delay_ms(attempt, base_ms, cap, random.random)
-
-    def tell(
-        self,
-        run: Run,
-        event: Event,
-        message: str,
-        level: int = logging.INFO,
-        attempt: int | None = None,
-        duration_ms: int | None = None,
-    ) -> None:
-        self.hooks.after_transition(
-            Transition.of(
-                event,
-                run.job_id,
-                message,
-                queue=run.queue,
-                job_type=run.job_type,
-                attempt=attempt,
-                duration_ms=duration_ms,
-                level=level,
-            )
-        )
+            logger.warning("job %s: could not release its lease: %s", claim.job_id, exc)
 
 
-def after_write(
-    plan: Plan, error: Exception | None, signals: Signals, result: Any = None
-) -> Verdict:
-    """The verdict once the plan's write is done (``signals``: which errors are control
-    signals, for the error a final failure raises)."""
-    if error is None:
-        return Completed(result)
-    if not plan.reraise:
-        return Retrying((plan.delay_ms or 0) / 1000, error)
-    if plan.write is Write.FAIL:
-        return Failed(final_error(error, signals))
-    return PassedOn(error)
+def _since(started: float) -> int:
+    """Milliseconds since ``started`` (``time.monotonic()``)."""
+    return int((time.monotonic() - started) * 1000)
