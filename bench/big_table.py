@@ -173,7 +173,7 @@ def _job_id(i: int) -> str:
 
 def _upkeep(tracker: Any) -> dict[str, float]:
     from celery_tracked.core.jobs import PURGE_START
-    from celery_tracked.core.retention import Sweep
+    from celery_tracked.core.cleanup import Sweep
     from celery_tracked.services.cleanup import Cleanup
 
     settings = tracker.settings

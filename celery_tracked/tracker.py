@@ -20,6 +20,7 @@ from uuid import UUID
 from .backends.guard import MemoryGuard, RedisGuard
 from .backends.limiter import GlobalRateLimit, MemoryLimiter, RedisLimiter
 from .backends.memory import MemoryStore
+from .core.cleanup import policy_of
 from .core.conversions import MEMORY_URL
 from .core.errors import ConfigurationError, JobNotFound
 from .core.finder import (
@@ -40,7 +41,6 @@ from .core.pipelines import Pipeline
 from .core.port import Platform
 from .core.ports import Store
 from .core.redact import mask_url
-from .core.retention import policy_of
 from .core.settings import Settings
 from .services import bulk, waiting
 from .services.aftermath import Aftermath

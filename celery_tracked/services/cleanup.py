@@ -1,8 +1,8 @@
 """The cleanup service: remove ended jobs past their retention, in batches.
 
 ``Tracker.cleanup`` (and the Beat-scheduled task ``celery_tracked.cleanup``) runs
-:class:`Cleanup` with the app's :class:`~celery_tracked.retention.Policy`. Each sweep
-(``retention.sweeps``) is removed in batches of ``tracked_cleanup_batch_size`` rows, one
+:class:`Cleanup` with the app's :class:`~celery_tracked.core.cleanup.Policy`. Each sweep
+(``core/cleanup.py``, ``sweeps``) is removed in batches of ``tracked_cleanup_batch_size`` rows, one
 transaction each, with the rows' events (``store/purge.py``); then the Redis guard entries
 of the removed keys are dropped (compare-and-delete: only while they still name the
 removed job; only those of jobs created within ``tracked_guard_ttl_seconds``: older ones
@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..core.cleanup import ENDED, Policy, Sweep, sweeps
 from ..core.errors import GuardError, StoreError
 from ..core.guards import Guard
 from ..core.jobs import PURGE_START, Removed, utcnow
 from ..core.ports import PurgeStore
-from ..core.retention import ENDED, Policy, Sweep, sweeps
 
 logger = logging.getLogger("celery_tracked")
 
