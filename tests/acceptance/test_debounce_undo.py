@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 from tracked_app import create_app
 
 from celery_tracked import EnqueueError, JobStatus, Tracker
-from celery_tracked.adapter.maintenance import publisher
+from celery_tracked.adapter.beat import publisher
 from celery_tracked.core.jobs import utcnow
 from tests.conftest import wait_for
 

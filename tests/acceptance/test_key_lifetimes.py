@@ -20,7 +20,7 @@ from key_tasks import DEBOUNCE_S, THROTTLE_S, burst
 from tracked_app import create_app
 
 from celery_tracked import EnqueueError, JobStatus, RetryRefused, Tracker
-from celery_tracked.adapter.maintenance import publisher
+from celery_tracked.adapter.beat import publisher
 from celery_tracked.core.jobs import utcnow
 from tests.conftest import wait_for
 

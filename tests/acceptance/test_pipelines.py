@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from celery_tracked import JobStatus, RetryRefused, Tracker
-from celery_tracked.adapter.maintenance import publisher
+from celery_tracked.adapter.beat import publisher
 from tests.conftest import wait_for
 
 QUEUE = "course_generation_test"

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from tracked_app import QUEUE, create_app
 
 from celery_tracked import NotTransactional, RetryRefused, Tracker
-from celery_tracked.adapter.maintenance import publisher
+from celery_tracked.adapter.beat import publisher
 from celery_tracked.core.jobs import utcnow
 from tests.conftest import wait_for
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from celery_tracked import JobStatus, Tracker, tracked_task
-from celery_tracked.adapter.maintenance import REAP_TASK
+from celery_tracked.adapter.beat import REAP_TASK
 from celery_tracked.core.jobs import Claim, Job, utcnow
 from celery_tracked.core.moves import AttemptError, Completion, Lease
 from celery_tracked.core.redact import REDACTED

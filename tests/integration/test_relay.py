@@ -17,7 +17,7 @@ from celery import Celery
 from celery.app.task import Task
 
 from celery_tracked import EnqueueError, JobStatus, TrackedTask, tracked_task
-from celery_tracked.adapter.maintenance import RELAY_TASK, publisher
+from celery_tracked.adapter.beat import RELAY_TASK, publisher
 from celery_tracked.core.jobs import Job, utcnow
 
 from .conftest import AppFactory, queue_messages, tracker_of

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 import pytest
 import redis
 
-from celery_tracked.adapter.maintenance import publisher
+from celery_tracked.adapter.beat import publisher
 from celery_tracked.core.jobs import utcnow
 from celery_tracked.services import relay as relay_module
 
