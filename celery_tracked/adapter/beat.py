@@ -1,23 +1,25 @@
-"""The maintenance tasks celery-tracked adds to a Celery app, and their default Beat entries.
+"""The maintenance plugins' Celery side: a shared task and a default Beat entry for each.
 
-``celery_tracked.relay`` runs the :class:`~celery_tracked.relay.Relay` of the app's
-tracker: it publishes pending jobs whose producer died before handing their message to the
-broker. It is a shared task (every app of the process knows it, so any worker can run it)
-and safe to run from many workers at once.
+One loop over the wiring's list (``celery_tracked.tracker.MAINTENANCE``, the plugins of
+``services/maintenance.py``) gives each plugin a shared task ``celery_tracked.<name>``
+running one pass of that plugin of the app's tracker (``Tracker.run_maintenance``), and a
+default Beat entry of the same name on the plugin's schedule:
 
-``celery_tracked.reap`` runs the :class:`~celery_tracked.reaper.Reaper`: it rescues (or
-abandons) the stalled jobs nothing will move any more (a whole worker died, the broker
-lost messages). Shared too, and safe to run from many workers at once.
+- ``celery_tracked.relay``: the relay (``services/relay.py``) publishes pending jobs whose
+  producer died before handing their message to the broker; every
+  ``tracked_relay_interval_seconds``;
+- ``celery_tracked.reap``: the reaper (``services/reaper.py``) rescues (or abandons) the
+  stalled jobs nothing will move any more (a whole worker died, the broker lost
+  messages); every ``tracked_reaper_interval_seconds``;
+- ``celery_tracked.cleanup``: the cleanup (``services/cleanup.py``) removes the ended jobs
+  past their retention, in batches; on ``tracked_cleanup_schedule`` (daily at 03:17 by
+  default).
 
-``celery_tracked.cleanup`` runs ``Tracker.cleanup``: it removes the ended jobs past
-their retention, in batches (``cleanup.py``); also safe to run from many workers at once.
-
-Every app with a tracked task gets a default Beat entry of the same name for each, added
-when the app is configured: the relay every ``tracked_relay_interval_seconds``, the
-reaper every ``tracked_reaper_interval_seconds``, the cleanup on
-``tracked_cleanup_schedule`` (daily at 03:17 by default). None replaces an entry of the
-user's with that name; an interval of 0 (``tracked_cleanup_schedule = False``) leaves it
-out. Only reassigning ``app.conf.beat_schedule = {...}`` after configuration drops them.
+Each is a shared task (every app of the process knows it, so any worker can run it) and
+safe to run from many workers at once. Every app with a tracked task gets the default Beat
+entries, added when the app is configured. None replaces an entry of the user's with that
+name; an interval of 0 (``tracked_cleanup_schedule = False``) leaves it out. Only
+reassigning ``app.conf.beat_schedule = {...}`` after configuration drops them.
 
 They are built on Celery's own ``Task``, never on the app's ``task_cls``: they are no
 tracked jobs themselves, even in an app tracked app-wide (``Celery(task_cls=TrackedTask)``),
@@ -33,50 +35,45 @@ included) still sends their ``task-sent`` event, so Flower then lists them as se
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from celery import Celery, Task, shared_task
 from celery.schedules import crontab
 
 from ..core.errors import ConfigurationError
-from ..core.jobs import Job
-from ..services import resend
+from ..services.maintenance import Maintenance
+from ..tracker import MAINTENANCE
 from .celery_state import settings_for
-from .celery_tracker import CeleryPlatform, Tracker
+from .celery_tracker import Tracker
 
 logger = logging.getLogger("celery_tracked")
 
-RELAY_TASK = "celery_tracked.relay"
-REAP_TASK = "celery_tracked.reap"
-CLEANUP_TASK = "celery_tracked.cleanup"
 _INSTALLED = "_celery_tracked_beat_installed"
 
 
-@shared_task(name=RELAY_TASK, base=Task, bind=True, ignore_result=True, send_events=False)
-def relay(self: Task[Any, Any]) -> dict[str, list[str]]:
-    """Publish the pending jobs whose message was never handed to the broker."""
-    report = Tracker.for_app(self.app).relay.run(publisher(self.app))
-    return {"published": report.published, "cancelled": report.cancelled}
+def task_name(plugin: type[Maintenance]) -> str:
+    """The name of ``plugin``'s shared task, and of its default Beat entry."""
+    return f"celery_tracked.{plugin.name}"
 
 
-@shared_task(name=REAP_TASK, base=Task, bind=True, ignore_result=True, send_events=False)
-def reap(self: Task[Any, Any]) -> dict[str, list[str]]:
-    """Rescue (or abandon) the stalled jobs: see ``celery_tracked.reaper``."""
-    return Tracker.for_app(self.app).reap().as_dict()
+def _shared_task(plugin: type[Maintenance]) -> Any:
+    """Register ``plugin``'s shared task: one pass of the app's plugin, its report."""
+
+    def run(self: Task[Any, Any]) -> dict[str, Any]:
+        return Tracker.for_app(self.app).run_maintenance(plugin.name).as_dict()
+
+    run.__name__ = run.__qualname__ = plugin.name
+    run.__doc__ = plugin.summary
+    return shared_task(
+        name=task_name(plugin), base=Task, bind=True, ignore_result=True, send_events=False
+    )(run)
 
 
-@shared_task(name=CLEANUP_TASK, base=Task, bind=True, ignore_result=True, send_events=False)
-def cleanup(self: Task[Any, Any]) -> dict[str, Any]:
-    """Remove the ended jobs past their retention (``Tracker.cleanup``); its report."""
-    return Tracker.for_app(self.app).cleanup().as_dict()
-
-
-def publisher(app: Celery) -> Callable[[Job], None]:
-    """Sends a job's message from its row: same task id, tracking headers and queue (its
-    arguments as stored, the sealed ones opened with ``tracked_secret_key``; the
-    rest of a ``countdown``/``eta`` given at enqueue when the row is not due yet)."""
-    return resend.publisher(CeleryPlatform(app), Tracker.for_app(app).sealer)
+#: The shared tasks, by plugin name: one loop.
+TASKS = {plugin.name: _shared_task(plugin) for plugin in MAINTENANCE}
+RELAY_TASK = "celery_tracked.relay"
+REAP_TASK = "celery_tracked.reap"
+CLEANUP_TASK = "celery_tracked.cleanup"
 
 
 def install_beat_entries(app: Celery) -> None:
@@ -99,7 +96,7 @@ def _add_entries(app: Celery) -> None:
     """The default Beat entries the user did not define; a bad setting is said once
     (the worker's start check, or Beat's first use, refuses it)."""
     mine = app.conf.beat_schedule or {}
-    missing = [name for name in (RELAY_TASK, REAP_TASK, CLEANUP_TASK) if name not in mine]
+    missing = [plugin for plugin in MAINTENANCE if task_name(plugin) not in mine]
     if not missing:
         return
     try:
@@ -107,28 +104,23 @@ def _add_entries(app: Celery) -> None:
     except ConfigurationError as exc:  # its reason is said where it is refused
         logger.warning(
             "no default Beat entries for %s: the setting %s is invalid",
-            ", ".join(missing),
+            ", ".join(task_name(plugin) for plugin in missing),
             exc.setting,
         )
         return
-    intervals = {
-        RELAY_TASK: settings.relay_interval_seconds,
-        REAP_TASK: settings.reaper_interval_seconds,
-    }
-    for name, interval in intervals.items():
-        if name in missing and interval > 0:
-            app.add_periodic_task(interval, app.signature(name), name=name, expires=interval)
-    if CLEANUP_TASK in missing:
-        _add_cleanup_entry(app, settings.cleanup_schedule)
+    for plugin in missing:
+        _add_entry(app, task_name(plugin), plugin.schedule(settings))
 
 
-def _add_cleanup_entry(app: Celery, when: object) -> None:
+def _add_entry(app: Celery, name: str, when: object) -> None:
+    """A Beat entry ``name`` running its task on ``when`` (a plugin's schedule: seconds,
+    a crontab string, a Celery schedule; None: no entry)."""
     if when is None:
         return
     options: dict[str, Any] = {}
     schedule: Any = when
-    if isinstance(when, float):
+    if isinstance(when, (int, float)):
         options["expires"] = when  # a run that could not start before the next is dropped
     elif isinstance(when, str):
         schedule = crontab.from_string(when)  # minute hour day-of-month month day-of-week
-    app.add_periodic_task(schedule, app.signature(CLEANUP_TASK), name=CLEANUP_TASK, **options)
+    app.add_periodic_task(schedule, app.signature(name), name=name, **options)
