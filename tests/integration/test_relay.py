@@ -221,6 +221,37 @@ def test_a_redacted_row_is_cancelled_not_run_with_the_marker(
     assert queue_messages(broker, QUEUE) == []
 
 
+def test_the_relay_command_runs_one_pass(
+    make_app: AppFactory,
+    broker: redis.Redis,
+    publish_hook: list[Callable[[], None]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``celery tracked relay``: the pass its Beat task runs, by hand (a table, ``--json``)."""
+    from celery.bin.base import CLIContext
+    from click.testing import CliRunner
+
+    from celery_tracked.cli import tracked
+
+    app = make_app()
+    work = make_task(app)
+    dead = died_enqueue(work, publish_hook, n=6)
+    relay = tracker_of(app).maintenance["relay"]
+    monkeypatch.setattr(relay, "grace_s", -LATER.total_seconds())  # as now=utcnow() + LATER
+    context = CLIContext(app=app, no_color=True, workdir=None)
+
+    def cli(*args: str) -> str:
+        result = CliRunner().invoke(tracked, ["relay", *args], obj=context, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    table = cli()
+    assert "WHAT" in table and "published" in table and dead.id in table
+    assert message_ids(broker) == [dead.id]
+    assert json.loads(cli("--json")) == {"published": [], "cancelled": [], "failed": [], "left": []}
+    assert "nothing to relay" in cli()
+
+
 # -- the default Beat entry -------------------------------------------------------------
 
 
