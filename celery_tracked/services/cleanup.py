@@ -3,8 +3,8 @@
 A maintenance plugin (``maintenance.py``): ``Tracker.cleanup()``, the task
 ``celery_tracked.cleanup`` on ``tracked_cleanup_schedule`` (daily at 03:17 by default),
 ``celery tracked cleanup``. Each run assembles the app's
-:class:`~celery_tracked.core.cleanup.Policy` (:meth:`Cleanup.policy`). Each sweep
-(``core/cleanup.py``, ``sweeps``) is removed in batches of ``tracked_cleanup_batch_size`` rows, one
+:class:`~celery_tracked.core.cleanup.Policy` (:meth:`Cleanup.policy`). Each of its sweeps
+(``core/cleanup.py``) is removed in batches of ``tracked_cleanup_batch_size`` rows, one
 transaction each, with the rows' events (``store/purge.py``); then the Redis guard entries
 of the removed keys are dropped (compare-and-delete: only while they still name the
 removed job; only those of jobs created within ``tracked_guard_ttl_seconds``: older ones
@@ -108,7 +108,6 @@ class Cleanup(Maintenance):
         'Remove the ended jobs past their retention (docs/operations.md, "Retention and '
         'cleanup"), in batches; a progress bar on a terminal.'
     )
-    idle: ClassVar[str] = "nothing to remove"
 
     def __init__(
         self,
