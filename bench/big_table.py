@@ -174,14 +174,11 @@ def _job_id(i: int) -> str:
 
 
 def _upkeep(tracker: Any) -> dict[str, float]:
+    from celery_tracked.core.cleanup import Sweep
     from celery_tracked.core.jobs import PURGE_START
-    from celery_tracked.core.retention import Sweep
-    from celery_tracked.services.cleanup import Cleanup
 
     settings = tracker.settings
-    cleanup = Cleanup(
-        tracker.store, tracker.guard, settings.cleanup_batch_size, settings.guard_ttl_seconds
-    )
+    cleanup = tracker.maintenance["cleanup"]  # the wiring's plugin (services/cleanup.py)
     sweep = Sweep("completed", datetime.now(timezone.utc) - timedelta(days=7))
     cursor: Any = PURGE_START
     spent, removed = [], 0

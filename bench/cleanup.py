@@ -35,7 +35,7 @@ from sqlalchemy.engine import make_url  # noqa: E402
 
 from bench.own_redis import own_redis  # noqa: E402
 from celery_tracked import Tracker  # noqa: E402
-from celery_tracked.core.retention import Sweep  # noqa: E402
+from celery_tracked.core.cleanup import Sweep  # noqa: E402
 from celery_tracked.store import migrate  # noqa: E402
 from celery_tracked.store.purge import START, statements  # noqa: E402
 

@@ -1,19 +1,20 @@
 """``Wiring``: the services of one app, wired; the Celery-free part of ``Tracker``.
 
 It wires the services of one app (settings, job store, guard and notifier, lease keeper,
-hooks, the producer's ``Enqueuer``, the worker's ``Runner``, the ``Relay``) and offers the
-read side: ``get_job``, ``history``, ``wait``, ``stats``; and ``cancel``, ``retry``,
-``reap``, ``cleanup``. What it needs of Celery (the tasks' descriptions, publishing a
-job's message, the broker's view, stopping a run) comes through the platform port
-(``port.py``); the public :class:`~celery_tracked.Tracker` (``celery_tracker.py``) is this
-class with Celery's implementation of that port.
+hooks, the producer's ``Enqueuer``, the worker's ``Runner``, the maintenance plugins of
+:data:`MAINTENANCE`) and offers the read side: ``get_job``, ``history``, ``wait``,
+``stats``; and ``cancel``, ``retry``, and one pass of each plugin: ``relay``, ``reap``,
+``cleanup`` (``run_maintenance(name)``). What it needs of Celery (the tasks'
+descriptions, publishing a job's message, the broker's view, stopping a run) comes through
+the platform port (``port.py``); the public :class:`~celery_tracked.Tracker`
+(``celery_tracker.py``) is this class with Celery's implementation of that port.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
@@ -40,15 +41,15 @@ from .core.pipelines import Pipeline
 from .core.port import Platform
 from .core.ports import Store
 from .core.redact import mask_url
-from .core.retention import policy_of
 from .core.settings import Settings
 from .services import bulk, waiting
 from .services.cancelling import Stopper
-from .services.cleanup import Cleanup, CleanupReport, task_retentions
+from .services.cleanup import Cleanup, CleanupReport
 from .services.enqueuer import Enqueuer
 from .services.lease import LeaseKeeper
+from .services.maintenance import Maintenance, Parts, Report
 from .services.reaper import Reaper, ReapReport
-from .services.relay import Relay
+from .services.relay import Relay, RelayReport
 from .services.reporter import Reports
 from .services.resend import Resender, publisher
 from .services.runner import Runner
@@ -63,6 +64,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger("celery_tracked")
 
 R = TypeVar("R")
+M = TypeVar("M", bound=Maintenance)
+
+#: The maintenance plugins (``services/maintenance.py``), each built once per wiring; each
+#: gets a shared task and a default Beat entry (``adapter/beat.py``) and a CLI command
+#: (``cli/maintenance.py``). A new plugin is its file and one line here.
+MAINTENANCE: tuple[type[Maintenance], ...] = (Relay, Reaper, Cleanup)
 
 
 class Wiring:
@@ -116,15 +123,18 @@ class Wiring:
         self.enqueuer = Enqueuer(self.store, self.guard, settings.guard_ttl_seconds, self.hooks)
         self.runner = Runner(self.store, self.leases, self.hooks, settings)
         self.aftermath = TimeLimits(self.store, self.hooks, settings)
-        self.relay = Relay(
-            self.store, settings.relay_grace_seconds, self.cancel, keyed=bool(settings.secret_key)
-        )
         self.sealer = sealer_for(settings.secret_key)  # ConfigurationError: no cryptography
         self.resender = Resender(
             self.store, self.hooks, platform, settings.redact_keys, self.sealer
         )
         self.enqueuer.again = self.resender.again  # a job id re-sent after its job ended
         self.stopper = Stopper(self.store, self.hooks, self.leases, self.cancel, platform.terminate)
+        publish = publisher(platform, self.sealer)  # the relay's and the reaper's
+        parts = Parts(settings, self.store, self.guard, self.hooks, platform, publish, self.cancel)
+        #: the maintenance plugins by name, built once
+        self.maintenance: dict[str, Maintenance] = {
+            plugin.name: plugin.build(parts) for plugin in MAINTENANCE
+        }
 
     def add_hook(self, hook: Hooks) -> None:
         """Register ``hook`` (after the built-in notification and logging hooks)."""
@@ -277,9 +287,30 @@ class Wiring:
             raise JobNotFound(f"no job with correlation id {cid}")
         return Pipeline(cid, tuple(jobs))
 
+    def run_maintenance(self, name: str, *, now: datetime | None = None) -> Report:
+        """One pass of the maintenance plugin ``name`` (``relay``, ``reap``, ``cleanup``):
+        what its Beat task ``celery_tracked.<name>`` and ``celery tracked <name>`` run; its
+        report (``as_dict()``). ``now``: see the plugin's method below.
+
+        Raises:
+            KeyError: no plugin of that name.
+            StoreError: the database failed (the next pass starts over).
+        """
+        plugin = self.maintenance.get(name)
+        if plugin is None:
+            raise KeyError(f"no maintenance plugin {name!r}: one of {sorted(self.maintenance)}")
+        return plugin.run(now)
+
+    def relay(self, *, now: datetime | None = None) -> RelayReport:
+        """Publish the pending jobs whose producer died before handing their message to the
+        broker: one pass of the relay (``services/relay.py``; the task
+        ``celery_tracked.relay`` runs it on Beat). ``now``: the time a row's age is judged
+        at (default: the database's clock). Raises ``StoreError``: the database failed."""
+        return self._plugin(Relay).run(now)
+
     def reap(self, *, now: datetime | None = None) -> ReapReport:
         """Rescue (or abandon) the jobs nothing will move any more: one pass of the reaper
-        (``celery_tracked.reaper``; the task ``celery_tracked.reap`` runs it on Beat).
+        (``services/reaper.py``; the task ``celery_tracked.reap`` runs it on Beat).
 
         ``now`` judges how long ago a job's last sign of life was (default: the database's
         clock); whether a lease lapsed (no live holder) is judged on the database's only.
@@ -287,8 +318,7 @@ class Wiring:
         Raises:
             StoreError: the database failed (nothing half-done: each move is atomic).
         """
-        reaper = Reaper(self.store, self.hooks, self.settings)
-        return reaper.run(publisher(self.platform, self.sealer), self.platform, now)
+        return self._plugin(Reaper).run(now)
 
     def cleanup(
         self,
@@ -304,22 +334,17 @@ class Wiring:
         (failed and cancelled), a task's ``retention=`` (read from the tasks this process
         has imported); ``tracked_retention_keep_newest`` per queue and status. Batches of
         ``tracked_cleanup_batch_size`` rows, one transaction each; ``on_batch(n)`` after
-        each. ``now``: the time ages are judged at (default: now).
+        each. ``now``: the time ages are judged at (default: the database's clock).
 
         Raises:
             StoreError: the database failed (the batches before it stay removed).
         """
-        settings = self.settings
-        policy = policy_of(
-            timedelta(days=settings.retention_completed_days),
-            timedelta(days=settings.retention_failed_days),
-            task_retentions(self.platform.descriptions()),
-            settings.retention_keep_newest,
-        )
-        cleanup = Cleanup(
-            self.store, self.guard, settings.cleanup_batch_size, settings.guard_ttl_seconds
-        )
-        return cleanup.run(policy, dry_run=dry_run, on_batch=on_batch, now=now)
+        return self._plugin(Cleanup).run(now, dry_run=dry_run, on_batch=on_batch)
+
+    def _plugin(self, kind: type[M]) -> M:
+        plugin = self.maintenance[kind.name]
+        assert isinstance(plugin, kind), f"{kind.name!r} is a {type(plugin).__name__}"
+        return plugin
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per queue: ``counts`` per status, ``total``, ``oldest_pending_age_s``,

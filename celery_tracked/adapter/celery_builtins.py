@@ -14,7 +14,7 @@ Celery's ``Task``, not on the app's ``task_cls``). Why:
   be attempts, and the chord's body would never run once they are used up;
 - they are Celery's plumbing, not the app's work: the tasks a canvas runs are tracked
   jobs already; ``celery.backend_cleanup`` is Celery's own daily Beat chore, as our
-  maintenance tasks (``maintenance.py``) are ours.
+  maintenance tasks (``beat.py``) are ours.
 """
 
 from __future__ import annotations

@@ -46,9 +46,9 @@ from ..services import progress, successors
 from ..services.reporter import ProgressReporter
 from ..services.successors import Step
 from . import celery_builtins, eager, producer, retries, transactional, untracked, values
+from .beat import install_beat_entries
 from .celery_signals import CELERY_SIGNALS
 from .celery_tracker import Tracker
-from .maintenance import install_beat_entries
 from .request_state import attempt_of, body_call, part
 from .routing import routed_queue
 
@@ -113,7 +113,7 @@ class TrackedTask(Task[P, R_co]):
 
     @classmethod
     def on_bound(cls, app: Celery) -> None:
-        """An app with a tracked task gets the default Beat entries (``maintenance.py``)."""
+        """An app with a tracked task gets the default Beat entries (``beat.py``)."""
         super().on_bound(app)
         install_beat_entries(app)
 

@@ -11,10 +11,10 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ..core.cleanup import ENDED, Boundary, Sweep
 from ..core.finder import JobFilter, Position
 from ..core.jobs import Batch, Event, Job, JobEvent, JobStatus, Removed, utcnow
 from ..core.moves import StaleRun, StallCutoffs
-from ..core.retention import ENDED, Boundary, Sweep
 from .memory_core import MemoryCore
 
 _RESCUED = "rescued"

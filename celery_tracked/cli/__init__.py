@@ -3,10 +3,10 @@
 
 One module per group of commands, each registering on the ``tracked`` group:
 ``schema`` (migrate, downgrade), ``listing`` (jobs, show, pipeline), ``actions`` (retry,
-cancel), ``call`` (enqueue by name), ``stats``, ``maintenance`` (cleanup, reap),
-``metrics``. Shared: ``common`` (exit codes, errors, filters as options) and ``render``
-(tables, relative times, colour, the JSON form of a job). A new command is a new module
-imported here.
+cancel), ``call`` (enqueue by name), ``stats``, ``maintenance`` (relay, reap, cleanup: one
+per maintenance plugin), ``metrics``. Shared: ``common`` (exit codes, errors, filters as
+options) and ``render`` (tables, relative times, colour, the JSON form of a job). A new
+command is a new module imported here.
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from .cleanup import MAX_DAYS as MAX_RETENTION_DAYS
 from .errors import ConfigurationError
 from .redact import mask_url, normalise_key, short_repr
-from .retention import MAX_DAYS as MAX_RETENTION_DAYS
 from .validation import Bound as Bound  # re-exported: the ranges below are Bounds
 from .validation import within
 

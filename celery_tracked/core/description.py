@@ -53,7 +53,7 @@ class TaskDescription:
     validator: Any = None
     #: its ``idempotency_key``: a template over the named arguments, or a callable
     idempotency_key: str | Callable[..., str] | None = None
-    #: its ``retention`` option, as declared (``retention.py``)
+    #: its ``retention`` option, as declared (``core/cleanup.py``)
     retention: Any = None
     #: the queue it declares (``tracked_queue``, else Celery's ``queue``): a name or an
     #: object with a ``name`` (a kombu ``Queue``); None: routed

@@ -33,7 +33,7 @@ The options (``None``: the default):
     retention: how long this task's ended jobs are kept before the cleanup removes them:
         a ``timedelta`` or a number of days for every ended status, or a mapping of
         ``"completed"``/``"failed"``/``"cancelled"`` to those (``None``: kept forever; a
-        status not named keeps the app's default); see ``retention.py``.
+        status not named keeps the app's default); see ``core/cleanup.py``.
     validator: a pydantic model class (``model_validate`` of the named arguments) or a
         callable receiving the named arguments as one dict (``validator(arguments)``,
         the same dict pydantic gets) that raises to refuse them; a callable that cannot
@@ -47,13 +47,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .calls import CallShape, Show, check_template, plain_repr
+from .cleanup import task_retention
 from .conversions import BOUNDS
 from .description import Route, Send, TaskDescription
 from .errors import InvalidTaskOption
 from .keys import KEY_OPTIONS, KeyRule, key_rule
 from .limits import LIMIT_OPTIONS, Limits, limits_of
 from .redact import short_repr
-from .retention import task_retention
 from .retry_policy import RETRY_OPTIONS, RetryPolicy, declared, retry_policy
 from .validation import Bound, check_name, check_number
 

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from .cleanup import Boundary, Sweep
 from .finder import JobFilter, Position
 from .jobs import Batch, Claim, Job, JobEvent
 from .keys import UndoneReplace
@@ -49,7 +50,6 @@ from .moves import (
     StallCutoffs,
     Takeover,
 )
-from .retention import Boundary, Sweep
 
 __all__ = [
     "CancelStore",

@@ -1,8 +1,10 @@
 """The cleanup service: remove ended jobs past their retention, in batches.
 
-``Tracker.cleanup`` (and the Beat-scheduled task ``celery_tracked.cleanup``) runs
-:class:`Cleanup` with the app's :class:`~celery_tracked.retention.Policy`. Each sweep
-(``retention.sweeps``) is removed in batches of ``tracked_cleanup_batch_size`` rows, one
+A maintenance plugin (``maintenance.py``): ``Tracker.cleanup()``, the task
+``celery_tracked.cleanup`` on ``tracked_cleanup_schedule`` (daily at 03:17 by default),
+``celery tracked cleanup``. Each run assembles the app's
+:class:`~celery_tracked.core.cleanup.Policy` (:meth:`Cleanup.policy`). Each of its sweeps
+(``core/cleanup.py``) is removed in batches of ``tracked_cleanup_batch_size`` rows, one
 transaction each, with the rows' events (``store/purge.py``); then the Redis guard entries
 of the removed keys are dropped (compare-and-delete: only while they still name the
 removed job; only those of jobs created within ``tracked_guard_ttl_seconds``: older ones
@@ -21,13 +23,15 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
+from ..core.cleanup import ENDED, Policy, Sweep, policy_of, sweeps
 from ..core.errors import GuardError, StoreError
 from ..core.guards import Guard
 from ..core.jobs import PURGE_START, Removed, utcnow
 from ..core.ports import PurgeStore
-from ..core.retention import ENDED, Policy, Sweep, sweeps
+from ..core.settings import Settings
+from .maintenance import Maintenance, Parts
 
 logger = logging.getLogger("celery_tracked")
 
@@ -96,26 +100,60 @@ def guard_entry(guard: Guard, job: Removed, live_since: datetime) -> tuple[str, 
     return guard.key("guard", job.job_type, job.idempotency_key), job.id
 
 
-class Cleanup:
-    """Removes the ended jobs a :class:`Policy` no longer keeps."""
+class Cleanup(Maintenance):
+    """Removes the ended jobs the app's :class:`Policy` no longer keeps."""
+
+    name: ClassVar[str] = "cleanup"
+    summary: ClassVar[str] = (
+        'Remove the ended jobs past their retention (docs/operations.md, "Retention and '
+        'cleanup"), in batches; a progress bar on a terminal.'
+    )
 
     def __init__(
-        self, store: PurgeStore, guard: Guard, batch_size: int, guard_ttl_s: float
+        self,
+        store: PurgeStore,
+        guard: Guard,
+        settings: Settings,
+        tasks: Callable[[], Mapping[str, Any]],
     ) -> None:
         self.store = store
         self.guard = guard
-        self.batch_size = batch_size
-        self.guard_ttl = timedelta(seconds=guard_ttl_s)
+        self.settings = settings
+        #: the app's tasks (their ``retention`` options), read at each run
+        self.tasks = tasks
+        self.batch_size = settings.cleanup_batch_size
+        self.guard_ttl = timedelta(seconds=settings.guard_ttl_seconds)
+
+    @classmethod
+    def schedule(cls, settings: Settings) -> object:
+        return settings.cleanup_schedule
+
+    @classmethod
+    def build(cls, parts: Parts) -> Cleanup:
+        return cls(parts.store, parts.guard, parts.settings, parts.platform.descriptions)
+
+    def policy(self) -> Policy:
+        """The app's policy: ``tracked_retention_completed_days``,
+        ``tracked_retention_failed_days`` (failed and cancelled), each task's
+        ``retention=`` (the tasks this process has imported), and
+        ``tracked_retention_keep_newest``."""
+        settings = self.settings
+        return policy_of(
+            timedelta(days=settings.retention_completed_days),
+            timedelta(days=settings.retention_failed_days),
+            task_retentions(self.tasks()),
+            settings.retention_keep_newest,
+        )
 
     def run(
         self,
-        policy: Policy,
+        now: datetime | None = None,
         *,
         dry_run: bool = False,
         on_batch: Callable[[int], None] | None = None,
-        now: datetime | None = None,
     ) -> CleanupReport:
-        """Remove (``dry_run``: count) what ``policy`` no longer keeps at ``now``.
+        """Remove (``dry_run``: count) what the app's :meth:`policy` no longer keeps at
+        ``now`` (default: the database's clock).
 
         ``on_batch(n)`` is called after each batch with the rows it removed (a dry run:
         once per sweep, with its count).
@@ -124,6 +162,7 @@ class Cleanup:
             StoreError: the database failed; the batches before it stay removed (and are
                 logged), the next run goes on.
         """
+        policy = self.policy()
         started = time.monotonic()
         report = CleanupReport(dry_run=dry_run)
         try:

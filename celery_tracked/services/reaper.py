@@ -3,7 +3,7 @@
 lease nobody renews, its prefetched messages given back only after ``visibility_timeout``),
 the broker lost messages, a run was killed before its claim.
 
-The judgement, in pure functions:
+The judgement, in pure functions (``stall.py``):
 
 1. :func:`stalled_why`: the row alone looks stalled. ``processing``: its lease lapsed
    (``lease.diagnose``, on the database's clock) ``tracked_reaper_processing_seconds``
@@ -26,17 +26,20 @@ The judgement, in pure functions:
    ``error_type = "abandoned"``).
 
 Each move is one conditional ``UPDATE`` fenced to the row as judged (``store/reaping.py``).
-Knows nothing of Celery: the publish and the broker's answers come in (``broker.py``).
+Knows nothing of Celery: the publish and the broker's answers come in (the wiring's
+platform: ``resend.publisher``, ``broker.py``).
+
+A maintenance plugin (``maintenance.py``): ``Tracker.reap()``, the task
+``celery_tracked.reap`` every ``tracked_reaper_interval_seconds``, ``celery tracked reap``.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from ..core.hooks import Hooks, Transition
 from ..core.jobs import Event, Job, JobStatus, utcnow
@@ -44,9 +47,17 @@ from ..core.moves import StaleRun, StallCutoffs
 from ..core.ports import ReapStore
 from ..core.redact import mask_url
 from ..core.settings import Settings
-from .lease import diagnose
-from .sealing import NO_KEY_HERE, broken_seal, keyless, sealer_for, unsendable
-from .stall import Thresholds
+from .maintenance import Maintenance, Parts
+from .sealing import NO_KEY_HERE, broken_seal, keyless, sealer_for
+from .stall import (
+    Action,
+    Thresholds,
+    asks_broker,
+    decide,
+    message_id,
+    presumed_lost,
+    stalled_why,
+)
 
 logger = logging.getLogger("celery_tracked")
 
@@ -56,7 +67,6 @@ BATCH = 1000
 ABANDONED = "abandoned"
 #: The reaper's events of a message found nowhere (a first sighting), and found again.
 MISSING, FOUND = Event.MISSING.value, Event.FOUND.value
-_WAITING = (JobStatus.PENDING, JobStatus.RETRYING)
 
 
 class BrokerView(Protocol):
@@ -68,17 +78,6 @@ class BrokerView(Protocol):
     def held(self, message_ids: Sequence[str]) -> Collection[str] | None:
         """Which of ``message_ids`` a live worker holds: received, scheduled for a
         countdown/eta, or running (None: unknown)."""
-
-
-class Action(str, enum.Enum):
-    RESCUE = "rescue"
-    ABANDON = "abandon"
-
-
-@dataclass(frozen=True)
-class Decision:
-    action: Action
-    why: str
 
 
 @dataclass
@@ -111,120 +110,40 @@ class ReapReport:
         }
 
 
-def message_id(job: Job) -> str:
-    """The task id of the job's messages (the job id, but for a ``self.replace``
-    replacement's)."""
-    return job.celery_task_id or job.id
-
-
-def _ago(now: datetime, then: datetime) -> str:
-    return f"{max(0.0, (now - then).total_seconds()):.0f} s ago"
-
-
-def stalled_why(job: Job, *, db_now: datetime, now: datetime, limits: Thresholds) -> str | None:
-    """Why ``job``'s row alone says nothing will move it any more; None if it does not.
-
-    ``db_now`` is the database's clock: a lease is lapsed (no live holder) only on it.
-    ``now`` (default: the same) judges how long ago the last sign of life was.
-    """
-    if job.status is JobStatus.PROCESSING:
-        lease = diagnose(job, db_now, None, limits.lease_grace_s)
-        last = job.locked_until or job.updated_at  # expired, or released
-        if not lease.lapsed or last >= limits.cutoff(job.status, now):
-            return None
-        return f"attempt {job.attempts_made} was lost ({lease.why} {_ago(now, last)})"
-    if job.status is JobStatus.PENDING:
-        sent, due = job.published_at, job.not_before
-        if sent is None or sent >= limits.cutoff(job.status, now):
-            return None  # never handed over: the relay's
-        if due is not None and (due > db_now or due >= limits.cutoff(job.status, now)):
-            return None  # not due yet (its countdown/eta), or only lately
-        if due is not None and due > sent:
-            return f"it was due {_ago(now, due)} (its countdown/eta) and never started"
-        return f"its message was handed to the broker {_ago(now, sent)} and never started"
-    if job.status is JobStatus.RETRYING:
-        due, cutoff = job.not_before, limits.cutoff(job.status, now)
-        if due is None or due >= cutoff:
-            return None
-        if job.published_at is not None and job.published_at >= cutoff:
-            return None  # a postponed delivery handed its message over again since
-        return f"its retry was due {_ago(now, due)} and never started"
-    return None
-
-
-def asks_broker(job: Job) -> bool:
-    """Whether the broker is asked before ``job`` is settled: a waiting job (its message may
-    be queued, or held by a live worker), and a run with attempts left whose arguments were
-    stored redacted. Such a run cannot be re-sent from its row, only abandoned, while its
-    original message, the one that carries the arguments, may be back in its queue
-    (RabbitMQ gives a dead consumer's messages back at once; Redis after
-    ``visibility_timeout``) or held by a live worker, whose delivery then takes it over."""
-    if job.status in _WAITING:
-        return True
-    return (
-        job.status is JobStatus.PROCESSING
-        and job.attempts_made < job.max_attempts
-        and unsendable(job)
-    )
-
-
-def _waiting_since(job: Job) -> datetime:
-    when = job.published_at if job.status is JobStatus.PENDING else job.not_before
-    if job.status is JobStatus.PENDING and job.not_before is not None and when is not None:
-        when = max(when, job.not_before)  # due after its countdown/eta
-    return when or job.updated_at
-
-
-def presumed_lost(
-    waiting: Sequence[Job], held: Collection[str] | None, ready: int | None
-) -> list[Job]:
-    """Of one queue's stalled-looking waiting jobs, those whose message is presumed lost.
-
-    Not lost: one a live worker holds (``held``), and as many of the rest as the queue has
-    ready messages (``ready``: they may be those; the newest are taken to be, as a FIFO
-    queue keeps its newest longest). Nothing is presumed lost when either is unknown.
-    """
-    if held is None or ready is None:
-        return []
-    unheld = sorted((j for j in waiting if message_id(j) not in held), key=_waiting_since)
-    return unheld[: max(0, len(unheld) - ready)]
-
-
-def decide(job: Job, rescues: int, limits: Thresholds, broken: str | None = None) -> Decision:
-    """Rescue a stalled job, or abandon it: a lost last attempt, too many rescues, or
-    arguments stored redacted and not sealed (a message rebuilt from the row would carry
-    the marker), or sealed where no key here opens them (``broken``: why)."""
-    if job.status is JobStatus.PROCESSING and job.attempts_made >= job.max_attempts:
-        return Decision(Action.ABANDON, f"no attempts remain ({job.max_attempts} made)")
-    if rescues >= limits.max_rescues:
-        return Decision(
-            Action.ABANDON,
-            f"rescued {rescues} time(s) already (tracked_reaper_max_rescues={limits.max_rescues})",
-        )
-    if broken is not None:
-        return Decision(Action.ABANDON, broken)
-    if unsendable(job):
-        return Decision(
-            Action.ABANDON,
-            "its arguments were stored redacted, so it cannot be re-sent as called: run it "
-            "again with tracker.retry(job_id, arguments={...the redacted ones...}) (set "
-            "tracked_secret_key so that such jobs are re-sent)",
-        )
-    return Decision(Action.RESCUE, f"rescue {rescues + 1}: sent again")
-
-
-class Reaper:
+class Reaper(Maintenance):
     """Rescues or abandons the stalled jobs of one app's database."""
 
-    def __init__(self, store: ReapStore, hooks: Hooks, settings: Settings) -> None:
+    name: ClassVar[str] = "reap"
+    summary: ClassVar[str] = (
+        'Rescue or abandon the stalled jobs (docs/operations.md, "Stalled jobs: the '
+        'reaper"): one pass.'
+    )
+    idle: ClassVar[str] = "nothing stalled"
+
+    def __init__(
+        self,
+        store: ReapStore,
+        hooks: Hooks,
+        settings: Settings,
+        publish: Callable[[Job], None],
+        broker: BrokerView,
+    ) -> None:
         self.store = store
         self.hooks = hooks
         self.limits = Thresholds.of(settings)
         self.sealer = sealer_for(settings.secret_key)
+        self.publish = publish
+        self.broker = broker
 
-    def run(
-        self, publish: Callable[[Job], None], broker: BrokerView, now: datetime | None = None
-    ) -> ReapReport:
+    @classmethod
+    def schedule(cls, settings: Settings) -> float | None:
+        return settings.reaper_interval_seconds or None
+
+    @classmethod
+    def build(cls, parts: Parts) -> Reaper:
+        return cls(parts.store, parts.hooks, parts.settings, parts.publish, parts.platform)
+
+    def run(self, now: datetime | None = None) -> ReapReport:
         """One pass over at most :data:`BATCH` stalled-looking runs and as many waiting jobs.
 
         ``now`` judges how long ago a job's last sign of life was (default: the database's
@@ -249,12 +168,12 @@ class Reaper:
             if why is not None:
                 stalled.append((job, rescues, why))
         asked = [job for job, _, _ in stalled if asks_broker(job)]
-        lost = self._confirmed(asked, self._lost(asked, broker), now)
+        lost = self._confirmed(asked, self._lost(asked), now)
         for job, rescues, why in stalled:
             if asks_broker(job) and job.id not in lost:
                 report.left.append(job.id)
                 continue
-            self._settle(job, rescues, why, now, publish, report)
+            self._settle(job, rescues, why, now, report)
         if report.keyless:
             report.left.extend(report.keyless)
             logger.warning(
@@ -299,7 +218,7 @@ class Reaper:
                 confirmed.add(job.id)
         return confirmed
 
-    def _lost(self, waiting: Sequence[Job], broker: BrokerView) -> list[Job] | None:
+    def _lost(self, waiting: Sequence[Job]) -> list[Job] | None:
         """The jobs (``asks_broker``) whose message is presumed lost; None if the broker
         could not say. The ready counts are read before the held messages: a message moving
         from a queue to a worker in between is counted twice (a message re-published by a
@@ -308,8 +227,8 @@ class Reaper:
         if not waiting:
             return []
         queues = sorted({job.queue_name for job in waiting})
-        ready = {queue: broker.ready(queue) for queue in queues}
-        held = broker.held([message_id(job) for job in waiting])
+        ready = {queue: self.broker.ready(queue) for queue in queues}
+        held = self.broker.held([message_id(job) for job in waiting])
         if held is None or None in ready.values():
             logger.warning("reaper: the broker could not say which messages it holds")
             return None
@@ -325,7 +244,6 @@ class Reaper:
         rescues: int,
         why: str,
         now: datetime,
-        publish: Callable[[Job], None],
         report: ReapReport,
     ) -> None:
         if job.status is JobStatus.PROCESSING and job.cancel_requested_at is not None:
@@ -349,7 +267,7 @@ class Reaper:
         report.rescued.append(job.id)
         self._tell(job, Event.RESCUED, target, message, logging.WARNING)
         try:
-            publish(sent)
+            self.publish(sent)
         except Exception as exc:
             logger.warning("reaper could not publish job %s: %s", job.id, mask_url(str(exc)))
             report.unpublished.append(job.id)

@@ -16,8 +16,11 @@ copy (``tracked_secret_key``, ``sealing.py``). Without one (no key when it was c
 or when no key of this process opens it, it cannot be: the relay cancels it, with the
 reason, rather than run it with the redaction marker. A relay in a process with no
 ``tracked_secret_key`` at all leaves a sealed row alone (its claim lapses): a relay that
-has the key publishes it. Knows nothing of Celery: the
-``publish`` callable is handed in (see ``maintenance.py``).
+has the key publishes it. Knows nothing of Celery: the ``publish`` callable is handed in
+(the wiring's, through its platform: ``resend.publisher``).
+
+A maintenance plugin (``maintenance.py``): ``Tracker.relay()``, the task
+``celery_tracked.relay`` every ``tracked_relay_interval_seconds``, ``celery tracked relay``.
 """
 
 from __future__ import annotations
@@ -27,11 +30,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import ClassVar
 
 from ..core.jobs import Job, utcnow
 from ..core.ports import RelayStore
 from ..core.redact import mask_url
+from ..core.settings import Settings
 from .lease import owner_id
+from .maintenance import Maintenance, Parts
 from .sealing import NO_KEY_HERE, NoKeyHere, SealBroken, unsendable
 
 logger = logging.getLogger("celery_tracked")
@@ -57,24 +63,51 @@ class RelayReport:
     #: sealed, and this process has no key: left for a relay that has one
     left: list[str] = field(default_factory=list)
 
+    def as_dict(self) -> dict[str, list[str]]:
+        return {
+            "published": list(self.published),
+            "cancelled": list(self.cancelled),
+            "failed": list(self.failed),
+            "left": list(self.left),
+        }
 
-class Relay:
+
+class Relay(Maintenance):
     """Publishes pending rows whose message was never handed to the broker."""
+
+    name: ClassVar[str] = "relay"
+    summary: ClassVar[str] = (
+        "Publish the pending jobs whose message was never handed to the broker (their "
+        'producer died before its publish; docs/lifecycle.md, "The relay"): one pass.'
+    )
+    idle: ClassVar[str] = "nothing to relay"
 
     def __init__(
         self,
         store: RelayStore,
         grace_s: float,
         cancel: Callable[[str, str], bool],
+        publish: Callable[[Job], None],
         keyed: bool = True,
     ) -> None:
         self.store = store
         self.grace_s = grace_s
         self.cancel = cancel
+        self.publish = publish
         #: this process has a ``tracked_secret_key``: else a sealed row is left unclaimed
         self.keyed = keyed
 
-    def run(self, publish: Callable[[Job], None], now: datetime | None = None) -> RelayReport:
+    @classmethod
+    def schedule(cls, settings: Settings) -> float | None:
+        return settings.relay_interval_seconds or None
+
+    @classmethod
+    def build(cls, parts: Parts) -> Relay:
+        settings = parts.settings
+        keyed = bool(settings.secret_key)
+        return cls(parts.store, settings.relay_grace_seconds, parts.cancel, parts.publish, keyed)
+
+    def run(self, now: datetime | None = None) -> RelayReport:
         """One pass: relay every unpublished row older than the grace period (at most 100).
 
         A row's age is judged on the database's clock (``store.clock()``), never on this
@@ -97,7 +130,7 @@ class Relay:
             )
             job = self.store.get(job_id) if claimed else None
             if job is not None:  # else published, taken by another relay, or moved meanwhile
-                self._relay(job, owner, publish, report)
+                self._relay(job, owner, report)
         if report.left:
             logger.warning(
                 "relay: %d job(s) with sealed arguments left alone: %s",
@@ -110,15 +143,13 @@ class Relay:
         job = self.store.get(job_id)
         return job is not None and job.secrets_sealed is not None
 
-    def _relay(
-        self, job: Job, owner: str, publish: Callable[[Job], None], report: RelayReport
-    ) -> None:
+    def _relay(self, job: Job, owner: str, report: RelayReport) -> None:
         if unsendable(job):
             self.cancel(job.id, REDACTED_REASON)
             report.cancelled.append(job.id)
             return
         try:
-            publish(job)
+            self.publish(job)
         except NoKeyHere:  # sealed meanwhile: a relay with the key takes it once this claim lapses
             report.left.append(job.id)
             return

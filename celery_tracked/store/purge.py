@@ -1,7 +1,7 @@
 """Retention cleanup: ended rows removed in bounded batches, with their history.
 
 A batch is one transaction of three statements, built once per sweep
-(``retention.Sweep``) by :func:`statements`:
+(``core/cleanup.py``, ``Sweep``) by :func:`statements`:
 
 1. ``SELECT`` the next ``limit`` rows of the sweep, oldest ``finished_at`` first, from the
    index ``ix_background_jobs_status_finished_at`` (``status``, ``finished_at``, ``id``),
@@ -49,9 +49,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import OperationalError
 
+from ..core.cleanup import ENDED, Boundary, Sweep
 from ..core.errors import StoreError
 from ..core.jobs import PURGE_START, Batch, Removed
-from ..core.retention import ENDED, Boundary, Sweep
 from .engines import Engines
 from .models import UTCDateTime, events, jobs
 from .translate import reconnecting, translated

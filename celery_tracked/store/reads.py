@@ -7,8 +7,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from ..core.cleanup import ENDED
 from ..core.jobs import Job, JobEvent, JobStatus
-from ..core.retention import ENDED
 from . import selects
 from .engines import Engines
 from .translate import reconnecting, translated

@@ -24,7 +24,6 @@ from sqlalchemy.engine import make_url
 from tracked_app import create_app
 
 from celery_tracked import EnqueueError, JobStatus, Tracker
-from celery_tracked.adapter.maintenance import publisher
 from celery_tracked.core.jobs import utcnow
 from tests.conftest import wait_for
 
@@ -53,7 +52,7 @@ def producer(env: Env, cut_path: CutPath) -> Iterator[Celery]:
 def relay_now(env: Env) -> list[str]:
     """One relay pass past the grace period (Beat's relay entry would run it)."""
     later = utcnow() + timedelta(seconds=env.tracker.settings.relay_grace_seconds + 1)
-    return env.tracker.relay.run(publisher(env.app), now=later).published
+    return env.tracker.relay(now=later).published
 
 
 @pytest.mark.parametrize("consumed", ["before-the-undo", "after-the-undo"])

@@ -21,7 +21,7 @@ import pytest
 from conftest import HERE, ROOT, Env, worker_environ
 from safety_tasks import CUSTOM_KEY
 
-from celery_tracked.adapter.maintenance import RELAY_TASK
+from celery_tracked.adapter.beat import RELAY_TASK
 from tests.conftest import IN_CI, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]

@@ -20,7 +20,6 @@ from key_tasks import DEBOUNCE_S, THROTTLE_S, burst
 from tracked_app import create_app
 
 from celery_tracked import EnqueueError, JobStatus, RetryRefused, Tracker
-from celery_tracked.adapter.maintenance import publisher
 from celery_tracked.core.jobs import utcnow
 from tests.conftest import wait_for
 
@@ -60,7 +59,7 @@ def hand_cut_publishes_to_the_relay(env: Any) -> None:
     tick's insert and its publish: that row waits, unpublished, for the relay (Beat's
     own relay entry, on its next start). Run that relay pass now, past the grace period."""
     later = utcnow() + timedelta(seconds=env.tracker.settings.relay_grace_seconds + 1)
-    env.tracker.relay.run(publisher(env.app), now=later)
+    env.tracker.relay(now=later)
 
 
 def one_created(outcomes: list[tuple[str, bool]]) -> str:

@@ -19,7 +19,6 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from celery_tracked import JobStatus, RetryRefused, Tracker
-from celery_tracked.adapter.maintenance import publisher
 from tests.conftest import wait_for
 
 QUEUE = "course_generation_test"
@@ -344,7 +343,7 @@ def test_a_worker_killed_between_the_commit_and_the_publish_is_relayed(
     lessons = tracker.pipeline(cid).jobs[1]
     assert lessons.published_at is None
     time.sleep(1.2)  # the relay's grace period
-    report = tracker.relay.run(publisher(app))
+    report = tracker.relay()
     assert report.published == [lessons.id]
     wait_for(pipeline_ended(tracker, cid), timeout=60, what="the course to end")
     pipeline = tracker.pipeline(cid)

@@ -21,7 +21,7 @@ from conftest import Env, Worker
 from tracked_app import QUEUE, create_app
 
 from celery_tracked import JobStatus, Tracker
-from celery_tracked.adapter.maintenance import REAP_TASK
+from celery_tracked.adapter.beat import REAP_TASK
 from celery_tracked.core.jobs import Claim, utcnow
 from celery_tracked.core.moves import AttemptError, Lease
 from celery_tracked.services.reaper import ReapReport

@@ -25,7 +25,6 @@ from sqlalchemy.orm import Session
 from tracked_app import QUEUE, create_app
 
 from celery_tracked import NotTransactional, RetryRefused, Tracker
-from celery_tracked.adapter.maintenance import publisher
 from celery_tracked.core.jobs import utcnow
 from tests.conftest import wait_for
 
@@ -210,7 +209,7 @@ def test_a_rotated_key_reads_old_rows_and_a_wrong_key_never_sends_the_marker(
     b = committed_unpublished(cut, env, second)
 
     wrong = trackers(KEY3)  # another app's key: no message, a clear reason
-    report = wrong.relay.run(publisher(wrong.app), now=utcnow() + LATER)
+    report = wrong.relay(now=utcnow() + LATER)
     assert sorted(report.cancelled) == sorted([a, b]) and report.published == []
     assert env.broker_messages() == []
     for job_id in (a, b):
@@ -256,7 +255,7 @@ def test_a_process_without_a_key_leaves_sealed_jobs_to_one_that_has_it(
 
     keyless = trackers((), **SHORT_REAPER)
     with caplog.at_level(logging.WARNING, logger="celery_tracked"):
-        relayed = keyless.relay.run(publisher(keyless.app), now=utcnow() + LATER)
+        relayed = keyless.relay(now=utcnow() + LATER)
         keyless.reap()  # the first sighting: its message is missing
         reaped = keyless.reap(now=store.clock() + LATER)  # confirmed lost
     assert relayed.left == [unpublished] and relayed.cancelled == relayed.published == []
@@ -267,7 +266,7 @@ def test_a_process_without_a_key_leaves_sealed_jobs_to_one_that_has_it(
     assert len(said) == 2 and "1 job(s)" in said[0], said
 
     keyed = trackers(KEY1, **SHORT_REAPER)
-    assert keyed.relay.run(publisher(keyed.app), now=utcnow() + LATER).published == [unpublished]
+    assert keyed.relay(now=utcnow() + LATER).published == [unpublished]
     assert lost in keyed.reap(now=store.clock() + 2 * LATER).rescued
     start_worker("w1", concurrency=1)
     env.wait_status(unpublished, "completed")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from celery_tracked.core.cleanup import Sweep
 from celery_tracked.core.jobs import PURGE_START, JobStatus, NewRow, utcnow
 from celery_tracked.core.moves import AttemptError, Completion, RetryUndo
 from celery_tracked.core.ports import Store
-from celery_tracked.core.retention import Sweep
 from tests.contract.conftest import claimed, event_names, job_row, later, new_job
 
 

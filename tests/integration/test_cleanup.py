@@ -21,8 +21,8 @@ from sqlalchemy import create_engine, insert, select, text, update
 from sqlalchemy.pool import NullPool
 
 from celery_tracked import CleanupReport, StoreError, Tracker, tracked_task
+from celery_tracked.core.cleanup import Boundary, policy_of, sweeps
 from celery_tracked.core.jobs import utcnow
-from celery_tracked.core.retention import Boundary, policy_of, sweeps
 from celery_tracked.store.models import events, jobs
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
@@ -218,7 +218,7 @@ def test_a_task_retention_overrides_the_defaults(
 def test_keep_newest_and_every_rule_agree_with_the_pure_decision(
     make_app: Callable[..., Celery], db_url: str
 ) -> None:
-    """Random rows: what survives is exactly what ``retention.sweeps`` does not admit."""
+    """Random rows: what survives is exactly what ``core.cleanup.sweeps`` does not admit."""
     app = make_app(tracked_retention_keep_newest=3, tracked_cleanup_batch_size=7)
 
     def body() -> None: ...

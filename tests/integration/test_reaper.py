@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from celery_tracked import JobStatus, Tracker, tracked_task
-from celery_tracked.adapter.maintenance import REAP_TASK
+from celery_tracked.adapter.beat import REAP_TASK
 from celery_tracked.core.jobs import Claim, Job, utcnow
 from celery_tracked.core.moves import AttemptError, Completion, Lease
 from celery_tracked.core.redact import REDACTED
@@ -78,13 +78,13 @@ def reap(
     """A pass of the reaper; ``confirmed``: and the confirming pass after it (a message
     found nowhere is taken as lost only by a second pass, ``confirm_s`` later)."""
     sent = Sent(fail=kw.pop("fail", False))
-    reaper = Reaper(tracker.store, tracker.hooks, tracker.settings)
-    report = reaper.run(sent, broker or Broker(), **kw)
+    reaper = Reaper(tracker.store, tracker.hooks, tracker.settings, sent, broker or Broker())
+    report = reaper.run(**kw)
     if not confirmed:
         return report, sent
     now = kw.pop("now", None) or tracker.store.clock()
     later = now + timedelta(seconds=reaper.limits.confirm_s)
-    second = reaper.run(sent, broker or Broker(), now=later, **kw)
+    second = reaper.run(now=later, **kw)
     for name in ("rescued", "abandoned", "unpublished", "cancelled"):
         getattr(report, name).extend(getattr(second, name))
     report.left = second.left

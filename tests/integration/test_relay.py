@@ -17,7 +17,7 @@ from celery import Celery
 from celery.app.task import Task
 
 from celery_tracked import EnqueueError, JobStatus, TrackedTask, tracked_task
-from celery_tracked.adapter.maintenance import RELAY_TASK, publisher
+from celery_tracked.adapter.beat import RELAY_TASK
 from celery_tracked.core.jobs import Job, utcnow
 
 from .conftest import AppFactory, queue_messages, tracker_of
@@ -123,8 +123,8 @@ def test_a_row_whose_producer_died_is_relayed_once_and_unblocks_its_key(
     dead = died_enqueue(work, publish_hook, n=7)
     with pytest.raises(EnqueueError, match="not handed to the broker"):
         work.enqueue(n=7)  # never handed a job that may never run
-    assert tracker.relay.run(publisher(app)).published == [], "within the grace period"
-    report = tracker.relay.run(publisher(app), now=utcnow() + LATER)
+    assert tracker.relay().published == [], "within the grace period"
+    report = tracker.relay(now=utcnow() + LATER)
     assert report.published == [dead.id]
     assert message_ids(broker) == [dead.id]
     message = json.loads(queue_messages(broker, QUEUE)[0])
@@ -133,14 +133,14 @@ def test_a_row_whose_producer_died_is_relayed_once_and_unblocks_its_key(
     assert relayed is not None and relayed.published_at is not None
     assert relayed.locked_by is None and relayed.status is JobStatus.PENDING
     assert [e.event for e in tracker.history(dead.id)] == ["enqueued", "relayed"]
-    assert tracker.relay.run(publisher(app), now=utcnow() + LATER).published == []
+    assert tracker.relay(now=utcnow() + LATER).published == []
     again = work.enqueue(n=7)
     assert (again.job_id, again.created) == (dead.id, False)
     assert message_ids(broker) == [dead.id]
 
 
 def test_many_relays_at_once_publish_each_row_once(
-    make_app: AppFactory, publish_hook: list[Callable[[], None]]
+    make_app: AppFactory, publish_hook: list[Callable[[], None]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = make_app()
     work = make_task(app)
@@ -154,10 +154,11 @@ def test_many_relays_at_once_publish_each_row_once(
             sent.append(job.id)
 
     start = threading.Barrier(4)
+    monkeypatch.setattr(tracker.maintenance["relay"], "publish", publish)
 
     def one_relay() -> None:
         start.wait()
-        tracker.relay.run(publish, now=utcnow() + LATER)
+        tracker.relay(now=utcnow() + LATER)
 
     relays = [threading.Thread(target=one_relay) for _ in range(4)]
     for thread in relays:
@@ -180,7 +181,7 @@ def test_a_failed_enqueue_is_never_relayed(
     publish_hook.append(broker_down)
     with pytest.raises(EnqueueError):
         work.enqueue(n=3)
-    assert tracker.relay.run(publisher(app), now=utcnow() + LATER).published == []
+    assert tracker.relay(now=utcnow() + LATER).published == []
     assert queue_messages(broker, QUEUE) == []
 
 
@@ -195,7 +196,7 @@ def test_a_producer_whose_row_a_relay_published_returns_the_job(
     relayed: list[str] = []
 
     def relay_then_fail() -> None:
-        relayed.extend(tracker.relay.run(publisher(app), now=utcnow() + LATER).published)
+        relayed.extend(tracker.relay(now=utcnow() + LATER).published)
         raise ConnectionError("broker went away")
 
     publish_hook.append(relay_then_fail)
@@ -212,12 +213,43 @@ def test_a_redacted_row_is_cancelled_not_run_with_the_marker(
     work = make_task(app)
     tracker = tracker_of(app)
     dead = died_enqueue(work, publish_hook, n=5, password="hunter22")
-    report = tracker.relay.run(publisher(app), now=utcnow() + LATER)
+    report = tracker.relay(now=utcnow() + LATER)
     assert report.cancelled == [dead.id] and report.published == []
     job = tracker.get_job(dead.id)
     assert job is not None and job.status is JobStatus.CANCELLED
     assert "redacted" in (job.error_message or "")
     assert queue_messages(broker, QUEUE) == []
+
+
+def test_the_relay_command_runs_one_pass(
+    make_app: AppFactory,
+    broker: redis.Redis,
+    publish_hook: list[Callable[[], None]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``celery tracked relay``: the pass its Beat task runs, by hand (a table, ``--json``)."""
+    from celery.bin.base import CLIContext
+    from click.testing import CliRunner
+
+    from celery_tracked.cli import tracked
+
+    app = make_app()
+    work = make_task(app)
+    dead = died_enqueue(work, publish_hook, n=6)
+    relay = tracker_of(app).maintenance["relay"]
+    monkeypatch.setattr(relay, "grace_s", -LATER.total_seconds())  # as now=utcnow() + LATER
+    context = CLIContext(app=app, no_color=True, workdir=None)
+
+    def cli(*args: str) -> str:
+        result = CliRunner().invoke(tracked, ["relay", *args], obj=context, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    table = cli()
+    assert "WHAT" in table and "published" in table and dead.id in table
+    assert message_ids(broker) == [dead.id]
+    assert json.loads(cli("--json")) == {"published": [], "cancelled": [], "failed": [], "left": []}
+    assert "nothing to relay" in cli()
 
 
 # -- the default Beat entry -------------------------------------------------------------

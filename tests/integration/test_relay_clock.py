@@ -10,7 +10,6 @@ from datetime import datetime, timedelta
 import pytest
 import redis
 
-from celery_tracked.adapter.maintenance import publisher
 from celery_tracked.core.jobs import utcnow
 from celery_tracked.services import relay as relay_module
 
@@ -39,12 +38,12 @@ def test_a_relay_host_ahead_of_the_database_leaves_fresh_rows_alone(
         return utcnow() + AHEAD
 
     monkeypatch.setattr(relay_module, "utcnow", ahead)
-    report = tracker.relay.run(publisher(app))
+    report = tracker.relay()
     assert (report.published, report.cancelled) == ([], [])
     assert message_ids(broker) == []
     for job_id in (secret.id, plain.id):
         job = tracker.get_job(job_id)
         assert job is not None and job.status.value == "pending" and job.published_at is None
     # ``now=`` still stands for another time to judge by (the tests' fast-forward)
-    later = tracker.relay.run(publisher(app), now=utcnow() + timedelta(hours=1))
+    later = tracker.relay(now=utcnow() + timedelta(hours=1))
     assert (later.published, later.cancelled) == ([plain.id], [secret.id])

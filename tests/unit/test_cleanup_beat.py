@@ -11,7 +11,7 @@ from celery import Celery
 from celery.schedules import crontab
 
 from celery_tracked import tracked_task
-from celery_tracked.adapter.maintenance import CLEANUP_TASK, RELAY_TASK
+from celery_tracked.adapter.beat import CLEANUP_TASK, RELAY_TASK
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 

@@ -24,7 +24,7 @@ from celery_tracked.core.retry_policy import RetryPolicy
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "celery_tracked"
 #: The Celery adapter: the only modules that may import ``celery``.
 ADAPTER = {
-    "task", "decorator", "signals", "eager", "canvas", "producer", "maintenance",
+    "task", "decorator", "signals", "eager", "canvas", "producer", "beat",
     "broker", "stopping", "celery_tracker", "retries", "celery_state", "cli", "adapter",
 }  # fmt: skip
 

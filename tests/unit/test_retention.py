@@ -11,7 +11,7 @@ from celery import Celery
 
 from celery_tracked import ConfigurationError, InvalidTaskOption, TrackedTask, tracked_task
 from celery_tracked.backends.guard import MemoryGuard
-from celery_tracked.core.retention import (
+from celery_tracked.core.cleanup import (
     ENDED,
     Boundary,
     Policy,

@@ -1,4 +1,5 @@
-"""Retention, pure: how long ended jobs are kept, and which rows a cleanup removes.
+"""The cleanup's rules, pure: how long ended jobs are kept (their retention), and which
+rows a cleanup removes.
 
 The app's settings give the default ages (``tracked_retention_completed_days``,
 ``tracked_retention_failed_days`` for ``failed`` and ``cancelled``); a task may override
