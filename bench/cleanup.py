@@ -36,7 +36,7 @@ from sqlalchemy.engine import make_url  # noqa: E402
 from celery_tracked import Tracker  # noqa: E402
 from celery_tracked.core.retention import Sweep  # noqa: E402
 from celery_tracked.store import migrate  # noqa: E402
-from celery_tracked.store.purge import START, statements  # noqa: E402
+from celery_tracked.store.cleanup import START, statements  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 ADMIN_URL = os.environ.get(

@@ -3,7 +3,7 @@
 ``Tracker.cleanup`` (and the Beat-scheduled task ``celery_tracked.cleanup``) runs
 :class:`Cleanup` with the app's :class:`~celery_tracked.retention.Policy`. Each sweep
 (``retention.sweeps``) is removed in batches of ``tracked_cleanup_batch_size`` rows, one
-transaction each, with the rows' events (``store/purge.py``); then the Redis guard entries
+transaction each, with the rows' events (``store/cleanup.py``); then the Redis guard entries
 of the removed keys are dropped (compare-and-delete: only while they still name the
 removed job; only those of jobs created within ``tracked_guard_ttl_seconds``: older ones
 have expired), so the next enqueue of such a key creates a new job at once. ``pending``,
