@@ -3,10 +3,9 @@ new message (and its undo when the publish failed); a cancel ends a waiting job,
 running one to stop; the reads of a job's retries and of a fail-soft successor. (A
 debounce's replacement is ``enqueue.py``'s, the relay's moves ``relay.py``'s.)
 
-The moves around a job's message:
-
-Each bumps the row's ``revision`` in the same conditional ``UPDATE`` (compare-and-set on
-the revision its caller read) and clears ``published_at``: the caller then publishes a
+A retry and a debounce (``enqueue.py``) give an existing job a new message. Each bumps the
+row's ``revision`` in the same conditional ``UPDATE`` (compare-and-set on the revision its
+caller read) and clears ``published_at``: the caller then publishes a
 message of the new revision and records it handed over. A delivery of an older revision
 runs nothing (``CLAIM``/``TAKE_OVER`` are fenced to the current one), so only the latest
 message ever runs; if the caller dies before publishing, the relay publishes the row.
@@ -14,6 +13,13 @@ A publish that failed is undone by the matching ``UNDO_*`` move, fenced to the r
 it made and to a message nobody handed over (not even a relay). An undo never gives the row
 an older revision back (that message may have been consumed meanwhile): a debounce's undo
 moves on to a newer one, left to the relay (``keys.undo_replace``).
+
+A cancel of a running job (``Tracker.cancel(job_id, running=True)``) records a request
+(``REQUEST_CANCEL``: ``cancel_requested_at`` set, a ``cancel_requested`` event; the job stays
+``processing`` while its run goes on). From then on the run's own outcome, a takeover and
+the end of a dead run are fenced out (``statements.UNCANCELLED``); the run that still holds
+the job ends it with ``CANCEL_RUN`` (``outcomes.py``), a run that died is ended by
+``CANCEL_DEAD``, and a body polls the request (``reports.py``, ``cancel_wanted``).
 """
 
 from __future__ import annotations

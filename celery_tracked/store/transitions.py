@@ -49,7 +49,7 @@ TAKE_OVER = Move(
     extra_where=(jobs.c.attempts_made < jobs.c.max_attempts, *sql.CURRENT, *sql.UNCANCELLED),
 )
 #: The claim and the takeover of a job with a concurrency key (run under the key's lock,
-#: ``slots.py``, so two claims never both see a free slot).
+#: ``locks.py``, so two claims never both see a free slot).
 CLAIM_KEYED = Move(
     "claim_keyed",
     CLAIM.sources,
