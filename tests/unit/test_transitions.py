@@ -12,11 +12,12 @@ import pathlib
 import re
 import sys
 
-from sqlalchemy import ColumnElement
+from sqlalchemy import ColumnElement, literal_column, select
 from sqlalchemy.dialects import sqlite
 
 import celery_tracked
 from celery_tracked.store import transitions
+from celery_tracked.store.models import jobs
 from celery_tracked.store.statements import Move
 
 PACKAGE = pathlib.Path(celery_tracked.__file__).parent
@@ -33,7 +34,13 @@ _DIALECT = sqlite.dialect(paramstyle="named")
 
 def _condition(element: ColumnElement[bool]) -> str:
     """A fence's condition as SQL, named parameters, ``db_now()`` for the database's clock."""
-    text = str(element.compile(dialect=_DIALECT))
+    # in a query on the jobs table, so that a correlated subquery reads as in the UPDATE
+    query = select(literal_column("1")).select_from(jobs).where(element)
+    compiled = query.compile(dialect=_DIALECT)
+    text = re.split(r"\sWHERE\s", str(compiled), maxsplit=1)[1]
+    for name, value in compiled.params.items():  # a literal (``status_1``) shows its value
+        if re.fullmatch(r"\w+_\d+", name) and isinstance(value, str):
+            text = re.sub(rf":{name}\b", f"'{value}'", text)
     text = re.sub(_NOW + r", \((.*?)\) \|\| ' seconds'\)", r"db_now(\1)", text)
     text = re.sub(_NOW + r"\)", "db_now()", text)
     text = re.sub(r"\s+", " ", text).replace("background_jobs.", "")
