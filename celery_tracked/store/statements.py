@@ -114,6 +114,8 @@ HOLDERS = (
 #: The claim of a keyed job: only while its key has a free slot.
 KEY_FREE = (param("concurrency_limit", Integer) > HOLDERS,)
 
+# -- fences shared by reads and moves ---------------------------------------------------
+
 #: A pending row whose message was never handed to the broker, old enough to be relayed
 #: (created, or its message last replaced, before the cutoff), not held by a relay now.
 UNPUBLISHED = (
@@ -165,8 +167,9 @@ ABANDONED = "abandoned"
 #: The undone move's message was never handed over, by anyone.
 UNSENT = (jobs.c.revision == MADE, jobs.c.published_at.is_(None), jobs.c.locked_by.is_(None))
 
-# -- what moves set, shared -----------------------------------------------------------------
+# -- the values the moves of ``transitions.py`` set -----------------------------------
 
+#: A claim or a takeover: the next attempt under a new lease.
 TAKE_LEASE: dict[str, Any] = {
     "attempts_made": jobs.c.attempts_made + 1,
     "started_at": func.coalesce(jobs.c.started_at, NOW),
@@ -177,13 +180,14 @@ TAKE_LEASE: dict[str, Any] = {
     "updated_at": NOW,
 }
 END_RUN: dict[str, Any] = {"updated_at": NOW, "locked_by": None, "locked_until": None}
+#: The error of a run that raised.
 ERROR = {
     "error_type": param("error_type", String),
     "error_message": param("error_message", Text),
 }
-
+#: The last attempt was lost (or killed by the hard time limit): the retries are used up.
 LOST = {**END_RUN, "retries_exhausted": True}
-
+#: A job cancelled (waiting, or its run ended as asked).
 CANCELLED = {
     **END_RUN,
     "not_before": None,
@@ -191,23 +195,22 @@ CANCELLED = {
     "error_type": None,
     "error_message": MESSAGE,
 }
-
 RETRY_RUN = {**END_RUN, **ERROR, "not_before": db_time(DELAY_S)}  # after the backoff
 FAILED_RUN = {**END_RUN, **ERROR, "finished_at": NOW}
 #: A failure written by the run itself says whether it used up the retries.
 EXHAUSTED = param("retries_exhausted", Boolean)
-
 #: This very claim set ``started_at``: the row was ``pending``. (SET expressions read the
 #: row as it was: on MariaDB, which reads earlier assignments, ``status`` and ``worker``
 #: come before ``started_at`` in the table.)
 FIRST_START = jobs.c.started_at == CLAIMED_AT
+#: A claim given back: the attempt it took restored, its lease released.
 RESTORED = {
     "attempts_made": jobs.c.attempts_made - 1,
     "locked_by": None,
     "locked_until": None,
     "updated_at": NOW,
 }
-
+#: A retry's or a debounce's new message: the next revision, not handed over, nobody's.
 NEW_MESSAGE = {
     "revision": jobs.c.revision + 1,
     "published_at": None,
@@ -215,7 +218,7 @@ NEW_MESSAGE = {
     "locked_until": None,
     "updated_at": NOW,
 }
-
+#: The undo of a retry whose publish failed: the values it had before.
 UNDONE_RETRY = {
     "payload_json": func.coalesce(
         param("old_payload_json", Text, optional=True), jobs.c.payload_json
@@ -226,13 +229,14 @@ UNDONE_RETRY = {
     "secrets_sealed": param("old_secrets_sealed", Text, optional=True),
     "updated_at": NOW,
 }
-
-#: A new message revision: a delivery of an older one runs nothing (``CLAIM`` is fenced).
+#: A rescue's new message revision: a delivery of an older one runs nothing (``CLAIM`` is
+#: fenced).
 RESCUE_MESSAGE: dict[str, Any] = {
     "revision": jobs.c.revision + 1,
     "locked_by": None,
     "updated_at": NOW,
 }
+#: A stalled job abandoned by the reaper.
 ABANDON: dict[str, Any] = {
     "locked_by": None,
     "locked_until": None,
