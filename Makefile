@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 
-.PHONY: venv check docs test test-durations test-fast test-unit test-db test-acceptance test-serial test-untouched-seed test-untouched-check chaos conformance demo bench bench-progress bench-cleanup bench-fleet bench-scale clean
+.PHONY: venv check docs lifecycle test test-durations test-fast test-unit test-db test-acceptance test-serial test-untouched-seed test-untouched-check chaos conformance demo bench bench-progress bench-cleanup bench-fleet bench-scale clean
 
 venv: $(STAMP)
 
@@ -30,6 +30,11 @@ check: venv
 	$(VENV)/bin/mypy --strict celery_tracked
 	$(VENV)/bin/lint-imports
 	$(MAKE) docs
+
+# The state machine's table in docs/lifecycle.md, from store/transitions.py (a unit test
+# fails when they differ).
+lifecycle: venv
+	$(PY) -m tests.unit.test_transitions --write
 
 # The documentation site (mkdocs.yml): no warning allowed; into the git-ignored site/.
 # Its output goes to site/build.log, which tests/acceptance/test_docs_site.py reads

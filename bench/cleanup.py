@@ -37,7 +37,7 @@ from bench.own_redis import own_redis  # noqa: E402
 from celery_tracked import Tracker  # noqa: E402
 from celery_tracked.core.cleanup import Sweep  # noqa: E402
 from celery_tracked.store import migrate  # noqa: E402
-from celery_tracked.store.purge import START, statements  # noqa: E402
+from celery_tracked.store.cleanup import START, statements  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 ADMIN_URL = os.environ.get(

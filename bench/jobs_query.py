@@ -10,7 +10,7 @@ generate_series`` (30 days of jobs: 5 queues, one of them busy; 20 job types; 20
 owners; pipelines of 5 jobs; 93 % completed, 5 % failed, 2 % cancelled, and a backlog of
 pending, processing and retrying jobs among the newest 50,000), runs
 ``ANALYZE``, then prints each query's plan and time. The statements are the library's
-own (``store/queries.py``, ``store/statements.py``), compiled for PostgreSQL.
+own (``store/reads.py``, ``store/statements.py``), compiled for PostgreSQL.
 ``--drop-index`` drops an index first, to see the plan without it. Not a test: see
 ``bench/README.md``.
 """
@@ -36,7 +36,7 @@ from celery_tracked.core.finder import JobFilter, Position  # noqa: E402
 from celery_tracked.core.jobs import utcnow  # noqa: E402
 from celery_tracked.store import (  # noqa: E402
     migrate,
-    queries,
+    reads,
     reaping,
     selects,
 )
@@ -153,8 +153,8 @@ def cases(engine: Engine) -> list[tuple[str, Any, dict[str, Any]]]:
 
     def listing(title: str, after: Position | None = None, **filters: Any) -> None:
         filt = JobFilter.of(now=now, **filters)
-        statement = queries.find_statement(filt, after, PAGE + 1)
-        out.append((title, statement, queries.find_params(after)))
+        statement = reads.find_statement(filt, after, PAGE + 1)
+        out.append((title, statement, reads.find_params(after)))
 
     listing("newest jobs (no filter)")
     if middle is not None:
@@ -180,8 +180,8 @@ def cases(engine: Engine) -> list[tuple[str, Any, dict[str, Any]]]:
     listing("failed, finished in the last hour", status="failed", finished_after=timedelta(hours=1))
     out.append(("stats: counts per queue and status", selects.COUNT_BY_STATUS, {}))
     out.append(("stats: oldest pending per queue", selects.OLDEST_PENDING, {}))
-    out.append(("stats: failed in the last hour", queries.FAILED_SINCE, {"since_s": 3600.0}))
-    out.append(("stats: expired leases", queries.EXPIRED_LEASES, {}))
+    out.append(("stats: failed in the last hour", reads.FAILED_SINCE, {"since_s": 3600.0}))
+    out.append(("stats: expired leases", reads.EXPIRED_LEASES, {}))
     stalled = {"grace_s": 15.0, "limit": 100, "run_cutoff": now - timedelta(seconds=60)}
     stalled.update(pending_cutoff=now - timedelta(seconds=600))
     stalled.update(retrying_cutoff=now - timedelta(seconds=300))

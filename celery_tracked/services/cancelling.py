@@ -1,7 +1,7 @@
 """Cancelling a running job: ``Tracker.cancel(job_id, running=True)``.
 
 1. A job still waiting (``pending``/``retrying``) is cancelled as by ``Tracker.cancel``.
-2. A ``processing`` job gets a cancel request on its row (``store/cancels.py``): it stays
+2. A ``processing`` job gets a cancel request on its row (``store/rerun.py``): it stays
    ``processing`` while its run goes on, and from then on its run can only end it
    ``cancelled``, whatever the body does (returns, raises, asks for a retry).
 3. The run is asked to stop: terminated where the worker's pool can end one task, and

@@ -5,7 +5,7 @@ A maintenance plugin (``maintenance.py``): ``Tracker.cleanup()``, the task
 ``celery tracked cleanup``. Each run assembles the app's
 :class:`~celery_tracked.core.cleanup.Policy` (:meth:`Cleanup.policy`). Each of its sweeps
 (``core/cleanup.py``) is removed in batches of ``tracked_cleanup_batch_size`` rows, one
-transaction each, with the rows' events (``store/purge.py``); then the Redis guard entries
+transaction each, with the rows' events (``store/cleanup.py``); then the Redis guard entries
 of the removed keys are dropped (compare-and-delete: only while they still name the
 removed job; only those of jobs created within ``tracked_guard_ttl_seconds``: older ones
 have expired), so the next enqueue of such a key creates a new job at once. ``pending``,

@@ -3,7 +3,7 @@
 :class:`Flusher` thread per process that writes a progress value the interval held back
 once it is due, when the body makes no further call.
 
-Every write is fenced by the run's claim (``store/reporting.py``); a write that matches
+Every write is fenced by the run's claim (``store/reports.py``); a write that matches
 nothing means the run lost its lease: the reporter then writes nothing more (the
 ``LeaseKeeper`` stops the run). A database error is logged and swallowed: the next write,
 or the completion, carries the newest value. Knows nothing of Celery.

@@ -1,21 +1,34 @@
 """The tracking database. Knows nothing of Celery.
 
-- ``statements``: every move, each written once as a Core statement; a status change is
-  a ``Move`` (conditional ``UPDATE`` + its history row). ``selects``: the reads and the
-  deletes of an undone enqueue.
-- ``moves``: the allowed moves, each run by one helper (``Moves.apply``), fence included.
-- ``outcomes``: how a run ends (completed, retrying, failed), fenced by its claim or, for a
-  run that died outside its call path, like a takeover.
-- ``cancels``: a cancel request on a running job, and the end of a run asked to stop.
-- ``rerun``: the moves that give a job a new message (debounce, ``Tracker.retry``).
-- ``giveback``: a claim given back before its body started (no attempt used).
-- ``reporting``: a running body's progress (a fenced, non-durable move) and log lines.
-- ``reaping``: the stalled-job reaper's reads and moves (rescue, abandon).
-- ``reads``: one job, a job by key, a job's history, statistics.
-- ``gauges``: the relay's backlog and the expired leases (for the metrics).
-- ``purge``: retention cleanup: ended rows and their events removed in bounded batches.
-- ``queries``: finding jobs by filters (keyset pages), the queues' health for statistics.
-- ``slots``: concurrency keys: a keyed claim under the key's lock, whether a key is full.
+One file per store role of ``core/ports.py``, each a mixin of :class:`JobStore` (the memory
+store, ``backends/memory/``, and the contract suite, ``tests/contract/``, use the same
+names):
+
+- ``enqueue``: a job's row, the undo of a failed enqueue, the hand-over mark, a debounce's
+  replacement (``EnqueueStore``, ``Handing``).
+- ``claims``: claim, takeover, a lost last attempt, a claim given back, a postponed
+  delivery's refresh, a concurrency key's reads (``ClaimStore``).
+- ``outcomes``: how a run ends (completed, retrying, failed, cancelled as asked), fenced by
+  its claim or, for a run that died outside its call path, like a takeover; its lease's
+  renewal and release (``OutcomeStore``, ``LeaseStore``, ``EndsDeadRuns``).
+- ``reports``: a running body's progress, log lines and cancel request (``ReportStore``).
+- ``relay``: the unpublished rows, the relay's claim and mark (``RelayStore``).
+- ``reaping``: the stalled-job reaper's reads and moves (``ReapStore``).
+- ``cleanup``: retention: ended rows and their events removed in bounded batches
+  (``PurgeStore``).
+- ``rerun``: ``Tracker.retry`` and ``Tracker.cancel`` (``RerunStore``).
+- ``reads``: one job, a job by key, a history, statistics, listings, gauges
+  (``Reader``, ``KeyReader``, ``FindStore``).
+
+Shared by them:
+
+- ``transitions``: **every status move**, one table: from-statuses → to-status, fence,
+  event (``docs/lifecycle.md`` shows it). ``apply``: the one runner of a move
+  (``Apply.apply``), fence and history row included.
+- ``statements``: the parameters, fences and values of the moves, the ``Move`` shape and
+  how it compiles; ``selects``, ``inserts``: the reads and the inserts.
+- ``locks``: a concurrency key's lock per dialect, an ``enqueue_in`` key's named lock.
+- ``effects``: ``enqueue_in`` and a completion's writes in the caller's transaction.
 - ``clock``: the database's clock, on which leases and backoffs are judged.
 - ``engines``: engines per process (fork safety), SQLite pragmas, transactions.
 - ``fastpath``: PostgreSQL: the same statements compiled once for psycopg, per-thread
@@ -26,37 +39,33 @@
 
 from __future__ import annotations
 
-from .cancels import Cancels
+from .apply import Apply
+from .claims import Claims
+from .cleanup import Cleanup
 from .engines import Engines
-from .gauges import Gauges
-from .giveback import GiveBack
-from .moves import Moves
+from .enqueue import Enqueue
 from .outcomes import Outcomes
-from .purge import Purge
-from .queries import Queries
 from .reads import Reads
 from .reaping import Reaping
-from .reporting import Reporting
+from .relay import Relay
+from .reports import Reports
 from .rerun import Rerun
-from .slots import Slots
 from .translate import Disconnected, DuplicateJob, Refused
 
 __all__ = ["Disconnected", "DuplicateJob", "JobStore", "Refused"]
 
 
 class JobStore(
-    Moves,
+    Apply,
+    Enqueue,
+    Claims,
     Outcomes,
-    Cancels,
-    Reads,
-    Queries,
-    Rerun,
-    Reporting,
-    Slots,
-    Gauges,
+    Reports,
+    Relay,
     Reaping,
-    Purge,
-    GiveBack,
+    Cleanup,
+    Rerun,
+    Reads,
 ):
     """The tracking database of one app; engines are created per process."""
 

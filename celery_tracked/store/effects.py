@@ -5,7 +5,7 @@
   :func:`insert_in` writes the row and its ``enqueued`` event there (the unique
   ``(job_type, idempotency_key, key_round)`` constraint decides between concurrent
   transactions, without ever aborting the caller's: a savepoint on PostgreSQL, the key's
-  named lock on MariaDB/MySQL, ``keylocks``), and :func:`after_commit` runs the
+  named lock on MariaDB/MySQL, ``locks``), and :func:`after_commit` runs the
   publish once that transaction committed, never after a rollback.
 - A run's completion committed with the body's own writes (``TrackedTask.transaction``):
   :func:`begin` opens the body's transaction, :class:`HeldCompletion` writes the fenced
@@ -36,11 +36,12 @@ from ..core.errors import (
 )
 from ..core.jobs import Claim, Job, JobStatus
 from ..core.moves import Completion
-from . import inserts, keylocks, selects
+from . import inserts, locks, selects
 from . import statements as sql
+from . import transitions as moves
+from .apply import Apply, insert_rows
 from .engines import Engines
 from .models import jobs
-from .moves import Moves, insert_rows
 from .translate import translated
 
 logger = logging.getLogger("celery_tracked")
@@ -93,7 +94,7 @@ def insert_in(conn: Connection, row: dict[str, object], engines: Engines) -> Job
     """Insert the pending job ``row`` and its ``enqueued`` event in ``conn``'s transaction;
     None when inserted, else the job holding its id or key (on PostgreSQL the insert waits
     for a concurrent transaction inserting the same key, then sees its row; on MariaDB and
-    MySQL the key's named lock does: ``keylocks``).
+    MySQL the key's named lock does: ``locks``).
 
     Raises:
         StoreError: the database failed, or the colliding job is gone meanwhile.
@@ -102,7 +103,7 @@ def insert_in(conn: Connection, row: dict[str, object], engines: Engines) -> Job
     innodb = conn.dialect.name not in ("postgresql", "sqlite")
     with translated("inserting the job row"):
         if innodb:
-            keylocks.hold(conn, row)
+            locks.hold(conn, row)
             found = _committed(row, engines)  # never a locking read in the caller's
             if found is not None:
                 return found
@@ -286,7 +287,7 @@ class HeldCompletion:
         params.update(result_json=done.result_json, duration_ms=done.duration_ms)
         try:
             with translated("completion of the job"):
-                found = Moves.apply_in(self.conn, sql.COMPLETE, params, self.engines.is_postgres)
+                found = Apply.apply_in(self.conn, moves.COMPLETE, params, self.engines.is_postgres)
                 if found is None:  # the lease was lost: nothing the body wrote remains
                     self.abandon()
                     return False

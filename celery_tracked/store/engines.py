@@ -150,12 +150,16 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 class Applying:
     """A part of :class:`~celery_tracked.store.JobStore` that reads through its
-    ``engines`` and writes through ``Moves.apply`` (declared here for the type checker)."""
+    ``engines`` and writes through ``Apply.apply`` (declared here for the type checker)."""
 
     engines: Engines
 
-    if TYPE_CHECKING:  # provided by ``Moves``
+    if TYPE_CHECKING:  # provided by ``Apply``
 
         def apply(
-            self, move: Move, params: Mapping[str, Any], rows: Sequence[NewRow] = ()
+            self,
+            move: Move,
+            params: Mapping[str, Any],
+            rows: Sequence[NewRow] = (),
+            key: str | None = None,
         ) -> tuple[int, int] | None: ...

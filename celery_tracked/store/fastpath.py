@@ -4,7 +4,8 @@ sent on per-thread autocommit connections.
 Claim and completion run once per job; through SQLAlchemy's general execution path they
 cost about twice the client CPU of a plain driver call, which shows directly in throughput
 on small machines. Nothing here is a second copy of a statement: each is compiled from the
-Core statement in ``statements.py`` with the engine's own dialect, once per process.
+Core statement (``statements.py``, ``transitions.py``) with the engine's own dialect, once
+per process.
 """
 
 from __future__ import annotations

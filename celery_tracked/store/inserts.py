@@ -1,6 +1,6 @@
 """The statements that create job rows: a producer's insert (with its ``enqueued`` event)
 and a successor's insert-unless-taken. Written once, as Core statements (see
-``statements.py`` for the moves)."""
+``transitions.py`` for the moves)."""
 
 from __future__ import annotations
 

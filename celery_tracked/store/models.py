@@ -124,7 +124,8 @@ jobs = Table(
     # under a live lease at once (``limits.py``); NULL: not limited
     Column("concurrency_key", String(255), nullable=True),
     # ``Tracker.cancel(running=True)`` asked the running job to stop: its run then ends
-    # ``cancelled`` whatever the body did (``store/cancels.py``); NULL: no request
+    # ``cancelled`` whatever the body did (``CANCEL_RUN``, ``store/transitions.py``);
+    # NULL: no request
     Column("cancel_requested_at", UTCDateTime, nullable=True),
     # the job must not start before this time (the database's clock): a ``retrying`` job's
     # backoff, a ``pending`` job's countdown/eta; no delivery claims it before, the reaper
@@ -144,7 +145,7 @@ jobs = Table(
         "status",
         **_only("concurrency_key IS NOT NULL"),
     ),
-    # the cleanup's batches: one status, oldest finished first (``store/purge.py``)
+    # the cleanup's batches: one status, oldest finished first (``store/cleanup.py``)
     Index(
         "ix_background_jobs_status_finished_at",
         "status",

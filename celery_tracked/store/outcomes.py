@@ -1,7 +1,8 @@
 """How a run ends: the moves out of ``processing`` (completed, retrying, failed) for a run
 that reports its own outcome, fenced by its claim, and for a run that died outside its call
 path (a lost last attempt, the hard time limit, ``revoke(terminate=True)``), fenced like a
-takeover. ``rows`` given with an outcome (successors) are inserted in its transaction.
+takeover; the end of a run asked to stop (``cancel_run``), the renewal and the release of a
+run's lease. ``rows`` given with an outcome (successors) are inserted in its transaction.
 """
 
 from __future__ import annotations
@@ -11,24 +12,16 @@ from datetime import datetime
 from typing import Any
 
 from ..core.jobs import Claim, JobStatus, NewRow
-from ..core.moves import AttemptError, Completion, DeadRun, Rows, Takeover
+from ..core.moves import AttemptError, Completion, DeadRun, Rows
 from . import selects
-from . import statements as sql
+from . import transitions as moves
 from .engines import Applying
+from .statements import Move
 from .translate import reconnecting, translated
 
 
 class Outcomes(Applying):
-    """The outcome side of :class:`~celery_tracked.store.JobStore` (``Moves.apply``)."""
-
-    @reconnecting
-    def fail_lost(self, job_id: str, fence: Takeover, now: datetime) -> bool:
-        """processing → failed when the last attempt was lost: fenced like a takeover (the
-        attempt last seen, and a lease that lapsed or whose owner is dead); ``fence.reason``
-        is the history line and the error message."""
-        params = {"job_id": job_id, "attempt": fence.seen_attempt, "now": now}
-        params.update(message=fence.reason, grace_s=fence.grace_s, stale_owner=fence.stale_owner)
-        return self.apply(sql.FAIL_LOST, params) is not None
+    """The outcome side of :class:`~celery_tracked.store.JobStore` (``Apply.apply``)."""
 
     @reconnecting
     def end_dead_run(self, job_id: str, dead: DeadRun) -> bool:
@@ -38,9 +31,9 @@ class Outcomes(Applying):
         ``dead.message`` is the history line (and a cancellation's ``error_message``); a
         retry is not claimable before ``dead.delay_ms``."""
         move = {
-            JobStatus.RETRYING: sql.RETRY_DEAD,
-            JobStatus.FAILED: sql.FAIL_DEAD,
-            JobStatus.CANCELLED: sql.CANCEL_DEAD,
+            JobStatus.RETRYING: moves.RETRY_DEAD,
+            JobStatus.FAILED: moves.FAIL_DEAD,
+            JobStatus.CANCELLED: moves.CANCEL_DEAD,
         }[dead.status]
         params = {"job_id": job_id, "attempt": dead.seen_attempt, "now": dead.now}
         params.update(message=dead.message, stale_owner=dead.stale_owner)
@@ -58,7 +51,7 @@ class Outcomes(Applying):
         """
         params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": done.now}
         params.update(result_json=done.result_json, duration_ms=done.duration_ms)
-        if self.apply(sql.COMPLETE, params, done.rows) is not None:
+        if self.apply(moves.COMPLETE, params, done.rows) is not None:
             return True
         if not resent:
             return False
@@ -71,7 +64,7 @@ class Outcomes(Applying):
         """processing → retrying after a failed attempt, fenced by the claim; not claimable
         before ``delay_ms``."""
         message = f"retry in {delay_ms} ms after {error.error_type}: {error.error_message}"
-        return self._end_run(sql.RETRYING, claim, error, message, {"delay_s": delay_ms / 1000})
+        return self._end_run(moves.RETRYING, claim, error, message, {"delay_s": delay_ms / 1000})
 
     @reconnecting
     def fail(
@@ -82,11 +75,11 @@ class Outcomes(Applying):
         same transaction."""
         message = f"{error.error_type}: {error.error_message}"
         extra = {"delay_s": 0.0, "retries_exhausted": retries_exhausted}
-        return self._end_run(sql.FAIL, claim, error, message, extra, rows)
+        return self._end_run(moves.FAIL, claim, error, message, extra, rows)
 
     def _end_run(
         self,
-        move: sql.Move,
+        move: Move,
         claim: Claim,
         error: AttemptError,
         message: str,
@@ -97,3 +90,23 @@ class Outcomes(Applying):
         params.update(error_type=error.error_type, error_message=error.error_message)
         params.update(message=message[:1000], duration_ms=error.duration_ms, **extra)
         return self.apply(move, params, rows) is not None
+
+    @reconnecting
+    def cancel_run(self, claim: Claim, *, now: datetime, message: str) -> bool:
+        """End the run of ``claim`` as ``cancelled`` if a cancel was requested while it
+        still holds the job; False otherwise."""
+        params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": now}
+        return self.apply(moves.CANCEL_RUN, {**params, "message": message}) is not None
+
+    @reconnecting
+    def renew(self, claim: Claim, lease_seconds: float) -> bool:
+        """Extend a running attempt's lease to ``lease_seconds`` from now (the database's
+        clock); False when it no longer holds it."""
+        params = {"job_id": claim.job_id, "attempt": claim.attempt, "lease_s": lease_seconds}
+        return self.apply(moves.RENEW, params) is not None
+
+    @reconnecting
+    def release(self, claim: Claim, now: datetime) -> bool:
+        """Drop the lease of an abandoned attempt, so a redelivery takes over at once."""
+        params = {"job_id": claim.job_id, "attempt": claim.attempt, "now": now}
+        return self.apply(moves.RELEASE, params) is not None

@@ -6,8 +6,9 @@ was handed to the broker. The reaper **rescues** one (a new message revision, so
 delivery of the old message runs nothing, and a ``rescued`` event) or **abandons** it
 (``failed``, ``error_type = "abandoned"``). Each move is one conditional ``UPDATE`` fenced
 to exactly the row the reaper judged: the message revision it saw, and for a run the
-attempt it saw and a lease that lapsed on the database's clock (``statements.LAPSED``), so
-two reapers at once move a row once, and a live lease is never touched.
+attempt it saw and a lease that lapsed on the database's clock (``statements.LAPSED``),
+so two reapers at once move a row once, and a live lease is never touched. The moves are
+in ``transitions.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    Boolean,
     ColumnElement,
     Integer,
     Select,
@@ -33,139 +33,19 @@ from sqlalchemy import (
 
 from ..core.jobs import Event, Job, JobStatus
 from ..core.moves import StaleRun, StallCutoffs
-from .clock import db_time
+from . import transitions as moves
 from .engines import Applying
 from .models import UTCDateTime, events, jobs
-from .statements import CURRENT, DUE, GRACE_S, JOB_ID, LAPSED, MESSAGE, NOW, UNCANCELLED, Move
+from .statements import CURRENT, DUE, JOB_ID, MESSAGE, NOW, RESCUED, RETRIED, RUN_STALLED
 from .translate import reconnecting, translated
 
-#: The event of a rescue; ``Tracker.retry``'s event starts a new count of them.
-RESCUED = "rescued"
-RETRIED = "retried"
-ABANDONED = "abandoned"
-
-#: A run is stalled once its last sign of life (its lease's expiry, or the release of its
-#: lease) is older than this: the reaper's patience, after the takeover grace.
-RUN_CUTOFF = bindparam("run_cutoff", type_=UTCDateTime)
-#: A waiting job is stalled once its message was handed over (pending) or due (retrying)
-#: before the cutoff.
-CUTOFF = bindparam("cutoff", type_=UTCDateTime)
 PENDING_CUTOFF = bindparam("pending_cutoff", type_=UTCDateTime)
 RETRYING_CUTOFF = bindparam("retrying_cutoff", type_=UTCDateTime)
 LIMIT = bindparam("limit", type_=Integer)
 
-#: A lease released, or lapsed more than ``grace_s`` ago on the database's clock (no live
-#: holder: the takeover's fence), whose last sign of life is older than ``run_cutoff``.
-_RUN_STALLED = and_(
-    or_(jobs.c.locked_until.is_(None), jobs.c.locked_until < db_time(-GRACE_S)),
-    func.coalesce(jobs.c.locked_until, jobs.c.updated_at) < RUN_CUTOFF,
-)
-_RUN_FENCE = (*LAPSED, *CURRENT, _RUN_STALLED)
-#: A pending job handed over before the cutoff, and due (its ``countdown``/``eta``) before
-#: it too and now on the database's clock: the reaper never publishes a job not yet due.
-_PENDING_FENCE = (
-    *CURRENT,
-    *DUE,
-    jobs.c.published_at < CUTOFF,
-    or_(jobs.c.not_before.is_(None), jobs.c.not_before < CUTOFF),
-)
-#: A retrying job due before the cutoff whose message was not handed to the broker again
-#: since (a postponed delivery, ``REPUBLISHED``).
-_RETRYING_FENCE = (
-    *CURRENT,
-    jobs.c.not_before < CUTOFF,
-    or_(jobs.c.published_at.is_(None), jobs.c.published_at < CUTOFF),
-)
-
-#: A new message revision: a delivery of an older one runs nothing (``CLAIM`` is fenced).
-_NEW_MESSAGE: dict[str, Any] = {
-    "revision": jobs.c.revision + 1,
-    "locked_by": None,
-    "updated_at": NOW,
-}
-_ABANDON: dict[str, Any] = {
-    "locked_by": None,
-    "locked_until": None,
-    "not_before": None,
-    "updated_at": NOW,
-    "finished_at": NOW,
-    "error_type": ABANDONED,
-    "error_message": MESSAGE,
-    "retries_exhausted": bindparam("retries_exhausted", type_=Boolean),
-}
-_PROCESSING = (JobStatus.PROCESSING,)
-_PENDING = (JobStatus.PENDING,)
-_RETRYING = (JobStatus.RETRYING,)
-
-#: processing → retrying, due at once: the lost attempt counted, its next one to come.
-RESCUE_RUN = Move(
-    "rescue_run",
-    _PROCESSING,
-    JobStatus.RETRYING,
-    {
-        **_NEW_MESSAGE,
-        "locked_until": None,
-        "not_before": db_time(),
-        "error_type": "WorkerLost",
-        "error_message": MESSAGE,
-    },
-    _RUN_FENCE,
-    RESCUED,
-    extra_where=(jobs.c.attempts_made < jobs.c.max_attempts, *UNCANCELLED),
-)
-#: pending → pending with a new message (handed over once published; else the relay's).
-RESCUE_PENDING = Move(
-    "rescue_pending",
-    _PENDING,
-    JobStatus.PENDING,
-    {**_NEW_MESSAGE, "locked_until": None, "published_at": None},
-    _PENDING_FENCE,
-    RESCUED,
-)
-#: retrying → retrying with a new message, due at once.
-RESCUE_RETRYING = Move(
-    "rescue_retrying",
-    _RETRYING,
-    JobStatus.RETRYING,
-    {**_NEW_MESSAGE, "not_before": db_time()},
-    _RETRYING_FENCE,
-    RESCUED,
-)
-ABANDON_RUN = Move(
-    "abandon_run",
-    _PROCESSING,
-    JobStatus.FAILED,
-    _ABANDON,
-    _RUN_FENCE,
-    "failed",
-    extra_where=UNCANCELLED,
-)
-#: A stalled run that was asked to stop (``Tracker.cancel(running=True)``) ends as asked.
-CANCEL_STALLED_RUN = Move(
-    "cancel_stalled_run",
-    _PROCESSING,
-    JobStatus.CANCELLED,
-    {
-        "locked_by": None,
-        "locked_until": None,
-        "updated_at": NOW,
-        "finished_at": NOW,
-        "error_type": None,
-        "error_message": MESSAGE,
-    },
-    _RUN_FENCE,
-    "cancelled",
-    extra_where=(jobs.c.cancel_requested_at.is_not(None),),
-)
-ABANDON_PENDING = Move(
-    "abandon_pending", _PENDING, JobStatus.FAILED, _ABANDON, _PENDING_FENCE, "failed"
-)
-ABANDON_RETRYING = Move(
-    "abandon_retrying", _RETRYING, JobStatus.FAILED, _ABANDON, _RETRYING_FENCE, "failed"
-)
 _WAITING_MOVES = {
-    JobStatus.PENDING: (RESCUE_PENDING, ABANDON_PENDING),
-    JobStatus.RETRYING: (RESCUE_RETRYING, ABANDON_RETRYING),
+    JobStatus.PENDING: (moves.RESCUE_PENDING, moves.ABANDON_PENDING),
+    JobStatus.RETRYING: (moves.RESCUE_RETRYING, moves.ABANDON_RETRYING),
 }
 
 _rescued, _retried = events.alias("rescued_events"), events.alias("retried_events")
@@ -197,7 +77,7 @@ RESCUES = (
 #: status is read by itself, in ``(status, created_at)`` order: one ``OR`` of the two
 #: waiting statuses made PostgreSQL walk the whole ``created_at`` index at 1M rows
 #: (400 ms against 1 ms; docs/operations.md).
-_STALLED_RUNS = and_(jobs.c.status == JobStatus.PROCESSING.value, _RUN_STALLED)
+_STALLED_RUNS = and_(jobs.c.status == JobStatus.PROCESSING.value, RUN_STALLED)
 _STALLED_PENDING = and_(
     jobs.c.status == JobStatus.PENDING.value,
     jobs.c.published_at < PENDING_CUTOFF,
@@ -252,7 +132,7 @@ SELECT_STALLED_RETRYING = _oldest(_STALLED_RETRYING)
 
 
 class Reaping(Applying):
-    """The reaper's side of :class:`~celery_tracked.store.JobStore` (``Moves.apply``)."""
+    """The reaper's side of :class:`~celery_tracked.store.JobStore` (``Apply.apply``)."""
 
     @reconnecting
     def stalled(self, cutoffs: StallCutoffs, limit: int) -> list[tuple[Job, int]]:
@@ -299,19 +179,19 @@ class Reaping(Applying):
         """processing → retrying (due now, a new revision) while the row is still ``job``'s
         attempt and revision, stalled as :meth:`stalled` says (``stale.grace_s``,
         ``stale.run_cutoff``); attempts remain."""
-        return self.apply(RESCUE_RUN, _run_params(job, stale)) is not None
+        return self.apply(moves.RESCUE_RUN, _run_params(job, stale)) is not None
 
     @reconnecting
     def abandon_run(self, job: Job, stale: StaleRun, retries_exhausted: bool) -> bool:
         """processing → failed (``abandoned``), fenced like :meth:`rescue_run`."""
         params = {**_run_params(job, stale), "retries_exhausted": retries_exhausted}
-        return self.apply(ABANDON_RUN, params) is not None
+        return self.apply(moves.ABANDON_RUN, params) is not None
 
     @reconnecting
     def cancel_stalled_run(self, job: Job, stale: StaleRun) -> bool:
         """processing → cancelled for a stalled run a cancel was requested of, fenced like
         :meth:`rescue_run`."""
-        return self.apply(CANCEL_STALLED_RUN, _run_params(job, stale)) is not None
+        return self.apply(moves.CANCEL_STALLED_RUN, _run_params(job, stale)) is not None
 
     @reconnecting
     def rescue_waiting(self, job: Job, *, cutoff: datetime, message: str, now: datetime) -> bool:

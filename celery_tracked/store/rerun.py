@@ -1,8 +1,11 @@
-"""The moves around a job's message: a debounce and ``Tracker.retry`` give an existing job
-a new one; the relay sends the one its producer never handed over.
+"""``Tracker.retry`` and ``Tracker.cancel`` (``RerunStore``): a retry gives an ended job a
+new message (and its undo when the publish failed); a cancel ends a waiting job, or asks a
+running one to stop; the reads of a job's retries and of a fail-soft successor. (A
+debounce's replacement is ``enqueue.py``'s, the relay's moves ``relay.py``'s.)
 
-Each bumps the row's ``revision`` in the same conditional ``UPDATE`` (compare-and-set on
-the revision its caller read) and clears ``published_at``: the caller then publishes a
+A retry and a debounce (``enqueue.py``) give an existing job a new message. Each bumps the
+row's ``revision`` in the same conditional ``UPDATE`` (compare-and-set on the revision its
+caller read) and clears ``published_at``: the caller then publishes a
 message of the new revision and records it handed over. A delivery of an older revision
 runs nothing (``CLAIM``/``TAKE_OVER`` are fenced to the current one), so only the latest
 message ever runs; if the caller dies before publishing, the relay publishes the row.
@@ -10,125 +13,36 @@ A publish that failed is undone by the matching ``UNDO_*`` move, fenced to the r
 it made and to a message nobody handed over (not even a relay). An undo never gives the row
 an older revision back (that message may have been consumed meanwhile): a debounce's undo
 moves on to a newer one, left to the relay (``keys.undo_replace``).
+
+A cancel of a running job (``Tracker.cancel(job_id, running=True)``) records a request
+(``REQUEST_CANCEL``: ``cancel_requested_at`` set, a ``cancel_requested`` event; the job stays
+``processing`` while its run goes on). From then on the run's own outcome, a takeover and
+the end of a dead run are fenced out (``statements.UNCANCELLED``); the run that still holds
+the job ends it with ``CANCEL_RUN`` (``outcomes.py``), a run that died is ended by
+``CANCEL_DEAD``, and a body polls the request (``reports.py``, ``cancel_wanted``).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Boolean, Integer, String, Text, exists, func, or_, select
+from sqlalchemy import String, Text, or_, select
 
-from ..core.jobs import RETRY_UNDONE, Job, JobStatus
-from ..core.keys import UndoneReplace
+from ..core.jobs import RETRY_UNDONE, Job
 from ..core.moves import RetryUndo
+from . import transitions as moves
 from .engines import Applying
-from .inserts import DUE_AT
-from .models import UTCDateTime, events, jobs
-from .statements import JOB_ID, NOW, RELAY_CLAIM, RELAYED, REVISION, Move, param
+from .models import events, jobs
+from .statements import JOB_ID, param
 from .translate import reconnecting, translated
 
-_PENDING = (JobStatus.PENDING,)
-_ENDED = (JobStatus.FAILED, JobStatus.CANCELLED)
-PAYLOAD = param("payload_json", Text)
-#: The arguments a retry sends: given (a re-sent job id's call), else the stored ones.
-_SENT_PAYLOAD = func.coalesce(param("payload_json", Text, optional=True), jobs.c.payload_json)
-#: the arguments' sealed values (``sealing.py``), NULL when none
-SEALED = param("secrets_sealed", Text, optional=True)
-#: Attempts the retried job may make from now on.
-BUDGET = param("budget", Integer)
-OLD_MAX = param("old_max_attempts", Integer)
-OLD_FINISHED = param("old_finished_at", UTCDateTime, optional=True)
-#: The revision the undone move made.
-MADE = param("made", Integer)
-
-_NEW_MESSAGE = {
-    "revision": jobs.c.revision + 1,
-    "published_at": None,
-    "locked_by": None,  # a relay publishing the old message no longer marks it handed over
-    "locked_until": None,
-    "updated_at": NOW,
-}
-#: The undone move's message was never handed over, by anyone.
-_UNSENT = (jobs.c.revision == MADE, jobs.c.published_at.is_(None), jobs.c.locked_by.is_(None))
-
-#: Debounce: a pending job's arguments replaced by a newer enqueue with its key.
-REPLACE = Move(
-    "replace",
-    _PENDING,
-    JobStatus.PENDING,
-    # the new message's countdown/eta is the job's due time (``inserts.DUE_AT``)
-    {**_NEW_MESSAGE, "payload_json": PAYLOAD, "secrets_sealed": SEALED, "not_before": DUE_AT},
-    (jobs.c.revision == REVISION,),
-    "debounced",
-)
-#: A debounce whose publish failed: its previous arguments, at a revision newer than every
-#: message sent (``keys.undo_replace``), left unpublished for the relay.
-UNDO_REPLACE = Move(
-    "undo_replace",
-    _PENDING,
-    JobStatus.PENDING,
-    {
-        "payload_json": PAYLOAD,
-        "secrets_sealed": SEALED,
-        "revision": REVISION,
-        "published_at": None,
-        "updated_at": NOW,
-    },
-    _UNSENT,
-    "debounce_undone",
-)
-
-_newer = jobs.alias("newer")
-#: No later job holds the key (a retried job must not run beside its key's newer round).
-_NO_NEWER_ROUND = ~exists().where(
-    _newer.c.job_type == jobs.c.job_type,
-    _newer.c.idempotency_key == jobs.c.idempotency_key,
-    _newer.c.key_round > jobs.c.key_round,
-)
-#: ``Tracker.retry``: failed | cancelled → pending, history kept; attempts keep counting
-#: (the attempt number fences a run's outcome, so it never goes back).
-RETRY = Move(
-    "retry",
-    _ENDED,
-    JobStatus.PENDING,
-    {
-        **_NEW_MESSAGE,
-        "payload_json": _SENT_PAYLOAD,
-        "max_attempts": jobs.c.attempts_made + BUDGET,
-        "started_at": None,
-        "finished_at": None,
-        "retries_exhausted": False,
-        "cancel_requested_at": None,  # an old run's request does not cancel the new one
-        "secrets_sealed": SEALED,  # the values it is sent with, sealed again
-    },
-    (jobs.c.revision == REVISION,),
-    "retried",
-    extra_where=(_NO_NEWER_ROUND,),
-)
-#: The same move from a completed job too: a re-send of an ended job's id runs it again
-#: as a new round (``resend.py``, ``Resender.again``).
-RETRY_ENDED = replace(RETRY, name="retry_ended", sources=(JobStatus.COMPLETED, *_ENDED))
-_UNDONE_RETRY = {
-    "payload_json": func.coalesce(
-        param("old_payload_json", Text, optional=True), jobs.c.payload_json
-    ),
-    "max_attempts": OLD_MAX,
-    "finished_at": OLD_FINISHED,
-    "retries_exhausted": param("old_retries_exhausted", Boolean),
-    "secrets_sealed": param("old_secrets_sealed", Text, optional=True),
-    "updated_at": NOW,
-}
-UNDO_RETRY = {
-    ended: Move(f"undo_retry_{ended.value}", _PENDING, ended, _UNDONE_RETRY, _UNSENT, RETRY_UNDONE)
-    for ended in RETRY_ENDED.sources
-}
 #: A job's retries and their undos, in order (``attempt``: the attempts made before each).
 SELECT_ROUNDS = (
     select(events.c.event, events.c.attempt)
     .where(
         events.c.job_id == JOB_ID,
-        or_(events.c.event == RETRY.event, events.c.event == RETRY_UNDONE),
+        or_(events.c.event == moves.RETRY.event, events.c.event == RETRY_UNDONE),
     )
     .order_by(events.c.id)
 )
@@ -149,40 +63,7 @@ SELECT_FAIL_SOFT = (
 
 
 class Rerun(Applying):
-    """The message side of :class:`~celery_tracked.store.JobStore` (``Moves.apply``)."""
-
-    @reconnecting
-    def replace_arguments(
-        self,
-        job_id: str,
-        *,
-        seen_revision: int,
-        payload_json: str,
-        now: datetime,
-        message: str,
-        secrets_sealed: str | None = None,
-        due_in_s: float | None = None,
-        due_at: datetime | None = None,
-    ) -> bool:
-        """pending → pending with new arguments and revision ``seen_revision + 1``, if the
-        job is still pending at ``seen_revision``; due when its new message is (``due_in_s``
-        from now on the database's clock, or at ``due_at``; neither: at once)."""
-        params = {"job_id": job_id, "at_revision": seen_revision, "payload_json": payload_json}
-        params.update(now=now, message=message, secrets_sealed=secrets_sealed)
-        params.update(due_in_s=due_in_s, due_at=due_at)
-        return self.apply(REPLACE, params) is not None
-
-    @reconnecting
-    def undo_replace(
-        self, job_id: str, made: int, undo: UndoneReplace, *, now: datetime, message: str
-    ) -> bool:
-        """pending at revision ``made`` → pending at ``undo.revision`` (newer) with
-        ``undo.payload_json`` and no message handed over (the relay's), if nobody handed
-        ``made`` over."""
-        params = {"job_id": job_id, "made": made, "at_revision": undo.revision, "now": now}
-        params.update(payload_json=undo.payload_json, message=message)
-        params.update(secrets_sealed=undo.secrets_sealed)
-        return self.apply(UNDO_REPLACE, params) is not None
+    """The message side of :class:`~celery_tracked.store.JobStore` (``Apply.apply``)."""
 
     @reconnecting
     def retry(
@@ -203,7 +84,7 @@ class Rerun(Applying):
         kept); False if it moved meanwhile or a newer job holds its key."""
         params = {"job_id": job_id, "at_revision": seen_revision, "budget": budget, "now": now}
         params.update(message=message, secrets_sealed=secrets_sealed, payload_json=payload_json)
-        return self.apply(RETRY_ENDED if completed_too else RETRY, params) is not None
+        return self.apply(moves.RETRY_ENDED if completed_too else moves.RETRY, params) is not None
 
     @reconnecting
     def undo_retry(self, job_id: str, undo: RetryUndo, *, now: datetime, message: str) -> bool:
@@ -214,7 +95,7 @@ class Rerun(Applying):
         params.update(old_max_attempts=undo.max_attempts, old_finished_at=undo.finished_at)
         params.update(old_retries_exhausted=undo.retries_exhausted)
         params.update(old_secrets_sealed=undo.secrets_sealed)
-        return self.apply(UNDO_RETRY[undo.status], params) is not None
+        return self.apply(moves.UNDO_RETRY[undo.status], params) is not None
 
     @reconnecting
     def retry_rounds(self, job_id: str) -> list[tuple[str, int]]:
@@ -234,24 +115,20 @@ class Rerun(Applying):
             row = conn.execute(SELECT_FAIL_SOFT, params).mappings().first()
         return None if row is None else Job.from_row(row)
 
-    # -- relay ------------------------------------------------------------------------
+    @reconnecting
+    def cancel(
+        self, job_id: str, *, now: datetime, reason: str, revision: int | None = None
+    ) -> bool:
+        """pending | retrying → cancelled (with ``revision``: only while the job's message
+        is that one). A running job is never interrupted."""
+        params: dict[str, Any] = {"job_id": job_id, "now": now, "message": reason}
+        if revision is None:
+            return self.apply(moves.CANCEL, params) is not None
+        return self.apply(moves.CANCEL_CURRENT, {**params, "at_revision": revision}) is not None
 
     @reconnecting
-    def relay_claim(
-        self, job_id: str, *, owner: str, now: datetime, lease_s: float, cutoff: datetime
-    ) -> bool:
-        """Take an unpublished pending row (created or replaced before ``cutoff``) for the relay
-        ``owner``, for ``lease_s`` seconds of the database's clock; False if it was
-        published, taken or moved meanwhile."""
-        params = {"job_id": job_id, "owner": owner, "now": now, "lease_s": lease_s}
-        return self.apply(RELAY_CLAIM, {**params, "cutoff": cutoff}) is not None
-
-    @reconnecting
-    def relayed(
-        self, job_id: str, *, owner: str, now: datetime, message: str, revision: int = 0
-    ) -> bool:
-        """The relay ``owner`` published the row it claimed (at ``revision``): mark it
-        handed over."""
-        params = {"job_id": job_id, "owner": owner, "now": now, "message": message}
-        params["at_revision"] = revision
-        return self.apply(RELAYED, params) is not None
+    def request_cancel(self, job_id: str, *, now: datetime, message: str) -> bool:
+        """Record a cancel request on a ``processing`` job; False if it is not
+        ``processing`` or a request is already recorded."""
+        params = {"job_id": job_id, "now": now, "message": message}
+        return self.apply(moves.REQUEST_CANCEL, params) is not None

@@ -1,11 +1,14 @@
-"""Every SQL statement celery-tracked runs, each written once as a SQLAlchemy Core statement.
+"""The building blocks of the store's SQL, each written once as a SQLAlchemy Core piece:
+the named parameters, the fences, the values moves set, the :class:`Move` shape and how a
+move compiles.
 
-A status change is a :class:`Move`: one conditional ``UPDATE`` (``WHERE id AND status IN
-(...)`` plus the move's fence) and the event that records it. Both are built from the move
-by :func:`move_update` and :func:`event_insert`. On PostgreSQL :func:`move_cte` joins the
-same two statements into one round trip (a data-modifying CTE); elsewhere they run one
-after the other in a transaction. Parameters are named bind parameters, so a statement is
-the same object for every job and can be compiled once (see ``fastpath.py``).
+A status change is a :class:`Move` (every one is in ``transitions.py``): one conditional
+``UPDATE`` (``WHERE id AND status IN (...)`` plus the move's fence) and the event that
+records it. Both are built from the move by :func:`move_update` and :func:`event_insert`.
+On PostgreSQL :func:`move_cte` joins the same two statements into one round trip (a
+data-modifying CTE); elsewhere they run one after the other in a transaction. Parameters
+are named bind parameters, so a statement is the same object for every job and can be
+compiled once (see ``fastpath.py``).
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from sqlalchemy import (
     String,
     Text,
     Update,
+    and_,
     bindparam,
+    exists,
     func,
     insert,
     literal,
@@ -38,7 +43,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import BindParameter
 
-from ..core.jobs import CLAIMABLE, JobStatus
+from ..core.jobs import JobStatus
 from .clock import db_time
 from .models import UTCDateTime, events, jobs
 
@@ -87,7 +92,7 @@ UNLOCKED = (or_(jobs.c.locked_until.is_(None), jobs.c.locked_until <= db_time())
 CURRENT = (jobs.c.revision == REVISION,)
 #: No cancel was requested while the job ran (``Tracker.cancel(running=True)``): a run's
 #: own outcome, a takeover and the end of a dead run apply only then; otherwise the run
-#: ends ``cancelled`` (``store/cancels.py``).
+#: ends ``cancelled`` (``CANCEL_RUN`` in ``transitions.py``).
 UNCANCELLED = (jobs.c.cancel_requested_at.is_(None),)
 
 #: The jobs of a concurrency key holding a slot: ``processing`` under a live lease (on the
@@ -109,7 +114,63 @@ HOLDERS = (
 #: The claim of a keyed job: only while its key has a free slot.
 KEY_FREE = (param("concurrency_limit", Integer) > HOLDERS,)
 
-_TAKE_LEASE: dict[str, Any] = {
+# -- fences shared by reads and moves ---------------------------------------------------
+
+#: A pending row whose message was never handed to the broker, old enough to be relayed
+#: (created, or its message last replaced, before the cutoff), not held by a relay now.
+UNPUBLISHED = (
+    jobs.c.published_at.is_(None),
+    jobs.c.updated_at < CUTOFF,
+    or_(jobs.c.locked_until.is_(None), jobs.c.locked_until < db_time()),
+)
+#: A run is stalled once its last sign of life (its lease's expiry, or the release of its
+#: lease) is older than this: the reaper's patience, after the takeover grace.
+RUN_CUTOFF = param("run_cutoff", UTCDateTime)
+#: A lease released, or lapsed more than ``grace_s`` ago on the database's clock (no live
+#: holder: the takeover's fence), whose last sign of life is older than ``run_cutoff``.
+RUN_STALLED = and_(
+    or_(jobs.c.locked_until.is_(None), jobs.c.locked_until < db_time(-GRACE_S)),
+    func.coalesce(jobs.c.locked_until, jobs.c.updated_at) < RUN_CUTOFF,
+)
+
+_newer = jobs.alias("newer")
+#: No later job holds the key (a retried job must not run beside its key's newer round).
+NO_NEWER_ROUND = ~exists().where(
+    _newer.c.job_type == jobs.c.job_type,
+    _newer.c.idempotency_key == jobs.c.idempotency_key,
+    _newer.c.key_round > jobs.c.key_round,
+)
+
+# -- the parameters of single moves ------------------------------------------------------
+
+#: A postponed delivery's ``published_at`` is refreshed once older than this.
+REFRESH_S = param("refresh_s", Float)
+#: The worker's clock the claim was sent with (the ``now`` of ``claim``).
+CLAIMED_AT = param("claimed_at", UTCDateTime)
+PERCENT = param("percent", Integer)
+STAGE = param("stage_label", String, optional=True)
+PAYLOAD = param("payload_json", Text)
+#: The arguments a retry sends: given (a re-sent job id's call), else the stored ones.
+SENT_PAYLOAD = func.coalesce(param("payload_json", Text, optional=True), jobs.c.payload_json)
+#: the arguments' sealed values (``sealing.py``), NULL when none
+SEALED = param("secrets_sealed", Text, optional=True)
+#: Attempts the retried job may make from now on.
+BUDGET = param("budget", Integer)
+OLD_MAX = param("old_max_attempts", Integer)
+OLD_FINISHED = param("old_finished_at", UTCDateTime, optional=True)
+#: The revision the undone move made.
+MADE = param("made", Integer)
+#: The event of a rescue; ``Tracker.retry``'s event starts a new count of them.
+RESCUED = "rescued"
+RETRIED = "retried"
+ABANDONED = "abandoned"
+#: The undone move's message was never handed over, by anyone.
+UNSENT = (jobs.c.revision == MADE, jobs.c.published_at.is_(None), jobs.c.locked_by.is_(None))
+
+# -- the values the moves of ``transitions.py`` set -----------------------------------
+
+#: A claim or a takeover: the next attempt under a new lease.
+TAKE_LEASE: dict[str, Any] = {
     "attempts_made": jobs.c.attempts_made + 1,
     "started_at": func.coalesce(jobs.c.started_at, NOW),
     "worker": param("worker_name", String),
@@ -118,10 +179,73 @@ _TAKE_LEASE: dict[str, Any] = {
     "not_before": None,  # a retrying row's due time, used up by this claim
     "updated_at": NOW,
 }
-_END_RUN: dict[str, Any] = {"updated_at": NOW, "locked_by": None, "locked_until": None}
-_ERROR = {
+END_RUN: dict[str, Any] = {"updated_at": NOW, "locked_by": None, "locked_until": None}
+#: The error of a run that raised.
+ERROR = {
     "error_type": param("error_type", String),
     "error_message": param("error_message", Text),
+}
+#: The last attempt was lost (or killed by the hard time limit): the retries are used up.
+LOST = {**END_RUN, "retries_exhausted": True}
+#: A job cancelled (waiting, or its run ended as asked).
+CANCELLED = {
+    **END_RUN,
+    "not_before": None,
+    "finished_at": NOW,
+    "error_type": None,
+    "error_message": MESSAGE,
+}
+RETRY_RUN = {**END_RUN, **ERROR, "not_before": db_time(DELAY_S)}  # after the backoff
+FAILED_RUN = {**END_RUN, **ERROR, "finished_at": NOW}
+#: A failure written by the run itself says whether it used up the retries.
+EXHAUSTED = param("retries_exhausted", Boolean)
+#: This very claim set ``started_at``: the row was ``pending``. (SET expressions read the
+#: row as it was: on MariaDB, which reads earlier assignments, ``status`` and ``worker``
+#: come before ``started_at`` in the table.)
+FIRST_START = jobs.c.started_at == CLAIMED_AT
+#: A claim given back: the attempt it took restored, its lease released.
+RESTORED = {
+    "attempts_made": jobs.c.attempts_made - 1,
+    "locked_by": None,
+    "locked_until": None,
+    "updated_at": NOW,
+}
+#: A retry's or a debounce's new message: the next revision, not handed over, nobody's.
+NEW_MESSAGE = {
+    "revision": jobs.c.revision + 1,
+    "published_at": None,
+    "locked_by": None,  # a relay publishing the old message no longer marks it handed over
+    "locked_until": None,
+    "updated_at": NOW,
+}
+#: The undo of a retry whose publish failed: the values it had before.
+UNDONE_RETRY = {
+    "payload_json": func.coalesce(
+        param("old_payload_json", Text, optional=True), jobs.c.payload_json
+    ),
+    "max_attempts": OLD_MAX,
+    "finished_at": OLD_FINISHED,
+    "retries_exhausted": param("old_retries_exhausted", Boolean),
+    "secrets_sealed": param("old_secrets_sealed", Text, optional=True),
+    "updated_at": NOW,
+}
+#: A rescue's new message revision: a delivery of an older one runs nothing (``CLAIM`` is
+#: fenced).
+RESCUE_MESSAGE: dict[str, Any] = {
+    "revision": jobs.c.revision + 1,
+    "locked_by": None,
+    "updated_at": NOW,
+}
+#: A stalled job abandoned by the reaper.
+ABANDON: dict[str, Any] = {
+    "locked_by": None,
+    "locked_until": None,
+    "not_before": None,
+    "updated_at": NOW,
+    "finished_at": NOW,
+    "error_type": ABANDONED,
+    "error_message": MESSAGE,
+    "retries_exhausted": bindparam("retries_exhausted", type_=Boolean),
 }
 
 
@@ -143,164 +267,6 @@ class Move:
     event: str | None = None
     durable: bool = True
     extra_where: tuple[ColumnElement[bool], ...] = field(default=())
-
-
-_PROCESSING = (JobStatus.PROCESSING,)
-
-CLAIM = Move(
-    "claim",
-    CLAIMABLE,
-    JobStatus.PROCESSING,
-    _TAKE_LEASE,
-    (*DUE, *UNLOCKED, *CURRENT),
-    event="started",
-    durable=False,
-)
-TAKE_OVER = Move(
-    "take_over",
-    _PROCESSING,
-    JobStatus.PROCESSING,
-    _TAKE_LEASE,
-    fence=LAPSED,
-    event="redelivered",
-    extra_where=(jobs.c.attempts_made < jobs.c.max_attempts, *CURRENT, *UNCANCELLED),
-)
-#: The claim and the takeover of a job with a concurrency key (run under the key's lock,
-#: ``slots.py``, so two claims never both see a free slot).
-CLAIM_KEYED = Move(
-    "claim_keyed", CLAIM.sources, CLAIM.target, _TAKE_LEASE, CLAIM.fence, "started", False, KEY_FREE
-)
-TAKE_OVER_KEYED = Move(
-    "take_over_keyed",
-    _PROCESSING,
-    JobStatus.PROCESSING,
-    _TAKE_LEASE,
-    fence=LAPSED,
-    event="redelivered",
-    extra_where=(*TAKE_OVER.extra_where, *KEY_FREE),
-)
-#: The last attempt was lost (or killed by the hard time limit): the retries are used up.
-_LOST = {**_END_RUN, "retries_exhausted": True}
-FAIL_LOST = Move(
-    "fail_lost",
-    _PROCESSING,
-    JobStatus.FAILED,
-    {**_LOST, "error_type": "WorkerLost", "error_message": MESSAGE, "finished_at": NOW},
-    fence=LAPSED,
-    event="failed",
-    extra_where=UNCANCELLED,
-)
-_CANCELLED = {
-    **_END_RUN,
-    "not_before": None,
-    "finished_at": NOW,
-    "error_type": None,
-    "error_message": MESSAGE,
-}
-CANCEL = Move("cancel", CLAIMABLE, JobStatus.CANCELLED, _CANCELLED, event="cancelled")
-#: An expired message cancels its job only if it is the job's current one.
-CANCEL_CURRENT = Move(
-    "cancel_current", CLAIMABLE, JobStatus.CANCELLED, _CANCELLED, CURRENT, "cancelled"
-)
-COMPLETE = Move(
-    "complete",
-    _PROCESSING,
-    JobStatus.COMPLETED,
-    {
-        **_END_RUN,
-        "result_json": param("result_json", Text, optional=True),
-        "finished_at": NOW,
-        "error_type": None,
-        "error_message": None,
-        "progress": 100,
-    },
-    fence=HELD,
-    event="completed",
-    extra_where=UNCANCELLED,
-)
-_RETRY_RUN = {**_END_RUN, **_ERROR, "not_before": db_time(DELAY_S)}  # after the backoff
-_FAILED_RUN = {**_END_RUN, **_ERROR, "finished_at": NOW}
-#: A failure written by the run itself says whether it used up the retries.
-_EXHAUSTED = param("retries_exhausted", Boolean)
-
-
-def _run_ends(
-    name: str, target: JobStatus, values: Mapping[str, Any], fence: tuple[ColumnElement[bool], ...]
-) -> Move:
-    """processing → ``target`` (retrying or failed) under ``fence``, while no cancel was
-    requested; the event is named after the status."""
-    return Move(name, _PROCESSING, target, values, fence, target.value, True, UNCANCELLED)
-
-
-RETRYING = _run_ends("retrying", JobStatus.RETRYING, _RETRY_RUN, HELD)
-FAIL = _run_ends("fail", JobStatus.FAILED, {**_FAILED_RUN, "retries_exhausted": _EXHAUSTED}, HELD)
-# A run that died outside its call path (killed by the hard time limit, terminated by a
-# revoke) is ended from the worker's main process once its holder is dead: fenced like a
-# takeover (the attempt last seen, and a lease that lapsed or whose owner is dead).
-RETRY_DEAD = _run_ends("retry_dead", JobStatus.RETRYING, _RETRY_RUN, LAPSED)
-FAIL_DEAD = _run_ends("fail_dead", JobStatus.FAILED, {**_FAILED_RUN, **_LOST}, LAPSED)
-#: Not in the design's first list of moves: ``revoke(terminate=True)`` ends a running job.
-CANCEL_DEAD = Move(
-    "cancel_dead",
-    _PROCESSING,
-    JobStatus.CANCELLED,
-    {**_END_RUN, "finished_at": NOW, "error_type": None, "error_message": MESSAGE},
-    LAPSED,
-    "cancelled",
-)
-RENEW = Move("renew", _PROCESSING, None, {"locked_until": db_time(LEASE_S)}, HELD, durable=False)
-RELEASE = Move("release", _PROCESSING, None, _END_RUN, HELD)
-
-
-#: A pending row whose message was never handed to the broker, old enough to be relayed
-#: (created, or its message last replaced, before the cutoff), not held by a relay now.
-UNPUBLISHED = (
-    jobs.c.published_at.is_(None),
-    jobs.c.updated_at < CUTOFF,
-    or_(jobs.c.locked_until.is_(None), jobs.c.locked_until < db_time()),
-)
-_PENDING = (JobStatus.PENDING,)
-
-#: The producer's mark after its publish (any status: a fast worker may have claimed it).
-HANDED_OVER = Move(
-    "handed_over",
-    tuple(JobStatus),
-    None,
-    {"published_at": NOW},
-    fence=(jobs.c.published_at.is_(None), *CURRENT),
-    durable=False,  # lost, it only lets the relay send a harmless duplicate
-)
-#: A delivery of a waiting job was postponed (a rate limit, a full concurrency key): its
-#: message is handed to the broker again, so ``published_at`` moves to now on the
-#: database's clock, once it is older than ``refresh_s`` (a row written at most that
-#: often; a fresh one is not even locked). The reaper takes it as the message's sign of
-#: life (``reaper.py``).
-REFRESH_S = param("refresh_s", Float)
-REPUBLISHED = Move(
-    "republished",
-    CLAIMABLE,
-    None,
-    {"published_at": db_time()},
-    fence=(jobs.c.published_at < db_time(-REFRESH_S), *CURRENT),
-    durable=False,  # lost, the reaper asks the broker and the workers, as before
-)
-#: A relay takes an unpublished row for ``lease_s`` seconds; many relays may run at once.
-RELAY_CLAIM = Move(
-    "relay_claim",
-    _PENDING,
-    None,
-    {"locked_by": OWNER, "locked_until": db_time(LEASE_S)},
-    UNPUBLISHED,
-)
-#: The relay published the row it claimed.
-RELAYED = Move(
-    "relayed",
-    _PENDING,
-    JobStatus.PENDING,
-    {"published_at": NOW, "locked_by": None, "locked_until": None, "updated_at": NOW},
-    fence=(jobs.c.locked_by == OWNER, jobs.c.published_at.is_(None), *CURRENT),
-    event="relayed",
-)
 
 
 def _status_in(statuses: Sequence[JobStatus]) -> ColumnElement[bool]:

@@ -19,7 +19,7 @@ from sqlalchemy import event
 
 from celery_tracked.backends.memory import MemoryStore
 from celery_tracked.core.jobs import Claim, utcnow
-from celery_tracked.core.moves import Lease
+from celery_tracked.core.moves import AttemptError, Completion, Lease, StallCutoffs
 from celery_tracked.core.ports import Store
 from celery_tracked.store import JobStore, migrate
 from tests.conftest import migrated_sqlite
@@ -135,3 +135,32 @@ def later(seconds: float) -> datetime:
 
 def event_names(store: Store, job_id: str) -> list[str]:
     return [e.event for e in store.events(job_id)]
+
+
+def failure(now: datetime) -> AttemptError:
+    return AttemptError(error_type="ValueError", error_message="smtp down", duration_ms=5, now=now)
+
+
+def stalled(store: Store, **cutoffs: Any) -> list[tuple[str, int]]:
+    args = {
+        "grace_s": 0.0,
+        "run_cutoff": later(60),
+        "pending_cutoff": ago(3600),
+        "retrying_cutoff": ago(3600),
+    }
+    args.update(cutoffs)
+    return [(job.id, rescues) for job, rescues in store.stalled(StallCutoffs(**args), 10)]
+
+
+def completed(store: Store, seconds_ago: float, **values: object) -> str:
+    job_id = new_job(store, **values)
+    claim = claimed(store, job_id)
+    done = utcnow() - timedelta(seconds=seconds_ago)
+    assert store.complete(claim, Completion(result_json=None, now=done, duration_ms=1))
+    return job_id
+
+
+def sealed(store: Store, job_id: str) -> str | None:
+    job = store.get(job_id)
+    assert job is not None
+    return job.secrets_sealed

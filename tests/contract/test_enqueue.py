@@ -1,6 +1,9 @@
-"""The producer's role: insert, duplicate keys, undo, hand-over, a debounce's moves."""
+"""The producer's role (``EnqueueStore``, ``Handing``): insert, duplicate keys, undo,
+hand-over, a countdown/eta on the row, a debounce's moves, sealed values kept and moved."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import pytest
 
@@ -9,7 +12,13 @@ from celery_tracked.core.jobs import JobStatus, utcnow
 from celery_tracked.core.keys import UndoneReplace
 from celery_tracked.core.ports import Store
 from tests.conftest import wait_for
-from tests.contract.conftest import event_names, new_job
+from tests.contract.conftest import event_names, new_job, sealed
+
+
+def _due_in(store: Store, job_id: str) -> float:
+    job = store.get(job_id)
+    assert job is not None and job.not_before is not None
+    return (job.not_before - store.clock()).total_seconds()
 
 
 def test_an_inserted_job_reads_back_pending_with_its_enqueued_event(store: Store) -> None:
@@ -106,3 +115,47 @@ def test_a_debounce_replaces_a_pending_job_and_its_undo_moves_on(store: Store) -
     assert job is not None and (job.revision, job.payload_json) == (2, '{"args": [1]}')
     assert event_names(store, job_id) == ["enqueued", "debounced", "debounce_undone"]
     assert store.events(job_id)[1].message == "debounced"
+
+
+def test_a_countdown_is_counted_on_the_stores_clock_an_eta_kept(store: Store) -> None:
+    by_countdown = new_job(store, due_in_s=600)
+    eta = (utcnow() + timedelta(hours=2)).replace(microsecond=0)
+    by_eta = new_job(store, due_at=eta)
+    at_once = new_job(store)
+    assert 590 < _due_in(store, by_countdown) <= 600
+    by_eta_job, at_once_job = store.get(by_eta), store.get(at_once)
+    assert by_eta_job is not None and by_eta_job.not_before == eta
+    assert at_once_job is not None and at_once_job.not_before is None
+
+
+def test_a_debounce_gives_the_job_its_new_messages_due_time(store: Store) -> None:
+    job_id = new_job(store, due_in_s=60)
+    assert store.replace_arguments(
+        job_id, seen_revision=0, payload_json="{}", now=utcnow(), message="x", due_in_s=600
+    )
+    assert 590 < _due_in(store, job_id) <= 600  # pushed later by the newest countdown
+    assert store.replace_arguments(
+        job_id, seen_revision=1, payload_json="{}", now=utcnow(), message="y"
+    )
+    job = store.get(job_id)
+    assert job is not None and job.not_before is None  # the newest message: at once
+
+
+def test_a_new_row_keeps_its_sealed_values_and_a_replacement_and_its_undo_move_them(
+    store: Store,
+) -> None:
+    job_id = new_job(store, secrets_sealed="gAAAA-first")
+    assert sealed(store, job_id) == "gAAAA-first"
+    assert new_job(store) and sealed(store, new_job(store)) is None  # none given: NULL
+    now = utcnow()
+    assert store.replace_arguments(
+        job_id, seen_revision=0, payload_json="{}", now=now, message="d", secrets_sealed="gB"
+    )
+    assert sealed(store, job_id) == "gB"
+    undo = UndoneReplace(revision=2, payload_json="{}", secrets_sealed="gAAAA-first")
+    assert store.undo_replace(job_id, 1, undo, now=now, message="undone")
+    assert sealed(store, job_id) == "gAAAA-first"
+    assert store.replace_arguments(  # a replacement without a secret clears it
+        job_id, seen_revision=2, payload_json="{}", now=now, message="d"
+    )
+    assert sealed(store, job_id) is None

@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.pool import NullPool
 
 from celery_tracked import Tracker
-from celery_tracked.store import migrate, purge
+from celery_tracked.store import cleanup, migrate
 from celery_tracked.store.models import jobs
 
 from .test_cleanup import DAY, NOW, job_ids, seed
@@ -107,7 +107,7 @@ def test_a_row_held_for_a_moment_at_the_end_of_the_walk_is_removed(
         pauses.append(seconds)
         session.rollback()  # the other session lets go while the cleanup waits
 
-    monkeypatch.setattr(purge, "time", SimpleNamespace(sleep=pause))
+    monkeypatch.setattr(cleanup, "time", SimpleNamespace(sleep=pause))
     try:
         report = Tracker.for_app(app).cleanup(now=NOW, on_batch=between_batches)
     finally:

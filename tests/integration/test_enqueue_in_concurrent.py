@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from celery_tracked import tracked_task
 from celery_tracked.core.jobs import NEW_JOB_DEFAULTS, utcnow
-from celery_tracked.store import keylocks, migrate
+from celery_tracked.store import locks, migrate
 from celery_tracked.store.models import jobs
 from tests.conftest import wait_for
 
@@ -175,7 +175,7 @@ def key_locks_free(engine: Engine, job: Any, keys: list[str]) -> bool:
         for key in keys:
             row = {"job_type": job.tracked_job_type, "idempotency_key": key, "id": ""}
             query = text("SELECT IS_FREE_LOCK(:n)")
-            if conn.execute(query, {"n": keylocks.lock_name(row)}).scalar_one() != 1:
+            if conn.execute(query, {"n": locks.lock_name(row)}).scalar_one() != 1:
                 return False
     return True
 

@@ -1,5 +1,5 @@
 """Finding jobs, pure: the filters, the keyset cursor, pages, the bulk walk, and the SQL a
-filter builds (``finder.py``, ``bulk.act``, ``store/queries.py``)."""
+filter builds (``finder.py``, ``bulk.act``, ``store/reads.py``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from celery_tracked.core.finder import (
 )
 from celery_tracked.core.jobs import Job, JobStatus
 from celery_tracked.services.bulk import act
-from celery_tracked.store import queries
+from celery_tracked.store import reads as queries
 
 from .job_rows import NOW, a_job
 

@@ -23,7 +23,7 @@ from celery_tracked.core.cleanup import (
 )
 from celery_tracked.core.settings import Settings
 from celery_tracked.services.cleanup import CleanupReport, guard_entry, task_retentions
-from celery_tracked.store.purge import Removed
+from celery_tracked.store.cleanup import Removed
 
 NOW = datetime(2030, 1, 10, 12, 0, tzinfo=timezone.utc)
 DAY = timedelta(days=1)

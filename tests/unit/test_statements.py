@@ -11,6 +11,7 @@ from sqlalchemy.dialects.postgresql import psycopg
 
 from celery_tracked.store import inserts, selects
 from celery_tracked.store import statements as sql
+from celery_tracked.store import transitions as moves
 
 PG = psycopg.dialect()
 SQLITE = sqlite.dialect()
@@ -18,18 +19,18 @@ SQLITE = sqlite.dialect()
 MOVES = {
     m.name: m
     for m in (
-        sql.CLAIM,
-        sql.TAKE_OVER,
-        sql.FAIL_LOST,
-        sql.CANCEL,
-        sql.COMPLETE,
-        sql.RETRYING,
-        sql.FAIL,
-        sql.RENEW,
-        sql.RELEASE,
-        sql.RETRY_DEAD,
-        sql.FAIL_DEAD,
-        sql.CANCEL_DEAD,
+        moves.CLAIM,
+        moves.TAKE_OVER,
+        moves.FAIL_LOST,
+        moves.CANCEL,
+        moves.COMPLETE,
+        moves.RETRYING,
+        moves.FAIL,
+        moves.RENEW,
+        moves.RELEASE,
+        moves.RETRY_DEAD,
+        moves.FAIL_DEAD,
+        moves.CANCEL_DEAD,
     )
 }
 
@@ -70,12 +71,12 @@ def test_each_move_is_one_conditional_update(name: str) -> None:
 
 
 def test_a_takeover_never_exceeds_the_attempts() -> None:
-    where = where_of(str(sql.move_update(sql.TAKE_OVER).compile(dialect=SQLITE)))
+    where = where_of(str(sql.move_update(moves.TAKE_OVER).compile(dialect=SQLITE)))
     assert "background_jobs.attempts_made < background_jobs.max_attempts" in where
 
 
 def test_a_lost_last_attempt_is_recorded_as_worker_lost() -> None:
-    params = sql.move_update(sql.FAIL_LOST).compile(dialect=SQLITE).params
+    params = sql.move_update(moves.FAIL_LOST).compile(dialect=SQLITE).params
     assert params["error_type"] == "WorkerLost"
 
 
@@ -96,8 +97,8 @@ def test_the_postgresql_cte_is_the_same_update_and_its_event(name: str) -> None:
 
 
 def test_statements_are_built_once() -> None:
-    assert sql.move_update(sql.COMPLETE) is sql.move_update(sql.COMPLETE)
-    assert sql.move_cte(sql.COMPLETE) is sql.move_cte(sql.COMPLETE)
+    assert sql.move_update(moves.COMPLETE) is sql.move_update(moves.COMPLETE)
+    assert sql.move_cte(moves.COMPLETE) is sql.move_cte(moves.COMPLETE)
     assert inserts.job_insert_cte() is inserts.job_insert_cte()
 
 
@@ -131,13 +132,13 @@ def test_the_new_job_insert_writes_its_enqueued_event_in_one_statement() -> None
 def test_the_relay_moves_and_the_undo_only_touch_rows_nobody_handed_over() -> None:
     """Issue 6, item 4: a row is published by its producer, or, after the grace period, by
     exactly one relay; the producer's undo deletes it only while nobody handed it over."""
-    handed = sql.move_update(sql.HANDED_OVER).compile(dialect=SQLITE)
+    handed = sql.move_update(moves.HANDED_OVER).compile(dialect=SQLITE)
     assert {v for k, v in handed.params.items() if k.startswith("status_")} == {
         s.value for s in sql.JobStatus
     }
     assert "background_jobs.published_at IS NULL" in where_of(str(handed))
     assert "background_jobs.revision = ?" in where_of(str(handed))
-    claim = sql.move_update(sql.RELAY_CLAIM).compile(dialect=SQLITE)
+    claim = sql.move_update(moves.RELAY_CLAIM).compile(dialect=SQLITE)
     where = where_of(str(claim))
     assert {v for k, v in claim.params.items() if k.startswith("status_")} == {"pending"}
     for condition in (
@@ -146,23 +147,23 @@ def test_the_relay_moves_and_the_undo_only_touch_rows_nobody_handed_over() -> No
         "background_jobs.locked_until IS NULL OR background_jobs.locked_until < ",
     ):
         assert condition in where
-    relayed = where_of(str(sql.move_update(sql.RELAYED).compile(dialect=SQLITE)))
+    relayed = where_of(str(sql.move_update(moves.RELAYED).compile(dialect=SQLITE)))
     assert "background_jobs.locked_by = ?" in relayed
     assert "background_jobs.published_at IS NULL" in relayed
-    assert sql.RELAYED.event == "relayed"
+    assert moves.RELAYED.event == "relayed"
     undo = where_of(str(selects.DELETE_UNPUBLISHED.compile(dialect=SQLITE)))
     assert "published_at IS NULL" in undo and "locked_by IS NULL" in undo
-    for move in (sql.HANDED_OVER, sql.RELAY_CLAIM, sql.RELAYED):
+    for move in (moves.HANDED_OVER, moves.RELAY_CLAIM, moves.RELAYED):
         assert str(sql.move_cte(move).compile(dialect=PG)).startswith("WITH moved AS")
 
 
 @pytest.mark.parametrize(
     ("move", "column"),
     [
-        (sql.CLAIM, "locked_until"),
-        (sql.TAKE_OVER, "locked_until"),
-        (sql.RENEW, "locked_until"),
-        (sql.RETRYING, "not_before"),  # a retrying row's due time has its own column
+        (moves.CLAIM, "locked_until"),
+        (moves.TAKE_OVER, "locked_until"),
+        (moves.RENEW, "locked_until"),
+        (moves.RETRYING, "not_before"),  # a retrying row's due time has its own column
     ],
 )
 def test_lease_and_backoff_times_come_from_the_database_clock(move: sql.Move, column: str) -> None:
@@ -172,8 +173,8 @@ def test_lease_and_backoff_times_come_from_the_database_clock(move: sql.Move, co
 
 
 def test_expiry_is_judged_on_the_database_clock_with_a_grace() -> None:
-    where = where_of(str(sql.move_update(sql.TAKE_OVER).compile(dialect=PG)))
+    where = where_of(str(sql.move_update(moves.TAKE_OVER).compile(dialect=PG)))
     assert "locked_until < (statement_timestamp() + make_interval(secs => -%(grace_s)s" in where
-    claim = where_of(str(sql.move_update(sql.CLAIM).compile(dialect=PG)))
+    claim = where_of(str(sql.move_update(moves.CLAIM).compile(dialect=PG)))
     assert "not_before <= statement_timestamp()" in claim  # a retrying row's backoff is due
     assert "locked_until <= statement_timestamp()" in claim  # the relay's claim is over

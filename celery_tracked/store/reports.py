@@ -1,8 +1,9 @@
-"""What a running body reports: its progress and its log lines.
+"""What a running body reports (``ReportStore``): its progress and its log lines, and the
+cancel request it polls (``self.cancelled()``).
 
-``PROGRESS`` is a :class:`~celery_tracked.store.statements.Move` with no target status and
-no event (progress is not a transition), fenced like ``RENEW`` (the run's attempt,
-``processing``) and not durable (a lost progress write only shows an older value; the
+``PROGRESS`` (``transitions.py``) is a move with no target status and no event (progress
+is not a transition), fenced like ``RENEW`` (the run's attempt, ``processing``) and not
+durable (a lost progress write only shows an older value; the
 completion sets ``progress = 100`` durably). A stage left out (NULL) keeps the row's stage.
 
 ``LOG_LINE`` appends a ``log`` event to ``background_job_events``, copied from the row only
@@ -15,27 +16,18 @@ from __future__ import annotations
 import functools
 from datetime import datetime
 
-from sqlalchemy import Insert, Integer, String, func, insert, literal, select
+from sqlalchemy import Insert, String, func, insert, literal, select
 
 from ..core.jobs import Claim, JobStatus
 from .engines import Applying
 from .models import events, jobs
-from .statements import HELD, JOB_ID, MESSAGE, NOW, Move, param
+from .statements import HELD, JOB_ID, MESSAGE, NOW
+from .transitions import PROGRESS
 from .translate import reconnecting, translated
 
 #: The ``event`` of a body's log line in ``background_job_events``.
 LOG_EVENT = "log"
-PERCENT = param("percent", Integer)
-STAGE = param("stage_label", String, optional=True)
 
-PROGRESS = Move(
-    "progress",
-    (JobStatus.PROCESSING,),
-    None,
-    {"progress": PERCENT, "stage": func.coalesce(STAGE, jobs.c.stage), "updated_at": NOW},
-    HELD,
-    durable=False,
-)
 _RUNNING = (jobs.c.id == JOB_ID, jobs.c.status == JobStatus.PROCESSING.value, *HELD)
 LOG_LINE: Insert = insert(events).from_select(
     ["job_id", "event", "status", "attempt", "message", "created_at"],
@@ -48,6 +40,7 @@ LOG_LINE: Insert = insert(events).from_select(
         NOW,
     ).where(*_RUNNING),
 )
+SELECT_CANCEL_WANTED = select(jobs.c.status, jobs.c.cancel_requested_at).where(jobs.c.id == JOB_ID)
 COUNT_LOG_LINES = (
     select(func.count())
     .select_from(events)
@@ -61,8 +54,8 @@ def log_line_returning() -> Insert:
     return LOG_LINE.returning(events.c.id)
 
 
-class Reporting(Applying):
-    """The reporting side of :class:`~celery_tracked.store.JobStore` (``Moves.apply``)."""
+class Reports(Applying):
+    """The reporting side of :class:`~celery_tracked.store.JobStore` (``Apply.apply``)."""
 
     @reconnecting
     def report_progress(
@@ -96,3 +89,12 @@ class Reporting(Applying):
         with translated("counting the job's log lines"):
             row = self.engines.execute(COUNT_LOG_LINES, {"job_id": job_id})
         return 0 if row is None else int(row[0])
+
+    @reconnecting
+    def cancel_wanted(self, job_id: str) -> bool:
+        """True once a cancel was requested for the job, or it is ``cancelled``."""
+        with translated("reading the job's cancel request"):
+            row = self.engines.execute(SELECT_CANCEL_WANTED, {"job_id": job_id})
+        if row is None:
+            return False
+        return row[1] is not None or row[0] == JobStatus.CANCELLED.value

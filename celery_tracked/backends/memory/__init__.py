@@ -9,6 +9,10 @@ counted under one lock, progress and log lines, the relay's claim and hand-over,
 reaper's and the cleanup's reads and moves, cancels and ``Tracker.retry``. Thread-safe: one
 lock guards every row and event. Nothing survives the process.
 
+One file per store role, named like the SQL store's (``store/claims.py`` and
+``claims.py`` here, ...), each a mixin on ``rows.py`` (the rows, the lock, the clock and the
+one ``move`` helper).
+
     store = MemoryStore()
     store.insert({...})                       # as the producer's row
     claim = store.claim(job_id, Lease(owner=..., worker=..., now=utcnow(), lease_s=60))
@@ -16,15 +20,31 @@ lock guards every row and event. Nothing survives the process.
 
 from __future__ import annotations
 
-from ..core.ports import Store
-from .memory_messages import MemoryMessages
-from .memory_reports import MemoryReports
-from .memory_upkeep import MemoryUpkeep
+from ...core.ports import Store
+from .claims import MemoryClaims
+from .cleanup import MemoryCleanup
+from .enqueue import MemoryEnqueue
+from .outcomes import MemoryOutcomes
+from .reads import MemoryReads
+from .reaping import MemoryReaping
+from .relay import MemoryRelay
+from .reports import MemoryReports
+from .rerun import MemoryRerun
 
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore(MemoryReports, MemoryMessages, MemoryUpkeep):
+class MemoryStore(
+    MemoryEnqueue,
+    MemoryClaims,
+    MemoryOutcomes,
+    MemoryReports,
+    MemoryRelay,
+    MemoryReaping,
+    MemoryCleanup,
+    MemoryRerun,
+    MemoryReads,
+):
     """The store contract in memory (see the module's docstring)."""
 
     def connect(self) -> None:

@@ -186,7 +186,7 @@ def boundaries(keep: int) -> Select[Any]:
     )
 
 
-class Purge:
+class Cleanup:
     """The cleanup statements of :class:`~celery_tracked.store.JobStore`."""
 
     engines: Engines

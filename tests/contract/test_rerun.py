@@ -1,65 +1,12 @@
-"""The cleanup's batches, ``Tracker.retry`` and its undo, a fail-soft successor."""
+"""``Tracker.retry`` and ``Tracker.cancel`` (``RerunStore``): a retry and its undo, a
+resent job, a fail-soft successor, cancels, sealed values of a retry."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from celery_tracked.core.cleanup import Sweep
-from celery_tracked.core.jobs import PURGE_START, JobStatus, NewRow, utcnow
-from celery_tracked.core.moves import AttemptError, Completion, RetryUndo
+from celery_tracked.core.jobs import JobStatus, NewRow, utcnow
+from celery_tracked.core.moves import AttemptError, RetryUndo
 from celery_tracked.core.ports import Store
-from tests.contract.conftest import claimed, event_names, job_row, later, new_job
-
-
-def _completed(store: Store, seconds_ago: float, **values: object) -> str:
-    job_id = new_job(store, **values)
-    claim = claimed(store, job_id)
-    done = utcnow() - timedelta(seconds=seconds_ago)
-    assert store.complete(claim, Completion(result_json=None, now=done, duration_ms=1))
-    return job_id
-
-
-def test_cleanup_removes_a_sweep_in_batches_with_the_rows_events(store: Store) -> None:
-    old = [_completed(store, 500 - i, idempotency_key=f"k{i}") for i in range(5)]
-    other_queue = _completed(store, 400, queue_name="other")
-    failed = new_job(store)
-    assert store.fail(
-        claimed(store, failed),
-        AttemptError(error_type="E", error_message="m", duration_ms=1, now=utcnow()),
-    )
-    pending = new_job(store)
-    sweep = Sweep("completed", before=later(1), tasks=("app.t",))
-    assert store.purge_count(sweep) == 6
-    assert store.purge_count(Sweep("completed", before=utcnow() - timedelta(seconds=497.5))) == 3
-    sizes, removed, cursor = [], [], PURGE_START
-    while True:
-        batch = store.purge_batch(sweep, cursor, 2)
-        if batch.cursor is None:
-            assert batch.removed == () and batch.events == 0
-            break
-        cursor = batch.cursor
-        sizes.append(len(batch.removed))
-        removed.extend(batch.removed)
-        assert batch.events == 3 * len(batch.removed)  # enqueued, started, completed
-    assert sizes == [2, 2, 2]
-    assert [r.id for r in removed[:5]] == old  # oldest finished first
-    assert removed[0].idempotency_key == "k0" and removed[0].job_type == "t"
-    assert {r.id for r in removed} == {*old, other_queue}
-    for job_id in old:
-        assert store.get(job_id) is None and store.events(job_id) == []
-    assert store.get(failed) is not None and store.get(pending) is not None
-    assert store.purge_count(sweep) == 0
-
-
-def test_keep_newest_boundaries_per_queue_and_status(store: Store) -> None:
-    ids = [_completed(store, 100 - i) for i in range(3)]
-    _completed(store, 50, queue_name="other")
-    boundaries = dict(store.keep_boundaries(2))
-    assert list(boundaries) == ["completed"]
-    boundary = boundaries["completed"]
-    assert (boundary.queue, boundary.id) == ("q", ids[1])  # the 2nd newest of queue q
-    below = Sweep("completed", before=later(1), below=(boundary,))
-    assert store.purge_count(below) == 1  # only the oldest, beyond the newest two
+from tests.contract.conftest import claimed, completed, event_names, job_row, new_job, sealed
 
 
 def test_a_retry_sends_an_ended_job_again_and_its_undo_restores_it(store: Store) -> None:
@@ -93,7 +40,7 @@ def test_a_resent_completed_job_runs_again_with_the_resent_arguments(store: Stor
     """A re-send of an ended job's id (issue 24): ``retry`` with ``completed_too`` moves a
     completed job too, with the re-sent call's payload; ``Tracker.retry``'s (without it)
     never moves a completed job. Its undo gives the completed job its payload back."""
-    job_id = _completed(store, 1, payload_json='{"args": [1], "kwargs": {}}')
+    job_id = completed(store, 1, payload_json='{"args": [1], "kwargs": {}}')
     done = store.get(job_id)
     assert done is not None and done.status is JobStatus.COMPLETED
     assert not store.retry(job_id, seen_revision=0, budget=2, now=utcnow(), message="no")
@@ -134,3 +81,34 @@ def test_the_fail_soft_successor_of_a_step_is_found_by_its_note(store: Store) ->
     found = store.fail_soft_successor(store.get(step), "fail-soft")  # type: ignore[arg-type]
     assert found is not None and found.id == later_one["id"]
     assert store.fail_soft_successor(store.get(step), "other note") is None  # type: ignore[arg-type]
+
+
+def test_a_waiting_job_is_cancelled_and_a_running_one_is_not(store: Store) -> None:
+    waiting, running = new_job(store), new_job(store)
+    claimed(store, running)
+    assert not store.cancel(waiting, now=utcnow(), reason="expired", revision=1)
+    assert store.cancel(waiting, now=utcnow(), reason="by hand", revision=0)
+    assert not store.cancel(running, now=utcnow(), reason="by hand")
+    job = store.get(waiting)
+    assert job is not None and (job.status, job.error_message) == (JobStatus.CANCELLED, "by hand")
+    assert job.finished_at is not None and store.events(waiting)[-1].event == "cancelled"
+    assert not store.cancel(waiting, now=utcnow(), reason="twice")
+    again = store.get(running)
+    assert again is not None and again.status is JobStatus.PROCESSING
+
+
+def test_a_retry_seals_its_values_again_and_its_undo_gives_the_old_ones_back(
+    store: Store,
+) -> None:
+    job_id = new_job(store, max_attempts=1, secrets_sealed="gOld")
+    error = AttemptError(error_type="E", error_message="m", duration_ms=1, now=utcnow())
+    assert store.fail(claimed(store, job_id), error, retries_exhausted=True)
+    failed = store.get(job_id)
+    assert failed is not None
+    assert store.retry(
+        job_id, seen_revision=0, budget=1, now=utcnow(), message="r", secrets_sealed="gNew"
+    )
+    assert sealed(store, job_id) == "gNew"
+    undo = RetryUndo(1, JobStatus.FAILED, 1, failed.finished_at, True, "gOld")
+    assert store.undo_retry(job_id, undo, now=utcnow(), message="publish failed")
+    assert sealed(store, job_id) == "gOld"

@@ -1,60 +1,21 @@
-"""The relay's hand-over and the reaper's reads and moves."""
+"""The reaper's role (``ReapStore``): its reads, marks and moves (rescue, abandon), a
+pending job not due yet."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from celery_tracked.core.jobs import JobStatus, utcnow
 from celery_tracked.core.moves import AttemptError, Lease, StaleRun, StallCutoffs
 from celery_tracked.core.ports import Store
-from tests.contract.conftest import OWNER, WORKER, ago, claimed, event_names, later, new_job
-
-RELAY_A, RELAY_B = "relay-a:1:1", "relay-b:1:2"
-
-
-def test_the_relay_claims_an_unpublished_job_and_hands_it_over(store: Store) -> None:
-    job_id = new_job(store, now=ago(120))
-    published = new_job(store, now=ago(120))
-    assert store.handed_over(published, utcnow())
-    fresh = new_job(store)
-    assert store.unpublished(cutoff=ago(60), now=utcnow()) == [job_id]
-    assert store.backlog(cutoff=ago(60)) == 1
-    assert store.backlog(cutoff=later(60)) == 2  # the fresh one too, once old enough
-    assert not store.relay_claim(fresh, owner=RELAY_A, now=utcnow(), lease_s=30, cutoff=ago(60))
-    assert store.relay_claim(job_id, owner=RELAY_A, now=utcnow(), lease_s=30, cutoff=ago(60))
-    assert not store.relay_claim(job_id, owner=RELAY_B, now=utcnow(), lease_s=30, cutoff=ago(60))
-    assert store.unpublished(cutoff=ago(60), now=utcnow()) == []
-    # a delivery racing the relay waits for its claim
-    assert store.claim(job_id, Lease(owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60)) is None
-    assert not store.relayed(job_id, owner=RELAY_B, now=utcnow(), message="relayed")
-    assert not store.relayed(job_id, owner=RELAY_A, now=utcnow(), message="relayed", revision=1)
-    assert store.relayed(job_id, owner=RELAY_A, now=utcnow(), message="relayed")
-    job = store.get(job_id)
-    assert job is not None and job.status is JobStatus.PENDING and job.published_at is not None
-    assert job.locked_by is None and job.locked_until is None
-    assert event_names(store, job_id) == ["enqueued", "relayed"]
-    assert store.backlog(cutoff=ago(60)) == 0
-    assert claimed(store, job_id).attempt == 1
-
-
-def test_a_lapsed_relay_claim_is_taken_by_another_relay(store: Store) -> None:
-    job_id = new_job(store, now=ago(120))
-    assert store.relay_claim(job_id, owner=RELAY_A, now=utcnow(), lease_s=-5, cutoff=ago(60))
-    assert store.unpublished(cutoff=ago(60), now=utcnow()) == [job_id]
-    assert store.relay_claim(job_id, owner=RELAY_B, now=utcnow(), lease_s=30, cutoff=ago(60))
-    assert not store.relayed(job_id, owner=RELAY_A, now=utcnow(), message="late")
-    assert store.relayed(job_id, owner=RELAY_B, now=utcnow(), message="relayed")
-
-
-def _stalled(store: Store, **cutoffs: Any) -> list[tuple[str, int]]:
-    args = {
-        "grace_s": 0.0,
-        "run_cutoff": later(60),
-        "pending_cutoff": ago(3600),
-        "retrying_cutoff": ago(3600),
-    }
-    args.update(cutoffs)
-    return [(job.id, rescues) for job, rescues in store.stalled(StallCutoffs(**args), 10)]
+from tests.contract.conftest import (
+    OWNER,
+    WORKER,
+    ago,
+    claimed,
+    event_names,
+    later,
+    new_job,
+    stalled,
+)
 
 
 def test_a_lapsed_run_is_rescued_once_then_abandoned(store: Store) -> None:
@@ -62,8 +23,8 @@ def test_a_lapsed_run_is_rescued_once_then_abandoned(store: Store) -> None:
     live = new_job(store)
     claimed(store, job_id, lease_s=-30)
     claimed(store, live)
-    assert _stalled(store) == [(job_id, 0)]
-    assert _stalled(store, run_cutoff=ago(3600)) == []  # not stalled long enough
+    assert stalled(store) == [(job_id, 0)]
+    assert stalled(store, run_cutoff=ago(3600)) == []  # not stalled long enough
     [(seen, _)] = store.stalled(
         StallCutoffs(
             grace_s=0, run_cutoff=later(60), pending_cutoff=ago(1), retrying_cutoff=ago(1)
@@ -84,7 +45,7 @@ def test_a_lapsed_run_is_rescued_once_then_abandoned(store: Store) -> None:
     )
     assert job.not_before is not None and job.not_before <= store.clock()
     assert job.locked_until is None and event_names(store, job_id)[-1] == "rescued"
-    assert _stalled(store, retrying_cutoff=later(60)) == [(job_id, 1)]
+    assert stalled(store, retrying_cutoff=later(60)) == [(job_id, 1)]
     # its last attempt lapses too: no attempt left, it is abandoned
     claimed(store, job_id, lease_s=-30, revision=1)
     [(again, rescues)] = store.stalled(
@@ -143,8 +104,8 @@ def test_waiting_jobs_long_past_their_hand_over_are_rescued_or_abandoned(store: 
         delay_ms=0,
     )
     cut = {"pending_cutoff": ago(3600), "retrying_cutoff": later(60)}
-    assert sorted(_stalled(store, **cut)) == sorted([(pending, 0), (retrying, 0)])
-    assert _stalled(store, pending_cutoff=ago(9000)) == []
+    assert sorted(stalled(store, **cut)) == sorted([(pending, 0), (retrying, 0)])
+    assert stalled(store, pending_cutoff=ago(9000)) == []
     rows = {
         job.id: job
         for job, _ in store.stalled(StallCutoffs(grace_s=0, run_cutoff=ago(1), **cut), 5)
@@ -166,32 +127,6 @@ def test_waiting_jobs_long_past_their_hand_over_are_rescued_or_abandoned(store: 
     assert job.not_before is None and event_names(store, retrying)[-1] == "failed"
 
 
-def test_a_postponed_waiting_delivery_marks_its_message_handed_over_again(store: Store) -> None:
-    """``republished`` (issue 22, item 0): a waiting row of the current revision only."""
-    job_id, unsent = new_job(store), new_job(store)
-    assert store.handed_over(job_id, ago(7200))
-    assert _stalled(store) == [(job_id, 0)]
-    assert not store.republished(job_id, 1, 60)  # a replaced message's delivery
-    assert not store.republished(unsent, 0, 60)  # never handed over: the relay's
-    assert store.republished(job_id, 0, 60)
-    assert not store.republished(job_id, 0, 60)  # recorded less than 60 s ago: not again
-    assert _stalled(store) == []
-    job = store.get(job_id)
-    assert job is not None and job.published_at is not None and job.published_at > ago(60)
-    assert event_names(store, job_id) == ["enqueued"]  # no history row
-    run = claimed(store, job_id)
-    assert not store.republished(job_id, 0, 0)  # processing: not waiting
-    assert store.retrying(
-        run,
-        AttemptError(error_type="E", error_message="m", duration_ms=1, now=utcnow()),
-        delay_ms=0,
-    )
-    cut = {"retrying_cutoff": later(60), "pending_cutoff": ago(3600)}
-    assert _stalled(store, **cut) == [(job_id, 0)]  # due, handed over a while ago
-    assert store.republished(job_id, 0, 0)
-    assert _stalled(store, **{**cut, "retrying_cutoff": ago(60)}) == []
-
-
 def test_the_reapers_marks_of_a_message_found_nowhere(store: Store) -> None:
     """``note`` and ``missing_since`` (issue 22, item 8)."""
     job_id, other = new_job(store), new_job(store)
@@ -210,3 +145,24 @@ def test_the_reapers_marks_of_a_message_found_nowhere(store: Store) -> None:
     assert store.missing_since([job_id]) == {}
     store.note(job, "missing", "stale", utcnow())  # not as judged (pending): no row
     assert event_names(store, job_id) == ["enqueued", "missing", "found", "missing", "started"]
+
+
+def test_a_pending_job_not_due_is_neither_stalled_rescued_nor_claimed(store: Store) -> None:
+    waiting, overdue = new_job(store, due_in_s=1800), new_job(store, due_in_s=-60)
+    for job_id in (waiting, overdue):
+        assert store.handed_over(job_id, ago(7200))
+    # a reaper whose ``now`` runs two hours ahead: only the database's clock says "due"
+    cutoffs = StallCutoffs(0.0, later(60), later(3600), later(3600))
+    assert [job.id for job, _ in store.stalled(cutoffs, 10)] == [overdue]
+    rows = {job_id: store.get(job_id) for job_id in (waiting, overdue)}
+    for job_id, row in rows.items():
+        assert row is not None
+        moved = store.rescue_waiting(row, cutoff=later(3600), message="lost", now=utcnow())
+        assert moved is (job_id == overdue)
+    job = store.get(waiting)
+    assert job is not None and job.status is JobStatus.PENDING and job.revision == 0
+    lease = Lease(owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60)
+    assert store.claim(waiting, lease) is None
+    # handed over two hours ago, due only a minute ago: not stalled 10 minutes after either
+    lately = StallCutoffs(0.0, later(60), ago(600), ago(600))
+    assert [job.id for job, _ in store.stalled(lately, 10)] == []

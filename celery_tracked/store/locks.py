@@ -1,5 +1,18 @@
-"""MariaDB/MySQL: one ``enqueue_in`` at a time per key, so that a conflict never aborts
-the caller's transaction (``docs/exactly-once.md``).
+"""The store's locks, per dialect: a concurrency key's lock for a keyed claim
+(:func:`key_locked`), and the named lock of an idempotency key an ``enqueue_in`` holds on
+MariaDB/MySQL (:func:`hold`).
+
+A concurrency key's lock (``claims.py`` says why a keyed claim needs one):
+
+- PostgreSQL: ``pg_advisory_xact_lock(hashtext(key))`` in the claim's transaction, before
+  the claim statement takes its snapshot (transaction-scoped: PgBouncer-safe);
+- MariaDB/MySQL: ``GET_LOCK`` taken before the transaction, released after its commit
+  (InnoDB's snapshot is taken by the claim's first read, after the lock);
+- SQLite: no lock statement: the claim is one ``UPDATE``, which takes the database's write
+  lock before it reads, so writers are serialized.
+
+An idempotency key's lock: MariaDB/MySQL: one ``enqueue_in`` at a time per key, so that
+a conflict never aborts the caller's transaction (``docs/exactly-once.md``).
 
 InnoDB decides a duplicate key by locking the existing index record, shared. When the
 transaction that inserted the key rolls back, every insert waiting on it holds that shared
@@ -19,11 +32,15 @@ import hashlib
 import logging
 import threading
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 
-from sqlalchemy import Connection, event, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy import Connection, event, func, select, text
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ..core.errors import StoreError
+from .engines import Engines
+from .statements import CONCURRENCY_KEY
 
 logger = logging.getLogger("celery_tracked")
 
@@ -34,6 +51,48 @@ _PREFIX = "celery_tracked:"
 #: The named locks each caller's connection holds, released at its transaction's end.
 _HELD: weakref.WeakKeyDictionary[Connection, set[str]] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
+
+#: dialects whose key lock is a named lock of the connection (``GET_LOCK``)
+_NAMED_LOCKS = ("mysql", "mariadb")
+#: The key's lock for the rest of the transaction (PostgreSQL; PgBouncer-safe).
+KEY_LOCK_PG = select(func.pg_advisory_xact_lock(func.hashtext(CONCURRENCY_KEY)))
+#: MariaDB/MySQL: a named lock of the connection, taken before the transaction and
+#: released after its commit (names are at most 64 characters: a digest of the key).
+_LOCK_NAME = func.concat("celery_tracked:", func.md5(CONCURRENCY_KEY))
+KEY_LOCK_MYSQL = select(func.get_lock(_LOCK_NAME, 10))
+KEY_UNLOCK_MYSQL = select(func.release_lock(_LOCK_NAME))
+
+
+@contextmanager
+def key_locked(engines: Engines, key: str) -> Iterator[Connection]:
+    """A transaction holding the lock of concurrency key ``key``.
+
+    Raises:
+        StoreError: MariaDB did not grant the lock within 10 s.
+    """
+    params = {"limited_key": key}
+    with engines.get().engine.connect() as conn:
+        named = conn.dialect.name in _NAMED_LOCKS
+        if engines.is_postgres:
+            conn = conn.execution_options(isolation_level="READ COMMITTED")
+        if named:
+            granted = conn.execute(KEY_LOCK_MYSQL, params).scalar()
+            conn.commit()
+            if granted != 1:
+                raise StoreError("the lock of the job's concurrency key was not granted in 10 s")
+        try:
+            with conn.begin():
+                if engines.is_postgres:
+                    conn.execute(KEY_LOCK_PG, params)
+                yield conn
+        finally:
+            if named:
+                with suppress(DBAPIError):  # a dead connection has released it already
+                    conn.execute(KEY_UNLOCK_MYSQL, params)
+                    conn.commit()
+
+
+# -- an idempotency key's lock (enqueue_in, MariaDB/MySQL) ------------------------------
 
 
 def lock_name(row: dict[str, object]) -> str:

@@ -1,8 +1,8 @@
-"""The memory store's reads (one job, by key, a pipeline, history, listings, statistics,
-gauges) and its maintenance: the reaper's reads and moves, the cleanup's batches.
+"""The stalled-job reaper's reads and moves (``ReapStore``): rescue, abandon, its
+``missing``/``found`` marks.
 
-Each mirrors the SQL store's statement (``store/reads.py``, ``store/queries.py``,
-``store/reaping.py``, ``store/purge.py``) with the same condition and order.
+Each mirrors one move or read of the SQL store's ``store/reaping.py`` with the same condition
+(its name in the docstring), judged on the store's clock.
 """
 
 from __future__ import annotations
@@ -11,14 +11,23 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..core.cleanup import ENDED, Boundary, Sweep
-from ..core.finder import JobFilter, Position
-from ..core.jobs import Batch, Event, Job, JobEvent, JobStatus, Removed, utcnow
-from ..core.moves import StaleRun, StallCutoffs
-from .memory_core import MemoryCore
+from ...core.jobs import (
+    Event,
+    Job,
+    JobStatus,
+)
+from ...core.moves import (
+    StaleRun,
+    StallCutoffs,
+)
+from .rows import (
+    MemoryCore,
+)
 
 _RESCUED = "rescued"
+
 _MISSING = Event.MISSING.value
+
 _ABANDONED = "abandoned"
 
 
@@ -26,90 +35,25 @@ def _oldest(jobs: list[Job], limit: int) -> list[Job]:
     return sorted(jobs, key=lambda j: (j.created_at, j.id))[:limit]
 
 
-class MemoryUpkeep(MemoryCore):
-    """Reads, the reaper's and the cleanup's side."""
+def _abandon(retries_exhausted: bool) -> dict[str, Any]:
+    """``statements.ABANDON`` (``updated_at``, ``finished_at``, the message: at the move)."""
+    return {
+        "status": JobStatus.FAILED,
+        "locked_by": None,
+        "locked_until": None,
+        "not_before": None,
+        "finished_at": None,
+        "error_type": _ABANDONED,
+        "error_message": None,
+        "retries_exhausted": retries_exhausted,
+    }
 
-    def get(self, job_id: str) -> Job | None:
-        return self.rows.get(job_id)
 
-    def find_by_key(self, job_type: str, key: str) -> Job | None:
-        """``SELECT_BY_KEY``: the key's newest round."""
-        with self.lock:
-            found = [
-                j for j in self.rows.values() if j.job_type == job_type and j.idempotency_key == key
-            ]
-        return max(found, key=lambda j: j.key_round, default=None)
-
-    def pipeline(self, correlation_id: str) -> list[Job]:
-        with self.lock:
-            found = [j for j in self.rows.values() if j.correlation_id == correlation_id]
-        return sorted(found, key=lambda j: (j.created_at, j.id))
-
-    def events(self, job_id: str) -> list[JobEvent]:
-        return self.history(job_id)
-
-    def find(self, filt: JobFilter, after: Position | None, limit: int) -> list[Job]:
-        """``queries.find_statement``: newest first, strictly after ``after``."""
-        with self.lock:
-            found = [j for j in self.rows.values() if filt.matches(j)]
-        if after is not None:
-            found = [j for j in found if (j.created_at, j.id) < (after.created_at, after.id)]
-        found.sort(key=lambda j: (j.created_at, j.id), reverse=True)
-        return found[:limit]
-
-    def stats(self, now: datetime | None = None) -> dict[str, dict[str, Any]]:
-        """Counts per queue and status, the oldest pending job's age per queue."""
-        now = now or utcnow()
-        out: dict[str, dict[str, Any]] = {}
-        with self.lock:
-            jobs = list(self.rows.values())
-        for job in jobs:
-            entry = out.setdefault(job.queue_name, _empty_stats())
-            entry["counts"][job.status.value] += 1
-            entry["total"] += 1
-        for job in jobs:
-            if job.status is not JobStatus.PENDING:
-                continue
-            entry = out[job.queue_name]
-            age = max(0.0, (now - job.created_at).total_seconds())
-            oldest = entry["oldest_pending_age_s"]
-            entry["oldest_pending_age_s"] = age if oldest is None else max(oldest, age)
-        return out
-
-    def queue_health(self, since_s: float = 3600.0) -> dict[str, dict[str, int]]:
-        """``FAILED_SINCE`` and ``EXPIRED_LEASES``, per queue."""
-        since, now = self.at(-since_s), self.time()
-        out: dict[str, dict[str, int]] = {}
-        with self.lock:
-            jobs = list(self.rows.values())
-        for job in jobs:
-            failed = job.status is JobStatus.FAILED
-            failed = failed and job.finished_at is not None and job.finished_at >= since
-            until = job.locked_until
-            expired = job.status is JobStatus.PROCESSING and (until is None or until < now)
-            for key, counted in (("failed_last_hour", failed), ("expired_leases", expired)):
-                if counted:
-                    entry = out.setdefault(
-                        job.queue_name, {"failed_last_hour": 0, "expired_leases": 0}
-                    )
-                    entry[key] += 1
-        return out
-
-    def backlog(self, *, cutoff: datetime) -> int:
-        """``COUNT_UNPUBLISHED``."""
-        with self.lock:
-            return sum(
-                1
-                for j in self.rows.values()
-                if j.status is JobStatus.PENDING
-                and j.published_at is None
-                and j.updated_at < cutoff
-            )
-
-    # -- reaper -----------------------------------------------------------------------
+class MemoryReaping(MemoryCore):
+    """The memory store's reaping (see the module's docstring)."""
 
     def _run_stalled(self, job: Job, grace_s: float, run_cutoff: datetime) -> bool:
-        """``reaping._RUN_STALLED``."""
+        """``statements.RUN_STALLED``."""
         until = job.locked_until
         lapsed = until is None or until < self.at(-grace_s)
         return lapsed and (until or job.updated_at) < run_cutoff
@@ -121,7 +65,7 @@ class MemoryUpkeep(MemoryCore):
         return sum(1 for e in history if e.event == _RESCUED and e.id > since)
 
     def stalled(self, cutoffs: StallCutoffs, limit: int) -> list[tuple[Job, int]]:
-        """``SELECT_STALLED_RUNS``/``_PENDING``/``_RETRYING``: the runs (at most
+        """``SELECT_STALLED_RUNS``/``PENDING``/``_RETRYING``: the runs (at most
         ``limit``), then the oldest ``limit`` of the waiting ones."""
         grace_s, run_cutoff = cutoffs.grace_s, cutoffs.run_cutoff
         pending_cutoff, retrying_cutoff = cutoffs.pending_cutoff, cutoffs.retrying_cutoff
@@ -172,7 +116,7 @@ class MemoryUpkeep(MemoryCore):
         self.move(job.id, (job.status,), check, lambda _: same, event, now=now, message=message)
 
     def _run_fence(self, seen: Job, stale: StaleRun) -> Callable[[Job], bool]:
-        """``reaping._RUN_FENCE``: the row as judged, still stalled."""
+        """``transitions._RUN_FENCE``: the row as judged, still stalled."""
 
         def check(job: Job) -> bool:
             return (
@@ -280,65 +224,3 @@ class MemoryUpkeep(MemoryCore):
         """``ABANDON_PENDING``/``ABANDON_RETRYING``."""
         fence = self._waiting_fence(job, cutoff)
         return self._reap(job, fence, _abandon(retries_exhausted), "failed", message, now)
-
-    # -- cleanup ----------------------------------------------------------------------
-
-    def _admitted(self, sweep: Sweep) -> list[Job]:
-        """The sweep's rows, oldest ``finished_at`` (then id) first."""
-        found = [
-            j
-            for j in self.rows.values()
-            if sweep.admits(j.status.value, j.task_name, j.queue_name, j.finished_at, j.id)
-        ]
-        return sorted(found, key=lambda j: (j.finished_at, j.id))
-
-    def purge_batch(self, sweep: Sweep, cursor: tuple[datetime, str], limit: int) -> Batch:
-        """``purge.statements``: the next ``limit`` rows after ``cursor``, removed with
-        their events."""
-        with self.lock:
-            rows = [j for j in self._admitted(sweep) if (j.finished_at, j.id) > cursor][:limit]
-            if not rows:
-                return Batch((), 0, None)
-            n_events = self.drop({j.id for j in rows})
-        removed = tuple(Removed(j.id, j.job_type, j.idempotency_key, j.created_at) for j in rows)
-        last = rows[-1]
-        assert last.finished_at is not None
-        return Batch(removed, n_events, (last.finished_at, last.id))
-
-    def purge_count(self, sweep: Sweep) -> int:
-        with self.lock:
-            return len(self._admitted(sweep))
-
-    def keep_boundaries(self, keep: int) -> list[tuple[str, Boundary]]:
-        """``purge.boundaries``: per queue and ended status, its ``keep``-th newest row."""
-        groups: dict[tuple[str, str], list[Job]] = {}
-        with self.lock:
-            for job in self.rows.values():
-                if job.status.value in ENDED and job.finished_at is not None:
-                    groups.setdefault((job.queue_name, job.status.value), []).append(job)
-        out: list[tuple[str, Boundary]] = []
-        for (queue, status), jobs in groups.items():
-            if len(jobs) >= keep:
-                jobs.sort(key=lambda j: (j.finished_at, j.id), reverse=True)
-                nth = jobs[keep - 1]
-                assert nth.finished_at is not None
-                out.append((status, Boundary(queue, nth.finished_at, nth.id)))
-        return out
-
-
-def _abandon(retries_exhausted: bool) -> dict[str, Any]:
-    """``reaping._ABANDON`` (``updated_at``, ``finished_at``, the message: at the move)."""
-    return {
-        "status": JobStatus.FAILED,
-        "locked_by": None,
-        "locked_until": None,
-        "not_before": None,
-        "finished_at": None,
-        "error_type": _ABANDONED,
-        "error_message": None,
-        "retries_exhausted": retries_exhausted,
-    }
-
-
-def _empty_stats() -> dict[str, Any]:
-    return {"counts": {s.value: 0 for s in JobStatus}, "total": 0, "oldest_pending_age_s": None}

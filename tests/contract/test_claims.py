@@ -1,18 +1,28 @@
-"""A run's role: claim, takeover, outcomes fenced by the claim, give back, dead runs."""
+"""A delivery's claim (``ClaimStore``): claim, takeover, a backoff not yet due, give back,
+keyed concurrency claims, a postponed delivery's refresh."""
 
 from __future__ import annotations
 
-import uuid
-from datetime import datetime
+import threading
 
-from celery_tracked.core.jobs import JobStatus, NewRow, utcnow
-from celery_tracked.core.moves import AttemptError, Completion, DeadRun, Lease, Takeover
+from celery_tracked.core.jobs import Claim, JobStatus, utcnow
+from celery_tracked.core.moves import AttemptError, Completion, Lease, Takeover
 from celery_tracked.core.ports import Store
-from tests.contract.conftest import OWNER, WORKER, claimed, event_names, new_job
+from tests.contract.conftest import (
+    KEY_LOCKS,
+    OWNER,
+    WORKER,
+    Backend,
+    ago,
+    claimed,
+    event_names,
+    failure,
+    later,
+    new_job,
+    stalled,
+)
 
-
-def failure(now: datetime) -> AttemptError:
-    return AttemptError(error_type="ValueError", error_message="smtp down", duration_ms=5, now=now)
+KEY = ("tenant-1", 2)
 
 
 def test_a_claim_takes_the_lease_and_counts_the_attempt(store: Store) -> None:
@@ -99,32 +109,6 @@ def test_a_retrying_job_is_not_claimed_before_its_backoff_is_due(store: Store) -
     assert store.events(waiting)[-1].message == "retry in 60000 ms after ValueError: smtp down"
 
 
-def test_a_failure_records_whether_it_used_up_the_retries(store: Store) -> None:
-    stopped, exhausted = new_job(store), new_job(store)
-    assert store.fail(claimed(store, stopped), failure(utcnow()))
-    assert store.fail(claimed(store, exhausted), failure(utcnow()), retries_exhausted=True)
-    for job_id, used_up in ((stopped, False), (exhausted, True)):
-        job = store.get(job_id)
-        assert job is not None and job.status is JobStatus.FAILED and job.finished_at is not None
-        assert job.retries_exhausted is used_up and job.error_type == "ValueError"
-    assert store.events(stopped)[-1].message == "ValueError: smtp down"
-
-
-def test_renew_extends_the_lease_and_release_drops_it(store: Store) -> None:
-    job_id = new_job(store)
-    claim = claimed(store, job_id, lease_s=5)
-    before = store.get(job_id)
-    assert store.renew(claim, 600)
-    after = store.get(job_id)
-    assert before is not None and after is not None
-    assert before.locked_until is not None and after.locked_until is not None
-    assert after.locked_until > before.locked_until
-    assert store.release(claim, utcnow())
-    released = store.get(job_id)
-    assert released is not None and released.status is JobStatus.PROCESSING
-    assert released.locked_by is None and released.locked_until is None
-
-
 def test_a_claim_given_back_leaves_the_row_as_it_was(store: Store) -> None:
     job_id = new_job(store)
     at = utcnow()
@@ -146,72 +130,96 @@ def test_a_claim_given_back_leaves_the_row_as_it_was(store: Store) -> None:
     assert job.started_at is not None and claimed(store, job_id).attempt == 2
 
 
-def test_a_dead_run_is_ended_only_once_its_lease_lapsed_or_its_owner_died(store: Store) -> None:
-    job_id = new_job(store)
-    claimed(store, job_id)
-    end = {"error_type": "TimeLimitExceeded", "error_message": "hard limit", "message": "killed"}
-    assert not store.end_dead_run(
-        job_id, DeadRun(seen_attempt=1, stale_owner=None, status=JobStatus.RETRYING, now=utcnow(),
-        delay_ms=60_000, **end),
-    )  # fmt: skip
-    assert store.end_dead_run(
-        job_id, DeadRun(seen_attempt=1, stale_owner=OWNER, status=JobStatus.RETRYING, now=utcnow(),
-        delay_ms=60_000, **end),
-    )  # fmt: skip
+def test_a_keyed_claim_waits_for_a_free_slot(backend: Backend) -> None:
+    store = backend.store
+    first, second, third = (new_job(store, concurrency_key="tenant-1") for _ in range(3))
+    free = new_job(store, concurrency_key="tenant-2")
+    a = claimed(store, first, concurrency=KEY)
+    claimed(store, second, concurrency=KEY)
+    assert store.key_busy(third, *KEY)
+    assert not store.key_busy(free, "tenant-2", 2)
+    assert (
+        store.claim(
+            third, Lease(owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60, concurrency=KEY)
+        )
+        is None
+    )
+    claimed(store, free, concurrency=("tenant-2", 2))
+    assert store.complete(a, Completion(result_json=None, now=utcnow(), duration_ms=1))
+    assert not store.key_busy(third, *KEY)
+    assert claimed(store, third, concurrency=KEY).attempt == 1
+    lock = KEY_LOCKS[backend.name]
+    if lock is not None:  # the claims ran under the key's lock
+        assert any(lock in s.lower() for s in backend.statements), lock
+
+
+def test_the_jobs_waiting_on_a_key_are_counted(store: Store) -> None:
+    held, *_ = (new_job(store, concurrency_key="tenant-1") for _ in range(4))
+    new_job(store, concurrency_key="tenant-2")
+    new_job(store)
+    assert store.key_waiting("tenant-1") == 4
+    claimed(store, held, concurrency=("tenant-1", 1))
+    assert store.key_waiting("tenant-1") == 3  # the one processing holds a slot
+    assert store.key_waiting("tenant-2") == 1 and store.key_waiting("nobody") == 0
+
+
+def test_a_lapsed_lease_frees_its_slot(store: Store) -> None:
+    held, waiting = (new_job(store, concurrency_key="tenant-1") for _ in range(2))
+    claimed(store, held, lease_s=-30, concurrency=("tenant-1", 1))
+    assert not store.key_busy(waiting, "tenant-1", 1)
+    assert claimed(store, waiting, concurrency=("tenant-1", 1)).attempt == 1
+    assert store.key_busy(held, "tenant-1", 1)  # the waiting job now holds the only slot
+    lease = Lease("h:1:2", "w", utcnow(), lease_s=60, concurrency=("tenant-1", 1))
+    taken = store.take_over(  # a takeover is keyed too: no slot for it now
+        held, lease, Takeover(seen_attempt=1, grace_s=0, stale_owner=None, reason="lapsed")
+    )
+    assert taken is None
+
+
+def test_concurrent_keyed_claims_never_exceed_the_limit(backend: Backend) -> None:
+    store = backend.store
+    ids = [new_job(store, concurrency_key="tenant-9") for _ in range(6)]
+    won: list[Claim] = []
+    start = threading.Barrier(len(ids))
+
+    def claim(job_id: str) -> None:
+        start.wait()
+        lease = Lease(OWNER, WORKER, utcnow(), lease_s=60, concurrency=("tenant-9", 2))
+        got = store.claim(job_id, lease)
+        if got is not None:
+            won.append(got)
+
+    threads = [threading.Thread(target=claim, args=(job_id,)) for job_id in ids]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(won) == 2
+    running = [j for j in (store.get(i) for i in ids) if j and j.status is JobStatus.PROCESSING]
+    assert sorted(j.id for j in running) == sorted(c.job_id for c in won)
+
+
+def test_a_postponed_waiting_delivery_marks_its_message_handed_over_again(store: Store) -> None:
+    """``republished`` (issue 22, item 0): a waiting row of the current revision only."""
+    job_id, unsent = new_job(store), new_job(store)
+    assert store.handed_over(job_id, ago(7200))
+    assert stalled(store) == [(job_id, 0)]
+    assert not store.republished(job_id, 1, 60)  # a replaced message's delivery
+    assert not store.republished(unsent, 0, 60)  # never handed over: the relay's
+    assert store.republished(job_id, 0, 60)
+    assert not store.republished(job_id, 0, 60)  # recorded less than 60 s ago: not again
+    assert stalled(store) == []
     job = store.get(job_id)
-    assert job is not None and (job.status, job.error_type) == (
-        JobStatus.RETRYING,
-        "TimeLimitExceeded",
+    assert job is not None and job.published_at is not None and job.published_at > ago(60)
+    assert event_names(store, job_id) == ["enqueued"]  # no history row
+    run = claimed(store, job_id)
+    assert not store.republished(job_id, 0, 0)  # processing: not waiting
+    assert store.retrying(
+        run,
+        AttemptError(error_type="E", error_message="m", duration_ms=1, now=utcnow()),
+        delay_ms=0,
     )
-    assert job.not_before is not None and job.not_before > store.clock()
-    cancelled = new_job(store)
-    claimed(store, cancelled, lease_s=-5)
-    assert store.end_dead_run(  # as its callers send it: no error for a cancel
-        cancelled,
-        DeadRun(
-            seen_attempt=1,
-            stale_owner=None,
-            status=JobStatus.CANCELLED,
-            now=utcnow(),
-            **{**end, "error_type": None, "error_message": None},
-        ),
-    )
-    job = store.get(cancelled)
-    assert job is not None and (job.status, job.error_type, job.error_message) == (
-        JobStatus.CANCELLED,
-        None,
-        "killed",
-    )
-
-
-def test_rows_given_with_a_completion_are_written_with_it(store: Store) -> None:
-    step = new_job(store)
-    claim = claimed(store, step)
-    now = utcnow()
-    successor = str(uuid.uuid4())
-    values = {
-        "id": successor, "queue_name": "q", "job_type": "next", "task_name": "app.next",
-        "celery_task_id": successor, "status": "pending", "payload_json": "{}",
-        "max_attempts": 3, "idempotency_key": f"after:{step}", "correlation_id": step,
-        "parent_job_id": step, "owner_id": None, "created_at": now, "updated_at": now,
-    }  # fmt: skip
-    taken = {**values, "id": str(uuid.uuid4())}  # the same key: skipped, no error
-    note = {
-        "job_id": step,
-        "event": "note",
-        "status": "processing",
-        "attempt": 1,
-        "created_at": now,
-    }
-    rows = [
-        NewRow("background_jobs", values, new_job=True, message="from step"),
-        NewRow("background_jobs", taken, new_job=True, message="twice"),
-        NewRow("background_job_events", note),
-    ]
-    assert store.complete(claim, Completion(result_json=None, now=now, duration_ms=1, rows=rows))
-    made = store.get(successor)
-    assert made is not None and made.status is JobStatus.PENDING and made.parent_job_id == step
-    assert [(e.event, e.message) for e in store.events(successor)] == [("enqueued", "from step")]
-    assert store.get(taken["id"]) is None
-    assert event_names(store, step) == ["enqueued", "started", "completed", "note"]
-    assert [j.id for j in store.pipeline(step)] == [step, successor]
+    cut = {"retrying_cutoff": later(60), "pending_cutoff": ago(3600)}
+    assert stalled(store, **cut) == [(job_id, 0)]  # due, handed over a while ago
+    assert store.republished(job_id, 0, 0)
+    assert stalled(store, **{**cut, "retrying_cutoff": ago(60)}) == []

@@ -16,8 +16,17 @@ from dataclasses import fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..core.errors import DuplicateJob, Refused, StoreError
-from ..core.jobs import NEW_JOB_COLUMNS, NEW_JOB_DEFAULTS, Job, JobEvent, JobStatus, NewRow, utcnow
+from ...core.errors import DuplicateJob, Refused, StoreError
+from ...core.jobs import (
+    NEW_JOB_COLUMNS,
+    NEW_JOB_DEFAULTS,
+    Claim,
+    Job,
+    JobEvent,
+    JobStatus,
+    NewRow,
+    utcnow,
+)
 
 _JOB_FIELDS = frozenset(f.name for f in fields(Job))
 #: The producer's columns of a new row (the SQL insert binds every one of them).
@@ -29,6 +38,51 @@ _EVENT_REQUIRED = ("job_id", "event", "status", "created_at")
 #: A move's condition on the row as it is, and its change of it.
 Check = Callable[[Job], bool]
 Change = Callable[[Job], Mapping[str, Any]]
+
+PENDING = (JobStatus.PENDING,)
+PROCESSING = (JobStatus.PROCESSING,)
+#: ``statements.END_RUN``
+UNLOCKED: dict[str, Any] = {"locked_by": None, "locked_until": None}
+
+
+def end_run(now: datetime, **changes: Any) -> dict[str, Any]:
+    return {"updated_at": now, **UNLOCKED, **changes}
+
+
+def ended_without_error(
+    now: datetime, status: JobStatus, message: str | None, **changes: Any
+) -> dict[str, Any]:
+    """A run ended completed or cancelled: finished now, no error type."""
+    return end_run(
+        now, status=status, finished_at=now, error_type=None, error_message=message, **changes
+    )
+
+
+def new_message(job: Job, now: datetime) -> dict[str, Any]:
+    """``statements.NEW_MESSAGE``: the next revision, not handed over, nobody's."""
+    return {
+        "revision": job.revision + 1,
+        "published_at": None,
+        "locked_by": None,
+        "locked_until": None,
+        "updated_at": now,
+    }
+
+
+def at_revision(revision: int) -> Any:
+    def check(job: Job) -> bool:
+        return job.revision == revision
+
+    return check
+
+
+def unsent(made: int) -> Any:
+    """``statements.UNSENT``: the undone move's message was never handed over, by anyone."""
+
+    def check(job: Job) -> bool:
+        return job.revision == made and job.published_at is None and job.locked_by is None
+
+    return check
 
 
 class MemoryCore:
@@ -218,3 +272,51 @@ class MemoryCore:
                 values["created_at"],
             )
         )
+
+    def held_by(self, claim: Claim, uncancelled: bool = True) -> Any:
+        """``HELD`` (and ``UNCANCELLED``)."""
+
+        def check(job: Job) -> bool:
+            held = job.attempts_made == claim.attempt
+            return held and (not uncancelled or job.cancel_requested_at is None)
+
+        return check
+
+    def move_running(
+        self,
+        job_id: str,
+        check: Any,
+        change: Mapping[str, Any],
+        event: str | None,
+        now: datetime,
+        message: str | None = None,
+        duration_ms: int | None = None,
+        rows: Sequence[NewRow] = (),
+    ) -> bool:
+        """A move from ``processing`` with fixed ``change``: whether it applied."""
+        moved = self.move(
+            job_id,
+            PROCESSING,
+            check,
+            lambda _: change,
+            event,
+            now=now,
+            message=message,
+            duration_ms=duration_ms,
+            rows=rows,
+        )
+        return moved is not None
+
+    def _undo(
+        self,
+        job_id: str,
+        made: int,
+        change: Mapping[str, Any],
+        event: str,
+        now: datetime,
+        message: str,
+    ) -> bool:
+        """An ``UNDO_*`` move: pending at revision ``made``, its message never sent."""
+        check = unsent(made)
+        moved = self.move(job_id, PENDING, check, lambda _: change, event, now=now, message=message)
+        return moved is not None

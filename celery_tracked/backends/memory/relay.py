@@ -1,0 +1,70 @@
+"""The relay's reads and moves (``RelayStore``): the unpublished rows, its claim of one,
+its mark once published.
+
+Each mirrors one move or read of the SQL store's ``store/relay.py`` with the same condition
+(its name in the docstring), judged on the store's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from ...core.jobs import (
+    Job,
+    JobStatus,
+)
+from .rows import (
+    PENDING,
+    MemoryCore,
+)
+
+
+class MemoryRelay(MemoryCore):
+    """The memory store's relay (see the module's docstring)."""
+
+    def _unpublished(self, job: Job, cutoff: datetime) -> bool:
+        """``statements.UNPUBLISHED``."""
+        until = job.locked_until
+        unheld = until is None or until < self.time()
+        return job.published_at is None and job.updated_at < cutoff and unheld
+
+    def unpublished(self, *, cutoff: datetime, now: datetime) -> list[str]:
+        """``SELECT_UNPUBLISHED``: oldest first, at most 100."""
+        with self.lock:
+            found = [
+                j
+                for j in self.rows.values()
+                if j.status is JobStatus.PENDING and self._unpublished(j, cutoff)
+            ]
+        found.sort(key=lambda j: j.created_at)
+        return [j.id for j in found[:100]]
+
+    def relay_claim(
+        self, job_id: str, *, owner: str, now: datetime, lease_s: float, cutoff: datetime
+    ) -> bool:
+        """``RELAY_CLAIM``: no event, ``updated_at`` kept."""
+
+        def check(job: Job) -> bool:
+            return self._unpublished(job, cutoff)
+
+        def change(_: Job) -> Mapping[str, Any]:
+            return {"locked_by": owner, "locked_until": self.at(lease_s)}
+
+        return self.move(job_id, PENDING, check, change) is not None
+
+    def relayed(
+        self, job_id: str, *, owner: str, now: datetime, message: str, revision: int = 0
+    ) -> bool:
+        """``RELAYED``: the relay ``owner`` still holds it, unpublished, current."""
+
+        def check(job: Job) -> bool:
+            mine = job.locked_by == owner and job.published_at is None
+            return mine and job.revision == revision
+
+        change = {"published_at": now, "locked_by": None, "locked_until": None, "updated_at": now}
+        moved = self.move(
+            job_id, PENDING, check, lambda _: change, "relayed", now=now, message=message
+        )
+        return moved is not None

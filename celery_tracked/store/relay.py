@@ -1,0 +1,44 @@
+"""The relay's side of the store (``RelayStore``): the pending rows whose message was never
+handed to the broker, the relay's claim of one and its mark once published.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from . import selects
+from . import transitions as moves
+from .engines import Applying
+from .translate import reconnecting, translated
+
+
+class Relay(Applying):
+    """The relay's side of :class:`~celery_tracked.store.JobStore` (``Apply.apply``)."""
+
+    @reconnecting
+    def unpublished(self, *, cutoff: datetime, now: datetime) -> list[str]:
+        """Ids of pending jobs created before ``cutoff`` whose message was never handed to
+        the broker and that no relay holds (oldest first, at most 100)."""
+        params = {"cutoff": cutoff, "now": now}
+        with translated("reading unpublished jobs"), self.engines.transaction() as conn:
+            return [str(r[0]) for r in conn.execute(selects.SELECT_UNPUBLISHED, params).all()]
+
+    @reconnecting
+    def relay_claim(
+        self, job_id: str, *, owner: str, now: datetime, lease_s: float, cutoff: datetime
+    ) -> bool:
+        """Take an unpublished pending row (created or replaced before ``cutoff``) for the relay
+        ``owner``, for ``lease_s`` seconds of the database's clock; False if it was
+        published, taken or moved meanwhile."""
+        params = {"job_id": job_id, "owner": owner, "now": now, "lease_s": lease_s}
+        return self.apply(moves.RELAY_CLAIM, {**params, "cutoff": cutoff}) is not None
+
+    @reconnecting
+    def relayed(
+        self, job_id: str, *, owner: str, now: datetime, message: str, revision: int = 0
+    ) -> bool:
+        """The relay ``owner`` published the row it claimed (at ``revision``): mark it
+        handed over."""
+        params = {"job_id": job_id, "owner": owner, "now": now, "message": message}
+        params["at_revision"] = revision
+        return self.apply(moves.RELAYED, params) is not None
