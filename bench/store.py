@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from celery_tracked.core.moves import Completion, Lease
+from celery_tracked.core.fences import Completion, Lease
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:

@@ -6,7 +6,7 @@ hooks, the producer's ``Enqueuer``, the worker's ``Runner``, the maintenance plu
 ``stats``; and ``cancel``, ``retry``, and one pass of each plugin: ``relay``, ``reap``,
 ``cleanup`` (``run_maintenance(name)``). What it needs of Celery (the tasks'
 descriptions, publishing a job's message, the broker's view, stopping a run) comes through
-the platform port (``port.py``); the public :class:`~celery_tracked.Tracker`
+the platform port (``platform.py``); the public :class:`~celery_tracked.Tracker`
 (``celery_tracker.py``) is this class with Celery's implementation of that port.
 """
 
@@ -33,12 +33,12 @@ from .core.finder import (
     filter_of,
     page_of,
 )
-from .core.guards import Guard, Notifier
+from .core.guard import Guard, Notifier
 from .core.hooks import HookChain, Hooks, LogTransitions, NotifyTerminal, Transition
 from .core.jobs import EnqueueResult, Event, Job, JobEvent, utcnow
 from .core.messages import as_job_id
 from .core.pipelines import Pipeline
-from .core.port import Platform
+from .core.platform import Platform
 from .core.ports import Store
 from .core.redact import mask_url
 from .core.settings import Settings
@@ -48,13 +48,13 @@ from .services.cleanup import Cleanup, CleanupReport
 from .services.enqueuer import Enqueuer
 from .services.lease import LeaseKeeper
 from .services.maintenance import Maintenance, Parts, Report
+from .services.pipelines import Successors
 from .services.reaper import Reaper, ReapReport
 from .services.relay import Relay, RelayReport
-from .services.reporter import Reports
-from .services.resend import Resender, publisher
+from .services.reports import Reports
+from .services.rerun import Resender, publisher
 from .services.runner import Runner
 from .services.sealing import sealer_for
-from .services.successors import Successors
 from .services.time_limits import TimeLimits
 from .store import JobStore
 
@@ -73,7 +73,7 @@ MAINTENANCE: tuple[type[Maintenance], ...] = (Relay, Reaper, Cleanup)
 
 
 class Wiring:
-    """The tracking side of one app, given its settings and its platform (``port.py``)."""
+    """The tracking side of one app, given its settings and its platform (``platform.py``)."""
 
     #: ``wait`` re-reads the row at least this often, whatever the notifications do.
     REREAD_S = 1.0

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry
 
-from ..core.outcome import Signal, SignalKind
+from ..core.outcomes import Signal, SignalKind
 
 __all__ = ["CELERY_SIGNALS", "CelerySignals"]
 

@@ -2,7 +2,7 @@
 
 The public tracker is the Celery-free :class:`~celery_tracked.tracker.Wiring` of the
 app's services, given :class:`CeleryPlatform`: Celery's implementation of the platform
-port (``port.py``). Get it with :meth:`Tracker.for_app`.
+port (``platform.py``). Get it with :meth:`Tracker.for_app`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from celery.utils.saferepr import saferepr
 from ..core.description import TaskDescription
 from ..core.errors import UnknownTask
 from ..core.jobs import EnqueueResult, Job
-from ..core.port import Keywords, TaskRef
+from ..core.platform import Keywords, TaskRef
 from ..core.settings import Settings
 from ..tracker import Wiring
 from .broker import CeleryBroker

@@ -38,13 +38,13 @@ from ..core.keys import KeyRule
 from ..core.limits import Limits
 from ..core.messages import CONTROL_OPTIONS, Control, TrackedHeaders
 from ..core.options import check_task_class, check_task_limits, describe
-from ..core.outcome import Completed, Failed, PassedOn, Postponed, Retrying, Verdict
+from ..core.outcomes import Completed, Failed, PassedOn, Postponed, Retrying, Verdict
 from ..core.retry_policy import RetryPolicy
 from ..core.run import Run
 from ..core.settings import Settings
-from ..services import progress, successors
-from ..services.reporter import ProgressReporter
-from ..services.successors import Step
+from ..services import pipelines, progress
+from ..services.pipelines import Step
+from ..services.reports import ProgressReporter
 from . import celery_builtins, eager, producer, retries, transactional, untracked, values
 from .beat import install_beat_entries
 from .celery_signals import CELERY_SIGNALS
@@ -239,7 +239,7 @@ class TrackedTask(Task[P, R_co]):
         publish = eager.sender(via, args, kwargs, job.call, options, keys, self.app)
         return eager.enqueue(tracker.enqueuer, job, publish, keys, inline)
 
-    # -- pipelines (successors.py) -----------------------------------------------------
+    # -- pipelines (pipelines.py) -----------------------------------------------------
     def then(self, task: TrackedTask[Q, Any], *args: Q.args, **kwargs: Q.kwargs) -> str:
         """Declare a successor of this running step: created with its completion, published
         after it; returns the successor's job id. Raises ``NotInAStep`` outside a run."""
@@ -262,7 +262,7 @@ class TrackedTask(Task[P, R_co]):
         def declare(*args: Q.args, **kwargs: Q.kwargs) -> str:
             key, soft, step = idempotency_key, fail_soft, part(self.request, Step)
             sent = values.sent_arguments(task, args, kwargs)  # a pydantic task's models
-            return successors.declare(step, task, *sent, idempotency_key=key, fail_soft=soft)
+            return pipelines.declare(step, task, *sent, idempotency_key=key, fail_soft=soft)
 
         return declare
 

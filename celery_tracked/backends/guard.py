@@ -20,9 +20,9 @@ from typing import Any
 import redis
 
 from ..core.errors import GuardError as GuardError  # re-exported: its home is errors.py
-from ..core.guards import Guard as Guard  # re-exported: the Protocols live in guards.py
-from ..core.guards import Notifier as Notifier
-from ..core.guards import Subscription as Subscription
+from ..core.guard import Guard as Guard  # re-exported: the Protocols live in core/guard.py
+from ..core.guard import Notifier as Notifier
+from ..core.guard import Subscription as Subscription
 from ..core.redact import mask_url
 
 _ACQUIRE = """

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TypeVar
 
+from .fences import HeldTransaction
 from .jobs import Claim
-from .moves import HeldTransaction
 from .run import Run
 
 T = TypeVar("T")

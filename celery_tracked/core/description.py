@@ -3,8 +3,8 @@
 Built once per task class by the Celery adapter (``TrackedTask.description``, from the
 options checked when the class was made: ``options.py``) and read by every path that
 makes or sends a job of the task: ``enqueue``/``apply_async`` (``producer.py``), a step's
-successors (``successors.py``), ``Tracker.retry`` (``resend.py``), the relay and the reaper
-(through the platform port, ``port.py``). Nothing else reads the task class's internals.
+successors (``pipelines.py``), ``Tracker.retry`` (``rerun.py``), the relay and the reaper
+(through the platform port, ``platform.py``). Nothing else reads the task class's internals.
 
 Pure: no Celery, Redis or SQL. Celery's routing and publish stay in the adapter: they are
 handed in as the ``route`` callable, asked only when neither the call nor the task names a

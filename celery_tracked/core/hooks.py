@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 from .attempt import Attempt
 from .errors import GuardError, TrackedError
-from .guards import Notifier
+from .guard import Notifier
 from .jobs import Claim, Event, NewRow
 from .limits import DeliveryLimits
 from .printable import visible

@@ -36,10 +36,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from .cleanup import Boundary, Sweep
-from .finder import JobFilter, Position
-from .jobs import Batch, Claim, Job, JobEvent
-from .keys import UndoneReplace
-from .moves import (
+from .fences import (
     AttemptError,
     Completion,
     DeadRun,
@@ -50,6 +47,9 @@ from .moves import (
     StallCutoffs,
     Takeover,
 )
+from .finder import JobFilter, Position
+from .jobs import Batch, Claim, Job, JobEvent
+from .keys import UndoneReplace
 
 __all__ = [
     "CancelStore",

@@ -12,7 +12,7 @@ from typing import Any
 
 from .limits import DeliveryLimits
 from .messages import TrackedHeaders
-from .outcome import NO_SIGNALS, Signals
+from .outcomes import NO_SIGNALS, Signals
 from .retry_policy import RetryPolicy
 
 __all__ = ["Run"]

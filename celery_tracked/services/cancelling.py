@@ -6,7 +6,7 @@
    ``cancelled``, whatever the body does (returns, raises, asks for a retry).
 3. The run is asked to stop: terminated where the worker's pool can end one task, and
    cooperatively everywhere (the body's ``self.cancelled()`` turns True); how the Celery
-   adapter does it: ``stopping.py``, reached through the platform port (``port.py``).
+   adapter does it: ``stopping.py``, reached through the platform port (``platform.py``).
 4. A run that is already gone (its lease lapsed, or its process on this host is dead)
    is ended ``cancelled`` at once.
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..core.fences import DeadRun
 from ..core.hooks import Hooks, Transition
 from ..core.jobs import Event, Job, JobStatus, utcnow
-from ..core.moves import DeadRun
 from ..core.ports import CancelStore
 from .lease import LeaseKeeper, diagnose
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 
 from ..core.errors import StoreError
+from ..core.fences import AttemptError
 from ..core.jobs import Claim, Event, utcnow
 from ..core.messages import PendingFailure
-from ..core.moves import AttemptError
-from ..core.outcome import Postponed, Skipped, Verdict
+from ..core.outcomes import Postponed, Skipped, Verdict
 from ..core.ports import OutcomeStore
 from ..core.retry_policy import Backoff
 from ..core.run import Run

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from ..core.cleanup import ENDED, Policy, Sweep, policy_of, sweeps
 from ..core.errors import GuardError, StoreError
-from ..core.guards import Guard
+from ..core.guard import Guard
 from ..core.jobs import PURGE_START, Removed, utcnow
 from ..core.ports import PurgeStore
 from ..core.settings import Settings

@@ -25,7 +25,7 @@ from ..core.errors import (
     StoreError,
     TaskIdInUse,
 )
-from ..core.guards import Guard
+from ..core.guard import Guard
 from ..core.hooks import Hooks, Transition
 from ..core.jobs import EnqueueResult, Event, Job, JobStatus, utcnow
 from ..core.keys import Then, then, undo_replace

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Protocol
 
-from ..core.guards import Guard
+from ..core.guard import Guard
 from ..core.hooks import Hooks
 from ..core.jobs import Job
-from ..core.port import Platform
+from ..core.platform import Platform
 from ..core.ports import Store
 from ..core.settings import Settings
 
@@ -51,9 +51,9 @@ class Parts:
     store: Store
     guard: Guard
     hooks: Hooks
-    #: the platform port (``core/port.py``): the tasks' descriptions, the broker's view
+    #: the platform port (``core/platform.py``): the tasks' descriptions, the broker's view
     platform: Platform
-    #: sends a job's message from its row, through ``platform`` (``resend.publisher``)
+    #: sends a job's message from its row, through ``platform`` (``rerun.publisher``)
     publish: Callable[[Job], None]
     #: ``Tracker.cancel(job_id, reason)``
     cancel: Callable[[str, str], bool]

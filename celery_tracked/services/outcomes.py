@@ -2,7 +2,7 @@
 
 The ``Runner`` (``runner.py``) claims and runs; its ``OutcomeWriter`` plans the body's end
 (``plan``) and writes ``completed`` (``complete``), a lease given back (``release``) or a
-failed attempt, one :class:`~celery_tracked.core.outcome.Failure` value (``fail``:
+failed attempt, one :class:`~celery_tracked.core.outcomes.Failure` value (``fail``:
 ``retrying`` or ``failed``). It never acknowledges a job as done without the write, turns
 a write that matched nothing into the right verdict (``lost``: the lease was lost;
 ``cancelled``: a cancel was requested meanwhile), carries a failure the database refused
@@ -20,11 +20,11 @@ from functools import partial
 
 from ..core.attempt import Attempt
 from ..core.errors import Refused, StoreError, TransactionFailed
+from ..core.fences import AttemptError, Completion
 from ..core.hooks import Hooks
 from ..core.jobs import CLAIMABLE, Claim, Event, JobStatus, NewRow, utcnow
 from ..core.messages import HEADER_PENDING_FAILURE, HEADER_PENDING_RETRY, PendingFailure
-from ..core.moves import AttemptError, Completion
-from ..core.outcome import (
+from ..core.outcomes import (
     BodyEnd,
     Failure,
     Plan,

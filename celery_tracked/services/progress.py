@@ -1,7 +1,7 @@
 """A body's progress and log lines: ``self.set_progress``, ``self.log`` and Celery's
 ``self.update_state(state="PROGRESS", ...)``.
 
-While a body runs, the progress hook (``reporter.py``) attaches the attempt's
+While a body runs, the progress hook (``reports.py``) attaches the attempt's
 :class:`ProgressSink` to the attempt (the job id, the claim that fences every write, the
 call's secrets), retired when the body ends. ``TrackedTask``'s methods pass it here, taken
 from the attempt of the request they are called from; outside a tracked run (a body

@@ -27,7 +27,7 @@ The judgement, in pure functions (``stall.py``):
 
 Each move is one conditional ``UPDATE`` fenced to the row as judged (``store/reaping.py``).
 Knows nothing of Celery: the publish and the broker's answers come in (the wiring's
-platform: ``resend.publisher``, ``broker.py``).
+platform: ``rerun.publisher``, ``broker.py``).
 
 A maintenance plugin (``maintenance.py``): ``Tracker.reap()``, the task
 ``celery_tracked.reap`` every ``tracked_reaper_interval_seconds``, ``celery tracked reap``.
@@ -41,9 +41,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import ClassVar, Protocol
 
+from ..core.fences import StaleRun, StallCutoffs
 from ..core.hooks import Hooks, Transition
 from ..core.jobs import Event, Job, JobStatus, utcnow
-from ..core.moves import StaleRun, StallCutoffs
 from ..core.ports import ReapStore
 from ..core.redact import mask_url
 from ..core.settings import Settings

@@ -17,7 +17,7 @@ or when no key of this process opens it, it cannot be: the relay cancels it, wit
 reason, rather than run it with the redaction marker. A relay in a process with no
 ``tracked_secret_key`` at all leaves a sealed row alone (its claim lapses): a relay that
 has the key publishes it. Knows nothing of Celery: the ``publish`` callable is handed in
-(the wiring's, through its platform: ``resend.publisher``).
+(the wiring's, through its platform: ``rerun.publisher``).
 
 A maintenance plugin (``maintenance.py``): ``Tracker.relay()``, the task
 ``celery_tracked.relay`` every ``tracked_relay_interval_seconds``, ``celery tracked relay``.

@@ -1,7 +1,7 @@
 """The worker service: claim under a lease → run the body → classify → verdict.
 
 ``Runner.run`` is called from the task's call path (so a failed durable write becomes a
-retry, never a silent success) and returns a verdict (``outcome.py``); it never raises
+retry, never a silent success) and returns a verdict (``outcomes.py``); it never raises
 Celery's exceptions nor calls back into the task class: the body comes in as a callable,
 given the running :class:`~celery_tracked.attempt.Attempt`. Writing the outcome is the
 ``OutcomeWriter``'s (``outcomes.py``), an outcome an earlier attempt carried over
@@ -26,11 +26,11 @@ from typing import Any
 from ..core.attempt import Attempt
 from ..core.codec import encode
 from ..core.errors import StoreError, Unrecoverable
+from ..core.fences import DeadRun, Lease, Takeover
 from ..core.hooks import Delivery, Hooks, Wait
 from ..core.jobs import Claim, Event, Job, JobStatus, utcnow
 from ..core.limits import busy_key_countdown
-from ..core.moves import DeadRun, Lease, Takeover
-from ..core.outcome import BodyEnd, Postponed, Skipped, Verdict, Write, after_write, postpone_for
+from ..core.outcomes import BodyEnd, Postponed, Skipped, Verdict, Write, after_write, postpone_for
 from ..core.ports import RunStore
 from ..core.redact import mask_exception
 from ..core.retry_policy import Backoff

@@ -13,7 +13,7 @@ import logging
 from ..core.attempt import Attempt
 from ..core.hooks import Hooks, Transition
 from ..core.jobs import Event, JobStatus
-from ..core.outcome import Failure
+from ..core.outcomes import Failure
 from ..core.run import Run
 
 

@@ -27,9 +27,9 @@ import time
 from collections.abc import Callable
 
 from ..core.errors import StoreError
+from ..core.fences import DeadRun
 from ..core.hooks import Hooks, Transition
 from ..core.jobs import Event, Job, JobStatus, utcnow
-from ..core.moves import DeadRun
 from ..core.ports import DeadRunStore
 from ..core.redact import safe_text
 from ..core.settings import Settings

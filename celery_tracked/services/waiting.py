@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from ..core.errors import GuardError, JobFailed, JobNotFound, WaitTimeout
-from ..core.guards import Notifier, Subscription
+from ..core.guard import Notifier, Subscription
 from ..core.ports import Store
 
 logger = logging.getLogger("celery_tracked")

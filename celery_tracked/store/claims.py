@@ -17,8 +17,8 @@ from typing import Any
 
 from sqlalchemy import Integer, bindparam, func, select
 
+from ..core.fences import Lease, Takeover
 from ..core.jobs import Claim, JobStatus
-from ..core.moves import Lease, Takeover
 from . import transitions as moves
 from .apply import Moved
 from .engines import Applying

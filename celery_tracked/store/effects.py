@@ -34,8 +34,8 @@ from ..core.errors import (
     StoreError,
     TransactionFailed,
 )
+from ..core.fences import Completion
 from ..core.jobs import Claim, Job, JobStatus
-from ..core.moves import Completion
 from . import inserts, locks, selects
 from . import statements as sql
 from . import transitions as moves

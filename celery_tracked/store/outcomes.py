@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ..core.fences import AttemptError, Completion, DeadRun, Rows
 from ..core.jobs import Claim, JobStatus, NewRow
-from ..core.moves import AttemptError, Completion, DeadRun, Rows
 from . import selects
 from . import transitions as moves
 from .engines import Applying

@@ -31,8 +31,8 @@ from sqlalchemy import (
     select,
 )
 
+from ..core.fences import StaleRun, StallCutoffs
 from ..core.jobs import Event, Job, JobStatus
-from ..core.moves import StaleRun, StallCutoffs
 from . import transitions as moves
 from .engines import Applying
 from .models import UTCDateTime, events, jobs

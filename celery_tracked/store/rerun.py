@@ -29,8 +29,8 @@ from typing import Any
 
 from sqlalchemy import String, Text, or_, select
 
+from ..core.fences import RetryUndo
 from ..core.jobs import RETRY_UNDONE, Job
-from ..core.moves import RetryUndo
 from . import transitions as moves
 from .engines import Applying
 from .models import events, jobs
@@ -47,7 +47,7 @@ SELECT_ROUNDS = (
     .order_by(events.c.id)
 )
 #: A successor created by a step's failure: a job of the step's pipeline whose parent is
-#: the step and whose ``enqueued`` event carries the fail-soft note (``successors.py``).
+#: the step and whose ``enqueued`` event carries the fail-soft note (``pipelines.py``).
 SELECT_FAIL_SOFT = (
     select(jobs)
     .join(events, events.c.job_id == jobs.c.id)

@@ -300,7 +300,7 @@ RETRY = Move(
     extra_where=(sql.NO_NEWER_ROUND,),
 )
 #: The same move from a completed job too: a re-send of an ended job's id runs it again
-#: as a new round (``resend.py``, ``Resender.again``).
+#: as a new round (``rerun.py``, ``Resender.again``).
 RETRY_ENDED = replace(RETRY, name="retry_ended", sources=(JobStatus.COMPLETED, *_ENDED))
 UNDO_RETRY = {
     ended: Move(

@@ -22,8 +22,8 @@ from tracked_app import QUEUE, create_app
 
 from celery_tracked import JobStatus, Tracker
 from celery_tracked.adapter.beat import REAP_TASK
+from celery_tracked.core.fences import AttemptError, Lease
 from celery_tracked.core.jobs import Claim, utcnow
-from celery_tracked.core.moves import AttemptError, Lease
 from celery_tracked.services.reaper import ReapReport
 from tests.conftest import wait_for
 

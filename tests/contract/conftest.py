@@ -18,8 +18,8 @@ import pytest
 from sqlalchemy import event
 
 from celery_tracked.backends.memory import MemoryStore
+from celery_tracked.core.fences import AttemptError, Completion, Lease, StallCutoffs
 from celery_tracked.core.jobs import Claim, utcnow
-from celery_tracked.core.moves import AttemptError, Completion, Lease, StallCutoffs
 from celery_tracked.core.ports import Store
 from celery_tracked.store import JobStore, migrate
 from tests.conftest import migrated_sqlite

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import threading
 
+from celery_tracked.core.fences import AttemptError, Completion, Lease, Takeover
 from celery_tracked.core.jobs import Claim, JobStatus, utcnow
-from celery_tracked.core.moves import AttemptError, Completion, Lease, Takeover
 from celery_tracked.core.ports import Store
 from tests.contract.conftest import (
     KEY_LOCKS,

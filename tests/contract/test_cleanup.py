@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from celery_tracked.core.cleanup import Sweep
+from celery_tracked.core.fences import AttemptError
 from celery_tracked.core.jobs import PURGE_START, utcnow
-from celery_tracked.core.moves import AttemptError
 from celery_tracked.core.ports import Store
 from tests.contract.conftest import claimed, completed, later, new_job
 

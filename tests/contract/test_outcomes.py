@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import uuid
 
+from celery_tracked.core.fences import AttemptError, Completion, DeadRun
 from celery_tracked.core.jobs import JobStatus, NewRow, utcnow
-from celery_tracked.core.moves import AttemptError, Completion, DeadRun
 from celery_tracked.core.ports import Store
 from tests.contract.conftest import OWNER, claimed, event_names, failure, new_job
 

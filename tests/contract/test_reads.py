@@ -7,9 +7,9 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 
+from celery_tracked.core.fences import AttemptError, Completion
 from celery_tracked.core.finder import JobFilter, Position
 from celery_tracked.core.jobs import JobStatus, utcnow
-from celery_tracked.core.moves import AttemptError, Completion
 from celery_tracked.core.ports import Store
 from celery_tracked.store import JobStore, reads
 from tests.contract.conftest import Backend, ago, claimed, new_job

@@ -3,8 +3,8 @@ pending job not due yet."""
 
 from __future__ import annotations
 
+from celery_tracked.core.fences import AttemptError, Lease, StaleRun, StallCutoffs
 from celery_tracked.core.jobs import JobStatus, utcnow
-from celery_tracked.core.moves import AttemptError, Lease, StaleRun, StallCutoffs
 from celery_tracked.core.ports import Store
 from tests.contract.conftest import (
     OWNER,

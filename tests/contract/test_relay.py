@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from celery_tracked.core.fences import Lease
 from celery_tracked.core.jobs import JobStatus, utcnow
-from celery_tracked.core.moves import Lease
 from celery_tracked.core.ports import Store
 from tests.contract.conftest import OWNER, WORKER, ago, claimed, event_names, later, new_job
 

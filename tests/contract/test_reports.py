@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from celery_tracked.core.fences import Completion
 from celery_tracked.core.jobs import JobStatus, utcnow
-from celery_tracked.core.moves import Completion
 from celery_tracked.core.ports import Store
 from tests.contract.conftest import claimed, new_job
 

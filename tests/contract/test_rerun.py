@@ -3,8 +3,8 @@ resent job, a fail-soft successor, cancels, sealed values of a retry."""
 
 from __future__ import annotations
 
+from celery_tracked.core.fences import AttemptError, RetryUndo
 from celery_tracked.core.jobs import JobStatus, NewRow, utcnow
-from celery_tracked.core.moves import AttemptError, RetryUndo
 from celery_tracked.core.ports import Store
 from tests.contract.conftest import claimed, completed, event_names, job_row, new_job, sealed
 

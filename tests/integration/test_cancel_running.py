@@ -12,14 +12,14 @@ import pytest
 
 from celery_tracked import JobStatus, Tracker, Unrecoverable
 from celery_tracked.core.attempt import Attempt
+from celery_tracked.core.fences import AttemptError, Completion, Lease, Takeover
 from celery_tracked.core.jobs import utcnow
 from celery_tracked.core.messages import TrackedHeaders
-from celery_tracked.core.moves import AttemptError, Completion, Lease, Takeover
-from celery_tracked.core.outcome import Completed, Skipped
+from celery_tracked.core.outcomes import Completed, Skipped
 from celery_tracked.core.run import Run
 from celery_tracked.services import progress
 from celery_tracked.services.lease import owner_id
-from celery_tracked.services.reporter import ProgressReporter
+from celery_tracked.services.reports import ProgressReporter
 from tests.conftest import wait_for
 
 from .conftest import AppFactory

@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
+from celery_tracked.core.fences import Completion, Lease
 from celery_tracked.core.jobs import NewRow, utcnow
-from celery_tracked.core.moves import Completion, Lease
 from celery_tracked.store import JobStore
 
 from .conftest import insert_job

@@ -10,8 +10,8 @@ import pytest
 from celery import Celery
 
 from celery_tracked import InvalidFilter, JobStatus, Tracker, tracked_task
+from celery_tracked.core.fences import AttemptError, Completion, Lease
 from celery_tracked.core.jobs import utcnow
-from celery_tracked.core.moves import AttemptError, Completion, Lease
 from celery_tracked.store import JobStore
 from tests.conftest import wait_for
 

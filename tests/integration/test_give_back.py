@@ -15,8 +15,8 @@ import pytest
 import redis
 
 from celery_tracked.backends.limiter import RedisLimiter
+from celery_tracked.core.fences import AttemptError, Lease, Takeover
 from celery_tracked.core.jobs import Claim, JobStatus, utcnow
-from celery_tracked.core.moves import AttemptError, Lease, Takeover
 from celery_tracked.store import JobStore, migrate
 
 from .conftest import insert_job

@@ -16,7 +16,7 @@ from kombu.utils.json import loads
 
 from celery_tracked import tracked_task
 from celery_tracked.core.messages import TrackedHeaders
-from celery_tracked.core.outcome import Completed
+from celery_tracked.core.outcomes import Completed
 from celery_tracked.core.redact import REDACTED
 from celery_tracked.core.run import Run
 

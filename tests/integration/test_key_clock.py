@@ -21,7 +21,7 @@ from celery_tracked.cli import listing, tracked
 from celery_tracked.core import finder
 from celery_tracked.core.jobs import utcnow
 from celery_tracked.migrate import upgrade
-from celery_tracked.services import enqueuer, successors
+from celery_tracked.services import enqueuer, pipelines
 
 from .conftest import AppFactory, tracker_of
 
@@ -170,12 +170,12 @@ def test_a_worker_ahead_declares_a_throttled_successor_within_the_window(
     store = tracker_of(app).store
     first = store.find_by_key(leaf.tracked_job_type, "leaf:x")
     assert first is not None and first.key_round == 0
-    moved(monkeypatch, successors, SKEW)
+    moved(monkeypatch, pipelines, SKEW)
     root.delay("x")
     latest = store.find_by_key(leaf.tracked_job_type, "leaf:x")
     assert latest is not None and latest.id == first.id
     monkeypatch.undo()
-    moved(monkeypatch, successors, -SKEW)
+    moved(monkeypatch, pipelines, -SKEW)
     time.sleep(10.2 - (store.clock() - first.created_at).total_seconds())
     root.delay("x")
     latest = store.find_by_key(leaf.tracked_job_type, "leaf:x")

@@ -21,7 +21,7 @@ from celery_tracked import JobStatus, Tracker
 from celery_tracked.core.attempt import Attempt
 from celery_tracked.core.jobs import utcnow
 from celery_tracked.core.messages import TrackedHeaders
-from celery_tracked.core.outcome import Completed, Postponed, Retrying, Verdict
+from celery_tracked.core.outcomes import Completed, Postponed, Retrying, Verdict
 from celery_tracked.core.run import Run
 
 from .conftest import AppFactory

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from celery_tracked import EnqueueError, StoreError, Tracker, tracked_task
-from celery_tracked.core.outcome import Postponed
+from celery_tracked.core.outcomes import Postponed
 from celery_tracked.store import JobStore
 
 from .conftest import AppFactory

@@ -26,8 +26,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from celery_tracked import Tracker, tracked_task
+from celery_tracked.core.fences import AttemptError, Completion, Lease
 from celery_tracked.core.jobs import utcnow
-from celery_tracked.core.moves import AttemptError, Completion, Lease
 from celery_tracked.store import JobStore
 from celery_tracked.store.fastpath import prepare_only_if_direct
 

@@ -16,8 +16,8 @@ import pytest
 
 from celery_tracked import JobStatus, Tracker, tracked_task
 from celery_tracked.adapter.beat import REAP_TASK
+from celery_tracked.core.fences import AttemptError, Completion, Lease
 from celery_tracked.core.jobs import Claim, Job, utcnow
-from celery_tracked.core.moves import AttemptError, Completion, Lease
 from celery_tracked.core.redact import REDACTED
 from celery_tracked.services.reaper import Reaper, ReapReport
 from celery_tracked.services.stall import confirm_seconds

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from celery_tracked import JobStatus, Tracker, tracked_task
+from celery_tracked.core.fences import Lease
 from celery_tracked.core.jobs import utcnow
-from celery_tracked.core.moves import Lease
 from celery_tracked.services.lease import waiting_hold
-from celery_tracked.services.resend import send_job
+from celery_tracked.services.rerun import send_job
 
 from .conftest import AppFactory, insert_job
 from .test_reaper import LATER, Broker, get, handed_over, reap

@@ -12,9 +12,9 @@ from datetime import timedelta
 import pytest
 
 from celery_tracked import JobStatus
+from celery_tracked.core.fences import AttemptError, Lease, RetryUndo
 from celery_tracked.core.jobs import utcnow
 from celery_tracked.core.keys import UndoneReplace
-from celery_tracked.core.moves import AttemptError, Lease, RetryUndo
 from celery_tracked.store import DuplicateJob, JobStore
 
 from .conftest import insert_job

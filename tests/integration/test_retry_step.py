@@ -16,7 +16,7 @@ import pytest
 from celery import Celery
 
 from celery_tracked import JobStatus, RetryRefused, Tracker, Unrecoverable, tracked_task
-from celery_tracked.services.successors import fail_soft_note
+from celery_tracked.services.pipelines import fail_soft_note
 
 #: other modules' test apps declare shared tasks this one also finalizes
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")

@@ -14,8 +14,8 @@ import pytest
 import redis
 
 from celery_tracked.backends.limiter import RedisLimiter
+from celery_tracked.core.fences import Completion, Lease, Takeover
 from celery_tracked.core.jobs import Claim, utcnow
-from celery_tracked.core.moves import Completion, Lease, Takeover
 from celery_tracked.store import JobStore, migrate
 
 from .conftest import insert_job

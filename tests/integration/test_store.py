@@ -13,8 +13,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from celery_tracked import JobStatus, StoreError
+from celery_tracked.core.fences import AttemptError, Completion, Lease, Takeover
 from celery_tracked.core.jobs import Claim, NewRow, utcnow
-from celery_tracked.core.moves import AttemptError, Completion, Lease, Takeover
 from celery_tracked.store import JobStore, Refused
 
 from ..conftest import wait_for

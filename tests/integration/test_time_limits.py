@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from celery_tracked import JobStatus, Settings
+from celery_tracked.core.fences import DeadRun, Lease, Takeover
 from celery_tracked.core.hooks import Hooks
 from celery_tracked.core.jobs import Job, utcnow
-from celery_tracked.core.moves import DeadRun, Lease, Takeover
 from celery_tracked.services import time_limits as time_limits_module
 from celery_tracked.services.lease import owner_id
 from celery_tracked.services.time_limits import TimeLimits

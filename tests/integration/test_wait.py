@@ -8,8 +8,8 @@ import time
 import pytest
 
 from celery_tracked import JobFailed, JobNotFound, Tracker, WaitTimeout, tracked_task
+from celery_tracked.core.fences import AttemptError, Completion, Lease
 from celery_tracked.core.jobs import utcnow
-from celery_tracked.core.moves import AttemptError, Completion, Lease
 
 from ..conftest import wait_for
 from .conftest import AppFactory, tracker_of

@@ -13,7 +13,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
-from celery_tracked.core.moves import Completion, Lease
+from celery_tracked.core.fences import Completion, Lease
 from celery_tracked.store import migrate
 from celery_tracked.store.models import metadata
 

@@ -25,7 +25,7 @@ from celery_tracked.core.hooks import HookChain, Hooks
 from celery_tracked.core.jobs import Claim, NewRow
 from celery_tracked.core.messages import TrackedHeaders
 from celery_tracked.core.run import Run
-from celery_tracked.services.successors import Declared, Step, Successors
+from celery_tracked.services.pipelines import Declared, Step, Successors
 
 
 def an_attempt(job_id: str = "j-1", number: int = 1, inline: bool = False) -> Attempt:

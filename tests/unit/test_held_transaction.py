@@ -10,10 +10,10 @@ import pytest
 
 from celery_tracked.core.attempt import Attempt
 from celery_tracked.core.errors import TransactionFailed
+from celery_tracked.core.fences import Completion
 from celery_tracked.core.hooks import HookChain
 from celery_tracked.core.jobs import Claim, JobStatus
-from celery_tracked.core.moves import Completion
-from celery_tracked.core.outcome import Completed, Failed, Retrying, Skipped
+from celery_tracked.core.outcomes import Completed, Failed, Retrying, Skipped
 from celery_tracked.core.settings import Settings
 from celery_tracked.services.lease import LeaseKeeper
 from celery_tracked.services.runner import Runner

@@ -15,7 +15,7 @@ from celery_tracked.core.codec import encode
 from celery_tracked.core.jobs import Job, JobStatus
 from celery_tracked.core.keys import KeyLifetime, KeyRule, Then, key_rule, then
 from celery_tracked.core.redact import REDACTED
-from celery_tracked.services.resend import retry_arguments
+from celery_tracked.services.rerun import retry_arguments
 from tests.unit.job_rows import NOW, a_job
 
 KEYS = ("password", "token", "api_key")

@@ -14,7 +14,7 @@ from celery_tracked.core.limits import (
     release_slot,
     take_slot,
 )
-from celery_tracked.core.outcome import Postponed, Skipped
+from celery_tracked.core.outcomes import Postponed, Skipped
 
 from .test_runner import World, world  # noqa: F401 (a fixture)
 

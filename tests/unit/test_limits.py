@@ -31,7 +31,7 @@ from celery_tracked.core.limits import (
     started,
     take_slot,
 )
-from celery_tracked.core.outcome import Completed, Postponed
+from celery_tracked.core.outcomes import Completed, Postponed
 from celery_tracked.core.settings import Settings
 from celery_tracked.services.lease import LeaseKeeper
 from celery_tracked.services.runner import Runner

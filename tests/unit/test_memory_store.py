@@ -9,7 +9,7 @@ import pytest
 
 from celery_tracked.backends.memory import MemoryStore, conforms
 from celery_tracked.core.errors import Refused, StoreError
-from celery_tracked.core.moves import AttemptError, Lease, Takeover
+from celery_tracked.core.fences import AttemptError, Lease, Takeover
 from tests.contract.conftest import job_row
 from tests.unit.job_rows import NOW
 

@@ -11,20 +11,20 @@ from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry
 
 from celery_tracked import Unrecoverable
 from celery_tracked.adapter.celery_signals import CELERY_SIGNALS
-from celery_tracked.core import outcome
-from celery_tracked.core.outcome import EARLY_MS, Plan, Write
+from celery_tracked.core import outcomes
+from celery_tracked.core.outcomes import EARLY_MS, Plan, Write
 from celery_tracked.core.retry_policy import backoff_ms
 
 # the pure decisions, reading Celery's control exceptions as the adapter's runs do
-plan_outcome = partial(outcome.plan_outcome, signals=CELERY_SIGNALS)
-retry_cause = partial(outcome.retry_cause, signals=CELERY_SIGNALS)
-final_error = partial(outcome.final_error, signals=CELERY_SIGNALS)
+plan_outcome = partial(outcomes.plan_outcome, signals=CELERY_SIGNALS)
+retry_cause = partial(outcomes.retry_cause, signals=CELERY_SIGNALS)
+final_error = partial(outcomes.final_error, signals=CELERY_SIGNALS)
 
 
 def retry_delay_ms(retry: Retry, now: datetime | None = None, sent: datetime | None = None) -> int:
     signal = CELERY_SIGNALS.read(retry)
     assert signal is not None
-    return outcome.retry_delay_ms(signal, now=now, sent=sent)
+    return outcomes.retry_delay_ms(signal, now=now, sent=sent)
 
 
 def backoff(attempt: int) -> int:
@@ -253,10 +253,10 @@ def test_a_final_failure_never_raises_retry_to_celery() -> None:
 
 
 def test_a_failure_says_whether_it_is_final_and_whether_it_travels_unsaved() -> None:
-    final = outcome.Failure("E", "boom", outcome.Failed(RuntimeError()))
-    retry = outcome.Failure("E", "boom", outcome.Retrying(1.0, None), retry_ms=1000)
-    carried_retry = outcome.Failure(
-        "E", "boom", outcome.Retrying(1.0, None), retry_ms=1000, carry=True
+    final = outcomes.Failure("E", "boom", outcomes.Failed(RuntimeError()))
+    retry = outcomes.Failure("E", "boom", outcomes.Retrying(1.0, None), retry_ms=1000)
+    carried_retry = outcomes.Failure(
+        "E", "boom", outcomes.Retrying(1.0, None), retry_ms=1000, carry=True
     )
     assert final.final and final.carried  # a final failure is never lost
     assert not retry.final and not retry.carried  # the re-publish makes the next attempt
@@ -265,13 +265,13 @@ def test_a_failure_says_whether_it_is_final_and_whether_it_travels_unsaved() -> 
 
 def test_after_write_gives_the_verdict_of_each_plan() -> None:
     error = RuntimeError("boom")
-    assert outcome.after_write(Plan(Write.COMPLETE), None, CELERY_SIGNALS, 5) == (
-        outcome.Completed(5)
+    assert outcomes.after_write(Plan(Write.COMPLETE), None, CELERY_SIGNALS, 5) == (
+        outcomes.Completed(5)
     )
-    retried = outcome.after_write(Plan(Write.RETRY, delay_ms=1500), error, CELERY_SIGNALS)
-    assert retried == outcome.Retrying(1.5, error)
-    failed = outcome.after_write(Plan(Write.FAIL, reraise=True), error, CELERY_SIGNALS)
-    assert failed == outcome.Failed(error)
+    retried = outcomes.after_write(Plan(Write.RETRY, delay_ms=1500), error, CELERY_SIGNALS)
+    assert retried == outcomes.Retrying(1.5, error)
+    failed = outcomes.after_write(Plan(Write.FAIL, reraise=True), error, CELERY_SIGNALS)
+    assert failed == outcomes.Failed(error)
     ignored = Ignore()
-    passed = outcome.after_write(Plan(Write.COMPLETE, reraise=True), ignored, CELERY_SIGNALS)
-    assert passed == outcome.PassedOn(ignored)
+    passed = outcomes.after_write(Plan(Write.COMPLETE, reraise=True), ignored, CELERY_SIGNALS)
+    assert passed == outcomes.PassedOn(ignored)

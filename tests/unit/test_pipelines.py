@@ -11,7 +11,7 @@ from celery.exceptions import Retry
 
 from celery_tracked import Unrecoverable
 from celery_tracked.adapter.celery_signals import CELERY_SIGNALS
-from celery_tracked.core import outcome
+from celery_tracked.core import outcomes
 from celery_tracked.core.jobs import Job, JobStatus
 from celery_tracked.core.pipelines import Pipeline, pipeline_state
 from tests.unit.job_rows import NOW, a_job
@@ -34,8 +34,8 @@ C, F, P, R, X = (
 
 
 def exhausted(error: BaseException, attempt: int, most: int, *retryable: Any) -> bool:
-    """``outcome.exhausted``, Celery's ``Retry`` read as the adapter's runs read it."""
-    return outcome.exhausted(error, attempt, most, *retryable, signals=CELERY_SIGNALS)
+    """``outcomes.exhausted``, Celery's ``Retry`` read as the adapter's runs read it."""
+    return outcomes.exhausted(error, attempt, most, *retryable, signals=CELERY_SIGNALS)
 
 
 def test_a_failure_is_exhausted_only_on_the_last_attempt_of_a_retried_error() -> None:

@@ -13,7 +13,7 @@ from celery_tracked.core.jobs import Claim
 from celery_tracked.core.messages import TrackedHeaders
 from celery_tracked.core.run import Run
 from celery_tracked.core.settings import Settings
-from celery_tracked.services.reporter import Flusher, ProgressReporter
+from celery_tracked.services.reports import Flusher, ProgressReporter
 from tests.conftest import wait_for
 
 

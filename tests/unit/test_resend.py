@@ -10,7 +10,7 @@ from celery_tracked import RetryRefused
 from celery_tracked.core.codec import encode
 from celery_tracked.core.jobs import JobStatus
 from celery_tracked.core.redact import REDACTED
-from celery_tracked.services.resend import granted, retry_arguments, stored_reprs
+from celery_tracked.services.rerun import granted, retry_arguments, stored_reprs
 from tests.unit.job_rows import a_job
 
 KEYS = ("password", "token", "api_key")

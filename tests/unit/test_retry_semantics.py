@@ -10,7 +10,7 @@ import pytest
 from celery import Celery
 
 from celery_tracked import ConfigurationError, InvalidTaskOption, TrackedTask, tracked_task
-from celery_tracked.core.outcome import Write, plan_outcome
+from celery_tracked.core.outcomes import Write, plan_outcome
 from celery_tracked.core.retry_policy import RetryPolicy
 from celery_tracked.core.settings import Settings
 

@@ -19,12 +19,12 @@ from celery_tracked.adapter.celery_signals import CELERY_SIGNALS
 from celery_tracked.backends.memory import MemoryStore as LibraryMemoryStore
 from celery_tracked.core.attempt import Attempt
 from celery_tracked.core.errors import Refused
+from celery_tracked.core.fences import AttemptError, Completion, Rows
 from celery_tracked.core.hooks import Delivery, HookChain, Hooks, Transition
 from celery_tracked.core.jobs import Claim, Job, JobStatus, NewRow, utcnow
 from celery_tracked.core.limits import DeliveryLimits
 from celery_tracked.core.messages import HEADER_PENDING_FAILURE, PendingFailure, TrackedHeaders
-from celery_tracked.core.moves import AttemptError, Completion, Rows
-from celery_tracked.core.outcome import (
+from celery_tracked.core.outcomes import (
     EARLY_MS,
     Completed,
     Failed,

@@ -11,15 +11,15 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from ...core.fences import (
+    Lease,
+    Takeover,
+)
 from ...core.jobs import (
     CLAIMABLE,
     Claim,
     Job,
     JobStatus,
-)
-from ...core.moves import (
-    Lease,
-    Takeover,
 )
 from .rows import (
     PROCESSING,

@@ -11,17 +11,17 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ...core.fences import (
+    AttemptError,
+    Completion,
+    DeadRun,
+    Rows,
+)
 from ...core.jobs import (
     Claim,
     Job,
     JobStatus,
     NewRow,
-)
-from ...core.moves import (
-    AttemptError,
-    Completion,
-    DeadRun,
-    Rows,
 )
 from .rows import (
     MemoryCore,

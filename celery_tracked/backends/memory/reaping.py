@@ -11,14 +11,14 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ...core.fences import (
+    StaleRun,
+    StallCutoffs,
+)
 from ...core.jobs import (
     Event,
     Job,
     JobStatus,
-)
-from ...core.moves import (
-    StaleRun,
-    StallCutoffs,
 )
 from .rows import (
     MemoryCore,

@@ -12,14 +12,14 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from ...core.fences import (
+    RetryUndo,
+)
 from ...core.jobs import (
     CLAIMABLE,
     RETRY_UNDONE,
     Job,
     JobStatus,
-)
-from ...core.moves import (
-    RetryUndo,
 )
 from .rows import (
     MemoryCore,

@@ -47,7 +47,7 @@ from ..core.hooks import Hooks
 from ..core.jobs import JobStatus, NewRow, utcnow
 from ..core.keys import Then, then
 from ..core.messages import Control
-from ..core.port import Platform
+from ..core.platform import Platform
 from ..core.ports import SuccessorStore
 from ..core.printable import visible
 from ..core.redact import mask_secrets
@@ -140,7 +140,7 @@ def successor_note(step_id: str) -> str:
 
 def fail_soft_note(step_id: str) -> str:
     """The message of a fail-soft successor's ``enqueued`` event: how ``Tracker.retry``
-    knows that the step's failure was followed already (``resend.py``)."""
+    knows that the step's failure was followed already (``rerun.py``)."""
     return f"fail-soft successor of job {step_id}: created when it failed after its retries"
 
 
@@ -153,7 +153,7 @@ def derived_key(parent_job_id: str, job: NewJob) -> str:
 
 class Successors(Hooks):
     """Inserts a step's successors with its completion (or its exhausted failure), then
-    publishes them once that write committed (through the platform port: ``port.py``)."""
+    publishes them once that write committed (through the platform port: ``platform.py``)."""
 
     def __init__(self, store: SuccessorStore, settings: Settings, platform: Platform) -> None:
         self.store = store

@@ -22,7 +22,7 @@ producer, ``enqueuer.py``): from ``completed`` too, with the call's arguments, a
 message, as Celery runs each apply again. A re-send while the job is active stays that job.
 
 Knows nothing of Celery: the task's description, the publish and the stored results go
-through the platform port (``port.py``).
+through the platform port (``platform.py``).
 """
 
 from __future__ import annotations
@@ -37,17 +37,17 @@ from ..core.calls import Show, bounded_reprs, plain_repr
 from ..core.codec import PAYLOAD_DEPTH, check_depth, decode, encode
 from ..core.description import TaskDescription
 from ..core.errors import EnqueueError, JobNotFound, RetryRefused, StoreError
+from ..core.fences import RetryUndo
 from ..core.hooks import Hooks, Transition
 from ..core.jobs import RETRY_UNDONE, EnqueueResult, Event, Job, JobStatus, utcnow
 from ..core.messages import TrackedHeaders, positive
-from ..core.moves import RetryUndo
-from ..core.port import Platform
+from ..core.platform import Platform
 from ..core.ports import RerunStore
 from ..core.redact import holds_redacted, mask_secrets, redact, secret_values
 from .enqueuer import Publish
 from .newjobs import NewJob
+from .pipelines import fail_soft_note
 from .sealing import SealBroken, Sealer, seal_call, unsealed
-from .successors import fail_soft_note
 
 logger = logging.getLogger("celery_tracked")
 
