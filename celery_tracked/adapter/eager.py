@@ -35,7 +35,7 @@ from ..core.jobs import EnqueueResult, Job, JobStatus
 from ..core.messages import TrackedHeaders
 from ..core.redact import mask_secrets
 from ..services.enqueuer import Enqueuer
-from ..services.newjobs import NewJob
+from ..services.producer import NewJob
 from .broker import broker_failure
 
 #: The deliveries an eager enqueue's publish holds, to run after its row is handed over.

@@ -5,7 +5,7 @@ Description: ``TrackedTask.description``, the frozen
 once per task class from the options checked when the class was made, ``options.py``,
 with Celery's routing and re-publish as its ``route`` and ``send``).
 
-Producer: ``enqueue``/``apply_async`` prepare the call (``producer.py``: the description,
+Producer: ``enqueue``/``apply_async`` prepare the call (``calls.py``: the description,
 Celery's ids and the calling task for lineage) and hand off to the
 :class:`~celery_tracked.enqueuer.Enqueuer` with a ``publish`` callable. A re-publish of an
 existing job (a Celery retry: the message already carries the job id) only re-publishes,
@@ -45,7 +45,7 @@ from ..core.settings import Settings
 from ..services import progress, successors
 from ..services.reporter import ProgressReporter
 from ..services.successors import Step
-from . import celery_builtins, eager, producer, retries, transactional, untracked, values
+from . import calls, celery_builtins, eager, retries, transactional, untracked, values
 from .celery_signals import CELERY_SIGNALS
 from .celery_tracker import Tracker
 from .maintenance import install_beat_entries
@@ -229,7 +229,7 @@ class TrackedTask(Task[P, R_co]):
         """Create the job; publish it, or run it here (``send`` given, or eager mode)."""
         tracker = self.tracker
         args, kwargs = values.sent_arguments(self, args, kwargs)  # pydantic models
-        job = producer.new_job(
+        job = calls.new_job(
             self.description, tracker.settings, args, kwargs, task_id, control, options
         )
         inline = send is not None or bool(self.app.conf.task_always_eager)

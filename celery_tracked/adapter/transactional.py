@@ -26,11 +26,11 @@ from ..core.hooks import Transition
 from ..core.jobs import EnqueueResult, Event, JobStatus, utcnow
 from ..core.messages import Control
 from ..services.enqueuer import Publish
-from ..services.newjobs import NewJob
+from ..services.producer import NewJob
 from ..services.sealing import EXTRA, needs_seal
 from ..store import JobStore, effects
 from ..store.translate import translated
-from . import eager, producer, values
+from . import calls, eager, values
 from .request_state import attempt_of
 
 if TYPE_CHECKING:
@@ -61,9 +61,7 @@ def enqueue_in(
         raise NotTransactional(f"enqueue_in of {task.name}: not in eager mode (use enqueue)")
     task_id = options.pop("task_id", None)
     args, kwargs = values.sent_arguments(task, args, kwargs)
-    job = producer.new_job(
-        task.description, tracker.settings, args, kwargs, task_id, control, options
-    )
+    job = calls.new_job(task.description, tracker.settings, args, kwargs, task_id, control, options)
     if job.rule.reused or job.rule.debounce_s:
         raise NotTransactional(
             f"enqueue_in of {task.name}: only the default key lifetime (one job per key) "

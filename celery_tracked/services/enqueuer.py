@@ -32,7 +32,7 @@ from ..core.keys import Then, then, undo_replace
 from ..core.messages import TrackedHeaders
 from ..core.ports import EnqueueStore
 from ..core.redact import mask_secrets
-from .newjobs import NewJob, guard_of
+from .producer import NewJob, guard_of
 
 logger = logging.getLogger("celery_tracked")
 

@@ -45,7 +45,7 @@ from ..core.port import Platform
 from ..core.ports import RerunStore
 from ..core.redact import holds_redacted, mask_secrets, redact, secret_values
 from .enqueuer import Publish
-from .newjobs import NewJob
+from .producer import NewJob
 from .sealing import SealBroken, Sealer, seal_call, unsealed
 from .successors import fail_soft_note
 

@@ -52,7 +52,7 @@ from ..core.ports import SuccessorStore
 from ..core.printable import visible
 from ..core.redact import mask_secrets
 from ..core.settings import Settings
-from .newjobs import Ids, NewJob, new_job
+from .producer import Ids, NewJob, new_job
 
 logger = logging.getLogger("celery_tracked")
 

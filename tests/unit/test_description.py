@@ -24,7 +24,7 @@ from celery_tracked.core.retry_policy import RetryPolicy
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "celery_tracked"
 #: The Celery adapter: the only modules that may import ``celery``.
 ADAPTER = {
-    "task", "decorator", "signals", "eager", "canvas", "producer", "maintenance",
+    "task", "decorator", "signals", "eager", "canvas", "maintenance",
     "broker", "stopping", "celery_tracker", "retries", "celery_state", "cli", "adapter",
 }  # fmt: skip
 
@@ -138,7 +138,7 @@ def _imports(path: pathlib.Path) -> set[str]:
 
 @pytest.mark.parametrize(
     "module",
-    ["tracker", "resend", "cancelling", "bulk", "successors", "newjobs", "description", "port"],
+    ["tracker", "resend", "cancelling", "bulk", "successors", "producer", "description", "port"],
 )
 def test_the_wiring_and_its_services_know_nothing_of_celery(module: str) -> None:
     imported = _imports(next(PACKAGE.rglob(f"{module}.py")))

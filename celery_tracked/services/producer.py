@@ -1,6 +1,6 @@
 """A call of a described task turned into the job to create (a ``NewJob``).
 
-Shared by the producer (``producer.py``: ``enqueue``/``apply_async``/``apply``) and a
+Shared by the producer (``adapter/calls.py``: ``enqueue``/``apply_async``/``apply``) and a
 step's successors (``successors.py``): the call prepared and checked (``calls.py``), the
 queue (``TaskDescription.queue``), the task's attempts and key lifetime, and a debounce's
 delay. Knows nothing of Celery: the ids and the lineage are given.

@@ -1,9 +1,9 @@
 """The producer side of a tracked task: a Celery call resolved into the job to create.
 
 :func:`new_job` turns a task's call (arguments, ``task_id``, control options, Celery's
-options) into a ``NewJob`` (``services/newjobs.py``): Celery's view of it (the ids of
+options) into a ``NewJob`` (``services/producer.py``): Celery's view of it (the ids of
 a canvas member or a ``self.replace`` replacement, the lineage inherited from the calling
-task) added to what ``newjobs.py`` makes of the call by the task's description (the
+task) added to what ``producer.py`` makes of the call by the task's description (the
 prepared call, the queue as Celery would route it, the task's attempts and key lifetime).
 Used by ``enqueue``/``apply_async``/``apply``.
 """
@@ -18,8 +18,8 @@ from celery import current_task
 from ..core.description import TaskDescription
 from ..core.messages import Control, TrackedHeaders, check_job_id, check_options
 from ..core.settings import Settings
-from ..services import newjobs
-from ..services.newjobs import NewJob
+from ..services import producer
+from ..services.producer import NewJob
 from . import canvas
 
 
@@ -43,8 +43,8 @@ def new_job(
     check_options(options)
     parent_job_id, correlation_id = lineage(control, job_id)
     fresh = job_id != task_id  # made here: no task id was given (or a replacement's)
-    ids = newjobs.Ids(job_id, sent_as, in_canvas, parent_job_id, correlation_id, fresh)
-    return newjobs.new_job(task, settings, args, kwargs, control, options, ids)
+    ids = producer.Ids(job_id, sent_as, in_canvas, parent_job_id, correlation_id, fresh)
+    return producer.new_job(task, settings, args, kwargs, control, options, ids)
 
 
 def lineage(control: Control, job_id: str) -> tuple[str | None, str]:
