@@ -1,7 +1,7 @@
 """``Wiring``: the services of one app, wired; the Celery-free part of ``Tracker``.
 
 It wires the services of one app (settings, job store, guard and notifier, lease keeper,
-hooks, the producer's ``Enqueuer``, the worker's ``Runner``, the ``Relay``) and offers the
+hooks, the ``Producer``, the worker's ``Runner``, the ``Relay``) and offers the
 read side: ``get_job``, ``history``, ``wait``, ``stats``; and ``cancel``, ``retry``,
 ``reap``, ``cleanup``. What it needs of Celery (the tasks' descriptions, publishing a
 job's message, the broker's view, stopping a run) comes through the platform port
@@ -48,6 +48,7 @@ from .services.cancelling import Stopper
 from .services.cleanup import Cleanup, CleanupReport, task_retentions
 from .services.enqueuer import Enqueuer
 from .services.lease import LeaseKeeper
+from .services.producer import Producer
 from .services.reaper import Reaper, ReapReport
 from .services.relay import Relay
 from .services.reporter import Reports
@@ -114,6 +115,7 @@ class Wiring:
 
             self.hooks.add(MetricsHooks())
         self.enqueuer = Enqueuer(self.store, self.guard, settings.guard_ttl_seconds, self.hooks)
+        self.producer = Producer(self.enqueuer, settings)
         self.runner = Runner(self.store, self.leases, self.hooks, settings)
         self.aftermath = Aftermath(self.store, self.hooks, settings)
         self.relay = Relay(

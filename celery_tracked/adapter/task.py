@@ -5,11 +5,12 @@ Description: ``TrackedTask.description``, the frozen
 once per task class from the options checked when the class was made, ``options.py``,
 with Celery's routing and re-publish as its ``route`` and ``send``).
 
-Producer: ``enqueue``/``apply_async`` prepare the call (``calls.py``: the description,
-Celery's ids and the calling task for lineage) and hand off to the
-:class:`~celery_tracked.enqueuer.Enqueuer` with a ``publish`` callable. A re-publish of an
-existing job (a Celery retry: the message already carries the job id) only re-publishes,
-with ``argsrepr``/``kwargsrepr`` redacted again.
+Producer: ``enqueue``/``apply_async`` gather Celery's facts of the call once
+(``calls.py``) and hand them, with the description and Celery's ``apply_async`` as the
+publish, to the :class:`~celery_tracked.services.producer.Producer`; ``apply`` and eager
+mode go through ``eager.py``. A re-publish of an existing job (a Celery retry: the message
+already carries the job id) only re-publishes, with ``argsrepr``/``kwargsrepr`` redacted
+again.
 
 Worker: ``__call__`` hands the delivery to the :class:`~celery_tracked.runner.Runner`,
 inside the task's call path (so a failed durable write becomes a retry, never a silent
@@ -19,7 +20,6 @@ Celery's ``Ignore``/``Retry``/``Reject``.
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -130,7 +130,7 @@ class TrackedTask(Task[P, R_co]):
         if found is None:
             retry = cls._tracked_retry.under(Settings.retry_semantics_from_conf(self.app.conf))
             checked = (retry, cls._tracked_keys, cls._tracked_limits)
-            send = partial(eager.send_existing, self)
+            send = partial(calls.send_existing, self)
             framework = (partial(routed_queue, self.app, self.name), send)
             found = describe(cls, self.name, self.run, framework, checked, saferepr)
             setattr(cls, "_tracked_description", found)  # noqa: B010 (one per task class)
@@ -190,7 +190,7 @@ class TrackedTask(Task[P, R_co]):
     ) -> AsyncResult[R_co]:
         """Tracked ``apply_async``: also accepts ``idempotency_key``, ``correlation_id``,
         ``parent_job_id``, ``owner_id`` and ``max_attempts``. Returns Celery's ``AsyncResult``
-        (its id is the job id), the existing job's for a duplicate (``eager.enqueue``)."""
+        (its id is the job id), the existing job's for a duplicate (``calls.unsent``)."""
         args = tuple(args or ())
         kwargs = dict(kwargs or {})
         options.update(producer=producer, link=link, link_error=link_error, shadow=shadow)
@@ -206,7 +206,7 @@ class TrackedTask(Task[P, R_co]):
             return super().apply_async(args, kwargs, task_id=task_id or existing.job_id, **options)
         control = Control.pop_from(options)
         queued, sent = self._enqueue(args, kwargs, task_id, control, options)
-        return sent if sent is not None else eager.unsent(self, queued.job_id, options)
+        return sent if sent is not None else calls.unsent(self, queued.job_id, options)
 
     def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:  # type: ignore[override]
         """Tracked ``apply`` (and eager mode): the row, then the run here (``eager.py``)."""
@@ -224,20 +224,16 @@ class TrackedTask(Task[P, R_co]):
         task_id: str | None,
         control: Control,
         options: dict[str, Any],
-        send: Callable[..., AsyncResult[Any]] | None = None,
+        run_here: Callable[..., AsyncResult[Any]] | None = None,
     ) -> tuple[EnqueueResult[Any], AsyncResult[Any] | None]:
-        """Create the job; publish it, or run it here (``send`` given, or eager mode)."""
-        tracker = self.tracker
+        """Create the job; publish it, or run it here (``run_here`` given, or eager mode)."""
         args, kwargs = values.sent_arguments(self, args, kwargs)  # pydantic models
-        job = calls.new_job(
-            self.description, tracker.settings, args, kwargs, task_id, control, options
-        )
-        inline = send is not None or bool(self.app.conf.task_always_eager)
-        if inline:  # run here at once, as Celery's eager mode ignores a countdown/eta
-            job = dataclasses.replace(job, due_in_s=None, due_at=None)
-        keys, via = tracker.settings.redact_keys, send or super().apply_async
-        publish = eager.sender(via, args, kwargs, job.call, options, keys, self.app)
-        return eager.enqueue(tracker.enqueuer, job, publish, keys, inline)
+        facts = calls.of(task_id, control, options)
+        send = calls.Send(run_here or super().apply_async, self.app)
+        if run_here is not None or self.app.conf.task_always_eager:
+            return eager.enqueue(self.tracker, self.description, facts, args, kwargs, send)
+        producer = self.tracker.producer
+        return producer.enqueue(self.description, facts, args, kwargs, send), send.sent
 
     # -- pipelines (successors.py) -----------------------------------------------------
     def then(self, task: TrackedTask[Q, Any], *args: Q.args, **kwargs: Q.kwargs) -> str:

@@ -44,8 +44,7 @@ from ..core.moves import RetryUndo
 from ..core.port import Platform
 from ..core.ports import RerunStore
 from ..core.redact import holds_redacted, mask_secrets, redact, secret_values
-from .enqueuer import Publish
-from .producer import NewJob
+from .producer import NewJob, Publish
 from .sealing import SealBroken, Sealer, seal_call, unsealed
 from .successors import fail_soft_note
 

@@ -52,7 +52,7 @@ from ..core.ports import SuccessorStore
 from ..core.printable import visible
 from ..core.redact import mask_secrets
 from ..core.settings import Settings
-from .producer import Ids, NewJob, new_job
+from .producer import CallFacts, NewJob, new_job
 
 logger = logging.getLogger("celery_tracked")
 
@@ -119,9 +119,9 @@ def declare(
     control = Control(idempotency_key, step.correlation_id, step.job_id, step.owner_id)
     options: dict[str, Any] = {}
     job_id = str(uuid.uuid4())
-    ids = Ids(job_id, job_id, False, step.job_id, step.correlation_id)
+    facts = CallFacts(job_id, job_id, False, step.job_id, step.correlation_id, control, options)
     try:
-        job = new_job(description, maker.settings, args, kwargs, control, options, ids)
+        job = new_job(description, maker.settings, facts, args, kwargs)
     except (InvalidPayload, TypeError) as exc:
         raise InvalidSuccessor(f"successor {description.name} refused: {exc}") from None
     if job.call.key is None:
