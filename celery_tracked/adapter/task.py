@@ -24,10 +24,10 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from functools import partial
-from typing import Any, ClassVar, NoReturn, ParamSpec, TypeVar, cast
+from typing import Any, ClassVar, ParamSpec, TypeVar, cast
 
 from celery import Celery, Task
-from celery.exceptions import Ignore, Retry, TimeLimitExceeded
+from celery.exceptions import Ignore, TimeLimitExceeded
 from celery.result import AsyncResult
 from celery.utils.saferepr import saferepr
 from sqlalchemy import Connection
@@ -323,10 +323,10 @@ class TrackedTask(Task[P, R_co]):
 
     def _settle(self, verdict: Verdict) -> Any:
         """Turn the runner's verdict into Celery's terms."""
-        if isinstance(verdict, Retrying):
-            self._republish(verdict.countdown, verdict.cause)
-        if isinstance(verdict, Postponed):
-            self._republish(verdict.countdown, None, verdict.headers, retry=False)
+        if isinstance(verdict, Retrying):  # the next attempt
+            retries.republish(self, verdict.countdown, verdict.cause)
+        if isinstance(verdict, Postponed):  # this delivery again: no attempt was made
+            retries.republish(self, verdict.countdown, headers=verdict.headers, attempt=False)
         retries.hide_arguments(self)
         if isinstance(verdict, Completed):
             return verdict.result
@@ -335,29 +335,6 @@ class TrackedTask(Task[P, R_co]):
         if isinstance(verdict, PassedOn):
             raise verdict.signal
         raise Ignore()
-
-    def _republish(
-        self,
-        countdown: float,
-        exc: Exception | None = None,
-        headers: Mapping[str, Any] | None = None,
-        retry: bool = True,
-    ) -> NoReturn:
-        """Deliver this message again (same task id and headers) after ``countdown`` s:
-        the next attempt (``retry``), or this delivery again (a postponement: the message
-        keeps its ``retries`` count, as no attempt was made).
-
-        Celery's own retry limit never applies (attempts are the tracker's).
-        """
-        options: dict[str, Any] = {}
-        if headers:
-            options["headers"] = {**(self.request.headers or {}), **headers}
-        try:
-            with retries.counted(self.request, retry):
-                raise self.retry(exc=exc, countdown=countdown, **options)
-        except Retry:
-            retries.hide_arguments(self)  # re-published: Celery now only stores the request
-            raise
 
     def retry(
         self,
@@ -370,11 +347,12 @@ class TrackedTask(Task[P, R_co]):
         max_retries: int | None = None,
         **options: Any,
     ) -> Any:
-        """Celery's ``retry``, with Celery's meaning (``retries.py``): called by the running
-        body, it re-publishes while the job has an attempt left (and ``max_retries``, if
-        given, is not reached); else it raises ``exc`` (or ``MaxRetriesExceededError``) and
-        the job fails with it, retries used up. A re-publish the broker refused is handed
-        back (``Reject(requeue=True)``), never dropped with attempts left."""
+        """Celery's ``retry``, with Celery's meaning, for the body's own ``self.retry``
+        (``retries.py``; the tracker's re-publishes never come here): it re-publishes while
+        the job has an attempt left (and ``max_retries``, if given, is not reached); else
+        it raises ``exc`` (or ``MaxRetriesExceededError``) and the job fails with it,
+        retries used up. A re-publish the broker refused is handed back
+        (``Reject(requeue=True)``), never dropped with attempts left."""
         running = attempt_of(self.request)
         call = dict(args=args, kwargs=kwargs, exc=exc, throw=throw, eta=eta, countdown=countdown)
         with retries.retrying(running):
