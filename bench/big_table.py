@@ -55,6 +55,8 @@ if str(ROOT) not in sys.path:
 
 from sqlalchemy import create_engine, text  # noqa: E402
 
+from bench.own_redis import own_redis  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results"
 BASE_URL = os.environ.get(
     "BENCH_SCALE_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432"
@@ -276,30 +278,13 @@ def measured(name: str, rows: int, jobs: int) -> dict[str, float]:
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
-def _own_redis_db() -> Any:
-    """Unless ``BENCH_SCALE_REDIS_URL`` names one: a Redis database (15 down to 2) held
-    under the tests' host-wide file lock for the whole run, so neither a test nor this
-    bench flushes the other's data (``bench/run.py`` flushes DB 1 at each phase: two
-    benches at once on DB 1 lose each other's counters). Returns the lock's handle."""
-    import fcntl
-
+def _own_redis_db() -> None:
+    """Broker and tracking Redis: ``BENCH_SCALE_REDIS_URL`` when given (yours to flush),
+    else a ``redis-server`` of this bench's own (``bench/own_redis.py``)."""
     chosen = os.environ.get("BENCH_SCALE_REDIS_URL")
-    handle = None
-    while chosen is None:
-        for db in range(15, 1, -1):
-            handle = open(f"/tmp/celery-tracked-test-redis-db-{db}.lock", "w")  # noqa: SIM115
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.close()
-                continue
-            chosen = f"redis://127.0.0.1:6379/{db}"
-            break
-        else:
-            time.sleep(0.5)
-    os.environ["BENCH_BROKER_URL"] = os.environ["BENCH_REDIS_URL"] = chosen
-    log(f"broker and tracking Redis: {chosen}")
-    return handle
+    if chosen:
+        os.environ["BENCH_BROKER_URL"] = os.environ["BENCH_REDIS_URL"] = chosen
+    log(f"broker and tracking Redis: {own_redis('BENCH_BROKER_URL', 'BENCH_REDIS_URL')}")
 
 
 def table(small: dict[str, float], big: dict[str, float], rows: tuple[int, int]) -> str:
@@ -327,7 +312,7 @@ def main() -> int:
     if args.measure:
         print(json.dumps(measure(args.measure, args.rows, args.jobs)))
         return 0
-    handle = _own_redis_db()
+    _own_redis_db()
     started = time.monotonic()
     infos = [{}, prepare(BIG, args.rows, args.events_per_job, reuse=args.reuse)]
     rounds: list[list[dict[str, float]]] = [[], []]
@@ -358,7 +343,6 @@ def main() -> int:
             indent=2,
         )
     )
-    del handle  # the Redis database's lock is released with it
     return 0
 
 

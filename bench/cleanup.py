@@ -8,7 +8,7 @@ the rows directly with ``generate_series`` (plus 10,000 recent completed and 1,0
 rows that must survive), runs ``ANALYZE``, prints the ``EXPLAIN (ANALYZE, BUFFERS)`` of
 the first batch's select, then times ``Tracker.cleanup()`` and checks what is left.
 The rows carry idempotency keys (``--no-keys``: none), so the guard's compare-and-delete
-runs for each (on ``BENCH_REDIS_URL``, default DB 1; no key is written there).
+runs for each (on ``BENCH_REDIS_URL``, default: a Redis of its own, ``bench/own_redis.py``).
 
 Writes ``bench/results/cleanup-latest.json``. See ``bench/README.md``.
 """
@@ -33,6 +33,7 @@ from sqlalchemy import create_engine, text  # noqa: E402
 from sqlalchemy.dialects import postgresql  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
+from bench.own_redis import own_redis  # noqa: E402
 from celery_tracked import Tracker  # noqa: E402
 from celery_tracked.core.retention import Sweep  # noqa: E402
 from celery_tracked.store import migrate  # noqa: E402
@@ -46,7 +47,7 @@ DATABASE_URL = os.environ.get(
     "BENCH_CLEANUP_DATABASE_URL",
     "postgresql+psycopg://postgres@127.0.0.1:5432/ct_bench_cleanup",
 )
-REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/1")
+REDIS_URL = own_redis("BENCH_REDIS_URL")
 
 COLUMNS = (
     "id, queue_name, job_type, task_name, celery_task_id, status, payload_json, "

@@ -16,8 +16,10 @@ row is ``completed`` with one attempt and exactly one ``completed`` event; every
 exactly once (the body counts its runs per job in Redis). Not a test: see bench/README.md.
 
 **Drops and re-creates ``FLEET_DATABASE_URL``'s database (``ct_bench_fleet``), flushes
-``FLEET_REDIS_URL``'s Redis database (DB 1, as ``bench/run.py``) and purges the RabbitMQ
-queue ``fleet``.** Brokers: ``FLEET_REDIS_BROKER_URL``, ``FLEET_AMQP_BROKER_URL``.
+``FLEET_REDIS_URL``'s Redis database and purges the RabbitMQ queue ``fleet``.** Brokers:
+``FLEET_REDIS_BROKER_URL``, ``FLEET_AMQP_BROKER_URL``. Unless both Redis variables are set
+(to one URL: then it is yours to flush), the bench starts a Redis of its own
+(``bench/own_redis.py``).
 """
 
 from __future__ import annotations
@@ -41,16 +43,17 @@ import redis  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
 
 from bench.contenders import fresh_database  # noqa: E402
+from bench.own_redis import own_redis  # noqa: E402
 
 CELERY = Path(sys.executable).with_name("celery")
 BROKERS = {
-    "redis": os.environ.get("FLEET_REDIS_BROKER_URL", "redis://127.0.0.1:6379/1"),
+    "redis": own_redis("FLEET_REDIS_BROKER_URL", "FLEET_REDIS_URL"),
     "amqp": os.environ.get("FLEET_AMQP_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//"),
 }
 DATABASE_URL = os.environ.get(
     "FLEET_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/ct_bench_fleet"
 )
-REDIS_URL = os.environ.get("FLEET_REDIS_URL", "redis://127.0.0.1:6379/1")
+REDIS_URL = own_redis("FLEET_REDIS_BROKER_URL", "FLEET_REDIS_URL")
 KEYED_SHARE = 0.25
 
 

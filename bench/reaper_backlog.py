@@ -4,15 +4,14 @@ rescued or abandoned, and every job must complete once.
 
     python bench/reaper_backlog.py --limited 84 --keyed 56 --minutes 16
 
-Uses its own PostgreSQL database (created and dropped) and its own Redis DB (held under the
-tests' host-wide lock); prints one JSON line with the counts.
+Uses its own PostgreSQL database (created and dropped) and a Redis of its own (a private
+``redis-server``, ``bench/own_redis.py``); prints one JSON line with the counts.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
 import signal
@@ -28,21 +27,13 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
+
+from bench.own_redis import own_redis  # noqa: E402
+
 CELERY = str(Path(sys.executable).parent / "celery")
 PG_ADMIN = os.environ.get("SOAK_PG_ADMIN", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
-
-
-def redis_db() -> tuple[int, object]:
-    while True:
-        for db in range(2, 16):
-            handle = open(f"/tmp/celery-tracked-test-redis-db-{db}.lock", "w")  # noqa: SIM115
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.close()
-                continue
-            return db, handle
-        time.sleep(1)
 
 
 def counts(url: str) -> dict[str, int]:
@@ -78,8 +69,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=16)
     parser.add_argument("--workers", type=int, default=2)
     opts = parser.parse_args()
-    db, lock = redis_db()
-    broker = f"redis://127.0.0.1:6379/{db}"
+    broker = own_redis("SOAK_BROKER", database=0)
     client = redis.Redis.from_url(broker)
     client.flushdb()
     name = f"ct_soak_{uuid.uuid4().hex[:8]}"
@@ -180,7 +170,6 @@ def main() -> None:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
-        fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 if __name__ == "__main__":

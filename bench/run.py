@@ -27,6 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.own_redis import own_redis  # noqa: E402
+
+own_redis("BENCH_BROKER_URL", "BENCH_REDIS_URL")  # before bench.common reads them
+
 from bench import common, report  # noqa: E402
 from bench.contenders import (  # noqa: E402
     RESULTS,

@@ -1,85 +1,40 @@
-"""celery-tracked: durable job tracking and idempotency for any Celery app."""
+"""celery-tracked: durable job tracking and idempotency for any Celery app.
+
+``__all__`` is what a user writes daily; the errors are in ``celery_tracked.errors`` (each
+still importable from here), the hook interface in ``celery_tracked.hooks``.
+"""
 
 from .adapter import signals as _signals  # noqa: F401 (connects the worker's handlers)
 from .adapter.celery_tracker import Tracker
 from .adapter.decorator import tracked_task
 from .adapter.task import TrackedTask
-from .core.errors import (
-    ArgumentsMismatch,
-    ConfigurationError,
-    DuplicateInCanvas,
-    EnqueueError,
-    GuardError,
-    InvalidFilter,
-    InvalidPayload,
-    InvalidProgress,
-    InvalidSuccessor,
-    InvalidTaskOption,
-    JobFailed,
-    JobNotFound,
-    NotInAStep,
-    NotInTrackingDatabase,
-    NotTransactional,
-    PayloadNotSerializable,
-    PayloadTooLarge,
-    RetryRefused,
-    StoreError,
-    TaskIdInUse,
-    TrackedError,
-    TransactionFailed,
-    UnknownTask,
-    Unrecoverable,
-    WaitTimeout,
-)
 from .core.finder import BulkReport, JobPage
 from .core.jobs import EnqueueResult, Job, JobEvent, JobStatus
 from .core.keys import KeyLifetime
 from .core.pipelines import Pipeline
 from .core.settings import Settings
+from .errors import *  # noqa: F403 (every error, for compatibility)
+from .errors import Unrecoverable
 from .services.cleanup import CleanupReport
 from .services.reaper import ReapReport
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ArgumentsMismatch",
     "BulkReport",
     "CleanupReport",
-    "ConfigurationError",
-    "DuplicateInCanvas",
-    "EnqueueError",
     "EnqueueResult",
-    "GuardError",
-    "InvalidFilter",
-    "InvalidPayload",
-    "InvalidProgress",
-    "InvalidSuccessor",
-    "InvalidTaskOption",
     "Job",
     "JobEvent",
-    "JobFailed",
-    "JobNotFound",
     "JobPage",
     "JobStatus",
     "KeyLifetime",
-    "NotInAStep",
-    "NotInTrackingDatabase",
-    "NotTransactional",
-    "PayloadNotSerializable",
-    "PayloadTooLarge",
     "Pipeline",
     "ReapReport",
-    "RetryRefused",
     "Settings",
-    "StoreError",
-    "TaskIdInUse",
-    "TrackedError",
     "TrackedTask",
     "Tracker",
-    "TransactionFailed",
-    "UnknownTask",
-    "Unrecoverable",
-    "WaitTimeout",
+    "Unrecoverable",  # the one error a body raises daily (all: celery_tracked.errors)
     "__version__",
     "tracked_task",
 ]

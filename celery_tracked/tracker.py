@@ -43,7 +43,6 @@ from .core.redact import mask_url
 from .core.retention import policy_of
 from .core.settings import Settings
 from .services import bulk, waiting
-from .services.aftermath import Aftermath
 from .services.cancelling import Stopper
 from .services.cleanup import Cleanup, CleanupReport, task_retentions
 from .services.enqueuer import Enqueuer
@@ -56,6 +55,7 @@ from .services.resend import Resender, publisher
 from .services.runner import Runner
 from .services.sealing import sealer_for
 from .services.successors import Successors
+from .services.time_limits import TimeLimits
 from .store import JobStore
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ class Wiring:
         self.enqueuer = Enqueuer(self.store, self.guard, settings.guard_ttl_seconds, self.hooks)
         self.producer = Producer(self.enqueuer, settings)
         self.runner = Runner(self.store, self.leases, self.hooks, settings)
-        self.aftermath = Aftermath(self.store, self.hooks, settings)
+        self.aftermath = TimeLimits(self.store, self.hooks, settings)
         self.relay = Relay(
             self.store, settings.relay_grace_seconds, self.cancel, keyed=bool(settings.secret_key)
         )

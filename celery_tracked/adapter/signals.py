@@ -32,7 +32,7 @@ logger = logging.getLogger("celery_tracked")
 def cancel_revoked(sender: Any = None, request: Any = None, **info: Any) -> None:
     """A revoked or expired message never runs: cancel its waiting job (worker main
     process). ``revoke(terminate=True)`` killed a running job's pool child: once that
-    process is gone, its run is cancelled (fenced to it, ``aftermath.py``)."""
+    process is gone, its run is cancelled (fenced to it, ``time_limits.py``)."""
     if not isinstance(sender, TrackedTask) or request is None:
         return
     # a Context: custom headers are attributes

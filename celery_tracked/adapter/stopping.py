@@ -8,13 +8,13 @@ The run is asked to stop:
   worker only, by :func:`ask_to_terminate`) calls Celery's own ``Request.terminate``
   (SIGTERM to the pool child). Celery's ``task_revoked(terminated=True)`` follows, and
   the worker's main process ends the job ``cancelled`` once the child is gone
-  (``aftermath.py``). Unlike ``app.control.revoke(job_id, terminate=True)`` the job id is
+  (``time_limits.py``). Unlike ``app.control.revoke(job_id, terminate=True)`` the job id is
   *not* added to the worker's revoked set, so a later ``Tracker.retry`` of the job is not
   discarded as revoked (Celery keeps revoked ids for 3 hours by default);
 - **cooperatively** everywhere, and the only way under ``-P threads`` and ``-P solo``
   (which cannot end one task): the body's ``self.cancelled()`` turns True
   (``progress.cancel_requested``) and the body returns or raises; its outcome write then
-  ends the job ``cancelled`` (``Recorder.lost``). A body that never asks runs to its end,
+  ends the job ``cancelled`` (``OutcomeWriter.lost``). A body that never asks runs to its end,
   and the job still ends ``cancelled``.
 """
 

@@ -360,7 +360,7 @@ class TrackedTask(Task[P, R_co]):
 
     def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, _: Any) -> None:
         """Worker main process: a run killed by the hard time limit wrote nothing and its
-        message is acknowledged: retry or fail its job (``aftermath.py``)."""
+        message is acknowledged: retry or fail its job (``time_limits.py``)."""
         if isinstance(exc, TimeLimitExceeded):
             republish = partial(retries.publish_again, self, args, kwargs)
             limit = exc.args[0] if exc.args else "?"

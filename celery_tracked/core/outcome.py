@@ -1,9 +1,11 @@
 """Pure decisions of a run, and the verdicts the runner hands to the Celery adapter.
 
-``plan_outcome`` classifies how a body ended (a result, a control :class:`Signal` such as
-Celery's ``Ignore``/``Reject``/``Retry``, ``Unrecoverable``, any other error) into what to
-write and what happens next; ``retry_delay_ms`` gives a body's own retry's delay (the
-backoff: :func:`celery_tracked.retry_policy.backoff_ms`). No I/O here, and no Celery:
+``plan_outcome`` classifies how a body ended (:class:`BodyEnd`: a result, a control
+:class:`Signal` such as Celery's ``Ignore``/``Reject``/``Retry``, ``Unrecoverable``, any
+other error) into what to write and what happens next (a :class:`Plan`; a failed attempt's
+write is one :class:`Failure`; ``after_write``: the verdict once written);
+``retry_delay_ms`` gives a body's own retry's delay (the backoff:
+:func:`celery_tracked.retry_policy.backoff_ms`). No I/O here, and no Celery:
 which exceptions are control signals is read by a :class:`Signals` the adapter passes in
 (``celery_signals.py``, on the ``Run``).
 
@@ -14,12 +16,13 @@ Celery's ``Ignore``/``Retry``/``Reject``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
 from .errors import Unrecoverable
+from .jobs import NewRow
 
 # -- verdicts -------------------------------------------------------------------------
 
@@ -165,6 +168,50 @@ class Plan:
     used_up: bool = False
 
 
+@dataclass(frozen=True)
+class BodyEnd:
+    """How a body ended: its ``error`` (None: it returned ``result``, stored as
+    ``result_json``); ``started``: its ``time.monotonic()`` start, for the duration."""
+
+    error: Exception | None
+    started: float
+    result: Any = None
+    result_json: str | None = None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed attempt's write, one value: what failed (``error_type``, ``summary``: its
+    masked text), what comes next (``retry_ms``: the next attempt's delay, the job
+    ``retrying``; None: the job ``failed``) and ``verdict``, the run's once it is written.
+
+    ``retries_exhausted``: the failure used up the job's retries (a pipeline's fail-soft
+    successor follows it); ``rows``: inserted with a final failure (the hooks'
+    ``failure_rows``); ``carry``: a retry whose write the database refused travels in the
+    re-published message for the next delivery to write first (a final failure always
+    does; a retry without ``carry`` does not: the re-publish makes the next attempt anyway).
+    """
+
+    error_type: str
+    summary: str
+    verdict: Verdict
+    retry_ms: int | None = None
+    retries_exhausted: bool = False
+    rows: Sequence[NewRow] = ()
+    carry: bool = False
+
+    @property
+    def final(self) -> bool:
+        """The job fails: no attempt follows."""
+        return self.retry_ms is None
+
+    @property
+    def carried(self) -> bool:
+        """Unsaved, it must travel with the message (never lost, nor the body run again
+        before it is written)."""
+        return self.final or self.carry
+
+
 def plan_outcome(
     error: BaseException | None,
     attempt: int,
@@ -271,6 +318,20 @@ def retry_delay_ms(retry: Signal, now: datetime | None = None, sent: datetime | 
     if sent is not None:
         delay -= min(EARLY_MS, max(0, int((when - sent).total_seconds() * 1000)) // 2)
     return max(0, delay)
+
+
+def after_write(
+    plan: Plan, error: Exception | None, signals: Signals, result: Any = None
+) -> Verdict:
+    """The verdict once the plan's write is done (``signals``: which errors are control
+    signals, for the error a final failure raises)."""
+    if error is None:
+        return Completed(result)
+    if not plan.reraise:
+        return Retrying((plan.delay_ms or 0) / 1000, error)
+    if plan.write is Write.FAIL:
+        return Failed(final_error(error, signals))
+    return PassedOn(error)
 
 
 def postpone_for(remaining_s: float, lease_s: float) -> float:

@@ -21,9 +21,9 @@ The contract every implementation keeps:
   (``Refused``: a value the store cannot hold; ``Disconnected``: already retried).
 
 Roles (who calls them): :class:`EnqueueStore` (``Enqueuer``), :class:`RunStore` (``Runner``:
-:class:`ClaimStore`, and :class:`OutcomeStore` for its ``Recorder`` and ``LateOutcomes``),
+:class:`ClaimStore`, and :class:`OutcomeStore` for its ``OutcomeWriter`` and ``CarriedOver``),
 :class:`ReportStore` (``Reporter``), :class:`LeaseStore` (``LeaseKeeper``),
-:class:`DeadRunStore` (``Aftermath``), :class:`RelayStore` (``Relay``),
+:class:`DeadRunStore` (``TimeLimits``), :class:`RelayStore` (``Relay``),
 :class:`ReapStore` (``Reaper``), :class:`PurgeStore` (``Cleanup``), :class:`SuccessorStore`
 (``Successors``), :class:`RerunStore` (``Tracker.retry``, cancels), :class:`FindStore`
 (``Tracker``'s reads, bulk actions, statistics, metrics).
@@ -189,12 +189,12 @@ class LeaseStore(Protocol):
 
 
 class RunStore(ClaimStore, OutcomeStore, Protocol):
-    """Everything a worker's ``Runner`` does with a delivery (its ``Recorder`` writes the
+    """Everything a worker's ``Runner`` does with a delivery (its ``OutcomeWriter`` writes the
     outcome; the lease keeper renews, the ``Reports`` hook reports)."""
 
 
 class DeadRunStore(Reader, EndsDeadRuns, Protocol):
-    """The end of a run killed outside its call path (``Aftermath``)."""
+    """The end of a run killed outside its call path (``TimeLimits``)."""
 
     def connect(self) -> None:
         """Open this process's connections now, in the calling thread."""

@@ -2,9 +2,10 @@
 
 Pure: no Celery, Redis or SQL. The one home of the backoff: :meth:`RetryPolicy.delay_ms`
 (over :func:`backoff_ms`) gives every delay between attempts and every wait of the
-library's own (the default policy). ``retry_policy(options)`` reads a task's declared options
+library's own (the default policy); a worker's :class:`Backoff` applies both under the
+settings' cap. ``retry_policy(options)`` reads a task's declared options
 (a class ``__dict__``, the keywords of ``tracked_task``) and returns the
-:class:`RetryPolicy` the runner and recorder follow; a contradictory combination is
+:class:`RetryPolicy` the runner and its outcome writer follow; a contradictory combination is
 refused with :class:`~celery_tracked.errors.InvalidTaskOption` saying what to write.
 
 The mapping (docs/configuration.md, "Celery's retry options"):
@@ -122,6 +123,31 @@ class RetryPolicy:
         if not self.exponential:
             return min(cap, base)
         return backoff_ms(attempt, base, cap, rand if self.jitter else _no_jitter)
+
+
+#: The policy of the library's own waits (not a task's retries).
+OWN_WAITS = RetryPolicy()
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """A worker's delays, under the settings' ``default_base_ms`` and ``cap_ms``
+    (``tracked_default_backoff_ms``, ``tracked_max_backoff_ms``): a task's retries by its
+    policy (:meth:`retry_ms`) and the library's own waits (:meth:`own_wait_ms`)."""
+
+    default_base_ms: int
+    cap_ms: int
+
+    def retry_ms(self, policy: RetryPolicy, attempt: int, base_ms: int) -> int:
+        """The delay after failed attempt ``attempt`` by ``policy`` (``base_ms``: the
+        task's base, its policy's or the settings' default)."""
+        return policy.delay_ms(attempt, base_ms, self.cap_ms, random.random)
+
+    def own_wait_ms(self, cap_ms: int | None = None) -> int:
+        """A first wait of the library's own (the database is unavailable): the default
+        policy, capped by ``cap_ms`` (else the settings')."""
+        cap = self.cap_ms if cap_ms is None else cap_ms
+        return OWN_WAITS.delay_ms(1, self.default_base_ms, cap, random.random)
 
 
 def backoff_ms(attempt: int, base_ms: int, cap_ms: int, rand: Callable[[], float]) -> int:

@@ -1,7 +1,7 @@
 """``Run``: one delivery of a tracked message to this worker, as the services see it.
 
-The Celery adapter (``task.py``) builds it from the request; the ``Runner``, the
-``Recorder`` and the hooks read it. A value: no Celery, Redis or SQL here.
+The Celery adapter (``task.py``) builds it from the request; the ``Runner``, its
+``OutcomeWriter`` and the hooks read it. A value: no Celery, Redis or SQL here.
 """
 
 from __future__ import annotations

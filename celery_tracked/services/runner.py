@@ -4,7 +4,9 @@
 retry, never a silent success) and returns a verdict (``outcome.py``); it never raises
 Celery's exceptions nor calls back into the task class: the body comes in as a callable,
 given the running :class:`~celery_tracked.attempt.Attempt`. Writing the outcome is the
-``Recorder``'s (``recorder.py``).
+``OutcomeWriter``'s (``outcomes.py``), an outcome an earlier attempt carried over
+``CarriedOver``'s (``carried_over.py``), telling the hooks each transition the ``Teller``'s
+(``teller.py``).
 
 The Runner imports no feature: progress, pipelines, rate limits, metrics are hooks the
 wiring (``tracker.py``) composes, and reach the run only through the hook interface
@@ -16,7 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -28,13 +30,16 @@ from ..core.hooks import Delivery, Hooks, Wait
 from ..core.jobs import Claim, Event, Job, JobStatus, utcnow
 from ..core.limits import busy_key_countdown
 from ..core.moves import DeadRun, Lease, Takeover
-from ..core.outcome import Postponed, Skipped, Verdict, Write, postpone_for
+from ..core.outcome import BodyEnd, Postponed, Skipped, Verdict, Write, after_write, postpone_for
 from ..core.ports import RunStore
 from ..core.redact import mask_exception
+from ..core.retry_policy import Backoff
 from ..core.run import Run
 from ..core.settings import Settings
+from .carried_over import CarriedOver
 from .lease import LeaseKeeper, diagnose, owner_id, waiting_hold
-from .recorder import Recorder, after_write
+from .outcomes import OutcomeWriter
+from .teller import Teller
 
 logger = logging.getLogger("celery_tracked")
 
@@ -54,7 +59,10 @@ class Runner:
         self.leases = leases
         self.hooks = hooks
         self.settings = settings
-        self.recorder = Recorder(store, hooks, settings)
+        self.backoff = Backoff(settings.default_backoff_ms, settings.max_backoff_ms)
+        self.teller = Teller(hooks)
+        self.outcomes = OutcomeWriter(store, hooks, self.teller, self.backoff, settings.redact_keys)
+        self.carried = CarriedOver(store, self.teller, self.backoff)
         #: a waiting job's hand-over is recorded again once older than this: a quarter of
         #: the reaper's patience, so a job whose deliveries keep coming never looks stalled
         limit = min(settings.reaper_pending_seconds, settings.reaper_retrying_seconds)
@@ -63,7 +71,7 @@ class Runner:
     def run(self, run: Run, body: Callable[[Attempt], Any]) -> Verdict:
         """Claim ``run``'s job, call ``body(attempt)`` under the lease and record its
         outcome."""
-        carried = self.recorder.carried_over(run)  # an earlier attempt's, written first
+        carried = self.carried.write_first(run)  # an earlier attempt's outcome, first
         if carried is not None:
             return carried
         delivery = Delivery(
@@ -81,16 +89,12 @@ class Runner:
         try:
             claim = self._claim(run, claimed_at)
         except StoreError as exc:
-            wait = max(
-                0.5,
-                self.recorder.backoff(1, self.settings.default_backoff_ms, _CLAIM_RETRY_CAP_MS)
-                / 1000,
-            )
-            self.recorder.tell(
+            wait = max(0.5, self.backoff.own_wait_ms(_CLAIM_RETRY_CAP_MS) / 1000)
+            self.teller.tell(
                 run,
                 Event.ERROR,
                 f"job {run.job_id} not started, database unavailable: {exc}; retry in {wait:.1f} s",
-                level=logging.WARNING,
+                logging.WARNING,
             )
             return Postponed(wait, "database unavailable")
         if isinstance(claim, Postponed) and claim.waiting:
@@ -99,7 +103,7 @@ class Runner:
             self.hooks.after_skip(delivery)  # e.g. the rate limiter's turn, given back
         if not isinstance(claim, Claim):
             return self._turned_away(run, claim)
-        self.recorder.tell(
+        self.teller.tell(
             run,
             Event.PROCESSING,
             f"job {run.job_id} processing (attempt {claim.attempt}/{claim.max_attempts})",
@@ -151,12 +155,12 @@ class Runner:
             if store.end_dead_run(
                 job_id, DeadRun.cancelled(seen, lease.stale_owner, message, who.now)
             ):
-                self.recorder.tell(run, Event.CANCELLED, f"job {job_id} {message}", attempt=seen)
+                self.teller.tell(run, Event.CANCELLED, f"job {job_id} {message}", attempt=seen)
             return Skipped(message)
         if seen >= job.max_attempts:
             message = f"attempt {seen} was lost ({lease.why}) and no attempts remain"
             if store.fail_lost(job_id, Takeover(seen, grace, lease.stale_owner, message), who.now):
-                self.recorder.tell(
+                self.teller.tell(
                     run, Event.FAILED, f"job {job_id} failed: {message}", logging.ERROR, seen
                 )
             return Skipped(message)
@@ -201,11 +205,11 @@ class Runner:
 
     def _turned_away(self, run: Run, verdict: Skipped | Postponed) -> Verdict:
         if isinstance(verdict, Skipped):
-            self.recorder.tell(
+            self.teller.tell(
                 run, Event.SKIPPED, f"job {run.job_id} delivery skipped: {verdict.reason}"
             )
         else:
-            self.recorder.tell(
+            self.teller.tell(
                 run,
                 Event.BUSY,
                 f"job {run.job_id} delivery postponed {verdict.countdown:.1f} s: {verdict.reason}",
@@ -240,46 +244,44 @@ class Runner:
         return postponed
 
     def _execute(self, run: Run, claim: Claim, body: Callable[[Attempt], Any]) -> Verdict:
-        error: Exception | None = None
-        result: Any = None
-        result_json: str | None = None
-        started = time.monotonic()
         attempt = Attempt(run, claim)
-        try:
-            with self.hooks.running(attempt):  # the hooks' blocks end with the body
-                result = body(attempt)
-            result_json = _encode_result(run.stored_result(result))
-        except Exception as exc:
-            error = exc
-            mask_exception(exc, run.secrets(), self.settings.redact_keys)  # and its cause
+        end = _run_body(attempt, body, self.hooks, self.settings.redact_keys)
         self.leases.body_ended(claim)
         try:
-            verdict = self._record(attempt, error, result, result_json, started)
+            verdict = self._record(attempt, end)
         finally:
             attempt.drop_held()  # not completed: nothing the body's transaction wrote stays
         self.hooks.after_attempt(attempt)
         return verdict
 
-    def _record(
-        self,
-        attempt: Attempt,
-        error: Exception | None,
-        result: Any,
-        result_json: str | None,
-        started: float,
-    ) -> Verdict:
+    def _record(self, attempt: Attempt, end: BodyEnd) -> Verdict:
         """Write what the attempt's body amounts to (``attempt``: what its own
         ``self.retry`` did, too)."""
-        recorder, claim = self.recorder, attempt.claim
-        plan = recorder.plan(attempt.run, claim, error, attempt)
+        outcomes, claim = self.outcomes, attempt.claim
+        plan = outcomes.plan(attempt.run, claim, end.error, attempt)
         if plan.write is Write.COMPLETE:
-            return recorder.complete(attempt, plan, error, result, result_json, started)
+            return outcomes.complete(attempt, plan, end)
         attempt.drop_held()  # first: on SQLite it holds the only write lock
         if plan.write is Write.RELEASE:
-            recorder.release(claim)
-            return after_write(plan, error, attempt.run.signals)
-        assert error is not None
-        return recorder.fail_attempt(attempt, plan, error, started)
+            outcomes.release(claim)
+            return after_write(plan, end.error, attempt.run.signals)
+        assert end.error is not None
+        return outcomes.fail(attempt, outcomes.failure(attempt, plan, end.error), end.started)
+
+
+def _run_body(
+    attempt: Attempt, body: Callable[[Attempt], Any], hooks: Hooks, redact_keys: Sequence[str]
+) -> BodyEnd:
+    """Call ``body(attempt)`` inside the hooks' ``running`` blocks (they end with it); its
+    error masked (and its cause), its result encoded."""
+    run, started = attempt.run, time.monotonic()
+    try:
+        with hooks.running(attempt):
+            result = body(attempt)
+        return BodyEnd(None, started, result, _encode_result(run.stored_result(result)))
+    except Exception as exc:
+        mask_exception(exc, run.secrets(), redact_keys)
+        return BodyEnd(exc, started)
 
 
 def _concurrency(run: Run) -> tuple[str, int] | None:

@@ -35,7 +35,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 def reconnecting(method: F) -> F:
     """Run ``method`` once more on a fresh connection when the first one was dead.
 
-    Not used for the completion: the ``Recorder`` re-sends it itself, bounded, with backoff.
+    Not used for the completion: the ``OutcomeWriter`` re-sends it itself, bounded, with backoff.
     """
 
     @functools.wraps(method)

@@ -217,7 +217,7 @@ def _claimed(store: JobStore) -> Claim:
 
 
 def test_a_completion_whose_connection_died_is_saved_when_resent(pg_database_url: str) -> None:
-    """The store drops a dead connection and says so; the re-send (the ``Recorder``'s)
+    """The store drops a dead connection and says so; the re-send (the ``OutcomeWriter``'s)
     goes out on a fresh one."""
     store = JobStore(pg_database_url)
     try:

@@ -247,3 +247,31 @@ def test_a_final_failure_never_raises_retry_to_celery() -> None:
     assert isinstance(bare, MaxRetriesExceededError) and "no attempt left" in str(bare)
     other = KeyError("k")
     assert final_error(other) is other
+
+
+# -- Failure: a failed attempt's write, one value; after_write ------------------------
+
+
+def test_a_failure_says_whether_it_is_final_and_whether_it_travels_unsaved() -> None:
+    final = outcome.Failure("E", "boom", outcome.Failed(RuntimeError()))
+    retry = outcome.Failure("E", "boom", outcome.Retrying(1.0, None), retry_ms=1000)
+    carried_retry = outcome.Failure(
+        "E", "boom", outcome.Retrying(1.0, None), retry_ms=1000, carry=True
+    )
+    assert final.final and final.carried  # a final failure is never lost
+    assert not retry.final and not retry.carried  # the re-publish makes the next attempt
+    assert carried_retry.carried
+
+
+def test_after_write_gives_the_verdict_of_each_plan() -> None:
+    error = RuntimeError("boom")
+    assert outcome.after_write(Plan(Write.COMPLETE), None, CELERY_SIGNALS, 5) == (
+        outcome.Completed(5)
+    )
+    retried = outcome.after_write(Plan(Write.RETRY, delay_ms=1500), error, CELERY_SIGNALS)
+    assert retried == outcome.Retrying(1.5, error)
+    failed = outcome.after_write(Plan(Write.FAIL, reraise=True), error, CELERY_SIGNALS)
+    assert failed == outcome.Failed(error)
+    ignored = Ignore()
+    passed = outcome.after_write(Plan(Write.COMPLETE, reraise=True), ignored, CELERY_SIGNALS)
+    assert passed == outcome.PassedOn(ignored)

@@ -10,7 +10,7 @@ from celery import Celery
 
 from celery_tracked import InvalidTaskOption, TrackedTask, tracked_task
 from celery_tracked.core.outcome import Write, plan_outcome
-from celery_tracked.core.retry_policy import RetryPolicy, retry_policy
+from celery_tracked.core.retry_policy import Backoff, RetryPolicy, retry_policy
 
 
 def half() -> float:
@@ -129,3 +129,13 @@ def test_bad_values_are_refused(name: str, value: Any) -> None:
     with pytest.raises(InvalidTaskOption) as info:
         retry_policy({name: value})
     assert info.value.setting == name
+
+
+def test_a_workers_backoff_caps_a_task_policy_and_its_own_waits() -> None:
+    backoff = Backoff(default_base_ms=1000, cap_ms=3000)
+    fixed = RetryPolicy(backoff_ms=2000, exponential=False)
+    assert backoff.retry_ms(fixed, 5, fixed.base_ms(1000)) == 2000
+    exponential = RetryPolicy(jitter=False)
+    assert [backoff.retry_ms(exponential, n, 1000) for n in (1, 2, 3)] == [1000, 2000, 3000]
+    assert 1000 <= backoff.own_wait_ms() <= 1250  # the first wait, jitter up to 25 %
+    assert backoff.own_wait_ms(cap_ms=600) == 600

@@ -37,7 +37,7 @@ from celery_tracked.core.outcome import (
 from celery_tracked.core.run import Run
 from celery_tracked.core.settings import Settings
 from celery_tracked.services.lease import LeaseKeeper, owner_id
-from celery_tracked.services.recorder import Recorder as RecorderService
+from celery_tracked.services.outcomes import OutcomeWriter
 from celery_tracked.services.runner import Runner
 from tests.unit.job_rows import a_job
 
@@ -591,7 +591,7 @@ def test_a_waiting_job_postponed_says_its_message_was_handed_over_again(world: W
 
 @pytest.fixture(autouse=True)
 def no_resend_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(RecorderService, "RESEND_PAUSES_S", (0.0, 0.0, 0.0))
+    monkeypatch.setattr(OutcomeWriter, "RESEND_PAUSES_S", (0.0, 0.0, 0.0))
 
 
 def test_a_completion_whose_connection_failed_is_resent_and_completes(world: World) -> None:

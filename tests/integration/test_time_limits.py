@@ -15,9 +15,9 @@ from celery_tracked import JobStatus, Settings
 from celery_tracked.core.hooks import Hooks
 from celery_tracked.core.jobs import Job, utcnow
 from celery_tracked.core.moves import DeadRun, Lease, Takeover
-from celery_tracked.services import aftermath as aftermath_module
-from celery_tracked.services.aftermath import Aftermath
+from celery_tracked.services import time_limits as time_limits_module
 from celery_tracked.services.lease import owner_id
+from celery_tracked.services.time_limits import TimeLimits
 from celery_tracked.store import JobStore
 
 from ..conftest import wait_for
@@ -32,8 +32,8 @@ def store(database_url: str) -> Iterator[JobStore]:
 
 
 @pytest.fixture
-def aftermath(store: JobStore) -> Aftermath:
-    return Aftermath(store, Hooks(), Settings(redis_url="memory://"))
+def time_limits(store: JobStore) -> TimeLimits:
+    return TimeLimits(store, Hooks(), Settings(redis_url="memory://"))
 
 
 def _SECOND(attempt: int) -> int:
@@ -55,10 +55,10 @@ def killed_run(store: JobStore, max_attempts: int = 3) -> tuple[str, str]:
 
 
 def test_a_time_limited_run_with_attempts_left_is_retried_and_republished(
-    store: JobStore, aftermath: Aftermath
+    store: JobStore, time_limits: TimeLimits
 ) -> None:
     job_id, owner = killed_run(store)
-    found = aftermath.dead_run(job_id)
+    found = time_limits.dead_run(job_id)
     assert found is not None and found[1] == owner
     sent: list[tuple[str, float]] = []
     asked: list[int] = []
@@ -67,7 +67,7 @@ def test_a_time_limited_run_with_attempts_left_is_retried_and_republished(
         asked.append(attempt)
         return 1500
 
-    aftermath.end_time_limited(
+    time_limits.end_time_limited(
         *found, "hard time limit", delay, lambda j, c: sent.append((j.id, c))
     )
     job = store.get(job_id)
@@ -80,13 +80,13 @@ def test_a_time_limited_run_with_attempts_left_is_retried_and_republished(
 
 
 def test_a_time_limited_last_attempt_fails_with_its_own_error_type(
-    store: JobStore, aftermath: Aftermath
+    store: JobStore, time_limits: TimeLimits
 ) -> None:
     job_id, _ = killed_run(store, max_attempts=1)
-    found = aftermath.dead_run(job_id)
+    found = time_limits.dead_run(job_id)
     assert found is not None
     sent: list[Any] = []
-    aftermath.end_time_limited(*found, "hard time limit", _SECOND, lambda j, c: sent.append(j))
+    time_limits.end_time_limited(*found, "hard time limit", _SECOND, lambda j, c: sent.append(j))
     job = store.get(job_id)
     assert job is not None and job.status is JobStatus.FAILED
     assert job.error_type == "TimeLimitExceeded" and sent == []
@@ -94,24 +94,24 @@ def test_a_time_limited_last_attempt_fails_with_its_own_error_type(
 
 
 def test_a_retry_that_cannot_be_published_fails_the_job(
-    store: JobStore, aftermath: Aftermath
+    store: JobStore, time_limits: TimeLimits
 ) -> None:
     job_id, _ = killed_run(store)
-    found = aftermath.dead_run(job_id)
+    found = time_limits.dead_run(job_id)
     assert found is not None
 
     def refuse(job: Job, countdown: float) -> None:
         raise ConnectionError("broker down")
 
-    aftermath.end_time_limited(*found, "hard time limit", _SECOND, refuse)
+    time_limits.end_time_limited(*found, "hard time limit", _SECOND, refuse)
     job = store.get(job_id)
     assert job is not None and job.status is JobStatus.FAILED
     assert "could not be published: broker down" in (job.error_message or "")
 
 
-def test_a_run_that_moved_on_is_never_overwritten(store: JobStore, aftermath: Aftermath) -> None:
+def test_a_run_that_moved_on_is_never_overwritten(store: JobStore, time_limits: TimeLimits) -> None:
     job_id, owner = killed_run(store)
-    found = aftermath.dead_run(job_id)
+    found = time_limits.dead_run(job_id)
     assert found is not None
     # meanwhile a redelivery took the job over (attempt 2, a live owner)
     now = utcnow()
@@ -121,7 +121,7 @@ def test_a_run_that_moved_on_is_never_overwritten(store: JobStore, aftermath: Af
         Takeover(seen_attempt=1, grace_s=0, stale_owner=owner, reason="dead"),
     )
     assert taken is not None and taken.attempt == 2
-    aftermath.end_time_limited(*found, "hard time limit", _SECOND, lambda j, c: None)
+    time_limits.end_time_limited(*found, "hard time limit", _SECOND, lambda j, c: None)
     job = store.get(job_id)
     assert job is not None and job.status is JobStatus.PROCESSING and job.attempts_made == 2
     assert not store.end_dead_run(
@@ -139,26 +139,26 @@ def test_a_run_that_moved_on_is_never_overwritten(store: JobStore, aftermath: Af
 
 
 def test_a_live_holder_or_a_foreign_host_is_left_to_its_lease(
-    store: JobStore, aftermath: Aftermath, monkeypatch: pytest.MonkeyPatch
+    store: JobStore, time_limits: TimeLimits, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(aftermath_module, "DEATH_WAIT_S", 0.3)
+    monkeypatch.setattr(time_limits_module, "DEATH_WAIT_S", 0.3)
     live = new_job(store)
     assert claim(store, live, owner=owner_id()) is not None  # this very process: alive
-    assert aftermath.dead_run(live) is None
+    assert time_limits.dead_run(live) is None
     foreign = new_job(store)
     assert claim(store, foreign, owner="elsewhere:1:1") is not None
-    assert aftermath.dead_run(foreign) is None
-    assert aftermath.dead_run(str(uuid.uuid4())) is None
+    assert time_limits.dead_run(foreign) is None
+    assert time_limits.dead_run(str(uuid.uuid4())) is None
 
 
 def test_a_terminated_run_is_cancelled_once_its_process_is_gone(
-    store: JobStore, aftermath: Aftermath
+    store: JobStore, time_limits: TimeLimits
 ) -> None:
     job_id = new_job(store)
     child = subprocess.Popen(["sleep", "30"])
     try:
         assert claim(store, job_id, owner=owner_id(child.pid)) is not None
-        aftermath.terminated(job_id)  # waits in a thread for the holder to die
+        time_limits.terminated(job_id)  # waits in a thread for the holder to die
         job = store.get(job_id)
         assert job is not None and job.status is JobStatus.PROCESSING
     finally:
@@ -176,7 +176,7 @@ def test_a_terminated_run_is_cancelled_once_its_process_is_gone(
 
 
 def test_the_store_is_made_in_the_calling_thread_before_the_wait(
-    store: JobStore, aftermath: Aftermath, monkeypatch: pytest.MonkeyPatch
+    store: JobStore, time_limits: TimeLimits, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The worker's main thread forks pool children: the store's engines must be made
     there, never first in the waiting thread (a child forked meanwhile inherited their
@@ -189,5 +189,5 @@ def test_the_store_is_made_in_the_calling_thread_before_the_wait(
         return made()
 
     monkeypatch.setattr(store.engines, "get", get)
-    aftermath.time_limited(str(uuid.uuid4()), 2, _SECOND, lambda j, c: None)
+    time_limits.time_limited(str(uuid.uuid4()), 2, _SECOND, lambda j, c: None)
     assert threads[:1] == [threading.current_thread().name]

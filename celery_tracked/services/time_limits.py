@@ -3,7 +3,7 @@
 Celery kills a pool child for a hard ``time_limit`` (then calls the task's ``on_failure``
 in the worker's main process) and for ``revoke(terminate=True)`` (``task_revoked`` with
 ``terminated=True``, main process too). The killed run wrote nothing and its message is
-acknowledged: the row would stay ``processing`` with no message left. ``Aftermath`` waits,
+acknowledged: the row would stay ``processing`` with no message left. ``TimeLimits`` waits,
 in a thread and for a bounded time, until the lease holder is dead, then ends the run with
 one move fenced to it (the attempt last seen and the dead owner), so a run that moved on
 (a takeover, another worker) is never touched:
@@ -46,8 +46,9 @@ DEATH_WAIT_S = 30.0
 _POLL_S = 0.1
 
 
-class Aftermath:
-    """Ends the runs of this worker's pool that Celery killed."""
+class TimeLimits:
+    """Ends the runs of this worker's pool that Celery killed (a hard time limit, a
+    terminating revoke)."""
 
     def __init__(self, store: DeadRunStore, hooks: Hooks, settings: Settings) -> None:
         self.store = store
@@ -145,7 +146,9 @@ class Aftermath:
             except StoreError as exc:
                 logger.error("job %s: could not end its killed run: %s", job_id, exc)
 
-        threading.Thread(target=run, name=f"celery-tracked-aftermath-{job_id}", daemon=True).start()
+        threading.Thread(
+            target=run, name=f"celery-tracked-time-limits-{job_id}", daemon=True
+        ).start()
 
     def _write(
         self,
