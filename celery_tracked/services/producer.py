@@ -225,7 +225,7 @@ class Message:
         argsrepr = self._shown(options.pop("argsrepr", None), self.call.argsrepr)
         kwargsrepr = self._shown(options.pop("kwargsrepr", None), self.call.kwargsrepr)
         message = dict(task_id=task_id, headers=headers, argsrepr=argsrepr, kwargsrepr=kwargsrepr)
-        return self.send(self.args, dict(self.kwargs), {**message, **options})
+        return self.send(self.args, dict(self.kwargs), {**options, **message})
 
     def _shown(self, given: object, ours: str) -> str:
         """The caller's text (masked), else ours."""
@@ -235,7 +235,8 @@ class Message:
 
 
 class Enqueues(Protocol):
-    """What the producer hands its jobs to: the :class:`~.enqueuer.Enqueuer`."""
+    """What the producer hands its jobs to: the :class:`~.enqueuer.Enqueuer` (named by
+    its method here, as ``enqueuer.py`` imports this module's ``NewJob``)."""
 
     def enqueue(
         self, job: NewJob, publish: Publish, redact_keys: tuple[str, ...]
