@@ -1,7 +1,7 @@
 """``Wiring``: the services of one app, wired; the Celery-free part of ``Tracker``.
 
 It wires the services of one app (settings, job store, guard and notifier, lease keeper,
-hooks, the producer's ``Enqueuer``, the worker's ``Runner``, the maintenance plugins of
+hooks, the ``Producer`` and its ``Enqueuer``, the worker's ``Runner``, the maintenance plugins of
 :data:`MAINTENANCE`) and offers the read side: ``get_job``, ``history``, ``wait``,
 ``stats``; and ``cancel``, ``retry``, and one pass of each plugin: ``relay``, ``reap``,
 ``cleanup`` (``run_maintenance(name)``). What it needs of Celery (the tasks'
@@ -49,6 +49,7 @@ from .services.enqueuer import Enqueuer
 from .services.lease import LeaseKeeper
 from .services.maintenance import Maintenance, Parts, Report
 from .services.pipelines import Successors
+from .services.producer import Producer
 from .services.reaper import Reaper, ReapReport
 from .services.relay import Relay, RelayReport
 from .services.reports import Reports
@@ -121,6 +122,7 @@ class Wiring:
 
             self.hooks.add(MetricsHooks())
         self.enqueuer = Enqueuer(self.store, self.guard, settings.guard_ttl_seconds, self.hooks)
+        self.producer = Producer(self.enqueuer, settings)
         self.runner = Runner(self.store, self.leases, self.hooks, settings)
         self.aftermath = TimeLimits(self.store, self.hooks, settings)
         self.sealer = sealer_for(settings.secret_key)  # ConfigurationError: no cryptography

@@ -1,14 +1,16 @@
-"""Celery's ``retry`` on a tracked job, for ``TrackedTask`` (``task.py``).
+"""Celery's ``retry`` on a tracked job, for ``TrackedTask`` (``task.py``): two callers,
+two functions.
 
-- The body's own ``self.retry`` keeps Celery's meaning (:func:`limit`, :func:`retrying`):
-  it is bounded by the job's attempts, so on the last one (or once the call's own
-  ``max_retries`` is reached) Celery raises the body's exception, or
-  ``MaxRetriesExceededError``, instead of re-publishing; the running attempt
+- The tracker's own re-publish (:func:`republish`: a ``Retrying`` or ``Postponed``
+  verdict) calls Celery's ``Task.retry`` itself, never bounded by Celery's counter
+  (``UNLIMITED``: attempts are the tracker's); a postponement keeps the message's
+  ``retries`` count (:func:`counted`): ``retries`` is always the retries made, attempt - 1.
+- The body's own ``self.retry`` (``TrackedTask.retry``) keeps Celery's meaning
+  (:func:`limit`, :func:`retrying`): it is bounded by the job's attempts, so on the last
+  one (or once the call's own ``max_retries`` is reached) Celery raises the body's
+  exception, or ``MaxRetriesExceededError``, instead of re-publishing; the running attempt
   (``attempt.py``, kept on the request: ``request_state.py``) keeps that error, and the
   time of a re-publish.
-- The tracker's own re-publishes are never bounded by Celery's counter (``UNLIMITED``); a
-  postponement keeps the message's ``retries`` count (:func:`counted`): ``retries`` is
-  always the retries made, attempt - 1.
 - A re-publish the broker refused is requeued, never dropped (:func:`requeue_refused`).
 """
 
@@ -16,10 +18,11 @@ from __future__ import annotations
 
 import random
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
+from celery import Task
 from celery.exceptions import Reject, Retry
 
 from ..core.attempt import Attempt
@@ -31,9 +34,37 @@ from ..core.retry_policy import CELERY_SEMANTICS, RetryPolicy
 UNLIMITED = sys.maxsize
 
 
+def republish(
+    task: Any,
+    countdown: float,
+    exc: Exception | None = None,
+    headers: Mapping[str, Any] | None = None,
+    attempt: bool = True,
+) -> NoReturn:
+    """Deliver ``task``'s running message again (same task id and headers, ``headers``
+    added) after ``countdown`` s, by Celery's own ``Task.retry``: the next attempt, or
+    (``attempt`` false: a postponement) this delivery again, its ``retries`` count kept.
+    Celery's retry limit never applies (attempts are the tracker's).
+
+    Raises:
+        Retry: re-published (the request's arguments are then redacted).
+        Reject: the broker refused it: requeued.
+    """
+    options: dict[str, Any] = {}
+    if headers:
+        options["headers"] = {**(task.request.headers or {}), **headers}
+    try:
+        with counted(task.request, attempt), requeue_refused():
+            raise Task.retry(task, exc=exc, countdown=countdown, max_retries=UNLIMITED, **options)
+    except Retry:
+        hide_arguments(task)  # re-published: Celery now only stores the request
+        raise
+
+
 def limit(running: Attempt | None, max_retries: int | None) -> int:
-    """Celery's ``max_retries`` for a ``retry`` call: while a body runs, the job's own
-    (the call's ``max_retries`` if smaller); else (the tracker's re-publish) unlimited."""
+    """Celery's ``max_retries`` for the body's ``self.retry``: in a tracked run, the job's
+    own (the call's ``max_retries`` if smaller); outside one (an untracked delivery, a
+    direct call), the call's, else unlimited."""
     if running is None:
         return UNLIMITED if max_retries is None else max_retries
     if max_retries is None:
@@ -43,9 +74,9 @@ def limit(running: Attempt | None, max_retries: int | None) -> int:
 
 @contextmanager
 def retrying(running: Attempt | None) -> Iterator[None]:
-    """Around Celery's ``retry``: a re-publish the broker refused is requeued; for a
-    running body, the time it re-publishes and the error Celery raises once no retry
-    remains are kept in its attempt."""
+    """Around Celery's ``retry`` of the body's ``self.retry``: a re-publish the broker
+    refused is requeued; in a tracked run, the time it re-publishes and the error Celery
+    raises once no retry remains are kept in its attempt."""
     if running is not None:
         running.retrying(utcnow())  # a countdown counts from here
     try:
@@ -60,11 +91,11 @@ def retrying(running: Attempt | None) -> Iterator[None]:
 
 
 @contextmanager
-def counted(request: Any, retry: bool) -> Iterator[None]:
-    """Celery publishes ``request.retries + 1``: right for a retry, while a postponement
-    (``retry`` false: no attempt was made) keeps the count it came with."""
+def counted(request: Any, attempt: bool) -> Iterator[None]:
+    """Celery publishes ``request.retries + 1``: right for the next attempt, while a
+    postponement (``attempt`` false: no attempt was made) keeps the count it came with."""
     made = request.retries
-    if not retry:
+    if not attempt:
         request.retries = made - 1
     try:
         yield

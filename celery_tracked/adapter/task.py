@@ -5,11 +5,12 @@ Description: ``TrackedTask.description``, the frozen
 once per task class from the options checked when the class was made, ``options.py``,
 with Celery's routing and re-publish as its ``route`` and ``send``).
 
-Producer: ``enqueue``/``apply_async`` prepare the call (``producer.py``: the description,
-Celery's ids and the calling task for lineage) and hand off to the
-:class:`~celery_tracked.enqueuer.Enqueuer` with a ``publish`` callable. A re-publish of an
-existing job (a Celery retry: the message already carries the job id) only re-publishes,
-with ``argsrepr``/``kwargsrepr`` redacted again.
+Producer: ``enqueue``/``apply_async`` gather Celery's facts of the call once
+(``calls.py``) and hand them, with the description and Celery's ``apply_async`` as the
+publish, to the :class:`~celery_tracked.services.producer.Producer`; ``apply`` and eager
+mode go through ``eager.py``. A re-publish of an existing job (a Celery retry: the message
+already carries the job id) only re-publishes, with ``argsrepr``/``kwargsrepr`` redacted
+again.
 
 Worker: ``__call__`` hands the delivery to the :class:`~celery_tracked.runner.Runner`,
 inside the task's call path (so a failed durable write becomes a retry, never a silent
@@ -19,15 +20,14 @@ Celery's ``Ignore``/``Retry``/``Reject``.
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from functools import partial
-from typing import Any, ClassVar, NoReturn, ParamSpec, TypeVar, cast
+from typing import Any, ClassVar, ParamSpec, TypeVar, cast
 
 from celery import Celery, Task
-from celery.exceptions import Ignore, Retry, TimeLimitExceeded
+from celery.exceptions import Ignore, TimeLimitExceeded
 from celery.result import AsyncResult
 from celery.utils.saferepr import saferepr
 from sqlalchemy import Connection
@@ -45,7 +45,7 @@ from ..core.settings import Settings
 from ..services import pipelines, progress
 from ..services.pipelines import Step
 from ..services.reports import ProgressReporter
-from . import celery_builtins, eager, producer, retries, transactional, untracked, values
+from . import calls, celery_builtins, eager, retries, transactional, untracked, values
 from .beat import install_beat_entries
 from .celery_signals import CELERY_SIGNALS
 from .celery_tracker import Tracker
@@ -130,7 +130,7 @@ class TrackedTask(Task[P, R_co]):
         if found is None:
             retry = cls._tracked_retry.under(Settings.retry_semantics_from_conf(self.app.conf))
             checked = (retry, cls._tracked_keys, cls._tracked_limits)
-            send = partial(eager.send_existing, self)
+            send = partial(calls.send_existing, self)
             framework = (partial(routed_queue, self.app, self.name), send)
             found = describe(cls, self.name, self.run, framework, checked, saferepr)
             setattr(cls, "_tracked_description", found)  # noqa: B010 (one per task class)
@@ -190,7 +190,7 @@ class TrackedTask(Task[P, R_co]):
     ) -> AsyncResult[R_co]:
         """Tracked ``apply_async``: also accepts ``idempotency_key``, ``correlation_id``,
         ``parent_job_id``, ``owner_id`` and ``max_attempts``. Returns Celery's ``AsyncResult``
-        (its id is the job id), the existing job's for a duplicate (``eager.enqueue``)."""
+        (its id is the job id), the existing job's for a duplicate (``calls.unsent``)."""
         args = tuple(args or ())
         kwargs = dict(kwargs or {})
         options.update(producer=producer, link=link, link_error=link_error, shadow=shadow)
@@ -206,7 +206,7 @@ class TrackedTask(Task[P, R_co]):
             return super().apply_async(args, kwargs, task_id=task_id or existing.job_id, **options)
         control = Control.pop_from(options)
         queued, sent = self._enqueue(args, kwargs, task_id, control, options)
-        return sent if sent is not None else eager.unsent(self, queued.job_id, options)
+        return sent if sent is not None else calls.unsent(self, queued.job_id, options)
 
     def apply(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:  # type: ignore[override]
         """Tracked ``apply`` (and eager mode): the row, then the run here (``eager.py``)."""
@@ -224,20 +224,16 @@ class TrackedTask(Task[P, R_co]):
         task_id: str | None,
         control: Control,
         options: dict[str, Any],
-        send: Callable[..., AsyncResult[Any]] | None = None,
+        run_here: Callable[..., AsyncResult[Any]] | None = None,
     ) -> tuple[EnqueueResult[Any], AsyncResult[Any] | None]:
-        """Create the job; publish it, or run it here (``send`` given, or eager mode)."""
-        tracker = self.tracker
+        """Create the job; publish it, or run it here (``run_here`` given, or eager mode)."""
         args, kwargs = values.sent_arguments(self, args, kwargs)  # pydantic models
-        job = producer.new_job(
-            self.description, tracker.settings, args, kwargs, task_id, control, options
-        )
-        inline = send is not None or bool(self.app.conf.task_always_eager)
-        if inline:  # run here at once, as Celery's eager mode ignores a countdown/eta
-            job = dataclasses.replace(job, due_in_s=None, due_at=None)
-        keys, via = tracker.settings.redact_keys, send or super().apply_async
-        publish = eager.sender(via, args, kwargs, job.call, options, keys, self.app)
-        return eager.enqueue(tracker.enqueuer, job, publish, keys, inline)
+        facts = calls.of(task_id, control, options)
+        send = calls.Send(run_here or super().apply_async, self.app)
+        if run_here is not None or self.app.conf.task_always_eager:
+            return eager.enqueue(self.tracker, self.description, facts, args, kwargs, send)
+        producer = self.tracker.producer
+        return producer.enqueue(self.description, facts, args, kwargs, send), send.sent
 
     # -- pipelines (pipelines.py) -----------------------------------------------------
     def then(self, task: TrackedTask[Q, Any], *args: Q.args, **kwargs: Q.kwargs) -> str:
@@ -327,10 +323,10 @@ class TrackedTask(Task[P, R_co]):
 
     def _settle(self, verdict: Verdict) -> Any:
         """Turn the runner's verdict into Celery's terms."""
-        if isinstance(verdict, Retrying):
-            self._republish(verdict.countdown, verdict.cause)
-        if isinstance(verdict, Postponed):
-            self._republish(verdict.countdown, None, verdict.headers, retry=False)
+        if isinstance(verdict, Retrying):  # the next attempt
+            retries.republish(self, verdict.countdown, verdict.cause)
+        if isinstance(verdict, Postponed):  # this delivery again: no attempt was made
+            retries.republish(self, verdict.countdown, headers=verdict.headers, attempt=False)
         retries.hide_arguments(self)
         if isinstance(verdict, Completed):
             return verdict.result
@@ -339,29 +335,6 @@ class TrackedTask(Task[P, R_co]):
         if isinstance(verdict, PassedOn):
             raise verdict.signal
         raise Ignore()
-
-    def _republish(
-        self,
-        countdown: float,
-        exc: Exception | None = None,
-        headers: Mapping[str, Any] | None = None,
-        retry: bool = True,
-    ) -> NoReturn:
-        """Deliver this message again (same task id and headers) after ``countdown`` s:
-        the next attempt (``retry``), or this delivery again (a postponement: the message
-        keeps its ``retries`` count, as no attempt was made).
-
-        Celery's own retry limit never applies (attempts are the tracker's).
-        """
-        options: dict[str, Any] = {}
-        if headers:
-            options["headers"] = {**(self.request.headers or {}), **headers}
-        try:
-            with retries.counted(self.request, retry):
-                raise self.retry(exc=exc, countdown=countdown, **options)
-        except Retry:
-            retries.hide_arguments(self)  # re-published: Celery now only stores the request
-            raise
 
     def retry(
         self,
@@ -374,11 +347,12 @@ class TrackedTask(Task[P, R_co]):
         max_retries: int | None = None,
         **options: Any,
     ) -> Any:
-        """Celery's ``retry``, with Celery's meaning (``retries.py``): called by the running
-        body, it re-publishes while the job has an attempt left (and ``max_retries``, if
-        given, is not reached); else it raises ``exc`` (or ``MaxRetriesExceededError``) and
-        the job fails with it, retries used up. A re-publish the broker refused is handed
-        back (``Reject(requeue=True)``), never dropped with attempts left."""
+        """Celery's ``retry``, with Celery's meaning, for the body's own ``self.retry``
+        (``retries.py``; the tracker's re-publishes never come here): it re-publishes while
+        the job has an attempt left (and ``max_retries``, if given, is not reached); else
+        it raises ``exc`` (or ``MaxRetriesExceededError``) and the job fails with it,
+        retries used up. A re-publish the broker refused is handed back
+        (``Reject(requeue=True)``), never dropped with attempts left."""
         running = attempt_of(self.request)
         call = dict(args=args, kwargs=kwargs, exc=exc, throw=throw, eta=eta, countdown=countdown)
         with retries.retrying(running):

@@ -25,12 +25,11 @@ from ..core.errors import EnqueueError, NotInAStep, NotTransactional, StoreError
 from ..core.hooks import Transition
 from ..core.jobs import EnqueueResult, Event, JobStatus, utcnow
 from ..core.messages import Control
-from ..services.enqueuer import Publish
-from ..services.newjobs import NewJob
+from ..services.producer import NewJob, Publish
 from ..services.sealing import EXTRA, needs_seal
 from ..store import JobStore, effects
 from ..store.translate import translated
-from . import eager, producer, values
+from . import calls, values
 from .request_state import attempt_of
 
 if TYPE_CHECKING:
@@ -61,9 +60,8 @@ def enqueue_in(
         raise NotTransactional(f"enqueue_in of {task.name}: not in eager mode (use enqueue)")
     task_id = options.pop("task_id", None)
     args, kwargs = values.sent_arguments(task, args, kwargs)
-    job = producer.new_job(
-        task.description, tracker.settings, args, kwargs, task_id, control, options
-    )
+    facts = calls.of(task_id, control, options)
+    job = tracker.producer.new_job(task.description, facts, args, kwargs)
     if job.rule.reused or job.rule.debounce_s:
         raise NotTransactional(
             f"enqueue_in of {task.name}: only the default key lifetime (one job per key) "
@@ -91,8 +89,8 @@ def enqueue_in(
             )
         )
         return EnqueueResult(found.id, found.status, False)
-    send = partial(Task.apply_async, task)
-    publish = eager.sender(send, args, kwargs, job.call, options, tracker.settings.redact_keys)
+    send = calls.Send(partial(Task.apply_async, task))  # a failure: left to the relay
+    publish = tracker.producer.message(job, facts, args, kwargs, send)
     effects.after_commit(
         target, job.job_id, partial(_hand_over, tracker, job, publish), store.engines
     )

@@ -91,7 +91,7 @@ CLOCK_SKEW = timedelta(hours=1)
 
 def guard_entry(guard: Guard, job: Removed, live_since: datetime) -> tuple[str, str] | None:
     """The Redis guard entry ``(key, token)`` a removed job may still hold (its key's, as
-    ``newjobs.guard_of`` names it), or None: a job without idempotency key (its guard
+    ``producer.guard_of`` names it), or None: a job without idempotency key (its guard
     only covered its enqueue, a minute), or created before ``live_since``. Only a job's
     own enqueue writes an entry naming it, with a TTL of at most
     ``tracked_guard_ttl_seconds``: the entry of a job created longer ago has expired."""

@@ -1,11 +1,12 @@
-"""The producer service: guard → row → message, undone on failure, deduplicated.
+"""The enqueue of a new job: guard → row → message, undone on failure, deduplicated.
 
-``Enqueuer.enqueue`` (given a prepared call and the adapter's ``publish``): take the
-idempotency guard or return the holder's job; insert the pending row and its event,
-committed; publish, then mark the row handed over (``published_at``). A failed publish
-deletes the row and releases the guard, unless a relay handed it over meanwhile. A
-duplicate waits (bounded) for a row not handed over yet; a producer that died between
-insert and publish leaves the row to the relay (``relay.py``)."""
+``Enqueuer.enqueue`` (given the ``NewJob`` and its ``publish`` by the ``Producer``,
+``producer.py``): take the idempotency guard or return the holder's job; insert the
+pending row and its event, committed; publish, then mark the row handed over
+(``published_at``). A failed publish deletes the row and releases the guard, unless a
+relay handed it over meanwhile. A duplicate waits (bounded) for a row not handed over
+yet; a producer that died between insert and publish leaves the row to the relay
+(``relay.py``)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from ..core.keys import Then, then, undo_replace
 from ..core.messages import TrackedHeaders
 from ..core.ports import EnqueueStore
 from ..core.redact import mask_secrets
-from .newjobs import NewJob, guard_of
+from .producer import NewJob, Publish, guard_of
 
 logger = logging.getLogger("celery_tracked")
 
@@ -41,8 +42,6 @@ logger = logging.getLogger("celery_tracked")
 DUPLICATE_WAIT_S = 5.0
 #: How often an enqueue decides again when its key changes hands (randomly paused).
 _ROUNDS_TRIED = 60
-#: ``publish(headers, task_id)``: hand the job's message to the broker (or run it here).
-Publish = Callable[[TrackedHeaders, str], object]
 #: ``again(found, job, publish)``: a new round of ``found``, an ended job whose id ``job``
 #: re-sends (``Resender.again``); None: ``job`` is a duplicate of it.
 Again = Callable[["Job", "NewJob", Publish], "EnqueueResult[Any] | None"]

@@ -52,7 +52,7 @@ from ..core.ports import SuccessorStore
 from ..core.printable import visible
 from ..core.redact import mask_secrets
 from ..core.settings import Settings
-from .newjobs import Ids, NewJob, new_job
+from .producer import CallFacts, Message, NewJob, new_job
 
 logger = logging.getLogger("celery_tracked")
 
@@ -66,7 +66,7 @@ class Declared:
 
     job: NewJob
     fail_soft: bool
-    publish: Callable[[], None]
+    publish: Callable[[], object]
     key_round: int = 0
     #: the database's clock minus this process's, read at declaration under a timed key
     #: rule (``KeyRule.timed``): its row is created on the database's clock
@@ -119,9 +119,9 @@ def declare(
     control = Control(idempotency_key, step.correlation_id, step.job_id, step.owner_id)
     options: dict[str, Any] = {}
     job_id = str(uuid.uuid4())
-    ids = Ids(job_id, job_id, False, step.job_id, step.correlation_id)
+    facts = CallFacts(job_id, job_id, False, step.job_id, step.correlation_id, control, options)
     try:
-        job = new_job(description, maker.settings, args, kwargs, control, options, ids)
+        job = new_job(description, maker.settings, facts, args, kwargs)
     except (InvalidPayload, TypeError) as exc:
         raise InvalidSuccessor(f"successor {description.name} refused: {exc}") from None
     if job.call.key is None:
@@ -184,16 +184,12 @@ class Successors(Hooks):
         args: Sequence[Any],
         kwargs: Mapping[str, Any],
         options: Mapping[str, Any],
-    ) -> Callable[[], None]:
-        """Sends ``job``'s message (a re-publish of an existing job: no new row)."""
-        message = {
-            **options,
-            "task_id": job.celery_task_id or job.job_id,
-            "headers": job.headers().to_headers(),
-            "argsrepr": job.call.argsrepr,
-            "kwargsrepr": job.call.kwargsrepr,
-        }
-        return partial(self.platform.publish, task, tuple(args), dict(kwargs), message)
+    ) -> Callable[[], object]:
+        """Sends ``job``'s message (a re-publish of an existing job: no new row), made as
+        the producer makes it (``producer.Message``)."""
+        send = partial(self.platform.publish, task)
+        message = Message(send, tuple(args), dict(kwargs), job.call, dict(options))
+        return partial(message, job.headers(), job.celery_task_id or job.job_id)
 
     @contextmanager
     def running(self, attempt: Attempt) -> Iterator[Step]:

@@ -44,9 +44,8 @@ from ..core.messages import TrackedHeaders, positive
 from ..core.platform import Platform
 from ..core.ports import RerunStore
 from ..core.redact import holds_redacted, mask_secrets, redact, secret_values
-from .enqueuer import Publish
-from .newjobs import NewJob
 from .pipelines import fail_soft_note
+from .producer import NewJob, Publish
 from .sealing import SealBroken, Sealer, seal_call, unsealed
 
 logger = logging.getLogger("celery_tracked")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from celery_tracked.services.lease import waiting_hold
-from celery_tracked.services.newjobs import NewJob, due
+from celery_tracked.services.producer import NewJob, due
 from celery_tracked.services.reaper import Thresholds, presumed_lost, stalled_why
 from tests.unit.job_rows import NOW, a_job
 from tests.unit.test_messages_and_lease import new_job

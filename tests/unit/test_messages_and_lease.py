@@ -23,7 +23,7 @@ from celery_tracked.core.messages import (
 )
 from celery_tracked.core.outcomes import postpone_for
 from celery_tracked.services.lease import HOST_ID, dead_holder, diagnose, owner_id
-from celery_tracked.services.newjobs import ID_GUARD_TTL_MS, NewJob, guard_of
+from celery_tracked.services.producer import ID_GUARD_TTL_MS, NewJob, guard_of
 from tests.unit.job_rows import NOW, a_job
 
 # -- TrackedHeaders ------------------------------------------------------------------

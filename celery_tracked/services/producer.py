@@ -1,23 +1,30 @@
-"""A call of a described task turned into the job to create (a ``NewJob``).
+"""The producer: one call of a described task turned into its job, then enqueued.
 
-Shared by the producer (``producer.py``: ``enqueue``/``apply_async``/``apply``) and a
-step's successors (``pipelines.py``): the call prepared and checked (``calls.py``), the
-queue (``TaskDescription.queue``), the task's attempts and key lifetime, and a debounce's
-delay. Knows nothing of Celery: the ids and the lineage are given.
+:class:`Producer` is the one producer path of ``enqueue``/``apply_async``/``apply`` and of
+``Tracker.enqueue`` (by name): given the task's description, the facts of the call
+(:class:`CallFacts`, which the adapter gathers from Celery once: ``adapter/calls.py``), the
+arguments and the adapter's ``send``, it makes the :class:`NewJob` (the call prepared and
+checked, ``calls.py``; the queue, ``TaskDescription.queue``; the task's attempts and key
+lifetime; a debounce's delay) and hands it to the :class:`~.enqueuer.Enqueuer` with its
+message (:class:`Message`): ``send`` is the one call back into the adapter. A step's
+successors (``pipelines.py``) and ``enqueue_in`` (``transactional.py``) make their jobs
+with :func:`new_job` too. Knows nothing of Celery: the ids, the lineage and the publish
+are given.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 from ..core.calls import PreparedCall, prepare_call
 from ..core.description import TaskDescription
-from ..core.jobs import JobStatus, utcnow
+from ..core.jobs import EnqueueResult, JobStatus, utcnow
 from ..core.keys import KeyRule
 from ..core.messages import Control, TrackedHeaders, check_text
+from ..core.redact import mask_secrets
 from ..core.settings import Settings
 from .sealing import seal_call, sealer_for
 
@@ -106,15 +113,24 @@ def guard_of(job: NewJob, guard_ttl_s: int) -> tuple[tuple[str, ...], int] | Non
 
 
 @dataclass(frozen=True)
-class Ids:
-    """A new job's ids (its own, its message's task id, and whether a canvas sent it)
-    and lineage (its parent job and correlation id)."""
+class CallFacts:
+    """What one call is, beside its arguments: its ids, whether a canvas sent it, its
+    lineage, the caller's control options and Celery's options; gathered once by the
+    adapter (``adapter/calls.py``), or made for a successor (``pipelines.py``)."""
 
     job_id: str
+    #: the message's task id (the job id; the replacer's for a ``self.replace`` replacement)
     sent_as: str | None
+    #: sent as part of a Celery canvas: a duplicate is refused (``DuplicateInCanvas``)
     in_canvas: bool
+    #: the lineage, resolved: given, or inherited from the calling task
     parent_job_id: str | None
     correlation_id: str
+    #: the caller's control options (its key, owner and attempts are read here)
+    control: Control
+    #: Celery's options of the message (``countdown``, ``eta``, ``queue``...); the job's
+    #: making adds the queue the task pins and a debounce's delay
+    options: dict[str, Any]
     #: the job id was made for this call (no task id was given)
     fresh: bool = False
 
@@ -122,38 +138,37 @@ class Ids:
 def new_job(
     task: TaskDescription,
     settings: Settings,
+    facts: CallFacts,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
-    control: Control,
-    options: dict[str, Any],
-    ids: Ids,
 ) -> NewJob:
-    """The job a call of ``task`` creates; ``options`` (the message's) get the queue the
-    task pins and a debounce's delay.
+    """The job a call of ``task`` creates; ``facts.options`` (the message's) get the queue
+    the task pins and a debounce's delay.
 
     Raises:
         InvalidPayload: (or a subclass) the call was refused.
     """
+    control, options = facts.control, facts.options
     rules = task.call_rules(settings.redact_keys, settings.max_payload_bytes)
     call = prepare_call(task.shape, rules, args, kwargs, control.idempotency_key)
     queue = check_text(task.queue(options, args, kwargs), "queue", 200)
     if "queue" not in options and task.pins_queue:
         options["queue"] = queue
     job = NewJob(
-        job_id=ids.job_id,
+        job_id=facts.job_id,
         task_name=task.name,
         job_type=check_text(task.job_type, "job_type", 200),
         queue=queue,
         call=call,
         max_attempts=control.max_attempts or task.attempts(settings.default_attempts),
-        correlation_id=ids.correlation_id,
-        parent_job_id=ids.parent_job_id,
+        correlation_id=facts.correlation_id,
+        parent_job_id=facts.parent_job_id,
         owner_id=control.owner_id,
-        celery_task_id=ids.sent_as,
-        canvas=ids.in_canvas,
+        celery_task_id=facts.sent_as,
+        canvas=facts.in_canvas,
         key_rule=task.keys,
         concurrency_key=call.concurrency_key,
-        fresh_id=ids.fresh,
+        fresh_id=facts.fresh,
         sealed=seal_call(sealer_for(settings.secret_key), args, kwargs, call.payload_json),
     )
     debounce(job, options)
@@ -181,3 +196,103 @@ def debounce(job: NewJob, options: dict[str, Any]) -> None:
     delay = job.rule.debounce_s
     if delay and options.get("countdown") is None and options.get("eta") is None:
         options["countdown"] = delay
+
+
+#: ``publish(headers, task_id)``: hand the job's message to the broker (or run it here).
+Publish = Callable[[TrackedHeaders, str], object]
+#: ``send(args, kwargs, options)``: the adapter's delivery of a message with Celery's
+#: options (``task_id``, ``headers``, ``argsrepr``... : Celery's ``apply_async``).
+Send = Callable[[tuple[Any, ...], dict[str, Any], dict[str, Any]], object]
+
+
+@dataclass(frozen=True)
+class Message:
+    """The job's message, a :data:`Publish`: ``send`` given the arguments and the call's
+    options, with the task id, the tracked headers (over the caller's own) and the
+    ``argsrepr``/``kwargsrepr``: ours (redacted), or the caller's own, a redacted
+    argument's value masked in it."""
+
+    send: Send
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    call: PreparedCall
+    options: Mapping[str, Any]
+    redact_keys: tuple[str, ...] = ()
+
+    def __call__(self, tracked: TrackedHeaders, task_id: str) -> object:
+        options = dict(self.options)
+        headers = {**(options.pop("headers", None) or {}), **tracked.to_headers()}
+        argsrepr = self._shown(options.pop("argsrepr", None), self.call.argsrepr)
+        kwargsrepr = self._shown(options.pop("kwargsrepr", None), self.call.kwargsrepr)
+        message = dict(task_id=task_id, headers=headers, argsrepr=argsrepr, kwargsrepr=kwargsrepr)
+        return self.send(self.args, dict(self.kwargs), {**options, **message})
+
+    def _shown(self, given: object, ours: str) -> str:
+        """The caller's text (masked), else ours."""
+        if given is None:
+            return ours
+        return mask_secrets(str(given), self.call.secrets, self.redact_keys)
+
+
+class Enqueues(Protocol):
+    """What the producer hands its jobs to: the :class:`~.enqueuer.Enqueuer` (named by
+    its method here, as ``enqueuer.py`` imports this module's ``NewJob``)."""
+
+    def enqueue(
+        self, job: NewJob, publish: Publish, redact_keys: tuple[str, ...]
+    ) -> EnqueueResult[Any]: ...
+
+
+class Producer:
+    """Makes a call's job and enqueues it: the one producer path (module docstring)."""
+
+    def __init__(self, enqueuer: Enqueues, settings: Settings) -> None:
+        self.enqueuer = enqueuer
+        self.settings = settings
+
+    def new_job(
+        self,
+        task: TaskDescription,
+        facts: CallFacts,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+    ) -> NewJob:
+        """:func:`new_job` under this app's settings."""
+        return new_job(task, self.settings, facts, args, kwargs)
+
+    def message(
+        self,
+        job: NewJob,
+        facts: CallFacts,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        send: Send,
+    ) -> Message:
+        """``job``'s message, delivered by ``send`` (made after the job: its options then
+        hold the queue and a debounce's delay)."""
+        keys = self.settings.redact_keys
+        return Message(send, tuple(args), dict(kwargs), job.call, dict(facts.options), keys)
+
+    def enqueue(
+        self,
+        task: TaskDescription,
+        facts: CallFacts,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        send: Send,
+        *,
+        due_now: bool = False,
+    ) -> EnqueueResult[Any]:
+        """Create the call's job (or find its key's) and publish it through ``send``;
+        ``due_now``: a run here at once (eager mode ignores a ``countdown``/``eta``).
+
+        Raises:
+            InvalidPayload: (or a subclass) the call was refused (nothing was created).
+            EnqueueError: as ``Enqueuer.enqueue`` (nothing was created).
+            Exception: what ``send`` raised as a ``PublishRefused`` (nothing was created).
+        """
+        job = self.new_job(task, facts, args, kwargs)
+        if due_now:
+            job = replace(job, due_in_s=None, due_at=None)
+        publish = self.message(job, facts, args, kwargs, send)
+        return self.enqueuer.enqueue(job, publish, self.settings.redact_keys)
