@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
 from .backends.guard import MemoryGuard, RedisGuard
-from .backends.limiter import GlobalRateLimit, MemoryLimiter, RedisLimiter
+from .backends.limiter import MemoryLimiter, RedisLimiter
 from .backends.memory import MemoryStore
 from .core.conversions import MEMORY_URL
 from .core.errors import ConfigurationError, JobNotFound
@@ -47,6 +47,7 @@ from .services.cancelling import Stopper
 from .services.cleanup import Cleanup, CleanupReport
 from .services.enqueuer import Enqueuer
 from .services.lease import LeaseKeeper
+from .services.limits import GlobalRateLimit
 from .services.maintenance import Maintenance, Parts, Report
 from .services.pipelines import Successors
 from .services.producer import Producer
