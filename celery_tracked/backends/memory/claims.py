@@ -11,21 +11,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ...core.fences import (
-    Lease,
-    Takeover,
-)
-from ...core.jobs import (
-    CLAIMABLE,
-    Claim,
-    Job,
-    JobStatus,
-)
-from .rows import (
-    PROCESSING,
-    MemoryCore,
-    end_run,
-)
+from ...core.fences import Lease, Takeover
+from ...core.jobs import CLAIMABLE, Claim, Job, JobStatus
+from .rows import PROCESSING, MemoryCore, end_run
 
 
 class MemoryClaims(MemoryCore):

@@ -11,17 +11,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ...core.jobs import (
-    Job,
-    JobStatus,
-)
+from ...core.jobs import Job, JobStatus
 from ...core.keys import UndoneReplace
-from .rows import (
-    PENDING,
-    MemoryCore,
-    at_revision,
-    new_message,
-)
+from .rows import PENDING, MemoryCore, at_revision, new_message
 
 
 class MemoryEnqueue(MemoryCore):

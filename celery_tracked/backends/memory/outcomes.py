@@ -11,23 +11,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ...core.fences import (
-    AttemptError,
-    Completion,
-    DeadRun,
-    Rows,
-)
-from ...core.jobs import (
-    Claim,
-    Job,
-    JobStatus,
-    NewRow,
-)
-from .rows import (
-    MemoryCore,
-    end_run,
-    ended_without_error,
-)
+from ...core.fences import AttemptError, Completion, DeadRun, Rows
+from ...core.jobs import Claim, Job, JobStatus, NewRow
+from .rows import MemoryCore, end_run, ended_without_error
 
 
 class MemoryOutcomes(MemoryCore):

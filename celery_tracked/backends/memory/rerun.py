@@ -12,20 +12,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ...core.fences import (
-    RetryUndo,
-)
-from ...core.jobs import (
-    CLAIMABLE,
-    RETRY_UNDONE,
-    Job,
-    JobStatus,
-)
-from .rows import (
-    MemoryCore,
-    at_revision,
-    new_message,
-)
+from ...core.fences import RetryUndo
+from ...core.jobs import CLAIMABLE, RETRY_UNDONE, Job, JobStatus
+from .rows import MemoryCore, at_revision, new_message
 
 _ENDED = (JobStatus.FAILED, JobStatus.CANCELLED)
 
