@@ -294,16 +294,11 @@ def final_error(error: BaseException, signals: Signals = NO_SIGNALS) -> BaseExce
     return signals.out_of_retries()
 
 
-#: A body's own retry publishes its message before the attempt's ``retrying`` is written:
-#: the job's backoff ends up to this long before the message is due (at most half its
-#: countdown), so that the delivery finds it due rather than waiting once more.
-EARLY_MS = 250
-
-
 def retry_delay_ms(retry: Signal, now: datetime | None = None, sent: datetime | None = None) -> int:
     """The delay, from ``now``, that a body's own ``self.retry(countdown=...|eta=...)``
-    asked for. ``sent``: when its message was published (a countdown counts from then, and
-    the delay ends a little early: ``EARLY_MS``)."""
+    asked for: until its message is due, as Celery waits it. ``sent``: when its message
+    was published (a countdown counts from then, as Celery's eta does). The delivery finds
+    the row due although it was written a moment after the message (``CLAIM_EARLY_S``)."""
     when = retry.when
     if isinstance(when, int | float):
         if sent is None:
@@ -314,10 +309,7 @@ def retry_delay_ms(retry: Signal, now: datetime | None = None, sent: datetime | 
     if when.tzinfo is None:  # Celery reads a naive eta as UTC
         when = when.replace(tzinfo=timezone.utc)
     now = now or datetime.now(timezone.utc)
-    delay = int((when - now).total_seconds() * 1000)
-    if sent is not None:
-        delay -= min(EARLY_MS, max(0, int((when - sent).total_seconds() * 1000)) // 2)
-    return max(0, delay)
+    return max(0, int((when - now).total_seconds() * 1000))
 
 
 def after_write(
