@@ -142,6 +142,11 @@ def _read(signals: Signals, error: BaseException | None, kind: SignalKind) -> Si
 # -- the classification of a body's end -----------------------------------------------
 
 
+#: How a failure's note begins when its error was not retried (``plan_outcome``): the
+#: reason follows, after the error in the ``failed`` event (``AttemptError.line``).
+NOT_RETRIED = "not retried: "
+
+
 class Write(enum.Enum):
     """The fenced write that records an attempt's end."""
 
@@ -189,7 +194,8 @@ class Failure:
     successor follows it); ``rows``: inserted with a final failure (the hooks'
     ``failure_rows``); ``carry``: a retry whose write the database refused travels in the
     re-published message for the next delivery to write first (a final failure always
-    does; a retry without ``carry`` does not: the re-publish makes the next attempt anyway).
+    does; a retry without ``carry`` does not: the re-publish makes the next attempt anyway);
+    ``note``: the plan's note, recorded after the error (why it was not retried).
     """
 
     error_type: str
@@ -199,6 +205,7 @@ class Failure:
     retries_exhausted: bool = False
     rows: Sequence[NewRow] = ()
     carry: bool = False
+    note: str | None = None
 
     @property
     def final(self) -> bool:
@@ -221,6 +228,7 @@ def plan_outcome(
     gave_up: bool = False,
     retry_sent: datetime | None = None,
     signals: Signals = NO_SIGNALS,
+    refusal: Callable[[BaseException], str] | None = None,
 ) -> Plan:
     """Classify how attempt ``attempt`` of ``max_attempts`` ended (``error`` None: it
     returned). ``backoff(attempt)`` gives the delay after a failed attempt, in ms;
@@ -228,7 +236,8 @@ def plan_outcome(
     ``gave_up``: ``error`` is what the body's own ``self.retry`` raised because no retry
     remained (Celery's ``max_retries``): the job fails with it, its retries used up;
     ``retry_sent``: when the body's own retry published its message; ``signals``: which
-    errors are control signals."""
+    errors are control signals; ``refusal(error)``: why ``retryable`` refused it (the
+    plan's note, ``NOT_RETRIED`` and the reason, recorded with the failure)."""
     last = attempt >= max_attempts
     if error is None:
         return Plan(Write.COMPLETE)
@@ -250,10 +259,13 @@ def plan_outcome(
         if last:
             return Plan(Write.FAIL, reraise=True)
         return Plan(Write.RETRY, delay_ms=retry_delay_ms(signal, sent=retry_sent), reraise=True)
-    if isinstance(error, Unrecoverable) or last:
+    if last:
         return Plan(Write.FAIL, reraise=True)
+    if isinstance(error, Unrecoverable):
+        return Plan(Write.FAIL, reraise=True, note=f"{NOT_RETRIED}Unrecoverable ends its job")
     if retryable is not None and not retryable(error):
-        return Plan(Write.FAIL, reraise=True, note="not retried for this exception")
+        why = "its task does not retry it" if refusal is None else refusal(error)
+        return Plan(Write.FAIL, reraise=True, note=f"{NOT_RETRIED}{why}")
     return Plan(Write.RETRY, delay_ms=backoff(attempt))
 
 

@@ -85,7 +85,8 @@ def test_retry_on_the_last_attempt_fails(attempt: int, max_attempts: int) -> Non
 @pytest.mark.parametrize("max_attempts", [1, 3, 10])
 def test_unrecoverable_fails_on_the_first_attempt(max_attempts: int) -> None:
     plan = plan_outcome(Unrecoverable("no"), 1, max_attempts, backoff)
-    assert plan == Plan(Write.FAIL, reraise=True)
+    stopped = "not retried: Unrecoverable ends its job"
+    assert plan == Plan(Write.FAIL, reraise=True, note=None if max_attempts == 1 else stopped)
 
 
 @pytest.mark.parametrize(("attempt", "max_attempts"), [(1, 3), (2, 3), (1, 2), (4, 10)])
