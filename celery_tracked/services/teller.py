@@ -47,9 +47,7 @@ class Teller:
         transition = _transition(run, event, message, level, number, duration_ms)
         self.hooks.after_transition(transition)
 
-    def tell_failure(
-        self, attempt: Attempt, failure: Failure, line: str, duration_ms: int
-    ) -> None:
+    def tell_failure(self, attempt: Attempt, failure: Failure, line: str, duration_ms: int) -> None:
         """``attempt``'s failure, written: the job ``retrying`` or ``failed``; ``line``: its
         error as its event records it (``AttemptError.line``: with the plan's note)."""
         claim = attempt.claim

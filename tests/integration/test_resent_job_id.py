@@ -16,7 +16,6 @@ from celery import Task
 from pydantic import BaseModel
 
 from celery_tracked import EnqueueError, JobStatus, TaskIdInUse, tracked_task
-
 from celery_tracked.core.jobs import utcnow
 
 from .conftest import AppFactory, queue_messages, tracker_of
