@@ -68,7 +68,7 @@ class MemoryOutcomes(MemoryCore):
         self, claim: Claim, error: AttemptError, rows: Rows = (), retries_exhausted: bool = False
     ) -> bool:
         """``FAIL``, with ``rows`` in the same step."""
-        message = f"{error.error_type}: {error.error_message}"
+        message = error.line()
         done = {"finished_at": error.now, "retries_exhausted": retries_exhausted}
         return self._ended(claim, JobStatus.FAILED, error, message, rows, done)
 

@@ -66,9 +66,11 @@ class MemoryRerun(MemoryCore):
         secrets_sealed: str | None = None,
         payload_json: str | None = None,
         completed_too: bool = False,
+        due_in_s: float | None = None,
+        due_at: datetime | None = None,
     ) -> bool:
         """``RETRY`` (``RETRY_ENDED``: from completed too): failed | cancelled → pending,
-        unless a newer round holds the key."""
+        unless a newer round holds the key; due when its message is."""
 
         def check(job: Job) -> bool:
             return job.revision == seen_revision and not self._newer_round(job)
@@ -84,6 +86,7 @@ class MemoryRerun(MemoryCore):
                 "cancel_requested_at": None,
                 "secrets_sealed": secrets_sealed,
                 "payload_json": job.payload_json if payload_json is None else payload_json,
+                "not_before": self.due_time(due_in_s, due_at),
             }
 
         sources = (JobStatus.COMPLETED, *_ENDED) if completed_too else _ENDED
