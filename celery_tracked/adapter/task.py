@@ -232,7 +232,7 @@ class TrackedTask(Task[P, R_co]):
         send = calls.Send(run_here or super().apply_async, self.app)
         if run_here is not None or self.app.conf.task_always_eager:
             return eager.enqueue(self.tracker, self.description, facts, args, kwargs, send)
-        producer = self.tracker.producer
+        producer = self.tracker.celery_side.producer
         return producer.enqueue(self.description, facts, args, kwargs, send), send.sent
 
     # -- pipelines (pipelines.py) -----------------------------------------------------
@@ -292,7 +292,7 @@ class TrackedTask(Task[P, R_co]):
         )
         body = getattr(self, "_orig_run", self.run)  # Celery's autoretry wrapper bypassed
         call = body_call(request, body, args, kwargs)  # given its attempt by the runner
-        return cast(R_co, self._settle(tracker.runner.run(run, call)))
+        return cast(R_co, self._settle(tracker.celery_side.runner.run(run, call)))
 
     def transaction(self) -> AbstractContextManager[Connection]:
         """The body's transaction on the tracking database, committed with the run's
@@ -365,4 +365,4 @@ class TrackedTask(Task[P, R_co]):
             republish = partial(retries.publish_again, self, args, kwargs)
             limit = exc.args[0] if exc.args else "?"
             delay = partial(retries.retry_delay, self, killed=exc)
-            self.tracker.aftermath.time_limited(task_id, limit, delay, republish)
+            self.tracker.celery_side.time_limits.time_limited(task_id, limit, delay, republish)

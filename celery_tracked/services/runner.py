@@ -9,7 +9,7 @@ given the running :class:`~celery_tracked.attempt.Attempt`. Writing the outcome 
 (``teller.py``).
 
 The Runner imports no feature: progress, pipelines, rate limits, metrics are hooks the
-wiring (``tracker.py``) composes, and reach the run only through the hook interface
+wiring (``wiring.py``) composes, and reach the run only through the hook interface
 (``hooks.py``), each given the delivery, the claim or the attempt it acts on.
 """
 
