@@ -117,7 +117,7 @@ class Services:
         self.runner = Runner(store, self.leases, self.hooks, settings)
         self.time_limits = TimeLimits(store, self.hooks, settings)
         self.sealer: Sealer | None = sealer_for(settings.secret_key)  # no cryptography
-        self.resender = Resender(store, self.hooks, platform, settings.redact_keys, self.sealer)
+        self.resender = Resender(store, self.hooks, platform, settings.masking, self.sealer)
         self.enqueuer.again = self.resender.again  # a job id re-sent after its job ended
         self.canceller = Canceller(store, self.hooks)
         self.stopper = Stopper(store, self.hooks, self.leases, self.canceller, platform.terminate)

@@ -200,8 +200,8 @@ class TrackedTask(Task[P, R_co]):
             # a re-publish of an existing job (Celery retry): never a new row or key check
             for name in CONTROL_OPTIONS:
                 options.pop(name, None)
-            keys = self.tracker.settings.redact_keys
-            argsrepr, kwargsrepr = self.description.shape.reprs(args, kwargs, keys)
+            masking = self.tracker.settings.masking
+            argsrepr, kwargsrepr = self.description.shape.reprs(args, kwargs, masking)
             options.update(argsrepr=argsrepr, kwargsrepr=kwargsrepr)
             return super().apply_async(args, kwargs, task_id=task_id or existing.job_id, **options)
         control = Control.pop_from(options)
@@ -283,7 +283,7 @@ class TrackedTask(Task[P, R_co]):
             queue=headers.queue or described.queue({}, args, kwargs),
             worker=str(request.hostname or _HOSTNAME),
             backoff_base_ms=described.retry.base_ms(settings.default_backoff_ms),
-            secrets=lambda: shape.secrets(args, kwargs, settings.redact_keys),
+            secrets=lambda: shape.secrets(args, kwargs, settings.masking),
             inline=bool(request.is_eager),
             policy=described.retry,
             limits=described.limits.for_delivery(shape, args, kwargs, request, settings),
