@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from .backends.guard import MemoryGuard, RedisGuard
-from .backends.limiter import GlobalRateLimit, MemoryLimiter, RedisLimiter
+from .backends.limiter import MemoryLimiter, RedisLimiter
 from .backends.memory import MemoryStore
 from .core.conversions import MEMORY_URL
 from .core.errors import ConfigurationError
@@ -31,6 +31,7 @@ from .services.cancelling import Canceller, Stopper
 from .services.cleanup import Cleanup
 from .services.enqueuer import Enqueuer
 from .services.lease import LeaseKeeper
+from .services.limits import GlobalRateLimit
 from .services.maintenance import Maintenance, Parts
 from .services.pipelines import Successors
 from .services.producer import Producer

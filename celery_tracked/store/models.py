@@ -133,6 +133,12 @@ jobs = Table(
     Column("not_before", UTCDateTime, nullable=True),
     # the values under redacted names, encrypted (tracked_secret_key; services/sealing.py)
     Column("secrets_sealed", Text, nullable=True),
+    # the message's priority (Celery's ``priority``), kept by every re-publish; NULL: the
+    # broker's default
+    Column("priority", Integer),  # nullable (the default)
+    # the job must start by then (the database's clock), else it ends ``cancelled``;
+    # NULL: no deadline
+    Column("deadline_at", UTCDateTime),  # nullable
     UniqueConstraint(
         "job_type", "idempotency_key", "key_round", name="uq_background_jobs_idempotency"
     ),
@@ -173,6 +179,12 @@ jobs = Table(
         **_only("error_type IS NOT NULL"),
     ),
     Index("ix_background_jobs_finished_at", "finished_at", **_only("finished_at IS NOT NULL")),
+    # the pending rows held in the database by their due time (no message yet)
+    Index(
+        "ix_background_jobs_held_due",
+        "not_before",
+        **_only("published_at IS NULL AND not_before IS NOT NULL"),
+    ),
 )
 
 events = Table(
@@ -187,4 +199,17 @@ events = Table(
     Column("duration_ms", Integer, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Index("ix_background_job_events_job_id", "job_id", "id"),
+)
+
+# one row per paused queue, job type, or everything (``scope``: ``queue``, ``job_type``,
+# ``all`` with name ``*``): who paused it, when (the database's clock), why; resuming
+# deletes the row (migration 0011)
+pauses = Table(
+    "background_job_pauses",
+    metadata,
+    Column("scope", String(16), primary_key=True),
+    Column("name", String(255), primary_key=True),
+    Column("paused_at", UTCDateTime, nullable=False),
+    Column("paused_by", String(255), nullable=True),
+    Column("reason", Text, nullable=True),
 )

@@ -35,7 +35,7 @@ CLAIM = Move(
     CLAIMABLE,
     JobStatus.PROCESSING,
     sql.TAKE_LEASE,
-    (*sql.DUE, *sql.UNLOCKED, *sql.CURRENT),
+    (*sql.DUE_TO_CLAIM, *sql.UNLOCKED, *sql.CURRENT),
     event="started",
     durable=False,
 )
@@ -144,11 +144,9 @@ HANDED_OVER = Move(
     fence=(jobs.c.published_at.is_(None), *sql.CURRENT),
     durable=False,  # lost, it only lets the relay send a harmless duplicate
 )
-#: A delivery of a waiting job was postponed (a rate limit, a full concurrency key): its
-#: message is handed to the broker again, so ``published_at`` moves to now on the
-#: database's clock, once it is older than ``refresh_s`` (a row written at most that
-#: often; a fresh one is not even locked). The reaper takes it as the message's sign of
-#: life (``reaper.py``).
+#: A postponed delivery of a waiting job (a rate limit, a full concurrency key) hands its
+#: message to the broker again: ``published_at`` moves to the database's now once older
+#: than ``refresh_s`` (a fresh row is not even locked); the reaper's sign of life.
 REPUBLISHED = Move(
     "republished",
     CLAIMABLE,
@@ -280,7 +278,8 @@ UNDO_REPLACE = Move(
 )
 
 #: ``Tracker.retry``: failed | cancelled → pending, history kept; attempts keep counting
-#: (the attempt number fences a run's outcome, so it never goes back).
+#: (the attempt number fences a run's outcome, so it never goes back). The new round is
+#: due when its message is: a re-send's countdown/eta (``inserts.DUE_AT``), else at once.
 RETRY = Move(
     "retry",
     _ENDED,
@@ -294,6 +293,7 @@ RETRY = Move(
         "retries_exhausted": False,
         "cancel_requested_at": None,  # an old run's request does not cancel the new one
         "secrets_sealed": sql.SEALED,  # the values it is sent with, sealed again
+        "not_before": DUE_AT,
     },
     (jobs.c.revision == sql.REVISION,),
     "retried",

@@ -11,14 +11,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ...core.jobs import (
-    Job,
-    JobStatus,
-)
-from .rows import (
-    PENDING,
-    MemoryCore,
-)
+from ...core.jobs import Job, JobStatus
+from .rows import PENDING, MemoryCore
 
 
 class MemoryRelay(MemoryCore):
