@@ -39,6 +39,7 @@ from .core.platform import Platform
 from .core.ports import Store
 from .core.settings import Settings
 from .services import bulk, waiting
+from .services.cancelling import Shown
 from .services.cleanup import Cleanup, CleanupReport
 from .services.maintenance import Maintenance, Report
 from .services.reaper import Reaper, ReapReport
@@ -134,15 +135,8 @@ class BaseTracker:
         job_id = as_job_id(job_id)
         if running:
             return self._services.stopper.cancel_running(job_id, reason)
-        return self._services.canceller(
-            job_id,
-            reason,
-            log_message=log_message,
-            queue=queue,
-            job_type=job_type,
-            level=level,
-            revision=revision,
-        )
+        shown = Shown(log_message, queue, job_type, level)
+        return self._services.canceller(job_id, reason, revision=revision, shown=shown)
 
     def retry(
         self,

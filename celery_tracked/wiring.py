@@ -132,18 +132,12 @@ class Services:
     def celery_side(self) -> CelerySide:
         """The narrow part the Celery adapter and the CLI use."""
         store, grace = self.store, timedelta(seconds=self.settings.relay_grace_seconds)
-        return CelerySide(
-            settings=self.settings,
-            producer=self.producer,
-            runner=self.runner,
-            time_limits=self.time_limits,
-            successors=self.successors,
-            hooks=self.hooks,
-            sql_store=store if isinstance(store, JobStore) else None,
-            eviction_policy=self.backend.eviction_policy,
-            clock=store.clock,
-            relay_backlog=lambda: store.backlog(cutoff=store.clock() - grace),
-        )
+        sql_store = store if isinstance(store, JobStore) else None
+        return CelerySide(  # in its fields' order
+            self.settings, self.producer, self.runner, self.time_limits, self.successors,
+            self.hooks, sql_store, self.backend.eviction_policy, store.clock,
+            lambda: store.backlog(cutoff=store.clock() - grace),
+        )  # fmt: skip
 
     def close(self) -> None:
         self.leases.stop()

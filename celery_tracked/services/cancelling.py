@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import NamedTuple
 
 from ..core.fences import DeadRun
 from ..core.hooks import Hooks, Transition
@@ -25,6 +26,17 @@ from ..core.ports import CancelStore
 from .lease import LeaseKeeper, diagnose
 
 _WAITING = (JobStatus.PENDING, JobStatus.RETRYING)
+
+
+class Shown(NamedTuple):
+    """How a cancel is told (``Tracker.cancel``'s keywords): its log message (default:
+    from the reason), the log's and the metrics' labels (read from the row when not
+    given), the log level."""
+
+    message: str | None = None
+    queue: str | None = None
+    job_type: str | None = None
+    level: int = logging.INFO
 
 
 class Canceller:
@@ -40,16 +52,14 @@ class Canceller:
         job_id: str,
         reason: str = "cancelled",
         *,
-        log_message: str | None = None,
-        queue: str | None = None,
-        job_type: str | None = None,
-        level: int = logging.INFO,
         revision: int | None = None,
+        shown: Shown | None = None,
     ) -> bool:
-        """False if the job is in any other status; the keywords as ``Tracker.cancel``'s."""
+        """False if the job is in any other status; ``revision`` as ``Tracker.cancel``'s."""
         cancelled = self.store.cancel(job_id, now=utcnow(), reason=reason, revision=revision)
         if cancelled:
-            message = log_message or f"job {job_id} cancelled: {reason}"
+            message, queue, job_type, level = Shown() if shown is None else shown
+            message = message or f"job {job_id} cancelled: {reason}"
             if queue is None or job_type is None:  # the log's and the metrics' labels
                 job = self.store.get(job_id)
                 queue = queue if job is None else queue or job.queue_name
