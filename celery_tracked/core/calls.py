@@ -169,7 +169,8 @@ def too_nested() -> PayloadNotSerializable:
 
 @dataclass(frozen=True)
 class CallRules:
-    """What a task asks of its calls (from its options and the settings)."""
+    """What a task asks of its calls (from its options and the settings), built once per
+    task and applied to every call by :func:`prepare_call`."""
 
     task_name: str
     redaction: Redaction
