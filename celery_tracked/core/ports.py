@@ -24,8 +24,8 @@ Roles (who calls them): :class:`EnqueueStore` (``Enqueuer``), :class:`RunStore` 
 :class:`ClaimStore`, and :class:`OutcomeStore` for its ``OutcomeWriter`` and ``CarriedOver``),
 :class:`ReportStore` (``Reporter``), :class:`LeaseStore` (``LeaseKeeper``),
 :class:`DeadRunStore` (``TimeLimits``), :class:`RelayStore` (``Relay``),
-:class:`ReapStore` (``Reaper``), :class:`PurgeStore` (``Cleanup``), :class:`SuccessorStore`
-(``Successors``), :class:`RerunStore` (``Tracker.retry``, cancels), :class:`FindStore`
+:class:`ReapingStore` (``Reaper``), :class:`CleanupStore` (``Cleanup``), :class:`SuccessorStore`
+(``Successors``), :class:`RerunStore` (``Tracker.retry``, cancels), :class:`ReadStore`
 (``Tracker``'s reads, bulk actions, statistics, metrics).
 """
 
@@ -54,14 +54,14 @@ from .keys import UndoneReplace
 __all__ = [
     "CancelStore",
     "ClaimStore",
+    "CleanupStore",
     "DeadRunStore",
     "EnqueueStore",
-    "FindStore",
     "LeaseStore",
     "OutcomeStore",
-    "PurgeStore",
+    "ReadStore",
     "Reader",
-    "ReapStore",
+    "ReapingStore",
     "RelayStore",
     "ReportStore",
     "RerunStore",
@@ -214,7 +214,7 @@ class RelayStore(Reader, Handing, Protocol):
     ) -> bool: ...
 
 
-class ReapStore(Reader, Handing, Protocol):
+class ReapingStore(Reader, Handing, Protocol):
     """The reaper: stalled rows, rescued or abandoned."""
 
     def stalled(self, cutoffs: StallCutoffs, limit: int) -> list[tuple[Job, int]]: ...
@@ -240,7 +240,7 @@ class ReapStore(Reader, Handing, Protocol):
     ) -> bool: ...
 
 
-class PurgeStore(Protocol):
+class CleanupStore(Protocol):
     """The cleanup: ended rows removed in batches."""
 
     def clock(self) -> datetime: ...
@@ -292,7 +292,7 @@ class CancelStore(RerunStore, EndsDeadRuns, Protocol):
     """``Tracker.cancel(job_id, running=True)``: a cancel request, a run already gone."""
 
 
-class FindStore(Reader, Protocol):
+class ReadStore(Reader, Protocol):
     """The read side: listings, history, pipelines, statistics and gauges."""
 
     def find(self, filt: JobFilter, after: Position | None, limit: int) -> list[Job]: ...
@@ -315,11 +315,11 @@ class Store(
     LeaseStore,
     DeadRunStore,
     RelayStore,
-    ReapStore,
-    PurgeStore,
+    ReapingStore,
+    CleanupStore,
     SuccessorStore,
     CancelStore,
-    FindStore,
+    ReadStore,
     Protocol,
 ):
     """The whole store, as ``Tracker`` wires it."""

@@ -29,7 +29,7 @@ from ..core.cleanup import ENDED, Policy, Sweep, policy_of, sweeps
 from ..core.errors import GuardError, StoreError
 from ..core.guard import Guard
 from ..core.jobs import PURGE_START, Removed, utcnow
-from ..core.ports import PurgeStore
+from ..core.ports import CleanupStore
 from ..core.settings import Settings
 from .maintenance import Maintenance, Parts
 
@@ -111,7 +111,7 @@ class Cleanup(Maintenance):
 
     def __init__(
         self,
-        store: PurgeStore,
+        store: CleanupStore,
         guard: Guard,
         settings: Settings,
         tasks: Callable[[], Mapping[str, Any]],

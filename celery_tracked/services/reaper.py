@@ -44,7 +44,7 @@ from typing import ClassVar, Protocol
 from ..core.fences import StaleRun, StallCutoffs
 from ..core.hooks import Hooks, Transition
 from ..core.jobs import Event, Job, JobStatus, utcnow
-from ..core.ports import ReapStore
+from ..core.ports import ReapingStore
 from ..core.redact import mask_url
 from ..core.settings import Settings
 from .maintenance import Maintenance, Parts
@@ -122,7 +122,7 @@ class Reaper(Maintenance):
 
     def __init__(
         self,
-        store: ReapStore,
+        store: ReapingStore,
         hooks: Hooks,
         settings: Settings,
         publish: Callable[[Job], None],

@@ -13,12 +13,12 @@ names):
   renewal and release (``OutcomeStore``, ``LeaseStore``, ``EndsDeadRuns``).
 - ``reports``: a running body's progress, log lines and cancel request (``ReportStore``).
 - ``relay``: the unpublished rows, the relay's claim and mark (``RelayStore``).
-- ``reaping``: the stalled-job reaper's reads and moves (``ReapStore``).
+- ``reaping``: the stalled-job reaper's reads and moves (``ReapingStore``).
 - ``cleanup``: retention: ended rows and their events removed in bounded batches
-  (``PurgeStore``).
+  (``CleanupStore``).
 - ``rerun``: ``Tracker.retry`` and ``Tracker.cancel`` (``RerunStore``).
 - ``reads``: one job, a job by key, a history, statistics, listings, gauges
-  (``Reader``, ``KeyReader``, ``FindStore``).
+  (``Reader``, ``KeyReader``, ``ReadStore``).
 
 Shared by them:
 

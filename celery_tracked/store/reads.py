@@ -1,4 +1,4 @@
-"""The read side of the store (``Reader``, ``KeyReader``, ``FindStore``): one job, a job
+"""The read side of the store (``Reader``, ``KeyReader``, ``ReadStore``): one job, a job
 by key, a job's history, queue statistics, the listing of jobs and the queues' health, the
 relay's backlog (read by the metrics on every scrape, from the ``(status, created_at)``
 index).

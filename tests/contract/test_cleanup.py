@@ -1,4 +1,4 @@
-"""The cleanup's role (``PurgeStore``): batches, keep-newest boundaries."""
+"""The cleanup's role (``CleanupStore``): batches, keep-newest boundaries."""
 
 from __future__ import annotations
 

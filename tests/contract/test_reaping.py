@@ -1,4 +1,4 @@
-"""The reaper's role (``ReapStore``): its reads, marks and moves (rescue, abandon), a
+"""The reaper's role (``ReapingStore``): its reads, marks and moves (rescue, abandon), a
 pending job not due yet."""
 
 from __future__ import annotations

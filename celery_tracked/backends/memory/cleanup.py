@@ -1,4 +1,4 @@
-"""Retention cleanup (``PurgeStore``): the batches of ended rows removed with their events,
+"""Retention cleanup (``CleanupStore``): the batches of ended rows removed with their events,
 dry-run counts, keep-newest boundaries.
 
 Each mirrors one move or read of the SQL store's ``store/cleanup.py`` with the same condition

@@ -1,4 +1,4 @@
-"""The reads (``Reader``, ``KeyReader``, ``FindStore``): one job, by key, a pipeline, a
+"""The reads (``Reader``, ``KeyReader``, ``ReadStore``): one job, by key, a pipeline, a
 history, listings, statistics, gauges.
 
 Each mirrors one move or read of the SQL store's ``store/reads.py`` with the same condition

@@ -1,4 +1,4 @@
-"""The stalled-job reaper's reads and moves (``ReapStore``): rescue, abandon, its
+"""The stalled-job reaper's reads and moves (``ReapingStore``): rescue, abandon, its
 ``missing``/``found`` marks.
 
 Each mirrors one move or read of the SQL store's ``store/reaping.py`` with the same condition
