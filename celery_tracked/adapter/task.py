@@ -45,7 +45,7 @@ from ..core.settings import Settings
 from ..services import pipelines, progress
 from ..services.pipelines import Step
 from ..services.reports import ProgressReporter
-from . import calls, celery_builtins, eager, retries, transactional, untracked, values
+from . import calls, celery_builtins, eager, priorities, retries, transactional, untracked, values
 from .beat import install_beat_entries
 from .celery_signals import CELERY_SIGNALS
 from .celery_tracker import Tracker
@@ -132,7 +132,8 @@ class TrackedTask(Task[P, R_co]):
             checked = (retry, cls._tracked_keys, cls._tracked_limits)
             send = partial(calls.send_existing, self)
             framework = (partial(routed_queue, self.app, self.name), send)
-            found = describe(cls, self.name, self.run, framework, checked, saferepr)
+            highest = partial(priorities.highest_priority, self.app)
+            found = describe(cls, self.name, self.run, framework, checked, saferepr, highest)
             setattr(cls, "_tracked_description", found)  # noqa: B010 (one per task class)
         return cast(TaskDescription, found)
 

@@ -146,6 +146,7 @@ NEW_JOB_COLUMNS: tuple[str, ...] = (
     "concurrency_key",
     "secrets_sealed",
     "progress",
+    "priority",
     "created_at",
     "updated_at",
 )
@@ -158,6 +159,7 @@ NEW_JOB_DEFAULTS: Mapping[str, Any] = {
     "concurrency_key": None,
     "secrets_sealed": None,
     "retries_exhausted": False,
+    "priority": None,
 }
 #: The library's own tables: the only ones a completion may add rows to.
 TABLES = ("background_jobs", "background_job_events")
@@ -230,6 +232,9 @@ class Job:
     cancel_requested_at: datetime | None = None
     #: when a ``retrying`` job's next attempt is due (None: at once, or not retrying)
     not_before: datetime | None = None
+    #: its message's priority (Celery's ``priority``), kept by every re-publish; None: the
+    #: broker's default
+    priority: int | None = None
     payload_json: str | None = field(default=None, repr=False)
     #: the values under redacted names, encrypted (``tracked_secret_key``; never shown)
     secrets_sealed: str | None = field(default=None, repr=False)

@@ -65,6 +65,8 @@ def conditions(filt: JobFilter) -> list[ColumnElement[bool]]:
         value = getattr(filt, name)
         if value is not None:
             where.append(column == value)
+    if filt.priority is not None:
+        where.append(jobs.c.priority == filt.priority)
     for column, low, high in (
         (jobs.c.created_at, filt.created_after, filt.created_before),
         (jobs.c.finished_at, filt.finished_after, filt.finished_before),
