@@ -1,13 +1,10 @@
 """``Wiring``: the services of one app, wired; the Celery-free part of ``Tracker``.
 
-It wires the services of one app (settings, job store, guard and notifier, lease keeper,
-hooks, the ``Producer`` and its ``Enqueuer``, the worker's ``Runner``, the maintenance plugins of
-:data:`MAINTENANCE`) and offers the read side: ``get_job``, ``history``, ``wait``,
-``stats``; and ``cancel``, ``retry``, and one pass of each plugin: ``relay``, ``reap``,
-``cleanup`` (``run_maintenance(name)``). What it needs of Celery (the tasks'
-descriptions, publishing a job's message, the broker's view, stopping a run) comes through
-the platform port (``platform.py``); the public :class:`~celery_tracked.Tracker`
-(``celery_tracker.py``) is this class with Celery's implementation of that port.
+It wires settings, store, guard, hooks, the producer, the runner and the maintenance
+plugins (:data:`MAINTENANCE`), and offers the reads, ``cancel``, ``retry``, pauses and one
+pass of each plugin. What it needs of Celery comes through the platform port
+(``platform.py``); the public :class:`~celery_tracked.Tracker` (``celery_tracker.py``) is
+this class with Celery's implementation of that port.
 """
 
 from __future__ import annotations
@@ -37,17 +34,19 @@ from .core.guard import Guard, Notifier
 from .core.hooks import HookChain, Hooks, LogTransitions, NotifyTerminal, Transition
 from .core.jobs import EnqueueResult, Event, Job, JobEvent, utcnow
 from .core.messages import as_job_id
+from .core.pauses import Pause
 from .core.pipelines import Pipeline
 from .core.platform import Platform
 from .core.ports import Store
 from .core.redact import mask_url
 from .core.settings import Settings
-from .services import bulk, waiting
+from .services import bulk, pauses, waiting
 from .services.cancelling import Stopper
 from .services.cleanup import Cleanup, CleanupReport
 from .services.enqueuer import Enqueuer
 from .services.lease import LeaseKeeper
 from .services.maintenance import Maintenance, Parts, Report
+from .services.pauses import Pauses, known
 from .services.pipelines import Successors
 from .services.producer import Producer
 from .services.reaper import Reaper, ReapReport
@@ -108,8 +107,10 @@ class Wiring:
             else RedisLimiter(backend.client, settings.key_prefix)
         )
         self.successors = Successors(self.store, settings, platform)
+        self.pauses = Pauses(self.store, lambda: known(platform))
         self.hooks = HookChain(
             [
+                self.pauses,  # first: a held delivery takes no rate-limit slot
                 NotifyTerminal(self.notifier),
                 LogTransitions(),
                 self.successors,
@@ -312,14 +313,8 @@ class Wiring:
 
     def reap(self, *, now: datetime | None = None) -> ReapReport:
         """Rescue (or abandon) the jobs nothing will move any more: one pass of the reaper
-        (``services/reaper.py``; the task ``celery_tracked.reap`` runs it on Beat).
-
-        ``now`` judges how long ago a job's last sign of life was (default: the database's
-        clock); whether a lease lapsed (no live holder) is judged on the database's only.
-
-        Raises:
-            StoreError: the database failed (nothing half-done: each move is atomic).
-        """
+        (``services/reaper.py``). ``now``: when a last sign of life is judged from (default:
+        the database's clock; a lapsed lease only on it). Raises ``StoreError``."""
         return self._plugin(Reaper).run(now)
 
     def cleanup(
@@ -343,6 +338,21 @@ class Wiring:
         """
         return self._plugin(Cleanup).run(now, dry_run=dry_run, on_batch=on_batch)
 
+    def pause(self, *, reason: str | None = None, by: str | None = None, **scope: Any) -> Pause:
+        """Pause ``queue=``, ``job_type=`` or ``everything=True`` (``services/pauses.py``):
+        the pause in force. Raises ``InvalidPause`` (nothing written), ``StoreError``."""
+        return self.pauses.pause(**scope, reason=reason, by=by)
+
+    def resume(self, **scope: Any) -> bool:
+        """Lift a pause (False: none) and publish the jobs it held, oldest first."""
+        resumed = self.pauses.resume(**scope)
+        pauses.release(self._plugin(Relay))
+        return resumed
+
+    def paused(self) -> list[Pause]:
+        """Every pause: ``scope``, ``name``, ``paused_by``, ``paused_at``, ``reason``."""
+        return self.pauses.paused()
+
     def _plugin(self, kind: type[M]) -> M:
         plugin = self.maintenance[kind.name]
         assert isinstance(plugin, kind), f"{kind.name!r} is a {type(plugin).__name__}"
@@ -351,7 +361,8 @@ class Wiring:
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per queue: ``counts`` per status, ``total``, ``oldest_pending_age_s``,
         ``failed_last_hour`` (jobs that ended ``failed`` in the last hour) and
-        ``expired_leases`` (``processing`` jobs no live run holds).
+        ``expired_leases`` (``processing`` jobs no live run holds), ``paused`` (the
+        pause that holds the queue, or None; job types: ``paused()``).
 
         Counts are exact, except on a PostgreSQL table of 1M rows or more, where the
         ``completed``/``failed``/``cancelled`` groups over 100,000 rows (and so ``total``)
@@ -360,7 +371,7 @@ class Wiring:
         health = self.store.queue_health()
         for queue, entry in stats.items():
             entry.update(health.get(queue, {"failed_last_hour": 0, "expired_leases": 0}))
-        return stats
+        return self.pauses.marked(stats)  # each queue's ``paused``
 
     @overload
     def wait(self, job_id: EnqueueResult[R], timeout: float = 30.0) -> R: ...

@@ -27,7 +27,7 @@ import click
 
 from ..adapter.celery_tracker import Tracker
 from ..core.conversions import MEMORY_URL
-from ..core.errors import InvalidFilter, JobNotFound, TrackedError
+from ..core.errors import InvalidFilter, InvalidPause, JobNotFound, TrackedError
 from ..core.finder import Filters
 from ..core.printable import visible
 from ..core.redact import first_line
@@ -69,7 +69,7 @@ def friendly(action: str) -> Iterator[None]:
         yield
     except click.ClickException:
         raise
-    except InvalidFilter as exc:
+    except (InvalidFilter, InvalidPause) as exc:
         raise click.UsageError(visible(str(exc))) from None
     except JobNotFound as exc:
         raise NotFound(visible(str(exc))) from None

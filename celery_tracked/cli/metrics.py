@@ -35,7 +35,9 @@ def metrics(ctx: click.Context, port: int, addr: str, cache: float) -> None:
         prom.require()
         grace = timedelta(seconds=tracker.settings.relay_grace_seconds)
         read = prom.table_reader(
-            tracker.stats, lambda: tracker.store.backlog(cutoff=tracker.store.clock() - grace)
+            tracker.stats,
+            lambda: tracker.store.backlog(cutoff=tracker.store.clock() - grace),
+            tracker.paused,
         )
         stop = prom.serve(prom.registry(prom.TableCollector(read, cache)), port, addr)
     multiproc = os.environ.get("PROMETHEUS_MULTIPROC_DIR")

@@ -42,7 +42,8 @@ class Event(str, enum.Enum):
     Transitions only: ``deduplicated``, ``debounced``, ``processing``, ``retrying``,
     ``cancel_requested``, ``skipped``, ``busy``, ``lease_lost``, ``error`` (their status is
     the delivery's fate for the last four). Stored only: ``started``, ``redelivered``,
-    ``relayed``, ``given_back``, ``retry_undone``, ``log``, ``missing``, ``found``.
+    ``relayed``, ``given_back``, ``retry_undone``, ``log``, ``missing``, ``found``; both:
+    ``paused``.
     """
 
     # an enqueue
@@ -60,6 +61,8 @@ class Event(str, enum.Enum):
     BUSY = "busy"
     LEASE_LOST = "lease_lost"
     GIVEN_BACK = "given_back"
+    #: a delivery of a paused queue or job type, its row held in the database
+    PAUSED = "paused"
     # an attempt's end
     COMPLETED = "completed"
     RETRYING = "retrying"

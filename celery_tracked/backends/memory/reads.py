@@ -17,6 +17,7 @@ from ...core.jobs import (
     JobStatus,
     utcnow,
 )
+from ...core.pauses import HELD_BY_PAUSE
 from .rows import (
     MemoryCore,
 )
@@ -104,4 +105,5 @@ class MemoryReads(MemoryCore):
                 if j.status is JobStatus.PENDING
                 and j.published_at is None
                 and j.updated_at < cutoff
+                and j.locked_by != HELD_BY_PAUSE
             )
