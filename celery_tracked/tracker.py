@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
 from .backends.guard import MemoryGuard, RedisGuard
-from .backends.limiter import GlobalRateLimit, MemoryLimiter, RedisLimiter
+from .backends.limiter import MemoryLimiter, RedisLimiter
 from .backends.memory import MemoryStore
 from .core.conversions import MEMORY_URL
 from .core.errors import ConfigurationError, JobNotFound
@@ -45,8 +45,8 @@ from .services.cancelling import Stopper
 from .services.cleanup import Cleanup, CleanupReport
 from .services.enqueuer import Enqueuer
 from .services.lease import LeaseKeeper
+from .services.limits import GlobalRateLimit
 from .services.maintenance import Maintenance, Parts, Report
-from .services.pauses import Pauses, known
 from .services.pipelines import Successors
 from .services.producer import Producer
 from .services.reaper import Reaper, ReapReport
@@ -107,7 +107,7 @@ class Wiring:
             else RedisLimiter(backend.client, settings.key_prefix)
         )
         self.successors = Successors(self.store, settings, platform)
-        self.pauses = Pauses(self.store, lambda: known(platform))
+        self.pauses = pauses.Pauses(self.store, lambda: pauses.known(platform))
         self.hooks = HookChain(
             [
                 self.pauses,  # first: a held delivery takes no rate-limit slot

@@ -34,7 +34,7 @@ CLAIM = Move(
     CLAIMABLE,
     JobStatus.PROCESSING,
     sql.TAKE_LEASE,
-    (*sql.DUE, *sql.UNLOCKED, *sql.CURRENT),
+    (*sql.DUE_TO_CLAIM, *sql.UNLOCKED, *sql.CURRENT),
     event="started",
     durable=False,
 )
@@ -167,8 +167,7 @@ RELAYED = Move(
     fence=(jobs.c.locked_by == sql.OWNER, jobs.c.published_at.is_(None), *sql.CURRENT),
     event="relayed",
 )
-#: A delivery of a paused queue or job type: the row held in the database (a new
-#: revision, no message, no attempt used); the relay publishes it once no pause covers it.
+#: A paused delivery held in the database (new revision, no message, no attempt used).
 HOLD = Move(
     "hold",
     CLAIMABLE,
@@ -281,7 +280,8 @@ UNDO_REPLACE = Move(
     "debounce_undone",
 )
 
-#: ``Tracker.retry``: failed | cancelled → pending, history kept; attempts keep counting.
+#: ``Tracker.retry``: failed | cancelled → pending, history kept; attempts keep counting;
+#: due when its message is (a re-send's countdown/eta, ``inserts.DUE_AT``), else at once.
 RETRY = Move(
     "retry",
     _ENDED,
@@ -295,6 +295,7 @@ RETRY = Move(
         "retries_exhausted": False,
         "cancel_requested_at": None,  # an old run's request does not cancel the new one
         "secrets_sealed": sql.SEALED,  # the values it is sent with, sealed again
+        "not_before": DUE_AT,
     },
     (jobs.c.revision == sql.REVISION,),
     "retried",
@@ -319,8 +320,7 @@ _PENDING_FENCE = (
     jobs.c.published_at < sql.CUTOFF,
     or_(jobs.c.not_before.is_(None), jobs.c.not_before < sql.CUTOFF),
 )
-#: A retrying job due before the cutoff whose message was not handed to the broker again
-#: since (``REPUBLISHED``), and that nobody holds (a pause's is the relay's).
+#: A retrying job due before the cutoff, not re-sent since, nobody's (a pause's: relay's).
 _RETRYING_FENCE = (
     *sql.CURRENT,
     jobs.c.locked_by.is_(None),

@@ -11,16 +11,9 @@ from datetime import datetime
 from typing import Any
 
 from ...core.finder import JobFilter, Position
-from ...core.jobs import (
-    Job,
-    JobEvent,
-    JobStatus,
-    utcnow,
-)
+from ...core.jobs import Job, JobEvent, JobStatus, utcnow
 from ...core.pauses import HELD_BY_PAUSE
-from .rows import (
-    MemoryCore,
-)
+from .rows import MemoryCore
 
 
 def _empty_stats() -> dict[str, Any]:

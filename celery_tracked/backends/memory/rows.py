@@ -18,6 +18,7 @@ from typing import Any
 
 from ...core.errors import DuplicateJob, Refused, StoreError
 from ...core.jobs import (
+    CLAIM_EARLY_S,
     NEW_JOB_COLUMNS,
     NEW_JOB_DEFAULTS,
     Claim,
@@ -165,6 +166,16 @@ class MemoryCore:
         """``statements.UNPAUSED``: no pause covers the row's queue or job type."""
         return holding(self.paused.values(), job.queue_name, job.job_type) is None
 
+    def due_time(self, due_in_s: float | None, due_at: datetime | None) -> datetime | None:
+        """``inserts.DUE_AT``: at ``due_at``, else ``due_in_s`` from now, else None."""
+        if due_at is not None:
+            return due_at
+        return None if due_in_s is None else self.at(float(due_in_s))
+
+    def due_to_claim(self, not_before: datetime | None) -> bool:
+        """``statements.DUE_TO_CLAIM``: no due time, or it comes within ``CLAIM_EARLY_S``."""
+        return not_before is None or not_before <= self.at(CLAIM_EARLY_S)
+
     def free(self, until: datetime | None) -> bool:
         """``statements.UNLOCKED``/``DUE``: no time set, or it has come."""
         return until is None or until <= self.time()
@@ -218,9 +229,9 @@ class MemoryCore:
                 required, or a column the table does not have).
         """
         values = dict(values)
-        due_in_s, due_at = values.pop("due_in_s", None), values.pop("due_at", None)
-        if due_at is not None or due_in_s is not None:  # ``inserts._DUE``
-            values["not_before"] = due_at if due_at is not None else self.at(float(due_in_s))
+        due = self.due_time(values.pop("due_in_s", None), values.pop("due_at", None))
+        if due is not None:
+            values["not_before"] = due
         unknown = set(values) - _JOB_FIELDS
         if unknown:
             raise Refused(f"inserting the job row failed: no columns {sorted(unknown)}")
