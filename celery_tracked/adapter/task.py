@@ -66,7 +66,7 @@ class TrackedTask(Task[P, R_co]):
     generic like Celery's ``Task``: ``TrackedTask[P, R]`` for a body ``Callable[P, R]``.
 
     Tracked options (class attributes, or keywords of ``tracked_task`` / ``app.task``):
-    ``tracked_queue``, ``job_type``, ``max_attempts``, ``backoff_ms``, ``idempotency_key``
+    ``tracked_queue``, ``tracked_priority``, ``job_type``, ``max_attempts``, ``backoff_ms``, ``idempotency_key``
     (a template naming the call's arguments, or a callable; a key given per call is taken
     literally), ``key_lifetime`` (with ``throttle_s``/``debounce_s``), ``validator``,
     ``rate_limit_global``, ``concurrency_key`` (with ``concurrency_limit``),
@@ -81,6 +81,9 @@ class TrackedTask(Task[P, R_co]):
 
     job_type: ClassVar[str | None] = None
     tracked_queue: ClassVar[str | None] = None
+    #: its messages' priority (``tracked_task(priority=...)``; Celery's own ``priority``
+    #: attribute is read too, but Celery 5.7 deprecates it)
+    tracked_priority: ClassVar[int | None] = None
     max_attempts: ClassVar[int | None] = None
     backoff_ms: ClassVar[int | None] = None
     idempotency_key: ClassVar[str | Callable[..., str] | None] = None

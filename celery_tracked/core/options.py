@@ -61,6 +61,7 @@ from .validation import Bound, check_name, check_number
 TRACKED_OPTIONS = (
     "job_type",
     "tracked_queue",
+    "tracked_priority",
     "max_attempts",
     "backoff_ms",
     "idempotency_key",
@@ -85,6 +86,7 @@ NUMERIC_OPTIONS: dict[str, tuple[Bound, bool, str]] = {
     "backoff_ms": (BOUNDS["default_backoff_ms"], True, " (milliseconds)"),
     "concurrency_limit": (BOUNDS["concurrency_limit"], True, ""),
     "priority": (Bound(0, 255), True, " (the broker's range is checked at enqueue)"),
+    "tracked_priority": (Bound(0, 255), True, " (the broker's range is checked at enqueue)"),
     "max_retries": (Bound(0, BOUNDS["default_attempts"].high - 1), True, ""),
     "retry_backoff": (Bound(0, _MAX_DELAY_S), False, " (seconds, or True)"),
     "retry_backoff_max": (Bound(0, _MAX_DELAY_S), False, " (seconds)"),
@@ -238,6 +240,8 @@ def describe(
         retention=static("retention"),
         static_queue=tracked_queue or static("queue"),
         pins_queue=bool(tracked_queue),
-        priority=static("priority"),
+        priority=static("tracked_priority")
+        if static("tracked_priority") is not None
+        else static("priority"),
         highest_priority=highest_priority or any_priority,
     )

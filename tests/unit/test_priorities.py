@@ -53,3 +53,30 @@ def test_a_task_s_priority_option_is_checked_at_decoration(bad: object) -> None:
 def test_the_priority_filter_takes_an_int_0_to_255(bad: object) -> None:
     with pytest.raises(InvalidFilter):
         JobFilter.of(priority=bad)  # type: ignore[arg-type]
+
+
+class Publishing:
+    """A platform that keeps what it was asked to publish (``send_job`` reads ``show``)."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, object]] = []
+
+    def show(self, value: object, limit: int) -> str:
+        return repr(value)[:limit]
+
+    def publish(
+        self, task: object, args: object, kwargs: object, options: dict[str, object]
+    ) -> None:
+        self.sent.append(dict(options))
+
+
+@pytest.mark.parametrize("priority", [None, 0, 7])
+def test_every_publish_from_a_row_sends_its_priority(priority: int | None) -> None:
+    """The relay's, the reaper's and ``Tracker.retry``'s publish (``send_job``)."""
+    from celery_tracked.services.rerun import send_job
+    from tests.unit.job_rows import a_job
+
+    platform = Publishing()
+    send_job(platform, a_job(priority=priority), [], {})  # type: ignore[arg-type]
+    (options,) = platform.sent
+    assert options.get("priority") == priority and ("priority" in options) == (priority is not None)
