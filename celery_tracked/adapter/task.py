@@ -68,8 +68,8 @@ class TrackedTask(Task[P, R_co]):
     Tracked options (class attributes, or keywords of ``tracked_task`` / ``app.task``):
     ``tracked_queue``, ``tracked_priority``, ``job_type``, ``max_attempts``, ``backoff_ms``,
     ``idempotency_key`` (a template naming the call's arguments, or a callable; a key given
-    per call is taken literally), ``key_lifetime`` (with ``throttle_s``/``debounce_s``), ``validator``,
-    ``rate_limit_global``, ``concurrency_key`` (with ``concurrency_limit``),
+    per call is taken literally), ``key_lifetime`` (with ``throttle_s``/``debounce_s``),
+    ``validator``, ``rate_limit_global``, ``concurrency_key`` (with ``concurrency_limit``),
     ``retention`` (how long its ended jobs are kept), ``retry_semantics`` (``"celery"``
     or ``"tracked"``, default the app's ``tracked_retry_semantics``: ``"celery"``); what
     each means and accepts: ``celery_tracked/core/options.py``.
