@@ -9,6 +9,7 @@ import click
 from celery.bin.base import CeleryCommand
 
 from ..core.pauses import Pause
+from ..core.printable import visible
 from .common import emit_json, friendly, json_option, reader_of, tracker_of
 from .common import style as output_style
 from .group import tracked
@@ -53,7 +54,7 @@ def pause(
     if as_json:
         emit_json(found.as_dict())
     else:
-        click.echo(found.describe())
+        click.echo(visible(found.describe()))
 
 
 @tracked.command(cls=CeleryCommand)

@@ -7,6 +7,7 @@ import click
 from celery.bin.base import CeleryCommand
 
 from ..core.jobs import JobStatus
+from ..core.printable import visible
 from .common import emit_json, friendly, json_option, reader_of
 from .common import style as output_style
 from .group import tracked
@@ -56,4 +57,4 @@ def stats(ctx: click.Context, as_json: bool) -> None:
         rows.append(row)
     click.echo(table(HEADERS, rows, output_style()))
     for pause in held:  # the job types' pauses too (each queue's is in its entry)
-        click.echo(pause.describe())
+        click.echo(visible(pause.describe()))

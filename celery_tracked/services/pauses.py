@@ -32,9 +32,11 @@ from typing import Any
 
 from ..core.errors import InvalidPause, StoreError
 from ..core.hooks import Delivery, Hooks, Wait
+from ..core.jobs import utcnow
 from ..core.pauses import ALL, JOB_TYPE, QUEUE, Pause, check_note, holding, scope_of
 from ..core.platform import Platform
 from ..core.ports import PauseStore
+from ..core.printable import visible
 from .relay import Relay
 
 logger = logging.getLogger("celery_tracked")
@@ -111,11 +113,12 @@ class Pauses(Hooks):
         self._check_known(scope, name)
         created = self.store.pause(scope, name, by=by, reason=reason)
         self._read_at = float("-inf")  # this process sees it at once
-        found = next(p for p in self.store.pauses() if (p.scope, p.name) == (scope, name))
+        now_in_force = (p for p in self.store.pauses() if (p.scope, p.name) == (scope, name))
+        found = next(now_in_force, None) or Pause(scope, name, by, utcnow(), reason)
         if created:
-            logger.warning("%s", found.describe())
+            logger.warning("%s", visible(found.describe()))
         else:
-            logger.info("already paused: %s", found.describe())
+            logger.info("already paused: %s", visible(found.describe()))
         return found
 
     def resume(
@@ -135,7 +138,7 @@ class Pauses(Hooks):
             self._check_known(scope, name)  # an unknown name is an error, a known one a no-op
             return False
         what = "everything" if scope == ALL else f"{scope.replace('_', ' ')} {name!r}"
-        logger.warning("%s resumed by %s", what, default_by())
+        logger.warning("%s resumed by %s", visible(what), default_by())
         return True
 
     def marked(self, stats: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
