@@ -223,7 +223,7 @@ class Wiring:
         """One page of the jobs matching ``filters``, newest first: ``JobPage(jobs,
         next_cursor)``; pass ``next_cursor`` back as ``cursor`` for the next page (None:
         no more). Filters: ``status`` (one or several), ``queue``, ``job_type``,
-        ``task_name``, ``correlation_id``, ``owner_id``, ``error_type``,
+        ``task_name``, ``correlation_id``, ``owner_id``, ``error_type``, ``priority``,
         ``created_after``/``created_before``, ``finished_after``/``finished_before`` (an
         aware datetime, or a timedelta: that long ago); see ``finder.py``.
 
