@@ -11,6 +11,7 @@ from .adapter.task import TrackedTask
 from .core.finder import BulkReport, JobPage
 from .core.jobs import EnqueueResult, Job, JobEvent, JobStatus
 from .core.keys import KeyLifetime
+from .core.pauses import Pause
 from .core.pipelines import Pipeline
 from .core.settings import Settings
 from .errors import *  # noqa: F403 (every error, for compatibility)
@@ -29,6 +30,7 @@ __all__ = [
     "JobPage",
     "JobStatus",
     "KeyLifetime",
+    "Pause",
     "Pipeline",
     "ReapReport",
     "Settings",

@@ -34,11 +34,12 @@ from .core.finder import (
 from .core.hooks import Hooks
 from .core.jobs import EnqueueResult, Job, JobEvent
 from .core.messages import as_job_id
+from .core.pauses import Pause
 from .core.pipelines import Pipeline
 from .core.platform import Platform
 from .core.ports import Store
 from .core.settings import Settings
-from .services import bulk, waiting
+from .services import bulk, pauses, waiting
 from .services.cancelling import Shown
 from .services.cleanup import Cleanup, CleanupReport
 from .services.maintenance import Maintenance, Report
@@ -306,7 +307,8 @@ class BaseTracker:
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per queue: ``counts`` per status, ``total``, ``oldest_pending_age_s``,
         ``failed_last_hour`` (jobs that ended ``failed`` in the last hour) and
-        ``expired_leases`` (``processing`` jobs no live run holds).
+        ``expired_leases`` (``processing`` jobs no live run holds), ``paused`` (the pause
+        holding the queue, or None; job types: :meth:`paused`).
 
         Counts are exact, except on a PostgreSQL table of 1M rows or more, where the
         ``completed``/``failed``/``cancelled`` groups over 100,000 rows (and so ``total``)
@@ -315,7 +317,41 @@ class BaseTracker:
         health = self._services.store.queue_health()
         for queue, entry in stats.items():
             entry.update(health.get(queue, {"failed_last_hour": 0, "expired_leases": 0}))
-        return stats
+        return self._services.pauses.marked(stats)  # each queue's ``paused``
+
+    def pause(
+        self,
+        queue: str | None = None,
+        job_type: str | None = None,
+        *,
+        everything: bool = False,
+        reason: str | None = None,
+        by: str | None = None,
+    ) -> Pause:
+        """Pause one scope: ``queue=``, ``job_type=`` or ``everything=True``
+        (``services/pauses.py``; docs/scheduling.md): the pause in force. ``by`` defaults to
+        user@host.
+
+        Raises:
+            InvalidPause: not exactly one scope, or an unknown queue or job type (nothing
+                written).
+            StoreError: the database failed.
+        """
+        return self._services.pauses.pause(queue, job_type, everything, reason=reason, by=by)
+
+    def resume(
+        self, queue: str | None = None, job_type: str | None = None, *, everything: bool = False
+    ) -> bool:
+        """Lift a pause (False: it was not paused) and publish the jobs it held, oldest
+        first (a relay pass at once; Beat's relay covers a resumer that died)."""
+        resumed = self._services.pauses.resume(queue, job_type, everything)
+        pauses.release(self._plugin(Relay))
+        return resumed
+
+    def paused(self) -> list[Pause]:
+        """Every pause in force: ``scope``, ``name``, ``paused_by``, ``paused_at``,
+        ``reason``."""
+        return self._services.pauses.paused()
 
     @overload
     def wait(self, job_id: EnqueueResult[R], timeout: float = 30.0) -> R: ...

@@ -33,6 +33,8 @@ from .services.enqueuer import Enqueuer
 from .services.lease import LeaseKeeper
 from .services.limits import GlobalRateLimit
 from .services.maintenance import Maintenance, Parts
+from .services.pauses import Pauses
+from .services.pauses import known as pauses_known
 from .services.pipelines import Successors
 from .services.producer import Producer
 from .services.reaper import Reaper
@@ -100,8 +102,10 @@ class Services:
             else RedisLimiter(backend.client, settings.key_prefix)
         )
         self.successors = Successors(store, settings, platform)
+        self.pauses = Pauses(store, lambda: pauses_known(platform))
         self.hooks = HookChain(
             [
+                self.pauses,  # first: a held delivery takes no rate-limit slot
                 NotifyTerminal(self.notifier),
                 LogTransitions(),
                 self.successors,

@@ -47,6 +47,20 @@ class CeleryPlatform:
         found = {name: getattr(task, "description", None) for name, task in self.app.tasks.items()}
         return {name: d for name, d in found.items() if isinstance(d, TaskDescription)}
 
+    def queues(self) -> set[str]:
+        conf = self.app.conf
+        names: set[Any] = {conf.task_default_queue or "celery"}
+        names.update(getattr(q, "name", None) for q in conf.task_queues or ())
+        routes = conf.task_routes
+        for table in routes if isinstance(routes, list | tuple) else [routes]:
+            for route in table.values() if isinstance(table, Mapping) else ():
+                queue = route.get("queue") if isinstance(route, Mapping) else None
+                names.add(getattr(queue, "name", queue))
+        names.update(
+            getattr(d.static_queue, "name", d.static_queue) for d in self.descriptions().values()
+        )
+        return {str(n) for n in names if n}
+
     def show(self, value: Any, limit: int) -> str:
         return str(saferepr(value, limit))  # the reprs Celery itself makes
 

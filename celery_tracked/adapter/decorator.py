@@ -43,7 +43,8 @@ def tracked_task(
 ) -> Any:
     """Declare a tracked task: ``@tracked_task`` or ``@tracked_task(queue=..., ...)``.
 
-    Tracked options: ``queue``, ``job_type``, ``max_attempts``, ``backoff_ms``,
+    Tracked options: ``queue``, ``priority`` (its messages', checked against the broker's
+    range at enqueue), ``job_type``, ``max_attempts``, ``backoff_ms``,
     ``idempotency_key`` (a template or callable), ``validator``, ``rate_limit_global``,
     ``concurrency_key``, ``concurrency_limit``, ``retention`` and ``retry_semantics``
     (see ``TrackedTask``). Unlike ``@app.task(base=TrackedTask)``, whose semantics are the
@@ -64,9 +65,10 @@ def tracked_task(
             opts[name] = (
                 value if inspect.isclass(value) or not callable(value) else staticmethod(value)
             )
-    queue = options.pop("queue", None)
-    if queue is not None:
-        opts["tracked_queue"] = queue  # Celery 5.7 deprecates the `queue` task attribute
+    for name in ("queue", "priority"):  # Celery 5.7 deprecates these task attributes
+        value = options.pop(name, None)
+        if value is not None:
+            opts[f"tracked_{name}"] = value
     opts.update({k: v for k, v in options.items() if v is not None})
     opts.setdefault("base", TrackedTask)
     if getattr(opts["base"], "retry_semantics", None) is None:

@@ -130,10 +130,14 @@ def retry_delay(task: Any, attempt: int, killed: BaseException | None = None) ->
 
 def publish_again(task: Any, args: Any, kwargs: Any, job: Job, countdown: float) -> None:
     """Publish ``job``'s message again from the worker's main process (no request there:
-    the tracked headers come from the row; ``retries``: the attempts made)."""
+    the tracked headers and the priority come from the row; ``retries``: the attempts
+    made)."""
     headers = TrackedHeaders.of(job).to_headers()
     queue, made = job.queue_name, job.attempts_made
-    task.apply_async(args, kwargs, headers=headers, countdown=countdown, queue=queue, retries=made)
+    options = {} if job.priority is None else {"priority": job.priority}
+    task.apply_async(
+        args, kwargs, headers=headers, countdown=countdown, queue=queue, retries=made, **options
+    )
 
 
 def hide_arguments(task: Any) -> None:

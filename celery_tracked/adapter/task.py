@@ -45,7 +45,7 @@ from ..core.settings import Settings
 from ..services import pipelines, progress
 from ..services.pipelines import Step
 from ..services.reports import ProgressReporter
-from . import calls, celery_builtins, eager, retries, transactional, untracked, values
+from . import calls, celery_builtins, eager, priorities, retries, transactional, untracked, values
 from .beat import install_beat_entries
 from .celery_signals import CELERY_SIGNALS
 from .celery_tracker import Tracker
@@ -66,10 +66,10 @@ class TrackedTask(Task[P, R_co]):
     generic like Celery's ``Task``: ``TrackedTask[P, R]`` for a body ``Callable[P, R]``.
 
     Tracked options (class attributes, or keywords of ``tracked_task`` / ``app.task``):
-    ``tracked_queue``, ``job_type``, ``max_attempts``, ``backoff_ms``, ``idempotency_key``
-    (a template naming the call's arguments, or a callable; a key given per call is taken
-    literally), ``key_lifetime`` (with ``throttle_s``/``debounce_s``), ``validator``,
-    ``rate_limit_global``, ``concurrency_key`` (with ``concurrency_limit``),
+    ``tracked_queue``, ``tracked_priority``, ``job_type``, ``max_attempts``, ``backoff_ms``,
+    ``idempotency_key`` (a template naming the call's arguments, or a callable; a key given
+    per call is taken literally), ``key_lifetime`` (with ``throttle_s``/``debounce_s``),
+    ``validator``, ``rate_limit_global``, ``concurrency_key`` (with ``concurrency_limit``),
     ``retention`` (how long its ended jobs are kept), ``retry_semantics`` (``"celery"``
     or ``"tracked"``, default the app's ``tracked_retry_semantics``: ``"celery"``); what
     each means and accepts: ``celery_tracked/core/options.py``.
@@ -81,6 +81,9 @@ class TrackedTask(Task[P, R_co]):
 
     job_type: ClassVar[str | None] = None
     tracked_queue: ClassVar[str | None] = None
+    #: its messages' priority (``tracked_task(priority=...)``; Celery's own ``priority``
+    #: attribute is read too, but Celery 5.7 deprecates it)
+    tracked_priority: ClassVar[int | None] = None
     max_attempts: ClassVar[int | None] = None
     backoff_ms: ClassVar[int | None] = None
     idempotency_key: ClassVar[str | Callable[..., str] | None] = None
@@ -132,7 +135,8 @@ class TrackedTask(Task[P, R_co]):
             checked = (retry, cls._tracked_keys, cls._tracked_limits)
             send = partial(calls.send_existing, self)
             framework = (partial(routed_queue, self.app, self.name), send)
-            found = describe(cls, self.name, self.run, framework, checked, saferepr)
+            highest = partial(priorities.highest_priority, self.app)
+            found = describe(cls, self.name, self.run, framework, checked, saferepr, highest)
             setattr(cls, "_tracked_description", found)  # noqa: B010 (one per task class)
         return cast(TaskDescription, found)
 

@@ -11,7 +11,7 @@ command is a new module imported here.
 
 from __future__ import annotations
 
-from . import actions, by_name, listing, maintenance, metrics, schema, stats  # noqa: F401
+from . import actions, by_name, listing, maintenance, metrics, pauses, schema, stats  # noqa: F401
 from .group import tracked
 
 __all__ = ["tracked"]

@@ -27,7 +27,7 @@ import click
 
 from ..adapter.celery_tracker import Tracker
 from ..core.conversions import MEMORY_URL
-from ..core.errors import InvalidFilter, JobNotFound, TrackedError
+from ..core.errors import InvalidFilter, InvalidPause, JobNotFound, TrackedError
 from ..core.finder import Filters
 from ..core.printable import visible
 from ..core.redact import first_line
@@ -69,7 +69,7 @@ def friendly(action: str) -> Iterator[None]:
         yield
     except click.ClickException:
         raise
-    except InvalidFilter as exc:
+    except (InvalidFilter, InvalidPause) as exc:
         raise click.UsageError(visible(str(exc))) from None
     except JobNotFound as exc:
         raise NotFound(visible(str(exc))) from None
@@ -179,6 +179,7 @@ _FILTER_OPTIONS: list[tuple[str, str, dict[str, Any]]] = [
     ("--correlation-id", "correlation_id", {"help": "Correlation id (a pipeline)."}),
     ("--owner", "owner_id", {"help": "Owner id."}),
     ("--error-type", "error_type", {"help": "Error type (e.g. TimeoutError)."}),
+    ("--priority", "priority", {"type": int, "help": "Priority (the message's, 0-255)."}),
     ("--created-after", "created_after", {"help": "Created at or after: 2h, 3d, or ISO."}),
     ("--created-before", "created_before", {"help": "Created before: 2h, 3d, or ISO."}),
     ("--finished-after", "finished_after", {"help": "Ended at or after: 1h, or ISO."}),
@@ -204,7 +205,9 @@ def filters_from(options: dict[str, Any]) -> Filters:
         value = options.get(name)
         if value is None:
             continue
-        if name.endswith(("_after", "_before")):
+        if name == "priority":
+            out[name] = value
+        elif name.endswith(("_after", "_before")):
             try:
                 out[name] = parse_time(value)
             except click.BadParameter as exc:

@@ -103,6 +103,7 @@ def _job_fields(job: Job, retry_note: str | None, now: datetime) -> list[tuple[s
         ("queue", job.queue_name),
         ("job type", job.job_type),
         ("task", job.task_name),
+        ("priority", "-" if job.priority is None else str(job.priority)),
         ("attempts", f"{job.attempts_made}/{job.max_attempts}" + (retry_note or "")),
         ("progress", f"{job.progress}%" + (f"  {job.stage}" if job.stage else "")),
         ("error", (error, "failed" if job.error_type else None)),

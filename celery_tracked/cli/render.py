@@ -137,6 +137,7 @@ def job_dict(job: Job) -> dict[str, Any]:
         "attempts": f"{job.attempts_made}/{job.max_attempts}",
         "attempts_made": job.attempts_made,
         "max_attempts": job.max_attempts,
+        "priority": job.priority,
         "progress": job.progress,
         "stage": job.stage,
         "error": f"{job.error_type}: {job.error_message}" if job.error_type else None,
@@ -179,6 +180,7 @@ def job_rows(jobs: Sequence[Job], now: datetime) -> list[list[Cell]]:
                 (job.status.value, job.status.value),
                 job.queue_name,
                 job.job_type,
+                "-" if job.priority is None else str(job.priority),
                 f"{job.attempts_made}/{job.max_attempts}",
                 relative(job.created_at, now),
                 relative(job.finished_at, now),
@@ -188,4 +190,14 @@ def job_rows(jobs: Sequence[Job], now: datetime) -> list[list[Cell]]:
     return rows
 
 
-JOB_HEADERS = ("ID", "STATUS", "QUEUE", "JOB TYPE", "ATTEMPTS", "CREATED", "ENDED", "ERROR")
+JOB_HEADERS = (
+    "ID",
+    "STATUS",
+    "QUEUE",
+    "JOB TYPE",
+    "PRIORITY",
+    "ATTEMPTS",
+    "CREATED",
+    "ENDED",
+    "ERROR",
+)

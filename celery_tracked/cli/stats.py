@@ -7,6 +7,7 @@ import click
 from celery.bin.base import CeleryCommand
 
 from ..core.jobs import JobStatus
+from ..core.printable import visible
 from .common import emit_json, friendly, json_option, reader_of
 from .common import style as output_style
 from .group import tracked
@@ -27,10 +28,11 @@ HEADERS = (
 @click.pass_context
 def stats(ctx: click.Context, as_json: bool) -> None:
     """Counts per queue and status, oldest pending age, failures in the last hour,
-    expired leases."""
+    expired leases; then what is paused."""
     tracker = reader_of(ctx)
     with friendly("reading statistics"):
         per_queue = tracker.stats()
+        held = tracker.paused()
     if as_json:
         emit_json(per_queue)
         return
@@ -54,3 +56,5 @@ def stats(ctx: click.Context, as_json: bool) -> None:
         ]
         rows.append(row)
     click.echo(table(HEADERS, rows, output_style()))
+    for pause in held:  # the job types' pauses too (each queue's is in its entry)
+        click.echo(visible(pause.describe()))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .calls import CallRules, CallShape
+from .errors import InvalidPriority
 from .keys import KeyRule
 from .limits import Limits
 from .redact import Redaction
@@ -25,6 +26,15 @@ from .retry_policy import RetryPolicy
 
 #: ``route(options, args, kwargs)``: the queue the framework's routing sends a call to.
 Route = Callable[[Mapping[str, Any], Sequence[Any], Mapping[str, Any]], str]
+#: ``highest_priority(queue)``: the highest message priority the broker takes on ``queue``.
+HighestPriority = Callable[[str], int]
+
+
+def any_priority(queue: str) -> int:
+    """The widest range a message priority may have (AMQP's, 0-255)."""
+    return 255
+
+
 #: ``send(args, kwargs, options)``: publish a message of an existing job of the task (its
 #: task id and tracking headers in ``options``): never a new job.
 Send = Callable[[Sequence[Any], Mapping[str, Any], Mapping[str, Any]], None]
@@ -61,6 +71,10 @@ class TaskDescription:
     static_queue: Any = None
     #: True when ``tracked_queue`` names it: its messages are sent with that queue
     pins_queue: bool = False
+    #: its messages' priority (Celery's ``priority`` task option); None: the broker's default
+    priority: int | None = None
+    #: the broker's range, asked only of a job with a priority (the adapter's)
+    highest_priority: HighestPriority = field(compare=False, default=any_priority)
 
     def queue(
         self, options: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
@@ -81,6 +95,23 @@ class TaskDescription:
             key=self.idempotency_key,
             concurrency_key=self.limits.concurrency_key,
         )
+
+    def priority_of(self, options: Mapping[str, Any], queue: str) -> int | None:
+        """A call's priority: its ``priority`` option (type checked by ``check_options``),
+        else the task's; None when neither gives one.
+
+        Raises:
+            InvalidPriority: out of the broker's range for ``queue``.
+        """
+        priority = options.get("priority")
+        if priority is None:
+            priority = self.priority
+        if priority is None:
+            return None
+        highest = self.highest_priority(queue)
+        if not 0 <= priority <= highest:
+            raise InvalidPriority(priority, highest, queue)
+        return int(priority)
 
     def attempts(self, default: int) -> int:
         """The attempts a new job gets: the task's ``max_attempts``, else ``default``."""

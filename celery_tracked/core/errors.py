@@ -11,7 +11,8 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
     │   ├── ArgumentsMismatch     the arguments do not fit the body (also a TypeError)
     │   ├── PayloadNotSerializable
     │   ├── PayloadTooLarge
-    │   └── InvalidSuccessor      a successor a step declared was refused (also Unrecoverable)
+    │   ├── InvalidSuccessor      a successor a step declared was refused (also Unrecoverable)
+    │   └── InvalidPriority       a priority the app's broker cannot carry on that queue
     ├── EnqueueError              Redis, database or broker failed at enqueue (retryable)
     │   ├── DuplicateInCanvas     a canvas member's idempotency key is taken (not retryable)
     │   ├── NotInTrackingDatabase ``enqueue_in`` given another database's connection
@@ -26,6 +27,8 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
     ├── JobNotFound
     ├── UnknownTask               ``Tracker.enqueue(name)``: no tracked task of that name here
     ├── InvalidFilter             ``Tracker.jobs``/bulk actions: a bad filter, limit or cursor
+    ├── InvalidPause              ``Tracker.pause``/``resume``: not one scope, or an unknown
+    │                             queue or job type (nothing was written)
     ├── InvalidProgress           ``set_progress``/``log`` given a value it cannot record
     ├── NotInAStep                ``then``/``otherwise``/``transaction`` outside a running
     │                             tracked task
@@ -267,3 +270,28 @@ class InvalidSuccessor(InvalidPayload, Unrecoverable):
     """A successor the step declared was refused (not a tracked task, arguments its task
     refuses, too many successors): the step fails now, without retries (the same body
     would declare the same successor again)."""
+
+
+class InvalidPriority(InvalidPayload):
+    """A job's priority (the call's ``priority=``, else its task's) is outside what the
+    app's broker carries on its queue: 0-9 on Redis and the other kombu virtual
+    transports (the highest of ``priority_steps`` when set), 0-255 on RabbitMQ, or the
+    queue's ``x-max-priority`` (its ``queue_arguments`` in ``task_queues``, else
+    ``task_queue_max_priority``). Nothing was created.
+
+    Attributes:
+        priority: the value given; highest: the highest the queue takes; queue: its name.
+    """
+
+    def __init__(self, priority: int, highest: int, queue: str) -> None:
+        self.priority, self.highest, self.queue = priority, highest, queue
+        super().__init__(
+            f"priority {priority} is out of range for queue {queue!r}: its broker takes "
+            f"0 to {highest}"
+        )
+
+
+class InvalidPause(TrackedError, ValueError):
+    """``Tracker.pause``/``resume`` was not given exactly one scope (``queue=``,
+    ``job_type=``, ``everything=True``), or named a queue or job type the app does not
+    know. Nothing was written."""

@@ -9,6 +9,7 @@ the next page starts strictly after it. Filters (all optional, combined with AND
 - ``status``: one status or several (any of them);
 - ``queue``, ``job_type``, ``task_name``, ``correlation_id``, ``owner_id``,
   ``error_type``: equal to the value given;
+- ``priority``: the job's priority (an int 0-255; jobs without one never match);
 - ``created_after``/``created_before``, ``finished_after``/``finished_before``: an aware
   ``datetime``, or a ``timedelta`` meaning that long before now; ``*_after`` is inclusive,
   ``*_before`` exclusive.
@@ -51,6 +52,7 @@ class Filters(TypedDict, total=False):
     correlation_id: str | None
     owner_id: str | None
     error_type: str | None
+    priority: int | None
     created_after: Bound
     created_before: Bound
     finished_after: Bound
@@ -79,6 +81,7 @@ class JobFilter:
     correlation_id: str | None = None
     owner_id: str | None = None
     error_type: str | None = None
+    priority: int | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
     finished_after: datetime | None = None
@@ -90,6 +93,11 @@ class JobFilter:
                 raise InvalidFilter(f"status: {status!r} is not a JobStatus")
         for name in _TEXT_FIELDS:
             validation.check_filter_text(name, getattr(self, name), MAX_TEXT)
+        wanted = self.priority
+        if wanted is not None and (
+            isinstance(wanted, bool) or not isinstance(wanted, int) or not 0 <= wanted <= 255
+        ):
+            raise InvalidFilter(f"priority: an int from 0 to 255, not {wanted!r}")
         for after, before in _RANGES:
             low, high = getattr(self, after), getattr(self, before)
             validation.check_time(after, low)
@@ -108,6 +116,7 @@ class JobFilter:
         correlation_id: str | None = None,
         owner_id: str | None = None,
         error_type: str | None = None,
+        priority: int | None = None,
         created_after: Bound = None,
         created_before: Bound = None,
         finished_after: Bound = None,
@@ -125,6 +134,7 @@ class JobFilter:
             correlation_id=correlation_id,
             owner_id=owner_id,
             error_type=error_type,
+            priority=priority,
             created_after=_bound("created_after", created_after, now),
             created_before=_bound("created_before", created_before, now),
             finished_after=_bound("finished_after", finished_after, now),
@@ -160,6 +170,8 @@ class JobFilter:
             column = "queue_name" if name == "queue" else name
             if wanted is not None and getattr(job, column) != wanted:
                 return False
+        if self.priority is not None and job.priority != self.priority:
+            return False
         for (after, before), value in zip(_RANGES, (job.created_at, job.finished_at), strict=True):
             low, high = getattr(self, after), getattr(self, before)
             if (low is not None or high is not None) and value is None:

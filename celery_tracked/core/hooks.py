@@ -131,6 +131,10 @@ class Wait:
     seconds: float
     reason: str = "a hook asked to wait"
     headers: Mapping[str, Any] | None = None
+    #: hold the waiting job in the database instead (``ClaimStore.hold``: no message, no
+    #: attempt used; the relay publishes it once nothing holds it: a pause, ``pauses.py``);
+    #: ``seconds`` then only applies when the row cannot be held
+    hold: bool = False
 
 
 class Hooks:

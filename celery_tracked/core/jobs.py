@@ -42,7 +42,8 @@ class Event(str, enum.Enum):
     Transitions only: ``deduplicated``, ``debounced``, ``processing``, ``retrying``,
     ``cancel_requested``, ``skipped``, ``busy``, ``lease_lost``, ``error`` (their status is
     the delivery's fate for the last four). Stored only: ``started``, ``redelivered``,
-    ``relayed``, ``given_back``, ``retry_undone``, ``log``, ``missing``, ``found``.
+    ``relayed``, ``given_back``, ``retry_undone``, ``log``, ``missing``, ``found``; both:
+    ``paused``.
     """
 
     # an enqueue
@@ -60,6 +61,8 @@ class Event(str, enum.Enum):
     BUSY = "busy"
     LEASE_LOST = "lease_lost"
     GIVEN_BACK = "given_back"
+    #: a delivery of a paused queue or job type, its row held in the database
+    PAUSED = "paused"
     # an attempt's end
     COMPLETED = "completed"
     RETRYING = "retrying"
@@ -151,6 +154,7 @@ NEW_JOB_COLUMNS: tuple[str, ...] = (
     "concurrency_key",
     "secrets_sealed",
     "progress",
+    "priority",
     "created_at",
     "updated_at",
 )
@@ -163,6 +167,7 @@ NEW_JOB_DEFAULTS: Mapping[str, Any] = {
     "concurrency_key": None,
     "secrets_sealed": None,
     "retries_exhausted": False,
+    "priority": None,
 }
 #: The library's own tables: the only ones a completion may add rows to.
 TABLES = ("background_jobs", "background_job_events")
@@ -235,6 +240,9 @@ class Job:
     cancel_requested_at: datetime | None = None
     #: when a ``retrying`` job's next attempt is due (None: at once, or not retrying)
     not_before: datetime | None = None
+    #: its message's priority (Celery's ``priority``), kept by every re-publish; None: the
+    #: broker's default
+    priority: int | None = None
     payload_json: str | None = field(default=None, repr=False)
     #: the values under redacted names, encrypted (``tracked_secret_key``; never shown)
     secrets_sealed: str | None = field(default=None, repr=False)

@@ -49,7 +49,7 @@ from typing import Any
 from .calls import CallShape, Show, check_template, plain_repr
 from .cleanup import task_retention
 from .conversions import BOUNDS
-from .description import Route, Send, TaskDescription
+from .description import HighestPriority, Route, Send, TaskDescription, any_priority
 from .errors import InvalidTaskOption
 from .keys import KEY_OPTIONS, KeyRule, key_rule
 from .limits import LIMIT_OPTIONS, Limits, limits_of
@@ -61,6 +61,7 @@ from .validation import Bound, check_name, check_number
 TRACKED_OPTIONS = (
     "job_type",
     "tracked_queue",
+    "tracked_priority",
     "max_attempts",
     "backoff_ms",
     "idempotency_key",
@@ -84,6 +85,8 @@ NUMERIC_OPTIONS: dict[str, tuple[Bound, bool, str]] = {
     "max_attempts": (BOUNDS["default_attempts"], True, ""),
     "backoff_ms": (BOUNDS["default_backoff_ms"], True, " (milliseconds)"),
     "concurrency_limit": (BOUNDS["concurrency_limit"], True, ""),
+    "priority": (Bound(0, 255), True, " (the broker's range is checked at enqueue)"),
+    "tracked_priority": (Bound(0, 255), True, " (the broker's range is checked at enqueue)"),
     "max_retries": (Bound(0, BOUNDS["default_attempts"].high - 1), True, ""),
     "retry_backoff": (Bound(0, _MAX_DELAY_S), False, " (seconds, or True)"),
     "retry_backoff_max": (Bound(0, _MAX_DELAY_S), False, " (seconds)"),
@@ -210,11 +213,13 @@ def describe(
     framework: tuple[Route, Send],
     checked: tuple[RetryPolicy, KeyRule, Limits],
     show: Show = plain_repr,
+    highest_priority: HighestPriority | None = None,
 ) -> TaskDescription:
     """The description of the task class ``cls``, registered as ``name`` with the body
     ``run``: its tracked options as declared (the nearest class's), ``checked`` (its retry
     policy, key rule and limits) when the class was made; ``framework``: Celery's routing
-    and publish (``route``, ``send``); ``show``: its ``argsrepr`` text (Celery's)."""
+    and publish (``route``, ``send``); ``show``: its ``argsrepr`` text (Celery's);
+    ``highest_priority``: the broker's priority range per queue (Celery's broker)."""
 
     def static(attr: str) -> Any:
         return _unwrap(inspect.getattr_static(cls, attr, None))
@@ -235,4 +240,8 @@ def describe(
         retention=static("retention"),
         static_queue=tracked_queue or static("queue"),
         pins_queue=bool(tracked_queue),
+        priority=static("tracked_priority")
+        if static("tracked_priority") is not None
+        else static("priority"),
+        highest_priority=highest_priority or any_priority,
     )

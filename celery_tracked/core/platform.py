@@ -32,6 +32,11 @@ class Platform(Protocol):
         """Every tracked task of the app, by name (its task modules imported first)."""
         ...
 
+    def queues(self) -> set[str]:
+        """The queues the app declares (its default queue, declared queues, the queues its
+        routes name) and those its tracked tasks name."""
+        ...
+
     def show(self, value: Any, limit: int) -> str:
         """``value`` as the framework's message text (``argsrepr``), about ``limit``
         characters at most."""

@@ -26,7 +26,9 @@ Roles (who calls them): :class:`EnqueueStore` (``Enqueuer``), :class:`RunStore` 
 :class:`DeadRunStore` (``TimeLimits``), :class:`RelayStore` (``Relay``),
 :class:`ReapingStore` (``Reaper``), :class:`CleanupStore` (``Cleanup``), :class:`SuccessorStore`
 (``Successors``), :class:`RerunStore` (``Tracker.retry``, cancels), :class:`ReadStore`
-(``Tracker``'s reads, bulk actions, statistics, metrics).
+(``Tracker``'s reads, bulk actions, statistics, metrics), :class:`PauseStore` (``Pauses``:
+``Tracker.pause``/``resume``/``paused`` and the worker's gate; a held delivery's move is
+``ClaimStore.hold``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from .fences import (
 from .finder import JobFilter, Position
 from .jobs import Batch, Claim, Job, JobEvent
 from .keys import UndoneReplace
+from .pauses import Pause
 
 __all__ = [
     "CancelStore",
@@ -59,6 +62,7 @@ __all__ = [
     "EnqueueStore",
     "LeaseStore",
     "OutcomeStore",
+    "PauseStore",
     "ReadStore",
     "Reader",
     "ReapingStore",
@@ -152,6 +156,12 @@ class ClaimStore(Reader, EndsDeadRuns, Protocol):
     def republished(self, job_id: str, revision: int, refresh_s: float) -> bool:
         """A postponed delivery of a waiting job handed its message to the broker again
         (recorded if the last record is older than ``refresh_s``)."""
+
+    def hold(self, job_id: str, revision: int, *, now: datetime, message: str) -> bool:
+        """A delivery of a paused queue or job type: the waiting row (``pending`` or
+        ``retrying``, at ``revision``, nobody's) held in the database: no message
+        (``published_at`` NULL, a new revision), held by the pause, a ``paused`` event; no
+        attempt used. The relay publishes it once no pause covers it."""
 
 
 class OutcomeStore(Reader, Protocol):
@@ -308,6 +318,20 @@ class ReadStore(Reader, Protocol):
     def backlog(self, *, cutoff: datetime) -> int: ...
 
 
+class PauseStore(Protocol):
+    """What is paused: one row per paused queue, job type, or everything."""
+
+    def pause(self, scope: str, name: str, *, by: str | None, reason: str | None) -> bool:
+        """Record the pause (``paused_at``: the database's clock); False if that scope and
+        name were paused already (the first pause's row is kept)."""
+
+    def resume(self, scope: str, name: str) -> bool:
+        """Delete the pause; False if there was none."""
+
+    def pauses(self) -> list[Pause]:
+        """Every pause in force, oldest first."""
+
+
 class Store(
     EnqueueStore,
     RunStore,
@@ -320,6 +344,7 @@ class Store(
     SuccessorStore,
     CancelStore,
     ReadStore,
+    PauseStore,
     Protocol,
 ):
     """The whole store, as ``Tracker`` wires it."""

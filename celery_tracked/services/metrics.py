@@ -27,7 +27,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,9 +157,11 @@ class TableSnapshot:
     relay_backlog: int = 0
     #: processing jobs whose lease has expired
     expired_leases: int = 0
+    #: the pauses in force: (scope, name)
+    paused: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def from_stats(cls, stats: Mapping[str, Mapping[str, Any]], **extra: int) -> TableSnapshot:
+    def from_stats(cls, stats: Mapping[str, Mapping[str, Any]], **extra: Any) -> TableSnapshot:
         """From ``Tracker.stats()``'s per-queue entries."""
         counts = {
             (queue, status): int(n)
@@ -197,7 +199,14 @@ def families(snapshot: TableSnapshot) -> list[Any]:
         f"{PREFIX}_expired_leases", "Processing jobs whose lease has expired."
     )
     expired.add_metric([], snapshot.expired_leases)
-    return [jobs, oldest, backlog, expired]
+    paused = GaugeMetricFamily(
+        f"{PREFIX}_paused",
+        "1 per pause in force: scope (queue, job_type, all) and name (* for all).",
+        labels=["scope", "name"],
+    )
+    for scope, name in snapshot.paused:
+        paused.add_metric([scope, name], 1)
+    return [jobs, oldest, backlog, expired, paused]
 
 
 class TableCollector:
@@ -307,14 +316,19 @@ def _as_collector(collector: TableCollector) -> Collector:
 
 
 def table_reader(
-    stats: Callable[[], Mapping[str, Mapping[str, Any]]], backlog: Callable[[], int]
+    stats: Callable[[], Mapping[str, Mapping[str, Any]]],
+    backlog: Callable[[], int],
+    paused: Callable[[], Sequence[Any]] = tuple,
 ) -> Callable[[], TableSnapshot]:
     """What a :class:`TableCollector` reads: ``Tracker.stats()`` (its per-queue
-    ``expired_leases`` summed) and the store's relay ``backlog``."""
+    ``expired_leases`` summed), the store's relay ``backlog`` and ``Tracker.paused()``."""
 
     def read() -> TableSnapshot:
         per_queue = stats()
         expired = sum(int(entry.get("expired_leases", 0)) for entry in per_queue.values())
-        return TableSnapshot.from_stats(per_queue, relay_backlog=backlog(), expired_leases=expired)
+        held = tuple((p.scope, p.name) for p in paused())
+        return TableSnapshot.from_stats(
+            per_queue, relay_backlog=backlog(), expired_leases=expired, paused=held
+        )
 
     return read

@@ -64,6 +64,8 @@ class NewJob:
     due_in_s: float | None = None
     #: the message's ``eta`` (UTC): the row is due then (``not_before``)
     due_at: datetime | None = None
+    #: the message's priority (the call's, else the task's; None: the broker's default)
+    priority: int | None = None
 
     @property
     def rule(self) -> KeyRule:
@@ -97,6 +99,7 @@ class NewJob:
             "updated_at": now,
             "due_in_s": self.due_in_s,
             "due_at": self.due_at,
+            "priority": self.priority,
         }
 
 
@@ -143,10 +146,10 @@ def new_job(
     kwargs: Mapping[str, Any],
 ) -> NewJob:
     """The job a call of ``task`` creates; ``facts.options`` (the message's) get the queue
-    the task pins and a debounce's delay.
+    the task pins, its priority and a debounce's delay.
 
     Raises:
-        InvalidPayload: (or a subclass) the call was refused.
+        InvalidPayload: (or a subclass: ``InvalidPriority``) the call was refused.
     """
     control, options = facts.control, facts.options
     rules = task.call_rules(settings.masking, settings.max_payload_bytes)
@@ -154,6 +157,9 @@ def new_job(
     queue = check_text(task.queue(options, args, kwargs), "queue", 200)
     if "queue" not in options and task.pins_queue:
         options["queue"] = queue
+    priority = task.priority_of(options, queue)  # InvalidPriority: out of the broker's range
+    if priority is not None:
+        options["priority"] = priority  # the row's and the message's, the same
     job = NewJob(
         job_id=facts.job_id,
         task_name=task.name,
@@ -170,6 +176,7 @@ def new_job(
         concurrency_key=call.concurrency_key,
         fresh_id=facts.fresh,
         sealed=seal_call(sealer_for(settings.secret_key), args, kwargs, call.payload_json),
+        priority=priority,
     )
     debounce(job, options)
     return due(job, options)

@@ -172,8 +172,8 @@ def retry_arguments(
 
 
 def send_job(platform: Platform, job: Job, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-    """Publish ``job``'s current message (its revision): same task id, tracking headers
-    and queue, and the rest of its wait when its row is not due yet (``not_before``: a
+    """Publish ``job``'s current message (its revision): same task id, tracking headers,
+    queue and priority, and the rest of its wait when its row is not due yet (``not_before``: a
     ``countdown``/``eta`` given at enqueue; counted on this process's clock, and a delivery
     that comes before the database's due time waits the rest of it again)."""
     argsrepr, kwargsrepr = stored_reprs(job, platform.show)
@@ -184,6 +184,8 @@ def send_job(platform: Platform, job: Job, args: Sequence[Any], kwargs: Mapping[
         "argsrepr": argsrepr,
         "kwargsrepr": kwargsrepr,
     }
+    if job.priority is not None:  # kept by every re-publish
+        options["priority"] = job.priority
     if job.not_before is not None:
         wait = (job.not_before - utcnow()).total_seconds()
         if wait > 0:

@@ -83,6 +83,8 @@ class Runner:
         delay = self.hooks.before_claim(delivery)
         if delay is not None:
             asked = delay if isinstance(delay, Wait) else Wait(delay)
+            if asked.hold and not run.inline:
+                return self._hold(run, asked)
             waiting = Postponed(asked.seconds, asked.reason, asked.headers)
             return self._still_waiting(run, waiting)
         sent, claimed_at = time.monotonic(), utcnow()
@@ -190,6 +192,27 @@ class Runner:
             busy_key_countdown(random.random(), waiting),
             f"concurrency key {keyed[0]!r} has no free slot (limit {keyed[1]})",
         )
+
+    def _hold(self, run: Run, asked: Wait) -> Verdict:
+        """A hook asked to hold the waiting job in the database (a pause): its row held
+        (``hold``: no message, no attempt used, a ``paused`` event) and this delivery
+        acknowledged. A row that cannot be rebuilt from the database (redacted arguments,
+        no ``tracked_secret_key``), or cannot be held now, is postponed instead."""
+        job_id, revision = run.job_id, run.headers.revision
+        if not self.settings.secret_key and run.secrets():
+            why = f"{asked.reason} (its redacted arguments are only in its message)"
+            return self._still_waiting(run, Postponed(asked.seconds, why, asked.headers))
+        message = f"job {job_id} held: {asked.reason}"
+        try:
+            if self.store.hold(job_id, revision, now=utcnow(), message=message):
+                self.teller.tell(run, Event.PAUSED, message)
+                return Skipped(f"held: {asked.reason}")
+            job = self.store.get(job_id)
+        except StoreError as exc:
+            return self._still_waiting(run, Postponed(asked.seconds, f"not held: {exc}"))
+        if job is None or job.terminal or job.revision != revision:
+            return self._turned_away(run, Skipped("its job ended, is gone or was re-sent"))
+        return self._still_waiting(run, Postponed(asked.seconds, f"{asked.reason} (busy)"))
 
     def _still_waiting(self, run: Run, postponed: Postponed) -> Verdict:
         """A delivery of a waiting job postponed: its message goes back to the broker, and

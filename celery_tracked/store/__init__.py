@@ -17,6 +17,8 @@ names):
 - ``cleanup``: retention: ended rows and their events removed in bounded batches
   (``CleanupStore``).
 - ``rerun``: ``Tracker.retry`` and ``Tracker.cancel`` (``RerunStore``).
+- ``pauses``: what is paused, and a delivery a pause holds (``PauseStore``,
+  ``ClaimStore.hold``).
 - ``reads``: one job, a job by key, a history, statistics, listings, gauges
   (``Reader``, ``KeyReader``, ``ReadStore``).
 
@@ -45,6 +47,7 @@ from .cleanup import Cleanup
 from .engines import Engines
 from .enqueue import Enqueue
 from .outcomes import Outcomes
+from .pauses import Pauses
 from .reads import Reads
 from .reaping import Reaping
 from .relay import Relay
@@ -66,6 +69,7 @@ class JobStore(
     Cleanup,
     Rerun,
     Reads,
+    Pauses,
 ):
     """The tracking database of one app; engines are created per process."""
 

@@ -27,7 +27,7 @@ from . import selects
 from .clock import db_time
 from .engines import Engines
 from .models import UTCDateTime, jobs
-from .statements import CUTOFF, param
+from .statements import CUTOFF, PAUSE_HELD, param
 from .translate import reconnecting, translated
 
 #: PostgreSQL tables estimated at this many rows or more get estimated ended counts.
@@ -65,6 +65,8 @@ def conditions(filt: JobFilter) -> list[ColumnElement[bool]]:
         value = getattr(filt, name)
         if value is not None:
             where.append(column == value)
+    if filt.priority is not None:
+        where.append(jobs.c.priority == filt.priority)
     for column, low, high in (
         (jobs.c.created_at, filt.created_after, filt.created_before),
         (jobs.c.finished_at, filt.finished_after, filt.finished_before),
@@ -129,6 +131,7 @@ COUNT_UNPUBLISHED = (
         jobs.c.status == JobStatus.PENDING.value,
         jobs.c.published_at.is_(None),
         jobs.c.updated_at < CUTOFF,
+        or_(jobs.c.locked_by.is_(None), ~PAUSE_HELD),  # a pause's hold is on purpose
     )
 )
 

@@ -86,6 +86,7 @@ _STALLED_PENDING = and_(
 )
 _STALLED_RETRYING = and_(
     jobs.c.status == JobStatus.RETRYING.value,
+    jobs.c.locked_by.is_(None),  # a pause's hold is the relay's
     jobs.c.not_before < RETRYING_CUTOFF,
     or_(jobs.c.published_at.is_(None), jobs.c.published_at < RETRYING_CUTOFF),
 )

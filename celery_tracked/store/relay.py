@@ -17,11 +17,17 @@ class Relay(Applying):
 
     @reconnecting
     def unpublished(self, *, cutoff: datetime, now: datetime) -> list[str]:
-        """Ids of pending jobs created before ``cutoff`` whose message was never handed to
-        the broker and that no relay holds (oldest first, at most 100)."""
+        """Ids of waiting jobs whose message was never handed to the broker, no relay
+        holds and no pause covers: pending ones created before ``cutoff``, and those a
+        pause held (``hold``) (oldest first, at most 100)."""
         params = {"cutoff": cutoff, "now": now}
         with translated("reading unpublished jobs"), self.engines.transaction() as conn:
-            return [str(r[0]) for r in conn.execute(selects.SELECT_UNPUBLISHED, params).all()]
+            rows = [
+                *conn.execute(selects.SELECT_UNPUBLISHED, params).all(),
+                *conn.execute(selects.SELECT_HELD_RETRYING, params).all(),
+            ]
+        rows.sort(key=lambda row: row[1])
+        return [str(row[0]) for row in rows[:100]]
 
     @reconnecting
     def relay_claim(

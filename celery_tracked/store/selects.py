@@ -9,7 +9,7 @@ from sqlalchemy import Delete, String, TextClause, delete, func, select, text
 from ..core.jobs import JobStatus
 from .clock import db_time
 from .models import events, jobs
-from .statements import JOB_ID, UNPUBLISHED, param
+from .statements import JOB_ID, PAUSE_HELD, UNPUBLISHED, param
 
 #: The statuses of jobs not ended yet.
 ACTIVE = (JobStatus.PENDING, JobStatus.PROCESSING, JobStatus.RETRYING)
@@ -89,8 +89,15 @@ OLDEST_PENDING = (
     .group_by(jobs.c.queue_name)
 )
 SELECT_UNPUBLISHED = (
-    select(jobs.c.id)
+    select(jobs.c.id, jobs.c.created_at)
     .where(jobs.c.status == JobStatus.PENDING.value, *UNPUBLISHED)
+    .order_by(jobs.c.created_at)
+    .limit(100)
+)
+#: The retrying rows a pause held, now free of it (``UNPUBLISHED``): the relay's too.
+SELECT_HELD_RETRYING = (
+    select(jobs.c.id, jobs.c.created_at)
+    .where(jobs.c.status == JobStatus.RETRYING.value, PAUSE_HELD, *UNPUBLISHED)
     .order_by(jobs.c.created_at)
     .limit(100)
 )

@@ -44,8 +44,9 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import BindParameter
 
 from ..core.jobs import CLAIM_EARLY_S, JobStatus
+from ..core.pauses import ALL, HELD_BY_PAUSE, JOB_TYPE, QUEUE
 from .clock import db_time
-from .models import UTCDateTime, events, jobs
+from .models import UTCDateTime, events, jobs, pauses
 
 
 def param(name: str, type_: Any, optional: bool = False) -> BindParameter[Any]:
@@ -119,12 +120,24 @@ KEY_FREE = (param("concurrency_limit", Integer) > HOLDERS,)
 
 # -- fences shared by reads and moves ---------------------------------------------------
 
-#: A pending row whose message was never handed to the broker, old enough to be relayed
-#: (created, or its message last replaced, before the cutoff), not held by a relay now.
+#: No pause covers the row's queue or job type (``background_job_pauses``).
+UNPAUSED = ~exists().where(
+    or_(
+        and_(pauses.c.scope == QUEUE, pauses.c.name == jobs.c.queue_name),
+        and_(pauses.c.scope == JOB_TYPE, pauses.c.name == jobs.c.job_type),
+        pauses.c.scope == ALL,
+    )
+)
+#: A waiting row a pause held in the database (``hold``): no message, no lease.
+PAUSE_HELD = jobs.c.locked_by == HELD_BY_PAUSE
+#: A waiting row whose message was never handed to the broker, old enough to be relayed
+#: (created, or its message last replaced, before the cutoff) or held by a pause now
+#: lifted, not held by a relay now, and no pause covers it.
 UNPUBLISHED = (
     jobs.c.published_at.is_(None),
-    jobs.c.updated_at < CUTOFF,
+    or_(jobs.c.updated_at < CUTOFF, PAUSE_HELD),
     or_(jobs.c.locked_until.is_(None), jobs.c.locked_until < db_time()),
+    UNPAUSED,
 )
 #: A run is stalled once its last sign of life (its lease's expiry, or the release of its
 #: lease) is older than this: the reaper's patience, after the takeover grace.

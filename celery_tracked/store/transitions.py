@@ -1,11 +1,9 @@
 """Every status move of a job row, in one table: from-statuses → to-status, fence, event.
 
-Each :class:`~celery_tracked.store.statements.Move` is one conditional ``UPDATE`` (``WHERE
-id AND status IN (sources)`` plus its fence) and the history row it appends (none for
-lease bookkeeping); the parameters, fences and values it uses are in ``statements.py``,
-the one runner of a move is ``apply.py``, and each role's store file calls its moves by
-name. ``docs/lifecycle.md`` shows the table (``make lifecycle`` writes it there);
-``tests/unit/test_transitions.py`` fails when the two differ.
+Each :class:`~celery_tracked.store.statements.Move` is one conditional ``UPDATE`` plus its
+fence, and the history row it appends (none for lease bookkeeping); its pieces are in
+``statements.py``, its one runner is ``apply.py``. ``docs/lifecycle.md`` shows the table
+(``make lifecycle``; ``tests/unit/test_transitions.py`` fails when the two differ).
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Text, case, func, null, or_
 
 from ..core.jobs import CLAIMABLE, RETRY_UNDONE, JobStatus
+from ..core.pauses import HELD_BY_PAUSE
 from . import statements as sql
 from .clock import db_time
 from .inserts import DUE_AT
@@ -48,8 +47,7 @@ TAKE_OVER = Move(
     event="redelivered",
     extra_where=(jobs.c.attempts_made < jobs.c.max_attempts, *sql.CURRENT, *sql.UNCANCELLED),
 )
-#: The claim and the takeover of a job with a concurrency key (run under the key's lock,
-#: ``locks.py``, so two claims never both see a free slot).
+#: Claim and takeover of a keyed job (under the key's lock, ``locks.py``).
 CLAIM_KEYED = Move(
     "claim_keyed",
     CLAIM.sources,
@@ -114,12 +112,10 @@ RETRYING = _run_ends("retrying", JobStatus.RETRYING, sql.RETRY_RUN, sql.HELD)
 FAIL = _run_ends(
     "fail", JobStatus.FAILED, {**sql.FAILED_RUN, "retries_exhausted": sql.EXHAUSTED}, sql.HELD
 )
-# A run that died outside its call path (killed by the hard time limit, terminated by a
-# revoke) is ended from the worker's main process once its holder is dead: fenced like a
-# takeover (the attempt last seen, and a lease that lapsed or whose owner is dead).
+# A run that died outside its call path, ended once its holder is dead (as a takeover).
 RETRY_DEAD = _run_ends("retry_dead", JobStatus.RETRYING, sql.RETRY_RUN, sql.LAPSED)
 FAIL_DEAD = _run_ends("fail_dead", JobStatus.FAILED, {**sql.FAILED_RUN, **sql.LOST}, sql.LAPSED)
-#: Not in the design's first list of moves: ``revoke(terminate=True)`` ends a running job.
+#: ``revoke(terminate=True)`` ends a running job.
 CANCEL_DEAD = Move(
     "cancel_dead",
     _PROCESSING,
@@ -144,9 +140,8 @@ HANDED_OVER = Move(
     fence=(jobs.c.published_at.is_(None), *sql.CURRENT),
     durable=False,  # lost, it only lets the relay send a harmless duplicate
 )
-#: A postponed delivery of a waiting job (a rate limit, a full concurrency key) hands its
-#: message to the broker again: ``published_at`` moves to the database's now once older
-#: than ``refresh_s`` (a fresh row is not even locked); the reaper's sign of life.
+#: A postponed delivery's message handed over again: ``published_at`` now (database
+#: clock) once older than ``refresh_s``, the reaper's sign of life (``reaper.py``).
 REPUBLISHED = Move(
     "republished",
     CLAIMABLE,
@@ -158,19 +153,28 @@ REPUBLISHED = Move(
 #: A relay takes an unpublished row for ``lease_s`` seconds; many relays may run at once.
 RELAY_CLAIM = Move(
     "relay_claim",
-    _PENDING,
+    CLAIMABLE,
     None,
     {"locked_by": sql.OWNER, "locked_until": db_time(sql.LEASE_S)},
     sql.UNPUBLISHED,
 )
-#: The relay published the row it claimed.
+#: The relay published the row it claimed (its status kept).
 RELAYED = Move(
     "relayed",
-    _PENDING,
-    JobStatus.PENDING,
+    CLAIMABLE,
+    None,
     {"published_at": sql.NOW, "locked_by": None, "locked_until": None, "updated_at": sql.NOW},
     fence=(jobs.c.locked_by == sql.OWNER, jobs.c.published_at.is_(None), *sql.CURRENT),
     event="relayed",
+)
+#: A paused delivery held in the database (new revision, no message, no attempt used).
+HOLD = Move(
+    "hold",
+    CLAIMABLE,
+    None,
+    {**sql.NEW_MESSAGE, "locked_by": HELD_BY_PAUSE},
+    (*sql.CURRENT, *sql.UNLOCKED),
+    "paused",
 )
 
 # -- a cancel of a running job --------------------------------------------------------
@@ -250,7 +254,6 @@ REPLACE = Move(
     "replace",
     _PENDING,
     JobStatus.PENDING,
-    # the new message's countdown/eta is the job's due time (``inserts.DUE_AT``)
     {
         **sql.NEW_MESSAGE,
         "payload_json": sql.PAYLOAD,
@@ -260,8 +263,8 @@ REPLACE = Move(
     (jobs.c.revision == sql.REVISION,),
     "debounced",
 )
-#: A debounce whose publish failed: its previous arguments, at a revision newer than every
-#: message sent (``keys.undo_replace``), left unpublished for the relay.
+#: A debounce whose publish failed: its previous arguments at a newer revision
+#: (``keys.undo_replace``), left unpublished for the relay.
 UNDO_REPLACE = Move(
     "undo_replace",
     _PENDING,
@@ -277,9 +280,8 @@ UNDO_REPLACE = Move(
     "debounce_undone",
 )
 
-#: ``Tracker.retry``: failed | cancelled → pending, history kept; attempts keep counting
-#: (the attempt number fences a run's outcome, so it never goes back). The new round is
-#: due when its message is: a re-send's countdown/eta (``inserts.DUE_AT``), else at once.
+#: ``Tracker.retry``: failed | cancelled → pending, history kept; attempts keep counting;
+#: due when its message is (a re-send's countdown/eta, ``inserts.DUE_AT``), else at once.
 RETRY = Move(
     "retry",
     _ENDED,
@@ -299,8 +301,7 @@ RETRY = Move(
     "retried",
     extra_where=(sql.NO_NEWER_ROUND,),
 )
-#: The same move from a completed job too: a re-send of an ended job's id runs it again
-#: as a new round (``rerun.py``, ``Resender.again``).
+#: The same from completed too: a re-sent ended job's id (``Resender.again``).
 RETRY_ENDED = replace(RETRY, name="retry_ended", sources=(JobStatus.COMPLETED, *_ENDED))
 UNDO_RETRY = {
     ended: Move(
@@ -312,18 +313,17 @@ UNDO_RETRY = {
 # -- the reaper -----------------------------------------------------------------------
 
 _RUN_FENCE = (*sql.LAPSED, *sql.CURRENT, sql.RUN_STALLED)
-#: A pending job handed over before the cutoff, and due (its ``countdown``/``eta``) before
-#: it too and now on the database's clock: the reaper never publishes a job not yet due.
+#: A pending job handed over and due before the cutoff and now (database clock).
 _PENDING_FENCE = (
     *sql.CURRENT,
     *sql.DUE,
     jobs.c.published_at < sql.CUTOFF,
     or_(jobs.c.not_before.is_(None), jobs.c.not_before < sql.CUTOFF),
 )
-#: A retrying job due before the cutoff whose message was not handed to the broker again
-#: since (a postponed delivery, ``REPUBLISHED``).
+#: A retrying job due before the cutoff, not re-sent since, nobody's (a pause's: relay's).
 _RETRYING_FENCE = (
     *sql.CURRENT,
+    jobs.c.locked_by.is_(None),
     jobs.c.not_before < sql.CUTOFF,
     or_(jobs.c.published_at.is_(None), jobs.c.published_at < sql.CUTOFF),
 )

@@ -20,7 +20,7 @@ from tracked_app import QUEUE
 
 JOB_KEYS = {
     "id", "status", "queue", "job_type", "task_name", "attempts", "attempts_made",
-    "max_attempts", "progress", "stage", "error", "error_type", "error_message",
+    "max_attempts", "priority", "progress", "stage", "error", "error_type", "error_message",
     "correlation_id", "parent_job_id", "owner_id", "idempotency_key", "worker",
     "created_at", "started_at", "finished_at", "updated_at", "cancel_requested_at",
     "duration_ms",
@@ -68,7 +68,7 @@ def test_jobs_lists_filters_and_pages(
     lines = table.stdout.splitlines()
     header = lines[0]
     assert header.split() == [
-        "ID", "STATUS", "QUEUE", "JOB", "TYPE", "ATTEMPTS", "CREATED", "ENDED", "ERROR"
+        "ID", "STATUS", "QUEUE", "JOB", "TYPE", "PRIORITY", "ATTEMPTS", "CREATED", "ENDED", "ERROR"
     ]  # fmt: skip
     rows = lines[1:]
     assert [row.split()[0] for row in rows] == everything[::-1]  # newest first
@@ -188,8 +188,9 @@ def test_stats_and_migrate(populated: dict[str, Any], cli_in_process: Any) -> No
     assert row.split()[:8] == [QUEUE, "2", "0", "0", "2", "2", "0", "6"]
     stats = ok_json(cli_in_process("stats", "--json"))
     assert set(stats[QUEUE]) == {
-        "counts", "total", "oldest_pending_age_s", "failed_last_hour", "expired_leases"
+        "counts", "total", "oldest_pending_age_s", "failed_last_hour", "expired_leases", "paused"
     }  # fmt: skip
+    assert stats[QUEUE]["paused"] is None
     assert stats[QUEUE]["failed_last_hour"] == 2 and stats[QUEUE]["expired_leases"] == 0
     migrated = cli_in_process("migrate")
     assert migrated.returncode == 0 and "head" in migrated.stdout

@@ -25,6 +25,7 @@ from .claims import MemoryClaims
 from .cleanup import MemoryCleanup
 from .enqueue import MemoryEnqueue
 from .outcomes import MemoryOutcomes
+from .pauses import MemoryPauses
 from .reads import MemoryReads
 from .reaping import MemoryReaping
 from .relay import MemoryRelay
@@ -44,6 +45,7 @@ class MemoryStore(
     MemoryCleanup,
     MemoryRerun,
     MemoryReads,
+    MemoryPauses,
 ):
     """The store contract in memory (see the module's docstring)."""
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from ...core.finder import JobFilter, Position
 from ...core.jobs import Job, JobEvent, JobStatus, utcnow
+from ...core.pauses import HELD_BY_PAUSE
 from .rows import MemoryCore
 
 
@@ -97,4 +98,5 @@ class MemoryReads(MemoryCore):
                 if j.status is JobStatus.PENDING
                 and j.published_at is None
                 and j.updated_at < cutoff
+                and j.locked_by != HELD_BY_PAUSE
             )

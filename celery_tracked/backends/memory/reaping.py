@@ -80,6 +80,7 @@ class MemoryReaping(MemoryCore):
                 j
                 for j in jobs
                 if j.status is JobStatus.RETRYING
+                and j.locked_by is None
                 and j.not_before is not None
                 and j.not_before < retrying_cutoff
                 and (j.published_at is None or j.published_at < retrying_cutoff)
@@ -193,6 +194,8 @@ class MemoryReaping(MemoryCore):
             sent = job.published_at if seen.status is JobStatus.RETRYING else None
             again = sent is not None and sent >= cutoff  # ``REPUBLISHED`` since
             current = job.revision == seen.revision and not again
+            if seen.status is JobStatus.RETRYING:
+                current = current and job.locked_by is None
             if seen.status is JobStatus.PENDING and job.not_before is not None:
                 due = job.not_before < cutoff and self.free(job.not_before)  # ``DUE``
                 current = current and due

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ...core.jobs import Job, JobStatus
-from .rows import PENDING, MemoryCore
+from ...core.jobs import CLAIMABLE, Job, JobStatus
+from ...core.pauses import HELD_BY_PAUSE
+from .rows import MemoryCore
 
 
 class MemoryRelay(MemoryCore):
@@ -22,15 +23,21 @@ class MemoryRelay(MemoryCore):
         """``statements.UNPUBLISHED``."""
         until = job.locked_until
         unheld = until is None or until < self.time()
-        return job.published_at is None and job.updated_at < cutoff and unheld
+        held = job.locked_by == HELD_BY_PAUSE
+        old = job.updated_at < cutoff or held
+        return job.published_at is None and old and unheld and self.unpaused(job)
 
     def unpublished(self, *, cutoff: datetime, now: datetime) -> list[str]:
-        """``SELECT_UNPUBLISHED``: oldest first, at most 100."""
+        """``SELECT_UNPUBLISHED`` and ``SELECT_HELD_RETRYING``: oldest first, at most 100."""
         with self.lock:
             found = [
                 j
                 for j in self.rows.values()
-                if j.status is JobStatus.PENDING and self._unpublished(j, cutoff)
+                if (
+                    j.status is JobStatus.PENDING
+                    or (j.status is JobStatus.RETRYING and j.locked_by == HELD_BY_PAUSE)
+                )
+                and self._unpublished(j, cutoff)
             ]
         found.sort(key=lambda j: j.created_at)
         return [j.id for j in found[:100]]
@@ -46,7 +53,7 @@ class MemoryRelay(MemoryCore):
         def change(_: Job) -> Mapping[str, Any]:
             return {"locked_by": owner, "locked_until": self.at(lease_s)}
 
-        return self.move(job_id, PENDING, check, change) is not None
+        return self.move(job_id, CLAIMABLE, check, change) is not None
 
     def relayed(
         self, job_id: str, *, owner: str, now: datetime, message: str, revision: int = 0
@@ -59,6 +66,6 @@ class MemoryRelay(MemoryCore):
 
         change = {"published_at": now, "locked_by": None, "locked_until": None, "updated_at": now}
         moved = self.move(
-            job_id, PENDING, check, lambda _: change, "relayed", now=now, message=message
+            job_id, CLAIMABLE, check, lambda _: change, "relayed", now=now, message=message
         )
         return moved is not None

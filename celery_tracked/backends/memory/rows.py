@@ -28,6 +28,7 @@ from ...core.jobs import (
     NewRow,
     utcnow,
 )
+from ...core.pauses import Pause, holding
 
 _JOB_FIELDS = frozenset(f.name for f in fields(Job))
 #: The producer's columns of a new row (the SQL insert binds every one of them).
@@ -99,6 +100,8 @@ class MemoryCore:
         self.rows: dict[str, Job] = {}
         self._events: list[JobEvent] = []
         self._event_ids = 0
+        #: ``background_job_pauses``, by (scope, name) (``pauses.py``)
+        self.paused: dict[tuple[str, str], Pause] = {}
 
     def clock(self) -> datetime:
         """The store's current time: the clock leases and backoffs are judged on."""
@@ -158,6 +161,10 @@ class MemoryCore:
             or until < self.at(-grace_s)
             or (stale_owner is not None and job.locked_by == stale_owner)
         )
+
+    def unpaused(self, job: Job) -> bool:
+        """``statements.UNPAUSED``: no pause covers the row's queue or job type."""
+        return holding(self.paused.values(), job.queue_name, job.job_type) is None
 
     def due_time(self, due_in_s: float | None, due_at: datetime | None) -> datetime | None:
         """``inserts.DUE_AT``: at ``due_at``, else ``due_in_s`` from now, else None."""
