@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import celery_tracked
+import celery_tracked.errors
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,8 +53,9 @@ def test_the_docs_build_strict_and_the_api_page_has_every_public_name(tmp_path: 
         assert done.returncode == 0, output
     assert "WARNING" not in output, output
     api = (site / "api" / "index.html").read_text()
-    documented = set(re.findall(r'id="celery_tracked\.(\w+)"', api))
+    documented = set(re.findall(r'id="celery_tracked\.(?:errors\.)?(\w+)"', api))
     public = {name for name in celery_tracked.__all__ if not name.startswith("_")}
+    public |= set(celery_tracked.errors.__all__)  # documented as celery_tracked.errors.X
     assert public - documented == set()
     assert 'class="mermaid"' in (site / "concepts" / "index.html").read_text()
 
