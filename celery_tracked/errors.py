@@ -9,6 +9,7 @@ day; the errors are listed here.
 from .core.errors import (
     ArgumentsMismatch,
     ConfigurationError,
+    DeadlineExceeded,
     DuplicateInCanvas,
     EnqueueError,
     GuardError,
@@ -37,6 +38,7 @@ from .core.errors import (
 __all__ = [
     "ArgumentsMismatch",
     "ConfigurationError",
+    "DeadlineExceeded",
     "DuplicateInCanvas",
     "EnqueueError",
     "GuardError",

@@ -55,6 +55,7 @@ from .services.relay import Relay, RelayReport
 from .services.reports import Reports
 from .services.rerun import Resender, publisher
 from .services.runner import Runner
+from .services.scheduler import Scheduler
 from .services.sealing import sealer_for
 from .services.time_limits import TimeLimits
 from .store import JobStore
@@ -70,7 +71,7 @@ M = TypeVar("M", bound=Maintenance)
 #: The maintenance plugins (``services/maintenance.py``), each built once per wiring; each
 #: gets a shared task and a default Beat entry (``adapter/beat.py``) and a CLI command
 #: (``cli/maintenance.py``). A new plugin is its file and one line here.
-MAINTENANCE: tuple[type[Maintenance], ...] = (Relay, Reaper, Cleanup)
+MAINTENANCE: tuple[type[Maintenance], ...] = (Relay, Scheduler, Reaper, Cleanup)
 
 
 class Wiring:
@@ -309,6 +310,13 @@ class Wiring:
         ``celery_tracked.relay`` runs it on Beat). ``now``: the time a row's age is judged
         at (default: the database's clock). Raises ``StoreError``: the database failed."""
         return self._plugin(Relay).run(now)
+
+    def schedule(self, *, now: datetime | None = None) -> RelayReport:
+        """Publish the held jobs as they come within ``tracked_schedule_horizon_seconds``:
+        one pass of the scheduler (``services/scheduler.py``; the task
+        ``celery_tracked.schedule`` runs it on Beat). ``now``: the time due times are
+        judged at (default: the database's clock). Raises ``StoreError``."""
+        return self._plugin(Scheduler).run(now)
 
     def reap(self, *, now: datetime | None = None) -> ReapReport:
         """Rescue (or abandon) the jobs nothing will move any more: one pass of the reaper

@@ -167,9 +167,13 @@ class TrackedTask(Task[P, R_co]):
         owner_id: str | None = None,
         max_attempts: int | None = None,
         options: Mapping[str, Any] | None = None,
+        deadline: Any = None,
     ) -> Callable[P, EnqueueResult[R_co]]:
-        """``enqueue`` with control options; ``options``: Celery's (``countdown``, ``eta``...)."""
-        control = Control(idempotency_key, correlation_id, parent_job_id, owner_id, max_attempts)
+        """``enqueue`` with control options; ``options``: Celery's (``countdown``, ``eta``...);
+        ``deadline``: an aware ``datetime``, or a ``timedelta``/seconds after the enqueue."""
+        control = Control(
+            idempotency_key, correlation_id, parent_job_id, owner_id, max_attempts, deadline
+        )
 
         def enqueue(*args: P.args, **kwargs: P.kwargs) -> EnqueueResult[R_co]:
             opts = dict(options or {})
@@ -198,7 +202,7 @@ class TrackedTask(Task[P, R_co]):
         if existing is not None:
             args, kwargs = values.sent_arguments(self, args, kwargs)
             # a re-publish of an existing job (Celery retry): never a new row or key check
-            for name in CONTROL_OPTIONS:
+            for name in (*CONTROL_OPTIONS, "_deadline"):
                 options.pop(name, None)
             keys = self.tracker.settings.redact_keys
             argsrepr, kwargsrepr = self.description.shape.reprs(args, kwargs, keys)

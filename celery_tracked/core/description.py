@@ -60,6 +60,8 @@ class TaskDescription:
     static_queue: Any = None
     #: True when ``tracked_queue`` names it: its messages are sent with that queue
     pins_queue: bool = False
+    #: its ``deadline`` option in seconds after the enqueue (None: none; ``deadlines.py``)
+    deadline_s: float | None = None
 
     def queue(
         self, options: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]

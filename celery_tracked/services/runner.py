@@ -25,6 +25,7 @@ from typing import Any
 
 from ..core.attempt import Attempt
 from ..core.codec import encode
+from ..core.deadlines import deadline_message, past_deadline
 from ..core.errors import StoreError, Unrecoverable
 from ..core.fences import DeadRun, Lease, Takeover
 from ..core.hooks import Delivery, Hooks, Wait
@@ -134,12 +135,22 @@ class Runner:
         if job.terminal:
             return Skipped(f"job already {job.status.value}")
         if job.status is not JobStatus.PROCESSING:
-            hold = waiting_hold(job, store.clock(), keyed=keyed is not None)
+            db_now = store.clock()
+            if past_deadline(job, db_now):  # the claim never starts it late: cancel it
+                return self._expire(run, job)
+            hold = waiting_hold(job, db_now, keyed=keyed is not None)
             if hold is not None:
                 return Postponed(hold.countdown_s, hold.why, waiting=True)
             full = self._key_full(run)
             return replace(full, waiting=True) if full else Postponed(0.2, "claimed concurrently")
         return self._take_over(run, job, who)
+
+    def _expire(self, run: Run, job: Job) -> Skipped:
+        """A waiting job whose deadline came: ``cancelled`` (``DeadlineExceeded``), once."""
+        message = deadline_message(job)
+        if self.store.expire(job.id, now=utcnow(), message=message):
+            self.teller.tell(run, Event.CANCELLED, f"job {job.id} {message}")
+        return Skipped(message)
 
     def _take_over(self, run: Run, job: Job, who: Lease) -> Claim | Skipped | Postponed:
         """A ``processing`` row: wait for its live lease, or take a lapsed one over (or

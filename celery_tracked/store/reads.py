@@ -27,7 +27,7 @@ from . import selects
 from .clock import db_time
 from .engines import Engines
 from .models import UTCDateTime, jobs
-from .statements import CUTOFF, param
+from .statements import CUTOFF, DUE, param
 from .translate import reconnecting, translated
 
 #: PostgreSQL tables estimated at this many rows or more get estimated ended counts.
@@ -129,6 +129,7 @@ COUNT_UNPUBLISHED = (
         jobs.c.status == JobStatus.PENDING.value,
         jobs.c.published_at.is_(None),
         jobs.c.updated_at < CUTOFF,
+        *DUE,  # a held job (not due yet) is the scheduler's, not a lost publish
     )
 )
 

@@ -4,12 +4,12 @@ as a Core statement, beside the moves of ``statements``."""
 
 from __future__ import annotations
 
-from sqlalchemy import Delete, String, TextClause, delete, func, select, text
+from sqlalchemy import Delete, Integer, String, TextClause, delete, func, or_, select, text
 
 from ..core.jobs import JobStatus
 from .clock import db_time
-from .models import events, jobs
-from .statements import JOB_ID, UNPUBLISHED, param
+from .models import UTCDateTime, events, jobs
+from .statements import DUE, JOB_ID, UNPUBLISHED, param
 
 #: The statuses of jobs not ended yet.
 ACTIVE = (JobStatus.PENDING, JobStatus.PROCESSING, JobStatus.RETRYING)
@@ -88,11 +88,26 @@ OLDEST_PENDING = (
     .where(jobs.c.status == JobStatus.PENDING.value)
     .group_by(jobs.c.queue_name)
 )
+#: The relay's: due (a held job not due yet is the scheduler's: ``HELD_DUE``).
 SELECT_UNPUBLISHED = (
     select(jobs.c.id)
-    .where(jobs.c.status == JobStatus.PENDING.value, *UNPUBLISHED)
+    .where(jobs.c.status == JobStatus.PENDING.value, *UNPUBLISHED, *DUE)
     .order_by(jobs.c.created_at)
     .limit(100)
+)
+#: The scheduler's: pending rows without a message whose due time comes before ``until``,
+#: not held by a relay or a pass now (the partial index ``ix_background_jobs_held_due``).
+HELD_DUE = (
+    select(jobs)
+    .where(
+        jobs.c.published_at.is_(None),
+        jobs.c.not_before.is_not(None),
+        jobs.c.not_before <= param("until", UTCDateTime),
+        jobs.c.status == JobStatus.PENDING.value,
+        or_(jobs.c.locked_until.is_(None), jobs.c.locked_until < db_time()),
+    )
+    .order_by(jobs.c.not_before)
+    .limit(param("limit", Integer))
 )
 DELETE_EVENTS: Delete = delete(events).where(events.c.job_id == JOB_ID)
 #: Undo of an enqueue whose publish failed: only while nobody else handed the row over.

@@ -85,6 +85,8 @@ LAPSED = (
 )
 #: The job may start (``not_before``: a retry's backoff, a countdown/eta; NULL: at once).
 DUE = (or_(jobs.c.not_before.is_(None), jobs.c.not_before <= db_time()),)
+#: Its deadline (if any) has not come on the database's clock: a claim never starts it late.
+ALIVE = (or_(jobs.c.deadline_at.is_(None), jobs.c.deadline_at > db_time()),)
 #: Nobody holds the row: no lease, or one that ended (on a ``pending`` row, the relay's
 #: claim while it publishes the row's message).
 UNLOCKED = (or_(jobs.c.locked_until.is_(None), jobs.c.locked_until <= db_time()),)

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Text, case, func, null, or_
 
+from ..core.deadlines import DEADLINE_EXCEEDED
 from ..core.jobs import CLAIMABLE, RETRY_UNDONE, JobStatus
 from . import statements as sql
 from .clock import db_time
@@ -35,7 +36,7 @@ CLAIM = Move(
     CLAIMABLE,
     JobStatus.PROCESSING,
     sql.TAKE_LEASE,
-    (*sql.DUE, *sql.UNLOCKED, *sql.CURRENT),
+    (*sql.DUE, *sql.UNLOCKED, *sql.CURRENT, *sql.ALIVE),
     event="started",
     durable=False,
 )
@@ -48,8 +49,7 @@ TAKE_OVER = Move(
     event="redelivered",
     extra_where=(jobs.c.attempts_made < jobs.c.max_attempts, *sql.CURRENT, *sql.UNCANCELLED),
 )
-#: The claim and the takeover of a job with a concurrency key (run under the key's lock,
-#: ``locks.py``, so two claims never both see a free slot).
+#: A keyed claim and takeover (under the key's lock, ``locks.py``).
 CLAIM_KEYED = Move(
     "claim_keyed",
     CLAIM.sources,
@@ -84,6 +84,15 @@ CANCEL = Move("cancel", CLAIMABLE, JobStatus.CANCELLED, sql.CANCELLED, event="ca
 CANCEL_CURRENT = Move(
     "cancel_current", CLAIMABLE, JobStatus.CANCELLED, sql.CANCELLED, sql.CURRENT, "cancelled"
 )
+#: A waiting job whose deadline came (the database's clock) before it started.
+EXPIRE = Move(
+    "expire",
+    CLAIMABLE,
+    JobStatus.CANCELLED,
+    {**sql.CANCELLED, "error_type": DEADLINE_EXCEEDED},
+    (jobs.c.deadline_at <= db_time(),),
+    "cancelled",
+)
 COMPLETE = Move(
     "complete",
     _PROCESSING,
@@ -114,12 +123,10 @@ RETRYING = _run_ends("retrying", JobStatus.RETRYING, sql.RETRY_RUN, sql.HELD)
 FAIL = _run_ends(
     "fail", JobStatus.FAILED, {**sql.FAILED_RUN, "retries_exhausted": sql.EXHAUSTED}, sql.HELD
 )
-# A run that died outside its call path (killed by the hard time limit, terminated by a
-# revoke) is ended from the worker's main process once its holder is dead: fenced like a
-# takeover (the attempt last seen, and a lease that lapsed or whose owner is dead).
+# A run that died outside its call path, ended once its holder is dead: fenced like a takeover.
 RETRY_DEAD = _run_ends("retry_dead", JobStatus.RETRYING, sql.RETRY_RUN, sql.LAPSED)
 FAIL_DEAD = _run_ends("fail_dead", JobStatus.FAILED, {**sql.FAILED_RUN, **sql.LOST}, sql.LAPSED)
-#: Not in the design's first list of moves: ``revoke(terminate=True)`` ends a running job.
+#: ``revoke(terminate=True)`` ends a running job.
 CANCEL_DEAD = Move(
     "cancel_dead",
     _PROCESSING,
@@ -135,7 +142,7 @@ RELEASE = Move("release", _PROCESSING, None, sql.END_RUN, sql.HELD)
 
 # -- the message: hand-over, relay ----------------------------------------------------
 
-#: The producer's mark after its publish (any status: a fast worker may have claimed it).
+#: The producer's mark after its publish (any status: a worker may have claimed it).
 HANDED_OVER = Move(
     "handed_over",
     tuple(JobStatus),
@@ -144,11 +151,8 @@ HANDED_OVER = Move(
     fence=(jobs.c.published_at.is_(None), *sql.CURRENT),
     durable=False,  # lost, it only lets the relay send a harmless duplicate
 )
-#: A delivery of a waiting job was postponed (a rate limit, a full concurrency key): its
-#: message is handed to the broker again, so ``published_at`` moves to now on the
-#: database's clock, once it is older than ``refresh_s`` (a row written at most that
-#: often; a fresh one is not even locked). The reaper takes it as the message's sign of
-#: life (``reaper.py``).
+#: A postponed delivery handed its message over again: ``published_at`` is now (the
+#: database's clock) once older than ``refresh_s``; the reaper's sign of life.
 REPUBLISHED = Move(
     "republished",
     CLAIMABLE,
@@ -174,10 +178,12 @@ RELAYED = Move(
     fence=(jobs.c.locked_by == sql.OWNER, jobs.c.published_at.is_(None), *sql.CURRENT),
     event="relayed",
 )
+#: The scheduler pass published a held row it claimed (``RELAY_CLAIM``) as it came due.
+SCHEDULED = replace(RELAYED, name="scheduled", event="scheduled")
 
 # -- a cancel of a running job --------------------------------------------------------
 
-#: processing → processing with a cancel request (once: a second request changes nothing).
+#: processing → processing with a cancel request (once).
 REQUEST_CANCEL = Move(
     "request_cancel",
     _PROCESSING,
@@ -246,7 +252,6 @@ PROGRESS = Move(
 
 # -- a new message: debounce, Tracker.retry -------------------------------------------
 
-
 #: Debounce: a pending job's arguments replaced by a newer enqueue with its key.
 REPLACE = Move(
     "replace",
@@ -262,8 +267,7 @@ REPLACE = Move(
     (jobs.c.revision == sql.REVISION,),
     "debounced",
 )
-#: A debounce whose publish failed: its previous arguments, at a revision newer than every
-#: message sent (``keys.undo_replace``), left unpublished for the relay.
+#: A debounce whose publish failed: its previous arguments, newer revision, for the relay.
 UNDO_REPLACE = Move(
     "undo_replace",
     _PENDING,
@@ -279,8 +283,7 @@ UNDO_REPLACE = Move(
     "debounce_undone",
 )
 
-#: ``Tracker.retry``: failed | cancelled → pending, history kept; attempts keep counting
-#: (the attempt number fences a run's outcome, so it never goes back).
+#: ``Tracker.retry``: failed | cancelled → pending, history kept; attempts keep counting.
 RETRY = Move(
     "retry",
     _ENDED,
@@ -299,8 +302,7 @@ RETRY = Move(
     "retried",
     extra_where=(sql.NO_NEWER_ROUND,),
 )
-#: The same move from a completed job too: a re-send of an ended job's id runs it again
-#: as a new round (``rerun.py``, ``Resender.again``).
+#: The same from a completed job too: a re-sent ended job's id (``Resender.again``).
 RETRY_ENDED = replace(RETRY, name="retry_ended", sources=(JobStatus.COMPLETED, *_ENDED))
 UNDO_RETRY = {
     ended: Move(
@@ -312,16 +314,14 @@ UNDO_RETRY = {
 # -- the reaper -----------------------------------------------------------------------
 
 _RUN_FENCE = (*sql.LAPSED, *sql.CURRENT, sql.RUN_STALLED)
-#: A pending job handed over before the cutoff, and due (its ``countdown``/``eta``) before
-#: it too and now on the database's clock: the reaper never publishes a job not yet due.
+#: A pending job handed over and due before the cutoff: the reaper never publishes one early.
 _PENDING_FENCE = (
     *sql.CURRENT,
     *sql.DUE,
     jobs.c.published_at < sql.CUTOFF,
     or_(jobs.c.not_before.is_(None), jobs.c.not_before < sql.CUTOFF),
 )
-#: A retrying job due before the cutoff whose message was not handed to the broker again
-#: since (a postponed delivery, ``REPUBLISHED``).
+#: A retrying job due before the cutoff, not handed over again since (``REPUBLISHED``).
 _RETRYING_FENCE = (
     *sql.CURRENT,
     jobs.c.not_before < sql.CUTOFF,

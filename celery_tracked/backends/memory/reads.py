@@ -104,4 +104,5 @@ class MemoryReads(MemoryCore):
                 if j.status is JobStatus.PENDING
                 and j.published_at is None
                 and j.updated_at < cutoff
+                and self.free(j.not_before)
             )

@@ -214,6 +214,9 @@ class MemoryCore:
         due_in_s, due_at = values.pop("due_in_s", None), values.pop("due_at", None)
         if due_at is not None or due_in_s is not None:  # ``inserts._DUE``
             values["not_before"] = due_at if due_at is not None else self.at(float(due_in_s))
+        ends_in_s, ends_at = values.pop("deadline_in_s", None), values.pop("deadline_at", None)
+        if ends_at is not None or ends_in_s is not None:  # ``inserts.DEADLINE_AT``
+            values["deadline_at"] = ends_at if ends_at is not None else self.at(float(ends_in_s))
         unknown = set(values) - _JOB_FIELDS
         if unknown:
             raise Refused(f"inserting the job row failed: no columns {sorted(unknown)}")
