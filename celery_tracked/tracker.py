@@ -225,7 +225,8 @@ class Wiring:
         no more). Filters: ``status`` (one or several), ``queue``, ``job_type``,
         ``task_name``, ``correlation_id``, ``owner_id``, ``error_type``,
         ``created_after``/``created_before``, ``finished_after``/``finished_before`` (an
-        aware datetime, or a timedelta: that long ago); see ``finder.py``.
+        aware datetime, or a timedelta: that long ago), ``due_after``/``due_before`` (the
+        due time of a countdown/eta; a timedelta: that long from now); see ``finder.py``.
 
         Raises:
             InvalidFilter: a bad filter, ``limit`` (1-1000) or ``cursor``.
@@ -357,7 +358,9 @@ class Wiring:
         return plugin
 
     def stats(self) -> dict[str, dict[str, Any]]:
-        """Per queue: ``counts`` per status, ``total``, ``oldest_pending_age_s``,
+        """Per queue: ``counts`` per status, ``total``, ``scheduled`` (pending jobs not due
+        yet: a countdown/eta, held ones among them; ready = pending - scheduled),
+        ``oldest_pending_age_s`` (of the due ones),
         ``failed_last_hour`` (jobs that ended ``failed`` in the last hour) and
         ``expired_leases`` (``processing`` jobs no live run holds).
 

@@ -55,10 +55,16 @@ class Filters(TypedDict, total=False):
     created_before: Bound
     finished_after: Bound
     finished_before: Bound
+    due_after: Bound
+    due_before: Bound
 
 
 _TEXT_FIELDS = ("queue", "job_type", "task_name", "correlation_id", "owner_id", "error_type")
-_RANGES = (("created_after", "created_before"), ("finished_after", "finished_before"))
+_RANGES = (
+    ("created_after", "created_before"),
+    ("finished_after", "finished_before"),
+    ("due_after", "due_before"),
+)
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,10 @@ class JobFilter:
     created_before: datetime | None = None
     finished_after: datetime | None = None
     finished_before: datetime | None = None
+    #: the job's due time (``not_before``: a countdown/eta, a retry's backoff); a job
+    #: without one never matches a due bound
+    due_after: datetime | None = None
+    due_before: datetime | None = None
 
     def __post_init__(self) -> None:
         for status in self.statuses:
@@ -112,10 +122,13 @@ class JobFilter:
         created_before: Bound = None,
         finished_after: Bound = None,
         finished_before: Bound = None,
+        due_after: Bound = None,
+        due_before: Bound = None,
         now: datetime | None = None,
     ) -> JobFilter:
         """The filter of ``Tracker.jobs``' keywords; a ``timedelta`` bound is taken back
-        from ``now`` (default: this process's clock)."""
+        from ``now`` (default: this process's clock), but a due bound's is ahead of it
+        (``due_before=timedelta(hours=1)``: due within the hour)."""
         now = now or utcnow()
         return cls(
             statuses=parse_statuses(status),
@@ -129,6 +142,8 @@ class JobFilter:
             created_before=_bound("created_before", created_before, now),
             finished_after=_bound("finished_after", finished_after, now),
             finished_before=_bound("finished_before", finished_before, now),
+            due_after=_bound("due_after", due_after, now, ahead=True),
+            due_before=_bound("due_before", due_before, now, ahead=True),
         )
 
     @property
@@ -160,7 +175,8 @@ class JobFilter:
             column = "queue_name" if name == "queue" else name
             if wanted is not None and getattr(job, column) != wanted:
                 return False
-        for (after, before), value in zip(_RANGES, (job.created_at, job.finished_at), strict=True):
+        values = (job.created_at, job.finished_at, job.not_before)
+        for (after, before), value in zip(_RANGES, values, strict=True):
             low, high = getattr(self, after), getattr(self, before)
             if (low is not None or high is not None) and value is None:
                 return False
@@ -245,10 +261,18 @@ def filter_of(filters: Filters, clock: Callable[[], datetime]) -> JobFilter:
     return JobFilter.of(**filters, now=clock() if relative else None)
 
 
-def _bound(name: str, value: Bound, now: datetime) -> datetime | None:
+def _bound(name: str, value: Bound, now: datetime, ahead: bool = False) -> datetime | None:
     if isinstance(value, timedelta):
         if value < timedelta(0):
-            raise InvalidFilter(f"{name}: a timedelta means 'that long ago': not negative")
+            what = "from now" if ahead else "ago"
+            raise InvalidFilter(f"{name}: a timedelta means 'that long {what}': not negative")
+        if ahead:
+            try:
+                return now + value
+            except OverflowError:
+                raise InvalidFilter(
+                    f"{name}: {value.days} days ahead is past the year 9999"
+                ) from None
         try:
             return max(now - value, EARLIEST)
         except OverflowError:

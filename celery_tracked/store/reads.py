@@ -68,6 +68,7 @@ def conditions(filt: JobFilter) -> list[ColumnElement[bool]]:
     for column, low, high in (
         (jobs.c.created_at, filt.created_after, filt.created_before),
         (jobs.c.finished_at, filt.finished_after, filt.finished_before),
+        (jobs.c.not_before, filt.due_after, filt.due_before),
     ):
         if low is not None:
             where.append(column >= low)
@@ -176,7 +177,8 @@ class Reads:
 
     @reconnecting
     def stats(self, now: datetime | None = None) -> dict[str, dict[str, Any]]:
-        """Counts per queue and status, and the age of the oldest pending job per queue.
+        """Counts per queue and status, the age of the oldest pending job that is due, and
+        ``scheduled``: the pending jobs not due yet (counted in ``pending`` too).
 
         Exact, except on PostgreSQL for a table the planner estimates at
         :data:`ESTIMATE_ABOVE` rows or more: there the ended statuses' counts are
@@ -186,6 +188,7 @@ class Reads:
         with translated("reading queue statistics"), self.engines.transaction() as conn:
             count_rows = self._counts(conn)
             oldest_rows = conn.execute(selects.OLDEST_PENDING).all()
+            scheduled_rows = conn.execute(selects.COUNT_SCHEDULED).all()
         out: dict[str, dict[str, Any]] = {}
         for queue, status, n in count_rows:
             entry = out.setdefault(queue, _empty_stats())
@@ -199,6 +202,8 @@ class Reads:
             out.setdefault(queue, _empty_stats())["oldest_pending_age_s"] = max(
                 0.0, (now - created).total_seconds()
             )
+        for queue, n in scheduled_rows:
+            out.setdefault(queue, _empty_stats())["scheduled"] = int(n)
         return out
 
     def _counts(self, conn: Connection) -> list[tuple[str, str, int]]:
@@ -273,4 +278,9 @@ def _big_table_counts(conn: Connection, estimated: float) -> list[tuple[str, str
 
 
 def _empty_stats() -> dict[str, Any]:
-    return {"counts": {s.value: 0 for s in JobStatus}, "total": 0, "oldest_pending_age_s": None}
+    return {
+        "counts": {s.value: 0 for s in JobStatus},
+        "total": 0,
+        "oldest_pending_age_s": None,
+        "scheduled": 0,
+    }

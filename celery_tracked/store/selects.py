@@ -83,9 +83,16 @@ COUNT_GROUP = (
         jobs.c.status == param("status", String),
     )
 )
+#: Of the pending jobs that are due (a held or counting-down one waits on purpose).
 OLDEST_PENDING = (
     select(jobs.c.queue_name, func.min(jobs.c.created_at))
-    .where(jobs.c.status == JobStatus.PENDING.value)
+    .where(jobs.c.status == JobStatus.PENDING.value, *DUE)
+    .group_by(jobs.c.queue_name)
+)
+#: Per queue: pending jobs not due yet (a countdown/eta; held ones among them).
+COUNT_SCHEDULED = (
+    select(jobs.c.queue_name, func.count())
+    .where(jobs.c.status == JobStatus.PENDING.value, jobs.c.not_before > db_time())
     .group_by(jobs.c.queue_name)
 )
 #: The relay's: due (a held job not due yet is the scheduler's: ``HELD_DUE``).
