@@ -5,6 +5,7 @@ deadline never starts, from every delivery path, and ends ``cancelled``."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -205,3 +206,21 @@ def test_a_held_job_past_its_deadline_is_cancelled_by_the_pass(env: Any) -> None
     assert report["cancelled"] == [r.id] and report["published"] == []
     assert_expired(env, r.id)
     assert no_message_anywhere(env)
+
+
+def test_the_cli_knows_held_jobs(env: Any, cli_in_process: Any) -> None:
+    held = env.task(TIMED).apply_async(args=("cli",), countdown=7200, _deadline=3 * 3600)
+    env.task(TIMED).apply_async(args=("now",))
+    listed = cli_in_process("jobs", "--due-before", "3h", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [job["id"] for job in json.loads(listed.stdout)["jobs"]] == [held.id]
+    shown = cli_in_process("show", held.id, "--no-history")
+    assert "held: published by the scheduler pass" in shown.stdout, shown.stdout
+    assert "deadline" in shown.stdout
+    as_json = json.loads(cli_in_process("show", held.id, "--json").stdout)
+    assert as_json["due_at"] and as_json["deadline_at"]
+    stats = cli_in_process("stats")
+    assert "SCHEDULED" in stats.stdout
+    assert json.loads(cli_in_process("stats", "--json").stdout)[QUEUE]["scheduled"] == 1
+    passed = cli_in_process("schedule", "--json")
+    assert passed.returncode == 0 and json.loads(passed.stdout)["published"] == []
