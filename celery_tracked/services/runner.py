@@ -25,7 +25,7 @@ from typing import Any
 
 from ..core.attempt import Attempt
 from ..core.codec import encode
-from ..core.deadlines import deadline_message, past_deadline
+from ..core.deadlines import DEADLINE_EXCEEDED, deadline_message, past_deadline
 from ..core.errors import StoreError, Unrecoverable
 from ..core.fences import DeadRun, Lease, Takeover
 from ..core.hooks import Delivery, Hooks, Wait
@@ -156,11 +156,17 @@ class Runner:
         """A ``processing`` row: wait for its live lease, or take a lapsed one over (or
         fail the job when no attempt remains)."""
         store, leases, job_id = self.store, self.leases, run.job_id
-        grace = leases.grace_seconds
-        lease = diagnose(job, store.clock(), leases.dead_holder(job), grace)
+        grace, db_now = leases.grace_seconds, store.clock()
+        lease = diagnose(job, db_now, leases.dead_holder(job), grace)
         if not lease.lapsed:
             return Postponed(postpone_for(lease.remaining_s, who.lease_s), lease.why)
         seen = job.attempts_made
+        if past_deadline(job, db_now):  # no new attempt starts past it
+            message = f"attempt {seen} was lost ({lease.why}) and {deadline_message(job)}"
+            dead = DeadRun.cancelled(seen, lease.stale_owner, message, who.now, DEADLINE_EXCEEDED)
+            if store.end_dead_run(job_id, dead):
+                self.teller.tell(run, Event.CANCELLED, f"job {job_id} {message}", attempt=seen)
+            return Skipped(message)
         if job.cancel_requested_at is not None:  # asked to stop, and its run is gone
             message = f"cancelled: attempt {seen} was asked to stop and is gone ({lease.why})"
             if store.end_dead_run(

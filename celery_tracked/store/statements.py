@@ -238,6 +238,15 @@ RESCUE_MESSAGE: dict[str, Any] = {
     "locked_by": None,
     "updated_at": NOW,
 }
+#: A takeover: attempts left, the current message, no cancel asked, its deadline not come.
+TAKEABLE = (jobs.c.attempts_made < jobs.c.max_attempts, *CURRENT, *UNCANCELLED, *ALIVE)
+#: A dead run ended ``cancelled``; ``error_type``: NULL, or a deadline's.
+DEAD_CANCELLED = {
+    **END_RUN,
+    "finished_at": NOW,
+    "error_type": param("error_type", String, optional=True),
+    "error_message": MESSAGE,
+}
 #: A stalled job abandoned by the reaper.
 ABANDON: dict[str, Any] = {
     "locked_by": None,

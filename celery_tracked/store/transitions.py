@@ -47,7 +47,7 @@ TAKE_OVER = Move(
     sql.TAKE_LEASE,
     fence=sql.LAPSED,
     event="redelivered",
-    extra_where=(jobs.c.attempts_made < jobs.c.max_attempts, *sql.CURRENT, *sql.UNCANCELLED),
+    extra_where=sql.TAKEABLE,
 )
 #: A keyed claim and takeover (under the key's lock, ``locks.py``).
 CLAIM_KEYED = Move(
@@ -131,7 +131,7 @@ CANCEL_DEAD = Move(
     "cancel_dead",
     _PROCESSING,
     JobStatus.CANCELLED,
-    {**sql.END_RUN, "finished_at": sql.NOW, "error_type": None, "error_message": sql.MESSAGE},
+    sql.DEAD_CANCELLED,
     sql.LAPSED,
     "cancelled",
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from celery_tracked.core.deadlines import DEADLINE_EXCEEDED
-from celery_tracked.core.fences import Lease
+from celery_tracked.core.fences import DeadRun, Lease, Takeover
 from celery_tracked.core.finder import JobFilter
 from celery_tracked.core.jobs import JobStatus, utcnow
 from celery_tracked.core.ports import Store
@@ -19,6 +19,7 @@ from tests.contract.conftest import (
     failure,
     later,
     new_job,
+    stalled,
 )
 
 PASS_A, PASS_B = "schedule-a:1:1", "schedule-b:1:2"
@@ -109,3 +110,24 @@ def test_a_retrying_job_past_its_deadline_is_not_claimed_again(store: Store) -> 
     assert store.expire(job_id, now=utcnow(), message="deadline")
     job = store.get(job_id)
     assert job is not None and job.status is JobStatus.CANCELLED
+
+
+def test_no_takeover_starts_a_new_attempt_past_the_deadline(store: Store) -> None:
+    job_id = new_job(store, deadline_at=later(1))
+    claimed(store, job_id, lease_s=-30)  # started in time; its lease lapsed at once
+    time.sleep(1.2)  # its deadline passes
+    lease = Lease(owner="host-b:1:7", worker="w2", now=utcnow(), lease_s=60)
+    fence = Takeover(seen_attempt=1, grace_s=0, stale_owner=None, reason="lease lapsed")
+    assert store.take_over(job_id, lease, fence) is None
+    dead = DeadRun.cancelled(1, None, "lost, and past its deadline", utcnow(), DEADLINE_EXCEEDED)
+    assert store.end_dead_run(job_id, dead)
+    job = store.get(job_id)
+    assert job is not None and job.status is JobStatus.CANCELLED
+    assert job.error_type == DEADLINE_EXCEEDED
+    assert job.error_message == "lost, and past its deadline"
+
+
+def test_the_reaper_never_takes_a_held_job_for_stalled(store: Store) -> None:
+    held = new_job(store, now=ago(7200), due_in_s=3600)
+    assert stalled(store, pending_cutoff=later(7200)) == []
+    assert store.get(held) is not None

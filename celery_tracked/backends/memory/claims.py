@@ -99,6 +99,7 @@ class MemoryClaims(MemoryCore):
                 and job.attempts_made < job.max_attempts
                 and job.revision == lease.revision
                 and job.cancel_requested_at is None
+                and (job.deadline_at is None or job.deadline_at > self.time())  # ``ALIVE``
                 and self._key_free(job_id, lease.concurrency)
             )
 
