@@ -21,7 +21,7 @@ class Relay(Applying):
     @reconnecting
     def unpublished(self, *, cutoff: datetime, now: datetime) -> list[str]:
         """Ids of pending jobs created before ``cutoff`` whose message was never handed to
-        the broker and that no relay holds (oldest first, at most 100)."""
+        the broker, due at ``now`` and that no relay holds (oldest first, at most 100)."""
         params = {"cutoff": cutoff, "now": now}
         with translated("reading unpublished jobs"), self.engines.transaction() as conn:
             return [str(r[0]) for r in conn.execute(selects.SELECT_UNPUBLISHED, params).all()]

@@ -9,7 +9,7 @@ from sqlalchemy import Delete, Integer, String, TextClause, delete, func, or_, s
 from ..core.jobs import JobStatus
 from .clock import db_time
 from .models import UTCDateTime, events, jobs
-from .statements import DUE, JOB_ID, UNPUBLISHED, param
+from .statements import DUE, JOB_ID, NOW, UNPUBLISHED, param
 
 #: The statuses of jobs not ended yet.
 ACTIVE = (JobStatus.PENDING, JobStatus.PROCESSING, JobStatus.RETRYING)
@@ -95,10 +95,14 @@ COUNT_SCHEDULED = (
     .where(jobs.c.status == JobStatus.PENDING.value, jobs.c.not_before > db_time())
     .group_by(jobs.c.queue_name)
 )
-#: The relay's: due (a held job not due yet is the scheduler's: ``HELD_DUE``).
+#: The relay's: due at the pass's ``now`` (one not due yet is the scheduler's: ``HELD_DUE``).
 SELECT_UNPUBLISHED = (
     select(jobs.c.id)
-    .where(jobs.c.status == JobStatus.PENDING.value, *UNPUBLISHED, *DUE)
+    .where(
+        jobs.c.status == JobStatus.PENDING.value,
+        *UNPUBLISHED,
+        or_(jobs.c.not_before.is_(None), jobs.c.not_before <= NOW),
+    )
     .order_by(jobs.c.created_at)
     .limit(100)
 )

@@ -39,7 +39,7 @@ class MemoryRelay(MemoryCore):
                 for j in self.rows.values()
                 if j.status is JobStatus.PENDING
                 and self._unpublished(j, cutoff)
-                and self.free(j.not_before)
+                and (j.not_before is None or j.not_before <= now)
             ]
         found.sort(key=lambda j: j.created_at)
         return [j.id for j in found[:100]]
