@@ -191,3 +191,25 @@ def test_the_schedule_plugin_has_a_task_and_a_beat_entry(app: Celery) -> None:
     assert "schedule" in TASKS
     entry = app.conf.beat_schedule["celery_tracked.schedule"]
     assert entry["schedule"] == 30.0
+
+
+def test_a_held_job_is_cancelled_and_retried_like_any_pending_one(app: Celery) -> None:
+    remind = _task(app)
+    tracker = Tracker.for_app(app)
+    r = remind.apply_async(args=("a",), countdown=7200)
+    assert tracker.cancel(r.id)
+    job = tracker.get_job(r.id)
+    assert job is not None and job.status is JobStatus.CANCELLED and job.not_before is None
+    assert tracker.schedule(now=utcnow() + timedelta(hours=3)).as_dict()["published"] == []
+    assert tracker.retry(r.id)  # runs again now: its message is published at once
+    again = tracker.get_job(r.id)
+    assert again is not None and again.status is JobStatus.PENDING
+    assert again.not_before is None and again.published_at is not None
+
+
+def test_a_duplicate_of_a_held_job_is_returned_at_once(app: Celery) -> None:
+    remind = _task(app, idempotency_key="remind:{who}")
+    first = remind.enqueue("a", _options={"countdown": 7200})
+    assert first.created
+    again = remind.enqueue("a")
+    assert (again.job_id, again.created) == (first.job_id, False)
