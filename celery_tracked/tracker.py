@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
 from .backends.guard import MemoryGuard, RedisGuard
-from .backends.limiter import GlobalRateLimit, MemoryLimiter, RedisLimiter
+from .backends.limiter import MemoryLimiter, RedisLimiter
 from .backends.memory import MemoryStore
 from .core.conversions import MEMORY_URL
 from .core.errors import ConfigurationError, JobNotFound
@@ -47,6 +47,7 @@ from .services.cancelling import Stopper
 from .services.cleanup import Cleanup, CleanupReport
 from .services.enqueuer import Enqueuer
 from .services.lease import LeaseKeeper
+from .services.limits import GlobalRateLimit
 from .services.maintenance import Maintenance, Parts, Report
 from .services.pipelines import Successors
 from .services.producer import Producer
@@ -313,10 +314,9 @@ class Wiring:
         return self._plugin(Relay).run(now)
 
     def schedule(self, *, now: datetime | None = None) -> RelayReport:
-        """Publish the held jobs as they come within ``tracked_schedule_horizon_seconds``:
-        one pass of the scheduler (``services/scheduler.py``; the task
-        ``celery_tracked.schedule`` runs it on Beat). ``now``: the time due times are
-        judged at (default: the database's clock). Raises ``StoreError``."""
+        """Publish the held jobs coming within ``tracked_schedule_horizon_seconds``: one pass
+        of ``services/scheduler.py`` (Beat: ``celery_tracked.schedule``). ``now``: the time
+        due times are judged at (default: the database's clock). Raises ``StoreError``."""
         return self._plugin(Scheduler).run(now)
 
     def reap(self, *, now: datetime | None = None) -> ReapReport:

@@ -17,20 +17,9 @@ takes it as a start granted at that moment (:func:`~celery_tracked.limits.recove
 ``MemoryLimiter`` is the in-process twin for the embedded mode (``tracked_redis_url =
 "memory://"``), whose state lives and dies with its process.
 
-:class:`GlobalRateLimit` is the built-in hook. ``before_claim``: a delivery whose slot has
-not come is postponed to it, its reserved slot carried in the re-published message, so it
-never reserves twice; no attempt is used and no pool process waits (Celery holds a message
-with an ETA in the worker's memory). ``before_body``: a delivery refused the start gives its
-claim back (the runner's move, no attempt used) and is re-published for the start's time,
-keeping its slot; the next start is owed to the oldest such slot (for one interval after it
-may come back), so the deliveries of later slots do not overtake it. Before the claim, a
-wait of at most :data:`SHORT_WAIT_S` is slept in-process instead (no round trip through the
-broker; nothing is held yet); after the claim nothing waits holding it (its concurrency-key
-slot, and its ``started_at``, would then count time no body ran). An inline run (eager
-mode, whose re-publish would run again at once) sleeps every wait, before and after its
-claim. A slot reserved by a delivery that never runs (its job cancelled, a duplicate) only
-wastes one interval. If Redis is unreachable the delivery is postponed (a rate limit fails
-closed).
+The built-in hook that uses it, :class:`~celery_tracked.services.limits.GlobalRateLimit`,
+is a service (``services/limits.py``); the :class:`~celery_tracked.core.guard.Limiter`
+Protocol is in the core.
 """
 
 from __future__ import annotations
@@ -38,23 +27,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Protocol
 
 import redis
 
-from ..core.errors import GuardError
-from ..core.hooks import Delivery, Hooks, Wait
-from ..core.jobs import Claim
-from ..core.limits import LimiterState, grant_start, release_slot, slot_header, take_slot
+from ..core.limits import LimiterState, grant_start, release_slot, take_slot
 from .guard import translated
 
 logger = logging.getLogger("celery_tracked")
 
-#: How long a delivery waits when the limiter cannot be reached.
-UNAVAILABLE_WAIT_S = 1.0
-#: A wait this short, before the claim, is slept in-process and asked again.
-SHORT_WAIT_S = 0.05
 #: A limiter's key outlives its last reserved slot by this much (ms); a key that expired is
 #: an empty state, which waits one interval.
 _KEEP_MS = 86_400_000
@@ -190,18 +170,6 @@ end
 )
 
 
-class Limiter(Protocol):
-    def take(self, name: str, interval_ms: int, reserved_ms: int | None) -> tuple[int, int]:
-        """``(wait_ms, slot_ms)`` before the claim: 0 when the delivery may claim now."""
-
-    def grant(self, name: str, interval_ms: int, slot_ms: int | None) -> int:
-        """After the claim, just before the body, for the delivery of slot ``slot_ms``: 0
-        when the start is granted (recorded), else the milliseconds until one may be."""
-
-    def release(self, name: str, interval_ms: int, slot_ms: int) -> None:
-        """The delivery of slot ``slot_ms`` runs nothing: its turn and what it is owed go."""
-
-
 class RedisLimiter:
     """The limiter on a real Redis (the guard's client)."""
 
@@ -258,95 +226,3 @@ class MemoryLimiter:
 
 def _now_ms() -> float:
     return time.time() * 1000
-
-
-class GlobalRateLimit(Hooks):
-    """Spaces the starts of the bodies of every task naming one limiter."""
-
-    #: Short waits slept in a row before the delivery is postponed instead.
-    SHORT_WAITS = 3
-
-    def __init__(self, limiter: Limiter, sleep: Callable[[float], None] = time.sleep) -> None:
-        self.limiter = limiter
-        self._sleep = sleep
-        # the slot this thread's delivery took before its claim, for ``before_body``
-        self._taken = threading.local()
-
-    def before_claim(self, delivery: Delivery) -> float | Wait | None:
-        limits = delivery.limits
-        if limits is None or limits.rate_name is None:
-            return None
-        name, interval = limits.rate_name, limits.interval_ms
-        slot = limits.reserved_ms
-        self._taken.job = None
-
-        def take() -> int:
-            nonlocal slot
-            wait, slot = self.limiter.take(name, interval, slot)
-            return wait
-
-        waited = self._ask(take, delivery, f"rate limit {name!r}: its slot comes in", short=True)
-        if waited is None:
-            self._taken.job, self._taken.slot = delivery.job_id, slot
-            return None
-        return _with_slot(waited, name, slot)
-
-    def before_body(self, delivery: Delivery, claim: Claim) -> float | Wait | None:
-        limits = delivery.limits
-        if limits is None or limits.rate_name is None:
-            return None
-        name, interval = limits.rate_name, limits.interval_ms
-        mine = getattr(self._taken, "job", None) == delivery.job_id
-        slot: int | None = self._taken.slot if mine else limits.reserved_ms
-        waited = self._ask(
-            lambda: self.limiter.grant(name, interval, slot),
-            delivery,
-            f"rate limit {name!r}: another body started; its start comes in",
-            short=False,  # holding the claim: give it back rather than wait
-        )
-        if waited is None:
-            return None
-        return waited if slot is None else _with_slot(waited, name, slot)
-
-    def after_skip(self, delivery: Delivery) -> None:
-        """A delivery that took its turn runs nothing (a rescue replaced its message, its job
-        ended): its turn, and a start owed to its slot, go to the next at once."""
-        limits = delivery.limits
-        if limits is None or limits.rate_name is None:
-            return
-        mine = getattr(self._taken, "job", None) == delivery.job_id
-        slot: int | None = self._taken.slot if mine else limits.reserved_ms
-        if slot is None:
-            return
-        try:
-            self.limiter.release(limits.rate_name, limits.interval_ms, slot)
-        except GuardError as exc:  # its turn lapses by itself (one interval)
-            logger.warning("rate limiter %r: slot not given back: %s", limits.rate_name, exc)
-
-    def _ask(
-        self, ask: Callable[[], int], delivery: Delivery, why: str, short: bool
-    ) -> Wait | None:
-        """None once ``ask`` says 0 (``short`` waits, and an inline run's waits, are slept
-        and asked again), else the wait; a limiter that cannot be reached is a wait too."""
-        slept = 0
-        while True:
-            try:
-                wait_ms = ask()
-            except GuardError as exc:
-                name = delivery.limits.rate_name if delivery.limits else None
-                return Wait(UNAVAILABLE_WAIT_S, f"rate limiter {name!r} unavailable: {exc}")
-            if wait_ms <= 0:
-                return None
-            brief = short and wait_ms <= SHORT_WAIT_S * 1000 and slept < self.SHORT_WAITS
-            if delivery.inline or brief:
-                slept += 1
-                self._sleep(wait_ms / 1000)
-                continue
-            return Wait(wait_ms / 1000, f"{why} {wait_ms} ms")
-
-
-def _with_slot(wait: Wait, name: str, slot: int | None) -> Wait:
-    """``wait`` telling the next delivery which slot this one reserved."""
-    if slot is None or wait.headers is not None:
-        return wait
-    return Wait(wait.seconds, wait.reason, slot_header(name, slot))

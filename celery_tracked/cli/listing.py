@@ -70,7 +70,7 @@ def show(ctx: click.Context, job_id: str, history: bool, as_json: bool) -> None:
     tracker = reader_of(ctx)
     with friendly("reading the job"):
         job = tracker.get_job(job_id)
-        events = tracker.history(job_id) if history and job is not None else []
+        events = tracker.history(job_id) if job is not None else []  # the note reads them
         now = tracker.store.clock()  # the database's: ages are judged on it
     if job is None:
         raise NotFound(f"no job {job_id}")  # shown escaped (``common._Shown``)
@@ -80,7 +80,8 @@ def show(ctx: click.Context, job_id: str, history: bool, as_json: bool) -> None:
         emit_json(out)
         return
     style = output_style()
-    click.echo(fields(_job_fields(job, notes.retry_note(job, ctx.obj.app), now), style))
+    note = notes.retry_note(job, ctx.obj.app, events)
+    click.echo(fields(_job_fields(job, note, now), style))
     if history:
         click.echo("")
         click.echo(table(EVENT_HEADERS, _event_rows(events), style))

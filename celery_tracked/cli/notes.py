@@ -1,13 +1,16 @@
 """What ``tracked show`` adds to a job's row, in words: why a failed job was not retried
-(its task's ``autoretry_for``, ``dont_autoretry_for``, or ``Unrecoverable``), and the
-state of a running job's lease, judged on the database's clock."""
+(the reason its worker recorded with the failure, from its task's policy; for a row
+without one, its task's ``autoretry_for``, ``dont_autoretry_for``, or ``Unrecoverable``),
+and the state of a running job's lease, judged on the database's clock."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from ..core.jobs import Job, JobStatus
+from ..core.jobs import Job, JobEvent, JobStatus
+from ..core.outcomes import NOT_RETRIED
 from ..core.retry_policy import RetryPolicy
 from ..services.bulk import unrecoverable
 from .render import Cell
@@ -17,21 +20,26 @@ def _names(errors: tuple[type[BaseException], ...]) -> set[str]:
     return {error.__name__ for error in errors}
 
 
-def retry_note(job: Job, app: Any) -> str | None:
+def retry_note(job: Job, app: Any, events: Sequence[JobEvent] = ()) -> str | None:
     """For a ``failed`` job that stopped before its last attempt: why its error was not
-    retried (from its task's declaration when this app knows the task), else None."""
+    retried (the reason its last ``failed`` event in ``events`` records; else from its
+    task's declaration when this app knows the task), else None."""
     if job.status is not JobStatus.FAILED or job.retries_exhausted:
         return None
     if job.attempts_made >= job.max_attempts or not unrecoverable(job):
         return None
+    failed = [e.message or "" for e in events if e.event == JobStatus.FAILED.value]
+    marker = f"; {NOT_RETRIED}"
+    if failed and marker in failed[-1]:  # the worker's note comes last, after the error
+        return f"  ({NOT_RETRIED}{failed[-1].rpartition(marker)[2]})"
     task = getattr(app, "tasks", {}).get(job.task_name)
     policy = getattr(getattr(task, "description", None), "retry", None)
     error = job.error_type or "its error"
     if isinstance(policy, RetryPolicy):
         if policy.retry_on == () and policy.semantics == "celery":
             return (
-                "  (not retried: under Celery's retry semantics only self.retry and "
-                "autoretry_for retry; tracked_retry_semantics='tracked' retries every error)"
+                f"  (not retried: its task does not retry {error}: under Celery's retry "
+                "semantics, only self.retry and autoretry_for retry)"
             )
         if policy.retry_on == ():
             return "  (not retried: its task declares autoretry_for=(), no error is retried)"

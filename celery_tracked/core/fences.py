@@ -98,12 +98,19 @@ class HeldTransaction(Protocol):
 @dataclass(frozen=True)
 class AttemptError:
     """The error an attempt ended with, as recorded: its type and summary, how long the
-    attempt ran (None when a later delivery records it), when."""
+    attempt ran (None when a later delivery records it), when, and a ``note`` on it (why
+    it was not retried)."""
 
     error_type: str
     error_message: str
     duration_ms: int | None
     now: datetime
+    note: str | None = None
+
+    def line(self) -> str:
+        """The history line of a failure: the error, then its note."""
+        error = f"{self.error_type}: {self.error_message}"
+        return error if self.note is None else f"{error}; {self.note}"
 
 
 @dataclass(frozen=True)

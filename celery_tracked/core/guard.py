@@ -35,3 +35,15 @@ class Subscription(Protocol):
         """Block until a notification arrives or ``timeout`` passes; True if one came."""
 
     def close(self) -> None: ...
+
+
+class Limiter(Protocol):
+    def take(self, name: str, interval_ms: int, reserved_ms: int | None) -> tuple[int, int]:
+        """``(wait_ms, slot_ms)`` before the claim: 0 when the delivery may claim now."""
+
+    def grant(self, name: str, interval_ms: int, slot_ms: int | None) -> int:
+        """After the claim, just before the body, for the delivery of slot ``slot_ms``: 0
+        when the start is granted (recorded), else the milliseconds until one may be."""
+
+    def release(self, name: str, interval_ms: int, slot_ms: int) -> None:
+        """The delivery of slot ``slot_ms`` runs nothing: its turn and what it is owed go."""

@@ -142,6 +142,11 @@ def _read(signals: Signals, error: BaseException | None, kind: SignalKind) -> Si
 # -- the classification of a body's end -----------------------------------------------
 
 
+#: How a failure's note begins when its error was not retried (``plan_outcome``): the
+#: reason follows, after the error in the ``failed`` event (``AttemptError.line``).
+NOT_RETRIED = "not retried: "
+
+
 class Write(enum.Enum):
     """The fenced write that records an attempt's end."""
 
@@ -189,7 +194,8 @@ class Failure:
     successor follows it); ``rows``: inserted with a final failure (the hooks'
     ``failure_rows``); ``carry``: a retry whose write the database refused travels in the
     re-published message for the next delivery to write first (a final failure always
-    does; a retry without ``carry`` does not: the re-publish makes the next attempt anyway).
+    does; a retry without ``carry`` does not: the re-publish makes the next attempt anyway);
+    ``note``: the plan's note, recorded after the error (why it was not retried).
     """
 
     error_type: str
@@ -199,6 +205,7 @@ class Failure:
     retries_exhausted: bool = False
     rows: Sequence[NewRow] = ()
     carry: bool = False
+    note: str | None = None
 
     @property
     def final(self) -> bool:
@@ -221,6 +228,7 @@ def plan_outcome(
     gave_up: bool = False,
     retry_sent: datetime | None = None,
     signals: Signals = NO_SIGNALS,
+    refusal: Callable[[BaseException], str] | None = None,
 ) -> Plan:
     """Classify how attempt ``attempt`` of ``max_attempts`` ended (``error`` None: it
     returned). ``backoff(attempt)`` gives the delay after a failed attempt, in ms;
@@ -228,7 +236,8 @@ def plan_outcome(
     ``gave_up``: ``error`` is what the body's own ``self.retry`` raised because no retry
     remained (Celery's ``max_retries``): the job fails with it, its retries used up;
     ``retry_sent``: when the body's own retry published its message; ``signals``: which
-    errors are control signals."""
+    errors are control signals; ``refusal(error)``: why ``retryable`` refused it (the
+    plan's note, ``NOT_RETRIED`` and the reason, recorded with the failure)."""
     last = attempt >= max_attempts
     if error is None:
         return Plan(Write.COMPLETE)
@@ -250,10 +259,13 @@ def plan_outcome(
         if last:
             return Plan(Write.FAIL, reraise=True)
         return Plan(Write.RETRY, delay_ms=retry_delay_ms(signal, sent=retry_sent), reraise=True)
-    if isinstance(error, Unrecoverable) or last:
+    if last:
         return Plan(Write.FAIL, reraise=True)
+    if isinstance(error, Unrecoverable):
+        return Plan(Write.FAIL, reraise=True, note=f"{NOT_RETRIED}Unrecoverable ends its job")
     if retryable is not None and not retryable(error):
-        return Plan(Write.FAIL, reraise=True, note="not retried for this exception")
+        why = "its task does not retry it" if refusal is None else refusal(error)
+        return Plan(Write.FAIL, reraise=True, note=f"{NOT_RETRIED}{why}")
     return Plan(Write.RETRY, delay_ms=backoff(attempt))
 
 
@@ -294,16 +306,11 @@ def final_error(error: BaseException, signals: Signals = NO_SIGNALS) -> BaseExce
     return signals.out_of_retries()
 
 
-#: A body's own retry publishes its message before the attempt's ``retrying`` is written:
-#: the job's backoff ends up to this long before the message is due (at most half its
-#: countdown), so that the delivery finds it due rather than waiting once more.
-EARLY_MS = 250
-
-
 def retry_delay_ms(retry: Signal, now: datetime | None = None, sent: datetime | None = None) -> int:
     """The delay, from ``now``, that a body's own ``self.retry(countdown=...|eta=...)``
-    asked for. ``sent``: when its message was published (a countdown counts from then, and
-    the delay ends a little early: ``EARLY_MS``)."""
+    asked for: until its message is due, as Celery waits it. ``sent``: when its message
+    was published (a countdown counts from then, as Celery's eta does). The delivery finds
+    the row due although it was written a moment after the message (``CLAIM_EARLY_S``)."""
     when = retry.when
     if isinstance(when, int | float):
         if sent is None:
@@ -314,10 +321,7 @@ def retry_delay_ms(retry: Signal, now: datetime | None = None, sent: datetime | 
     if when.tzinfo is None:  # Celery reads a naive eta as UTC
         when = when.replace(tzinfo=timezone.utc)
     now = now or datetime.now(timezone.utc)
-    delay = int((when - now).total_seconds() * 1000)
-    if sent is not None:
-        delay -= min(EARLY_MS, max(0, int((when - sent).total_seconds() * 1000)) // 2)
-    return max(0, delay)
+    return max(0, int((when - now).total_seconds() * 1000))
 
 
 def after_write(

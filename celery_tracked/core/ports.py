@@ -288,6 +288,8 @@ class RerunStore(Reader, Handing, KeyReader, Protocol):
         secrets_sealed: str | None = None,
         payload_json: str | None = None,
         completed_too: bool = False,
+        due_in_s: float | None = None,
+        due_at: datetime | None = None,
     ) -> bool: ...
 
     def undo_retry(self, job_id: str, undo: RetryUndo, *, now: datetime, message: str) -> bool:

@@ -108,6 +108,21 @@ class RetryPolicy:
             return False
         return self.retry_on is None or isinstance(error, self.retry_on)
 
+    def refusal(self, error: BaseException) -> str:
+        """Why ``error``, one this policy does not retry (:meth:`retries`), is not: recorded
+        with the failure, so that a reader that does not know the task can say it."""
+        name = type(error).__name__
+        if isinstance(error, self.never_retry):
+            return f"{name} is in its task's dont_autoretry_for"
+        if self.retry_on == () and self.semantics == CELERY_SEMANTICS:
+            return (
+                f"its task does not retry {name}: under Celery's retry semantics, only "
+                "self.retry and autoretry_for retry"
+            )
+        if self.retry_on == ():
+            return "its task declares autoretry_for=(), no error is retried"
+        return f"{name} is not in its task's autoretry_for"
+
     def delay_ms(
         self,
         attempt: int,

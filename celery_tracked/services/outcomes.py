@@ -82,6 +82,7 @@ class OutcomeWriter:
             gave_up=ran is not None and ran.gave_up_with(error),
             retry_sent=None if ran is None else ran.retry_sent,
             signals=run.signals,
+            refusal=run.policy.refusal,
         )
         if run.inline and plan.delay_ms:  # an inline retry runs now (``eager.py``)
             return replace(plan, delay_ms=0)
@@ -204,6 +205,7 @@ class OutcomeWriter:
             retry_ms=plan.delay_ms,
             retries_exhausted=used_up,
             rows=rows,
+            note=plan.note,
         )
 
     def fail(self, attempt: Attempt, failure: Failure, started: float) -> Verdict:
@@ -211,7 +213,7 @@ class OutcomeWriter:
         else the lost lease's, or the failure carried over in the re-published message."""
         claim = attempt.claim
         duration = _since(started)
-        ended = AttemptError(failure.error_type, failure.summary, duration, utcnow())
+        ended = AttemptError(failure.error_type, failure.summary, duration, utcnow(), failure.note)
         try:
             if failure.retry_ms is None:
                 exhausted = failure.retries_exhausted
@@ -224,7 +226,7 @@ class OutcomeWriter:
         if not written:
             return self.lost(attempt, status.value, duration)
         attempt.recorded = status.value
-        self.teller.tell_failure(attempt, failure, duration)
+        self.teller.tell_failure(attempt, failure, ended.line(), duration)
         return failure.verdict
 
     def _not_written(

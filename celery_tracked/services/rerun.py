@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime
 from functools import partial
 from typing import Any, NamedTuple, Protocol
 
@@ -58,12 +59,15 @@ RUN_AGAIN = (JobStatus.COMPLETED, *RETRIABLE)
 
 class Round(NamedTuple):
     """A new round of an ended job: its attempts, its event's text, the values it is sent
-    with (sealed), and the secrets to mask in a failed publish's error."""
+    with (sealed), the secrets to mask in a failed publish's error, and when it is due (a
+    re-send's ``countdown``, else its ``eta``; neither: at once)."""
 
     budget: int
     message: str
     sealed: str | None
     secrets: Sequence[str]
+    due_in_s: float | None = None
+    due_at: datetime | None = None
 
 
 class Shape(Protocol):
@@ -252,7 +256,9 @@ class Resender:
         with the call's arguments, attempts and message (``publish``, its Celery options:
         a frozen canvas applied again runs again, as in Celery). None when it is not one
         (not ended, another task or key, its pipeline went on from its failure, or it
-        moved meanwhile): the call is then a duplicate.
+        moved meanwhile): the call is then a duplicate. Another producer's re-send that
+        made the round first (the move found the job at a newer revision): the job as that
+        one left it (``created`` False), this call publishing nothing.
 
         Raises:
             EnqueueError: the database or the publish failed (the job is as it was).
@@ -266,7 +272,9 @@ class Resender:
             f"{found.attempts_made})"
         )
         task_id = job.celery_task_id or job.job_id
-        made = Round(job.max_attempts, message, job.sealed, job.call.secrets)
+        made = Round(
+            job.max_attempts, message, job.sealed, job.call.secrets, job.due_in_s, job.due_at
+        )
         try:
             self._refuse_after_fail_soft(found)
             sent = self._new_round(
@@ -275,11 +283,16 @@ class Resender:
                 lambda row: publish(TrackedHeaders.of(row), task_id),
                 payload_json=job.call.payload_json,
             )
+            now = None if sent else self.store.get(found.id)
         except RetryRefused:
             return None
         except StoreError as exc:
             raise EnqueueError(f"enqueue of {job.task_name} failed (database): {exc}") from None
-        return EnqueueResult(found.id, JobStatus.PENDING, True) if sent else None
+        if sent:
+            return EnqueueResult(found.id, JobStatus.PENDING, True)
+        if now is not None and now.revision > found.revision:  # another re-send won
+            return EnqueueResult(now.id, now.status, False)
+        return None
 
     def _new_round(
         self,
@@ -302,10 +315,13 @@ class Resender:
             secrets_sealed=made.sealed,
             payload_json=payload_json,
             completed_too=resent,
+            due_in_s=made.due_in_s,
+            due_at=made.due_at,
         ):
             return False
         revision = job.revision + 1
-        sent = replace(job, status=JobStatus.PENDING, revision=revision)
+        # a re-send's message waits by its own countdown/eta; a retry's is due at once
+        sent = replace(job, status=JobStatus.PENDING, revision=revision, not_before=None)
         forgotten = self.platform.forget_result(sent)
         try:
             send(sent)

@@ -47,14 +47,15 @@ class Teller:
         transition = _transition(run, event, message, level, number, duration_ms)
         self.hooks.after_transition(transition)
 
-    def tell_failure(self, attempt: Attempt, failure: Failure, duration_ms: int) -> None:
-        """``attempt``'s failure, written: the job ``retrying`` or ``failed``."""
+    def tell_failure(self, attempt: Attempt, failure: Failure, line: str, duration_ms: int) -> None:
+        """``attempt``'s failure, written: the job ``retrying`` or ``failed``; ``line``: its
+        error as its event records it (``AttemptError.line``: with the plan's note)."""
         claim = attempt.claim
         status = JobStatus.FAILED if failure.final else JobStatus.RETRYING
         tail = "" if failure.retry_ms is None else f"; retry in {failure.retry_ms} ms"
         message = (
             f"job {claim.job_id} {status.value} after attempt {claim.attempt}/"
-            f"{claim.max_attempts}: {failure.error_type}: {failure.summary}{tail}"
+            f"{claim.max_attempts}: {line}{tail}"
         )
         level = logging.ERROR if failure.final else logging.WARNING
         self.tell_attempt(attempt, Event(status.value), message, duration_ms, level)

@@ -18,7 +18,6 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
-    PrimaryKeyConstraint,
     String,
     Table,
     Text,
@@ -136,10 +135,10 @@ jobs = Table(
     Column("secrets_sealed", Text, nullable=True),
     # the message's priority (Celery's ``priority``), kept by every re-publish; NULL: the
     # broker's default
-    Column("priority", Integer, nullable=True),
+    Column("priority", Integer),  # nullable (the default)
     # the job must start by then (the database's clock), else it ends ``cancelled``;
     # NULL: no deadline
-    Column("deadline_at", UTCDateTime, nullable=True),
+    Column("deadline_at", UTCDateTime),  # nullable
     UniqueConstraint(
         "job_type", "idempotency_key", "key_round", name="uq_background_jobs_idempotency"
     ),
@@ -208,10 +207,9 @@ events = Table(
 pauses = Table(
     "background_job_pauses",
     metadata,
-    Column("scope", String(16), nullable=False),
-    Column("name", String(255), nullable=False),
+    Column("scope", String(16), primary_key=True),
+    Column("name", String(255), primary_key=True),
+    Column("paused_at", UTCDateTime, nullable=False),
     Column("paused_by", String(255), nullable=True),
     Column("reason", Text, nullable=True),
-    Column("paused_at", UTCDateTime, nullable=False),
-    PrimaryKeyConstraint("scope", "name", name="pk_background_job_pauses"),
 )

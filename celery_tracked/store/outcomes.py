@@ -73,7 +73,7 @@ class Outcomes(Applying):
         """processing → failed, fenced by the claim; ``retries_exhausted``: its last attempt
         failed (else it was stopped); ``rows`` (a fail-soft successor) are inserted in the
         same transaction."""
-        message = f"{error.error_type}: {error.error_message}"
+        message = error.line()
         extra = {"delay_s": 0.0, "retries_exhausted": retries_exhausted}
         return self._end_run(moves.FAIL, claim, error, message, extra, rows)
 

@@ -77,13 +77,18 @@ class Rerun(Applying):
         secrets_sealed: str | None = None,
         payload_json: str | None = None,
         completed_too: bool = False,
+        due_in_s: float | None = None,
+        due_at: datetime | None = None,
     ) -> bool:
         """failed | cancelled (and completed, ``completed_too``) → pending at revision
         ``seen_revision + 1``, with ``budget`` more attempts, the values it is sent with
         sealed (``secrets_sealed``) and its arguments replaced by ``payload_json`` (None:
-        kept); False if it moved meanwhile or a newer job holds its key."""
+        kept); due when its message is (``due_in_s`` from now on the database's clock, or
+        at ``due_at``; neither: at once). False if it moved meanwhile or a newer job holds
+        its key."""
         params = {"job_id": job_id, "at_revision": seen_revision, "budget": budget, "now": now}
         params.update(message=message, secrets_sealed=secrets_sealed, payload_json=payload_json)
+        params.update(due_in_s=due_in_s, due_at=due_at)
         return self.apply(moves.RETRY_ENDED if completed_too else moves.RETRY, params) is not None
 
     @reconnecting

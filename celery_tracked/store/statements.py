@@ -43,7 +43,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import BindParameter
 
-from ..core.jobs import JobStatus
+from ..core.jobs import CLAIM_EARLY_S, JobStatus
 from .clock import db_time
 from .models import UTCDateTime, events, jobs
 
@@ -85,6 +85,9 @@ LAPSED = (
 )
 #: The job may start (``not_before``: a retry's backoff, a countdown/eta; NULL: at once).
 DUE = (or_(jobs.c.not_before.is_(None), jobs.c.not_before <= db_time()),)
+#: A delivery may claim it: due, or due within ``CLAIM_EARLY_S`` (its message's own eta).
+_EARLY_S = bindparam("claim_early_s", value=CLAIM_EARLY_S, type_=Float)
+DUE_TO_CLAIM = (or_(jobs.c.not_before.is_(None), jobs.c.not_before <= db_time(_EARLY_S)),)
 #: Its deadline (if any) has not come on the database's clock: a claim never starts it late.
 ALIVE = (or_(jobs.c.deadline_at.is_(None), jobs.c.deadline_at > db_time()),)
 #: Nobody holds the row: no lease, or one that ended (on a ``pending`` row, the relay's

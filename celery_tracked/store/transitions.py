@@ -36,7 +36,7 @@ CLAIM = Move(
     CLAIMABLE,
     JobStatus.PROCESSING,
     sql.TAKE_LEASE,
-    (*sql.DUE, *sql.UNLOCKED, *sql.CURRENT, *sql.ALIVE),
+    (*sql.DUE_TO_CLAIM, *sql.UNLOCKED, *sql.CURRENT, *sql.ALIVE),
     event="started",
     durable=False,
 )
@@ -151,8 +151,7 @@ HANDED_OVER = Move(
     fence=(jobs.c.published_at.is_(None), *sql.CURRENT),
     durable=False,  # lost, it only lets the relay send a harmless duplicate
 )
-#: A postponed delivery handed its message over again: ``published_at`` is now (the
-#: database's clock) once older than ``refresh_s``; the reaper's sign of life.
+#: A postponed delivery re-sent its message: ``published_at`` now, once older than ``refresh_s``.
 REPUBLISHED = Move(
     "republished",
     CLAIMABLE,
@@ -252,12 +251,11 @@ PROGRESS = Move(
 
 # -- a new message: debounce, Tracker.retry -------------------------------------------
 
-#: Debounce: a pending job's arguments replaced by a newer enqueue with its key.
+#: Debounce: a pending job's arguments replaced (its new due time: ``inserts.DUE_AT``).
 REPLACE = Move(
     "replace",
     _PENDING,
     JobStatus.PENDING,
-    # the new message's countdown/eta is the job's due time (``inserts.DUE_AT``)
     {
         **sql.NEW_MESSAGE,
         "payload_json": sql.PAYLOAD,
@@ -284,6 +282,7 @@ UNDO_REPLACE = Move(
 )
 
 #: ``Tracker.retry``: failed | cancelled → pending, history kept; attempts keep counting.
+#: The new round is due when its message is: a re-send's countdown/eta, else at once.
 RETRY = Move(
     "retry",
     _ENDED,
@@ -297,6 +296,7 @@ RETRY = Move(
         "retries_exhausted": False,
         "cancel_requested_at": None,  # an old run's request does not cancel the new one
         "secrets_sealed": sql.SEALED,  # the values it is sent with, sealed again
+        "not_before": DUE_AT,
     },
     (jobs.c.revision == sql.REVISION,),
     "retried",

@@ -45,12 +45,11 @@ def upgrade() -> None:
         )
     op.create_table(
         "background_job_pauses",
-        sa.Column("scope", sa.String(16), nullable=False),
-        sa.Column("name", sa.String(255), nullable=False),
+        sa.Column("scope", sa.String(16), primary_key=True),
+        sa.Column("name", sa.String(255), primary_key=True),
+        sa.Column("paused_at", UTC, nullable=False),
         sa.Column("paused_by", sa.String(255), nullable=True),
         sa.Column("reason", sa.Text(), nullable=True),
-        sa.Column("paused_at", UTC, nullable=False),
-        sa.PrimaryKeyConstraint("scope", "name", name="pk_background_job_pauses"),
     )
 
 

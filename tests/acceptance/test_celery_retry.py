@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,10 @@ import tracked_app
 from celery import Celery, chord
 from celery.exceptions import MaxRetriesExceededError, Retry
 from conftest import result_backend_worker
-from retry_tasks import TIME_LIMIT_DELAY_S
+from retry_tasks import COUNTDOWN_S, TIME_LIMIT_DELAY_S
 
 from celery_tracked import JobStatus
+from celery_tracked.core.jobs import CLAIM_EARLY_S
 from tests.conftest import wait_for
 
 DEADLINE_S = 30.0
@@ -160,6 +162,24 @@ def test_retries_end_like_plain_celery_on_a_worker(env: Any, watched: Watch) -> 
             assert job.retries_exhausted is True
         else:
             assert job.status is JobStatus.COMPLETED
+        waits_its_countdown(env, tracked.id)
+
+
+def waits_its_countdown(env: Any, job_id: str) -> None:
+    """Each ``self.retry(countdown=0.2)`` is recorded as the wait Celery makes (its
+    ``retrying`` event's "retry in N ms", counted from its write: not ended early), and the
+    next attempt starts once that is due (up to the claim's margin before it), and soon."""
+    history = env.tracker.history(job_id)
+    retrying = [e for e in history if e.event == "retrying"]
+    started = [e for e in history if e.event in ("started", "redelivered")][1:]
+    countdown_ms = COUNTDOWN_S * 1000
+    for retry, start in zip(retrying, started, strict=False):
+        waited_ms = int(retry.message.split("retry in ")[1].split(" ms")[0])
+        # from the write, a moment after the publish; it ended countdown / 2 early before
+        assert countdown_ms / 2 < waited_ms <= countdown_ms, retry.message
+        due = retry.created_at + timedelta(milliseconds=waited_ms)
+        late_ms = (start.created_at - due).total_seconds() * 1000
+        assert -CLAIM_EARLY_S * 1000 <= late_ms < 1000, (late_ms, env.diagnose(job_id))
 
 
 def test_max_retries_exceeded_never_shows_an_escaped_secret(

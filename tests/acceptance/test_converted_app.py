@@ -71,4 +71,5 @@ def test_a_converted_app_retries_as_on_plain_celery(
         assert job.status is expected, env.diagnose(tracked.id)
     failed_once = sent[1][2].id
     shown = cli_in_process("show", failed_once, "--no-history")
-    assert "1/4  (not retried: under Celery's retry semantics only self.retry" in shown.stdout
+    why = "its task does not retry ValueError: under Celery's retry semantics, only self.retry"
+    assert f"1/4  (not retried: {why}" in shown.stdout

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from conftest import CELERY, HERE, worker_environ
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 from tracked_app import QUEUE
@@ -171,3 +173,24 @@ def test_the_celery_executable_runs_tracked_call(env: Any, run_cli: Callable[...
     assert out.stdout.strip() == f"job {job_id} pending (created)"
     job = env.tracker.get_job(job_id)
     assert (job.task_name, job.idempotency_key) == (NAME, "ocr:d-1")
+
+
+def test_celery_call_of_a_tracked_task_is_logged_by_the_producer(env: Any) -> None:
+    """Celery's own ``celery -A tracked_app call NAME`` (``send_task`` from a process whose
+    app is never finalized): the producer itself says the message is untracked, with the
+    fix, once; a plain task's call says nothing."""
+    for name, told in ((NAME, True), ("acc.byname.plain", False)):
+        out = subprocess.run(
+            [CELERY, "-A", "tracked_app", "call", name, "--kwargs", '{"document_id": "d-12"}'],
+            cwd=str(HERE),
+            env=worker_environ(env.config, None, None),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        warned = [line for line in out.stderr.splitlines() if "sent untracked" in line]
+        assert len(warned) == (1 if told else 0), out.stderr
+        if told:
+            assert f"tracked call {NAME}" in warned[0], warned
+    assert env.sql("SELECT count(*) FROM background_jobs")[0][0] == 0

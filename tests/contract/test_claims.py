@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 from celery_tracked.core.fences import AttemptError, Completion, Lease, Takeover
-from celery_tracked.core.jobs import Claim, JobStatus, utcnow
+from celery_tracked.core.jobs import CLAIM_EARLY_S, Claim, JobStatus, utcnow
 from celery_tracked.core.ports import Store
 from tests.contract.conftest import (
     KEY_LOCKS,
@@ -223,3 +223,13 @@ def test_a_postponed_waiting_delivery_marks_its_message_handed_over_again(store:
     assert stalled(store, **cut) == [(job_id, 0)]  # due, handed over a while ago
     assert store.republished(job_id, 0, 0)
     assert stalled(store, **{**cut, "retrying_cutoff": ago(60)}) == []
+
+
+def test_a_delivery_a_moment_before_its_due_time_claims(store: Store) -> None:
+    """A delivery up to ``CLAIM_EARLY_S`` before the row's ``not_before`` claims it (the
+    message's eta is read on the worker's clock, the row's due time written a moment after
+    it on the database's); one earlier than that does not."""
+    soon, later_on = new_job(store, due_in_s=CLAIM_EARLY_S / 2), new_job(store, due_in_s=5)
+    lease = Lease(owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60)
+    assert store.claim(soon, lease) is not None
+    assert store.claim(later_on, lease) is None

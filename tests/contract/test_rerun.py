@@ -3,10 +3,21 @@ resent job, a fail-soft successor, cancels, sealed values of a retry."""
 
 from __future__ import annotations
 
-from celery_tracked.core.fences import AttemptError, RetryUndo
+from datetime import timedelta
+
+from celery_tracked.core.fences import AttemptError, Lease, RetryUndo
 from celery_tracked.core.jobs import JobStatus, NewRow, utcnow
 from celery_tracked.core.ports import Store
-from tests.contract.conftest import claimed, completed, event_names, job_row, new_job, sealed
+from tests.contract.conftest import (
+    OWNER,
+    WORKER,
+    claimed,
+    completed,
+    event_names,
+    job_row,
+    new_job,
+    sealed,
+)
 
 
 def test_a_retry_sends_an_ended_job_again_and_its_undo_restores_it(store: Store) -> None:
@@ -112,3 +123,29 @@ def test_a_retry_seals_its_values_again_and_its_undo_gives_the_old_ones_back(
     undo = RetryUndo(1, JobStatus.FAILED, 1, failed.finished_at, True, "gOld")
     assert store.undo_retry(job_id, undo, now=utcnow(), message="publish failed")
     assert sealed(store, job_id) == "gOld"
+
+
+def test_a_resent_rounds_countdown_or_eta_is_its_due_time(store: Store) -> None:
+    """A re-send of an ended job's id (``RETRY_ENDED``) with a countdown is due that long
+    after the move on the store's clock, with an eta at it; a retry by hand at once."""
+    by_countdown, by_eta, by_hand = new_job(store), new_job(store), new_job(store)
+    eta = (utcnow() + timedelta(hours=2)).replace(microsecond=0)
+    for job_id in (by_countdown, by_eta, by_hand):
+        assert store.cancel(job_id, now=utcnow(), reason="stop")
+    assert store.retry(
+        by_countdown, seen_revision=0, budget=1, now=utcnow(), message="re-sent",
+        completed_too=True, due_in_s=600,
+    )  # fmt: skip
+    assert store.retry(
+        by_eta, seen_revision=0, budget=1, now=utcnow(), message="re-sent",
+        completed_too=True, due_at=eta,
+    )  # fmt: skip
+    assert store.retry(by_hand, seen_revision=0, budget=1, now=utcnow(), message="by hand")
+    countdown_job = store.get(by_countdown)
+    assert countdown_job is not None and countdown_job.not_before is not None
+    assert 590 < (countdown_job.not_before - store.clock()).total_seconds() <= 600
+    eta_job, hand_job = store.get(by_eta), store.get(by_hand)
+    assert eta_job is not None and eta_job.not_before == eta
+    assert hand_job is not None and hand_job.not_before is None
+    lease = Lease(owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60)
+    assert store.claim(by_countdown, lease) is None  # not due yet

@@ -5,15 +5,20 @@ whose publish fails leaves the job as it was."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 import pytest
+import redis
 from celery import Task
 from pydantic import BaseModel
 
 from celery_tracked import EnqueueError, JobStatus, TaskIdInUse, tracked_task
+from celery_tracked.core.jobs import utcnow
 
-from .conftest import AppFactory, tracker_of
+from .conftest import AppFactory, queue_messages, tracker_of
 
 
 class Point(BaseModel):
@@ -129,3 +134,67 @@ def test_a_task_id_resent_to_another_task_is_refused(make_app: AppFactory, eager
     job = tracker.get_job(first.id)
     assert job is not None and job.task_name == add.name and job.payload["args"] == [1, 2]
     assert tracker.jobs(task_name=tsum.name).jobs == ()
+
+
+def test_two_concurrent_resends_of_an_ended_job_both_see_the_new_round(
+    make_app: AppFactory, broker: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two producers re-send an ended job's id at once: one moves it to its new round and
+    publishes; the other's move finds it moved and returns it as the winner left it
+    (``pending``), never its old status, and publishes nothing."""
+    app = make_app()
+
+    @tracked_task(app=app, queue="race_q")
+    def work(n: int) -> None: ...
+
+    first = work.apply_async((1,))
+    tracker = tracker_of(app)
+    assert tracker.cancel(first.id)
+    both_read = threading.Barrier(2, timeout=10)
+    real_retry = tracker.store.retry
+
+    def after_both_read(*args: Any, **kwargs: Any) -> bool:
+        both_read.wait()  # each has read the job cancelled: the race of the moves
+        return real_retry(*args, **kwargs)
+
+    monkeypatch.setattr(tracker.store, "retry", after_both_read)
+    results: list[Any] = []
+    with ThreadPoolExecutor(2) as pool:
+        resend = work.with_options(options={"task_id": first.id})
+        futures = [pool.submit(resend, n) for n in (2, 3)]
+        results = [future.result(timeout=30) for future in futures]
+    assert [r.job_id for r in results] == [first.id, first.id]
+    assert sorted(r.created for r in results) == [False, True]
+    assert [r.status for r in results] == [JobStatus.PENDING, JobStatus.PENDING], results
+    job = tracker.get_job(first.id)
+    assert job is not None and (job.status, job.revision) == (JobStatus.PENDING, 1)
+    events = [e.event for e in tracker.history(first.id)]
+    assert events == ["enqueued", "cancelled", "retried"], events
+    assert len(queue_messages(broker, "race_q")) == 2  # the first round's, the new round's
+
+
+def test_a_resends_countdown_is_the_new_rounds_due_time(make_app: AppFactory) -> None:
+    """A re-send with a ``countdown`` (or an ``eta``) makes its new round due then, on the
+    database's clock, as a first enqueue's; without one, due at once."""
+    app = make_app()
+
+    @tracked_task(app=app, queue="resend_due_q")
+    def work(n: int) -> None: ...
+
+    first = work.apply_async((1,))
+    tracker = tracker_of(app)
+    assert tracker.cancel(first.id)
+    work.apply_async((2,), task_id=first.id, countdown=600)
+    job = tracker.get_job(first.id)
+    assert job is not None and job.status is JobStatus.PENDING and job.not_before is not None
+    due_in = (job.not_before - tracker.store.clock()).total_seconds()
+    assert 590 < due_in <= 600, due_in
+    assert tracker.cancel(first.id)
+    eta = (utcnow() + timedelta(hours=2)).replace(microsecond=0)
+    work.apply_async((3,), task_id=first.id, eta=eta)
+    job = tracker.get_job(first.id)
+    assert job is not None and job.not_before == eta
+    assert tracker.cancel(first.id)
+    work.apply_async((4,), task_id=first.id)
+    job = tracker.get_job(first.id)
+    assert job is not None and job.status is JobStatus.PENDING and job.not_before is None

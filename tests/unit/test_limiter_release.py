@@ -5,7 +5,7 @@ stalling the limiter for one interval or two."""
 
 from __future__ import annotations
 
-from celery_tracked.backends.limiter import GlobalRateLimit, MemoryLimiter
+from celery_tracked.backends.limiter import MemoryLimiter
 from celery_tracked.core.hooks import Delivery, Wait
 from celery_tracked.core.limits import (
     DeliveryLimits,
@@ -15,6 +15,7 @@ from celery_tracked.core.limits import (
     take_slot,
 )
 from celery_tracked.core.outcomes import Postponed, Skipped
+from celery_tracked.services.limits import GlobalRateLimit
 
 from .test_runner import World, world  # noqa: F401 (a fixture)
 

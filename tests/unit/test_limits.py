@@ -12,7 +12,7 @@ import pytest
 from celery import Celery
 
 from celery_tracked import InvalidTaskOption, TrackedTask, tracked_task
-from celery_tracked.backends.limiter import GlobalRateLimit, MemoryLimiter
+from celery_tracked.backends.limiter import MemoryLimiter
 from celery_tracked.core.calls import CallShape
 from celery_tracked.core.errors import InvalidPayload
 from celery_tracked.core.hooks import Delivery, HookChain, Hooks, Wait
@@ -34,6 +34,7 @@ from celery_tracked.core.limits import (
 from celery_tracked.core.outcomes import Completed, Postponed
 from celery_tracked.core.settings import Settings
 from celery_tracked.services.lease import LeaseKeeper
+from celery_tracked.services.limits import GlobalRateLimit
 from celery_tracked.services.runner import Runner
 
 from .test_runner import MemoryStore, Recorder, World

@@ -12,7 +12,7 @@ from celery.exceptions import Ignore, MaxRetriesExceededError, Reject, Retry
 from celery_tracked import Unrecoverable
 from celery_tracked.adapter.celery_signals import CELERY_SIGNALS
 from celery_tracked.core import outcomes
-from celery_tracked.core.outcomes import EARLY_MS, Plan, Write
+from celery_tracked.core.outcomes import Plan, Write
 from celery_tracked.core.retry_policy import backoff_ms
 
 # the pure decisions, reading Celery's control exceptions as the adapter's runs do
@@ -85,7 +85,8 @@ def test_retry_on_the_last_attempt_fails(attempt: int, max_attempts: int) -> Non
 @pytest.mark.parametrize("max_attempts", [1, 3, 10])
 def test_unrecoverable_fails_on_the_first_attempt(max_attempts: int) -> None:
     plan = plan_outcome(Unrecoverable("no"), 1, max_attempts, backoff)
-    assert plan == Plan(Write.FAIL, reraise=True)
+    stopped = "not retried: Unrecoverable ends its job"
+    assert plan == Plan(Write.FAIL, reraise=True, note=None if max_attempts == 1 else stopped)
 
 
 @pytest.mark.parametrize(("attempt", "max_attempts"), [(1, 3), (2, 3), (1, 2), (4, 10)])
@@ -215,11 +216,12 @@ def test_a_zero_base_means_no_delay() -> None:
 @pytest.mark.parametrize(
     ("when", "sent", "expected"),
     [
-        (7, NOW, 7000 - EARLY_MS),  # published now: the backoff ends a little early
-        (7, NOW - timedelta(seconds=2), 5000 - EARLY_MS),  # counts from the publish
-        (0.2, NOW, 100),  # at most half the countdown early
+        (7, NOW, 7000),  # published now: the whole countdown, as Celery waits it
+        (7, NOW - timedelta(seconds=2), 5000),  # counts from the publish
+        (7, NOW - timedelta(milliseconds=5), 6995),  # never ends early
+        (0.2, NOW, 200),
         (7, NOW - timedelta(seconds=9), 0),  # already due
-        (NOW + timedelta(seconds=10), NOW - timedelta(seconds=1), 10_000 - EARLY_MS),
+        (NOW + timedelta(seconds=10), NOW - timedelta(seconds=1), 10_000),
         (None, NOW, 0),
     ],
 )

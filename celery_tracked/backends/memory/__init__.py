@@ -30,6 +30,7 @@ from .reaping import MemoryReaping
 from .relay import MemoryRelay
 from .reports import MemoryReports
 from .rerun import MemoryRerun
+from .schedule import MemorySchedule
 
 __all__ = ["MemoryStore"]
 
@@ -40,6 +41,7 @@ class MemoryStore(
     MemoryOutcomes,
     MemoryReports,
     MemoryRelay,
+    MemorySchedule,
     MemoryReaping,
     MemoryCleanup,
     MemoryRerun,

@@ -12,21 +12,9 @@ from datetime import datetime
 from typing import Any
 
 from ...core.deadlines import DEADLINE_EXCEEDED
-from ...core.fences import (
-    Lease,
-    Takeover,
-)
-from ...core.jobs import (
-    CLAIMABLE,
-    Claim,
-    Job,
-    JobStatus,
-)
-from .rows import (
-    PROCESSING,
-    MemoryCore,
-    end_run,
-)
+from ...core.fences import Lease, Takeover
+from ...core.jobs import CLAIMABLE, Claim, Job, JobStatus
+from .rows import PROCESSING, MemoryCore, end_run
 
 
 class MemoryClaims(MemoryCore):
@@ -81,7 +69,7 @@ class MemoryClaims(MemoryCore):
         """``CLAIM`` (``CLAIM_KEYED``): due, unlocked, the current revision, a free slot."""
 
         def check(job: Job) -> bool:
-            due = self.free(job.not_before) and self.free(job.locked_until)
+            due = self.due_to_claim(job.not_before) and self.free(job.locked_until)
             due = due and (job.deadline_at is None or job.deadline_at > self.time())  # ``ALIVE``
             current = job.revision == lease.revision
             return due and current and self._key_free(job_id, lease.concurrency)

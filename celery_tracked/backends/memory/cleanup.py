@@ -10,14 +10,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from ...core.cleanup import ENDED, Boundary, Sweep
-from ...core.jobs import (
-    Batch,
-    Job,
-    Removed,
-)
-from .rows import (
-    MemoryCore,
-)
+from ...core.jobs import Batch, Job, Removed
+from .rows import MemoryCore
 
 
 class MemoryCleanup(MemoryCore):

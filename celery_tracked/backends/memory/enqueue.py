@@ -11,17 +11,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ...core.jobs import (
-    Job,
-    JobStatus,
-)
+from ...core.jobs import Job, JobStatus
 from ...core.keys import UndoneReplace
-from .rows import (
-    PENDING,
-    MemoryCore,
-    at_revision,
-    new_message,
-)
+from .rows import PENDING, MemoryCore, at_revision, new_message
 
 
 class MemoryEnqueue(MemoryCore):
@@ -73,9 +65,8 @@ class MemoryEnqueue(MemoryCore):
         """``REPLACE``."""
 
         def change(job: Job) -> Mapping[str, Any]:
-            sealed: dict[str, Any] = {"secrets_sealed": secrets_sealed, "not_before": due_at}
-            if due_in_s is not None:
-                sealed["not_before"] = self.at(due_in_s)
+            due = self.due_time(due_in_s, due_at)
+            sealed: dict[str, Any] = {"secrets_sealed": secrets_sealed, "not_before": due}
             return {**new_message(job, now), "payload_json": payload_json, **sealed}
 
         check = at_revision(seen_revision)

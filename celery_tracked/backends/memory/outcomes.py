@@ -11,23 +11,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ...core.fences import (
-    AttemptError,
-    Completion,
-    DeadRun,
-    Rows,
-)
-from ...core.jobs import (
-    Claim,
-    Job,
-    JobStatus,
-    NewRow,
-)
-from .rows import (
-    MemoryCore,
-    end_run,
-    ended_without_error,
-)
+from ...core.fences import AttemptError, Completion, DeadRun, Rows
+from ...core.jobs import Claim, Job, JobStatus, NewRow
+from .rows import MemoryCore, end_run, ended_without_error
 
 
 class MemoryOutcomes(MemoryCore):
@@ -82,7 +68,7 @@ class MemoryOutcomes(MemoryCore):
         self, claim: Claim, error: AttemptError, rows: Rows = (), retries_exhausted: bool = False
     ) -> bool:
         """``FAIL``, with ``rows`` in the same step."""
-        message = f"{error.error_type}: {error.error_message}"
+        message = error.line()
         done = {"finished_at": error.now, "retries_exhausted": retries_exhausted}
         return self._ended(claim, JobStatus.FAILED, error, message, rows, done)
 

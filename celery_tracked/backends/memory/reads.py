@@ -11,15 +11,8 @@ from datetime import datetime
 from typing import Any
 
 from ...core.finder import JobFilter, Position
-from ...core.jobs import (
-    Job,
-    JobEvent,
-    JobStatus,
-    utcnow,
-)
-from .rows import (
-    MemoryCore,
-)
+from ...core.jobs import Job, JobEvent, JobStatus, utcnow
+from .rows import MemoryCore
 
 
 def _empty_stats() -> dict[str, Any]:

@@ -11,18 +11,9 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ...core.fences import (
-    StaleRun,
-    StallCutoffs,
-)
-from ...core.jobs import (
-    Event,
-    Job,
-    JobStatus,
-)
-from .rows import (
-    MemoryCore,
-)
+from ...core.fences import StaleRun, StallCutoffs
+from ...core.jobs import Event, Job, JobStatus
+from .rows import MemoryCore
 
 _RESCUED = "rescued"
 

@@ -1,6 +1,5 @@
 """The relay's reads and moves (``RelayStore``): the unpublished rows, its claim of one,
-its mark once published; the scheduler pass's (``ScheduleStore``): the held rows coming
-due and its mark (it claims with the relay's claim).
+its mark once published.
 
 Each mirrors one move or read of the SQL store's ``store/relay.py`` with the same condition
 (its name in the docstring), judged on the store's clock.
@@ -12,14 +11,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ...core.jobs import (
-    Job,
-    JobStatus,
-)
-from .rows import (
-    PENDING,
-    MemoryCore,
-)
+from ...core.jobs import Job, JobStatus
+from .rows import PENDING, MemoryCore
 
 
 class MemoryRelay(MemoryCore):
@@ -69,35 +62,5 @@ class MemoryRelay(MemoryCore):
         change = {"published_at": now, "locked_by": None, "locked_until": None, "updated_at": now}
         moved = self.move(
             job_id, PENDING, check, lambda _: change, "relayed", now=now, message=message
-        )
-        return moved is not None
-
-    def held_due(self, *, until: datetime, limit: int = 100) -> list[Job]:
-        """``HELD_DUE``: due first, at most ``limit``."""
-        with self.lock:
-            found = [
-                j
-                for j in self.rows.values()
-                if j.status is JobStatus.PENDING
-                and j.published_at is None
-                and j.not_before is not None
-                and j.not_before <= until
-                and (j.locked_until is None or j.locked_until < self.time())
-            ]
-        found.sort(key=lambda j: j.not_before or until)
-        return found[:limit]
-
-    def scheduled(
-        self, job_id: str, *, owner: str, now: datetime, message: str, revision: int = 0
-    ) -> bool:
-        """``SCHEDULED``: as ``RELAYED``, with its own event."""
-
-        def check(job: Job) -> bool:
-            mine = job.locked_by == owner and job.published_at is None
-            return mine and job.revision == revision
-
-        change = {"published_at": now, "locked_by": None, "locked_until": None, "updated_at": now}
-        moved = self.move(
-            job_id, PENDING, check, lambda _: change, "scheduled", now=now, message=message
         )
         return moved is not None

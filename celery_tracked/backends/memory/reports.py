@@ -11,15 +11,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ...core.jobs import (
-    Claim,
-    Job,
-    JobStatus,
-)
-from .rows import (
-    PROCESSING,
-    MemoryCore,
-)
+from ...core.jobs import Claim, Job, JobStatus
+from .rows import PROCESSING, MemoryCore
 
 _LOG_EVENT = "log"
 

@@ -12,20 +12,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ...core.fences import (
-    RetryUndo,
-)
-from ...core.jobs import (
-    CLAIMABLE,
-    RETRY_UNDONE,
-    Job,
-    JobStatus,
-)
-from .rows import (
-    MemoryCore,
-    at_revision,
-    new_message,
-)
+from ...core.fences import RetryUndo
+from ...core.jobs import CLAIMABLE, RETRY_UNDONE, Job, JobStatus
+from .rows import MemoryCore, at_revision, new_message
 
 _ENDED = (JobStatus.FAILED, JobStatus.CANCELLED)
 
@@ -77,9 +66,11 @@ class MemoryRerun(MemoryCore):
         secrets_sealed: str | None = None,
         payload_json: str | None = None,
         completed_too: bool = False,
+        due_in_s: float | None = None,
+        due_at: datetime | None = None,
     ) -> bool:
         """``RETRY`` (``RETRY_ENDED``: from completed too): failed | cancelled → pending,
-        unless a newer round holds the key."""
+        unless a newer round holds the key; due when its message is."""
 
         def check(job: Job) -> bool:
             return job.revision == seen_revision and not self._newer_round(job)
@@ -95,6 +86,7 @@ class MemoryRerun(MemoryCore):
                 "cancel_requested_at": None,
                 "secrets_sealed": secrets_sealed,
                 "payload_json": job.payload_json if payload_json is None else payload_json,
+                "not_before": self.due_time(due_in_s, due_at),
             }
 
         sources = (JobStatus.COMPLETED, *_ENDED) if completed_too else _ENDED

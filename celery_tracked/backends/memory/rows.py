@@ -18,6 +18,7 @@ from typing import Any
 
 from ...core.errors import DuplicateJob, Refused, StoreError
 from ...core.jobs import (
+    CLAIM_EARLY_S,
     NEW_JOB_COLUMNS,
     NEW_JOB_DEFAULTS,
     Claim,
@@ -158,6 +159,16 @@ class MemoryCore:
             or (stale_owner is not None and job.locked_by == stale_owner)
         )
 
+    def due_time(self, due_in_s: float | None, due_at: datetime | None) -> datetime | None:
+        """``inserts.DUE_AT``: at ``due_at``, else ``due_in_s`` from now, else None."""
+        if due_at is not None:
+            return due_at
+        return None if due_in_s is None else self.at(float(due_in_s))
+
+    def due_to_claim(self, not_before: datetime | None) -> bool:
+        """``statements.DUE_TO_CLAIM``: no due time, or it comes within ``CLAIM_EARLY_S``."""
+        return not_before is None or not_before <= self.at(CLAIM_EARLY_S)
+
     def free(self, until: datetime | None) -> bool:
         """``statements.UNLOCKED``/``DUE``: no time set, or it has come."""
         return until is None or until <= self.time()
@@ -211,12 +222,12 @@ class MemoryCore:
                 required, or a column the table does not have).
         """
         values = dict(values)
-        due_in_s, due_at = values.pop("due_in_s", None), values.pop("due_at", None)
-        if due_at is not None or due_in_s is not None:  # ``inserts._DUE``
-            values["not_before"] = due_at if due_at is not None else self.at(float(due_in_s))
-        ends_in_s, ends_at = values.pop("deadline_in_s", None), values.pop("deadline_at", None)
-        if ends_at is not None or ends_in_s is not None:  # ``inserts.DEADLINE_AT``
-            values["deadline_at"] = ends_at if ends_at is not None else self.at(float(ends_in_s))
+        due = self.due_time(values.pop("due_in_s", None), values.pop("due_at", None))
+        if due is not None:
+            values["not_before"] = due
+        ends = self.due_time(values.pop("deadline_in_s", None), values.pop("deadline_at", None))
+        if ends is not None:  # ``inserts.DEADLINE_AT``
+            values["deadline_at"] = ends
         unknown = set(values) - _JOB_FIELDS
         if unknown:
             raise Refused(f"inserting the job row failed: no columns {sorted(unknown)}")
