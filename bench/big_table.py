@@ -178,13 +178,13 @@ def _upkeep(tracker: Any) -> dict[str, float]:
     from celery_tracked.core.jobs import PURGE_START
 
     settings = tracker.settings
-    cleanup = tracker.maintenance["cleanup"]  # the wiring's plugin (services/cleanup.py)
+    cleanup = tracker._services.maintenance["cleanup"]  # the wiring's plugin (services/cleanup.py)
     sweep = Sweep("completed", datetime.now(timezone.utc) - timedelta(days=7))
     cursor: Any = PURGE_START
     spent, removed = [], 0
     for _ in range(3):
         started = time.perf_counter()
-        batch = tracker.store.purge_batch(sweep, cursor, settings.cleanup_batch_size)
+        batch = tracker._services.store.purge_batch(sweep, cursor, settings.cleanup_batch_size)
         cleanup._release(batch.removed)
         spent.append(time.perf_counter() - started)
         cursor, removed = batch.cursor, removed + len(batch.removed)

@@ -1,13 +1,15 @@
-"""``Wiring``: the services of one app, wired; the Celery-free part of ``Tracker``.
+"""The ``Tracker`` facade's Celery-free part: :class:`BaseTracker`.
 
-It wires the services of one app (settings, job store, guard and notifier, lease keeper,
-hooks, the ``Producer`` and its ``Enqueuer``, the worker's ``Runner``, the maintenance plugins of
-:data:`MAINTENANCE`) and offers the read side: ``get_job``, ``history``, ``wait``,
-``stats``; and ``cancel``, ``retry``, and one pass of each plugin: ``relay``, ``reap``,
-``cleanup`` (``run_maintenance(name)``). What it needs of Celery (the tasks'
-descriptions, publishing a job's message, the broker's view, stopping a run) comes through
-the platform port (``platform.py``); the public :class:`~celery_tracked.Tracker`
-(``celery_tracker.py``) is this class with Celery's implementation of that port.
+It holds one app's services, built by the composition root (``wiring.py``'s ``build``:
+settings, job store, guard and notifier, hooks, the ``Producer``, the ``Runner``, the
+maintenance plugins of ``wiring.MAINTENANCE``), privately, and offers only methods: the
+read side ``get_job``, ``history``, ``wait``, ``stats``, ``jobs``, ``pipeline``; the
+operations ``cancel``, ``retry``, ``retry_many``, ``cancel_many``; one pass of each plugin:
+``relay``, ``reap``, ``cleanup`` (``run_maintenance(name)``); ``add_hook`` and ``close``.
+What it needs of Celery (the tasks' descriptions, publishing a job's message, the
+broker's view, stopping a run) comes through the platform port (``core/platform.py``);
+the public :class:`~celery_tracked.Tracker` (``adapter/celery_tracker.py``) is this class
+with Celery's implementation of that port.
 """
 
 from __future__ import annotations
@@ -18,11 +20,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
-from .backends.guard import MemoryGuard, RedisGuard
-from .backends.limiter import MemoryLimiter, RedisLimiter
-from .backends.memory import MemoryStore
-from .core.conversions import MEMORY_URL
-from .core.errors import ConfigurationError, JobNotFound
+from .core.errors import JobNotFound
 from .core.finder import (
     DEFAULT_PAGE,
     BulkReport,
@@ -33,116 +31,70 @@ from .core.finder import (
     filter_of,
     page_of,
 )
-from .core.guard import Guard, Notifier
-from .core.hooks import HookChain, Hooks, LogTransitions, NotifyTerminal, Transition
-from .core.jobs import EnqueueResult, Event, Job, JobEvent, utcnow
+from .core.hooks import Hooks
+from .core.jobs import EnqueueResult, Job, JobEvent
 from .core.messages import as_job_id
 from .core.pipelines import Pipeline
 from .core.platform import Platform
 from .core.ports import Store
-from .core.redact import mask_url
 from .core.settings import Settings
 from .services import bulk, waiting
-from .services.cancelling import Stopper
+from .services.cancelling import Shown
 from .services.cleanup import Cleanup, CleanupReport
-from .services.enqueuer import Enqueuer
-from .services.lease import LeaseKeeper
-from .services.limits import GlobalRateLimit
-from .services.maintenance import Maintenance, Parts, Report
-from .services.pipelines import Successors
-from .services.producer import Producer
+from .services.maintenance import Maintenance, Report
 from .services.reaper import Reaper, ReapReport
 from .services.relay import Relay, RelayReport
-from .services.reports import Reports
-from .services.rerun import Resender, publisher
-from .services.runner import Runner
 from .services.scheduler import Scheduler
-from .services.sealing import sealer_for
-from .services.time_limits import TimeLimits
-from .store import JobStore
+from .wiring import CelerySide, GuardBackend, build
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
 
 logger = logging.getLogger("celery_tracked")
 
 R = TypeVar("R")
 M = TypeVar("M", bound=Maintenance)
 
-#: The maintenance plugins (``services/maintenance.py``), each built once per wiring; each
-#: gets a shared task and a default Beat entry (``adapter/beat.py``) and a CLI command
-#: (``cli/maintenance.py``). A new plugin is its file and one line here.
-MAINTENANCE: tuple[type[Maintenance], ...] = (Relay, Scheduler, Reaper, Cleanup)
 
+class BaseTracker:
+    """The tracking side of one app, given its settings and its platform (``platform.py``).
 
-class Wiring:
-    """The tracking side of one app, given its settings and its platform (``platform.py``)."""
+    It has methods only: its services are private (``_services``, the :class:`Services`
+    of ``wiring.build``: reached by tests only, as their documented seam), ``settings`` is
+    the settings it was built from (a read-only value, not a service), and
+    ``celery_side`` the narrow part of the services the Celery adapter and the CLI use
+    (not for users). ``store`` and ``guard`` replace the ones the settings name (tests).
+    """
 
     #: ``wait`` re-reads the row at least this often, whatever the notifications do.
     REREAD_S = 1.0
 
-    def __init__(self, settings: Settings, platform: Platform) -> None:
-        self.settings = settings
-        self.platform = platform
-        # ``memory://``: the in-memory store, for tests and embedded use (nothing survives)
-        self.store: Store = (
-            MemoryStore()
-            if settings.database_url == MEMORY_URL
-            else JobStore(settings.database_url, settings.database_pooler == "pgbouncer")
-        )
-        backend: RedisGuard | MemoryGuard
-        if settings.memory_guard:
-            backend = MemoryGuard(settings.key_prefix)
-        else:
-            try:
-                backend = RedisGuard(settings.redis_url, settings.key_prefix)
-            except ValueError as exc:
-                raise ConfigurationError(
-                    "tracked_redis_url", f"cannot be used: {mask_url(str(exc))}"
-                ) from None
-        self.backend = backend
-        self.guard: Guard = backend
-        self.notifier: Notifier = backend
-        self.leases = LeaseKeeper(self.store, settings.lease_seconds)
-        limiter = (
-            MemoryLimiter()
-            if isinstance(backend, MemoryGuard)
-            else RedisLimiter(backend.client, settings.key_prefix)
-        )
-        self.successors = Successors(self.store, settings, platform)
-        self.hooks = HookChain(
-            [
-                NotifyTerminal(self.notifier),
-                LogTransitions(),
-                self.successors,
-                GlobalRateLimit(limiter),
-                Reports(self.store, settings),
-            ]
-        )
-        if settings.metrics:
-            from .services.metrics import MetricsHooks  # the optional ``prometheus`` extra
+    def __init__(
+        self,
+        settings: Settings,
+        platform: Platform,
+        *,
+        store: Store | None = None,
+        guard: GuardBackend | None = None,
+    ) -> None:
+        self._services = build(settings, platform, store=store, guard=guard)
+        self._celery_side = self._services.celery_side()
 
-            self.hooks.add(MetricsHooks())
-        self.enqueuer = Enqueuer(self.store, self.guard, settings.guard_ttl_seconds, self.hooks)
-        self.producer = Producer(self.enqueuer, settings)
-        self.runner = Runner(self.store, self.leases, self.hooks, settings)
-        self.aftermath = TimeLimits(self.store, self.hooks, settings)
-        self.sealer = sealer_for(settings.secret_key)  # ConfigurationError: no cryptography
-        self.resender = Resender(
-            self.store, self.hooks, platform, settings.redact_keys, self.sealer
-        )
-        self.enqueuer.again = self.resender.again  # a job id re-sent after its job ended
-        self.stopper = Stopper(self.store, self.hooks, self.leases, self.cancel, platform.terminate)
-        publish = publisher(platform, self.sealer)  # the relay's and the reaper's
-        parts = Parts(settings, self.store, self.guard, self.hooks, platform, publish, self.cancel)
-        #: the maintenance plugins by name, built once
-        self.maintenance: dict[str, Maintenance] = {
-            plugin.name: plugin.build(parts) for plugin in MAINTENANCE
-        }
+    @property
+    def settings(self) -> Settings:
+        """The settings this tracker was built from (a frozen value)."""
+        return self._services.settings
+
+    @property
+    def celery_side(self) -> CelerySide:
+        """What the Celery adapter and the CLI use of the services (``wiring.py``); not
+        part of the user's API."""
+        return self._celery_side
 
     def add_hook(self, hook: Hooks) -> None:
         """Register ``hook`` (after the built-in notification and logging hooks)."""
-        self.hooks.add(hook)
+        self._services.hooks.add(hook)
 
     # -- reads ------------------------------------------------------------------------
 
@@ -152,11 +104,11 @@ class Wiring:
         Every method taking a ``job_id`` accepts a ``str`` or a ``uuid.UUID``; another type
         is a ``TypeError``, a string holding a NUL byte ``InvalidPayload``.
         """
-        return self.store.get(as_job_id(job_id))
+        return self._services.store.get(as_job_id(job_id))
 
     def history(self, job_id: str | UUID) -> list[JobEvent]:
         """The job's events, oldest first."""
-        return self.store.events(as_job_id(job_id))
+        return self._services.store.events(as_job_id(job_id))
 
     def cancel(
         self,
@@ -183,18 +135,9 @@ class Wiring:
         """
         job_id = as_job_id(job_id)
         if running:
-            return self.stopper.cancel_running(job_id, reason)
-        cancelled = self.store.cancel(job_id, now=utcnow(), reason=reason, revision=revision)
-        if cancelled:
-            message = log_message or f"job {job_id} cancelled: {reason}"
-            if queue is None or job_type is None:  # the log's and the metrics' labels
-                job = self.store.get(job_id)
-                queue = queue if job is None else queue or job.queue_name
-                job_type = job_type if job is None else job_type or job.job_type
-            self.hooks.after_transition(
-                Transition.of(Event.CANCELLED, job_id, message, None, queue, job_type, level=level)
-            )
-        return cancelled
+            return self._services.stopper.cancel_running(job_id, reason)
+        shown = Shown(log_message, queue, job_type, level)
+        return self._services.canceller(job_id, reason, revision=revision, shown=shown)
 
     def retry(
         self,
@@ -216,7 +159,7 @@ class Wiring:
                 holds its idempotency key; nothing was changed.
             EnqueueError: the broker refused the message; the job is back as it was.
         """
-        return self.resender.retry(as_job_id(job_id), arguments, attempts)
+        return self._services.resender.retry(as_job_id(job_id), arguments, attempts)
 
     def jobs(
         self, *, limit: int = DEFAULT_PAGE, cursor: str | None = None, **filters: Unpack[Filters]
@@ -234,7 +177,9 @@ class Wiring:
         """
         limit = check_limit(limit)
         after = None if cursor is None else decode_cursor(cursor)
-        found = self.store.find(filter_of(filters, self.store.clock), after, limit + 1)
+        found = self._services.store.find(
+            filter_of(filters, self._services.store.clock), after, limit + 1
+        )
         return page_of(found, limit)
 
     def retry_many(
@@ -256,8 +201,10 @@ class Wiring:
             InvalidFilter: a bad filter or limit, or a status that is never retried.
         """
         limit = check_limit(limit, None)
-        chosen = filter_of(filters, self.store.clock)
-        return bulk.retry_many(self, self.store.find, chosen, limit, include_unrecoverable)
+        chosen = filter_of(filters, self._services.store.clock)
+        return bulk.retry_many(
+            self, self._services.store.find, chosen, limit, include_unrecoverable
+        )
 
     def cancel_many(
         self,
@@ -276,7 +223,12 @@ class Wiring:
         """
         limit = check_limit(limit, None)
         return bulk.cancel_many(
-            self, self.store.find, filter_of(filters, self.store.clock), limit, reason, running
+            self,
+            self._services.store.find,
+            filter_of(filters, self._services.store.clock),
+            limit,
+            reason,
+            running,
         )
 
     def pipeline(self, correlation_id: str | UUID) -> Pipeline:
@@ -287,7 +239,7 @@ class Wiring:
             JobNotFound: no job has this correlation id.
         """
         cid = as_job_id(correlation_id, "correlation_id")
-        jobs = self.store.pipeline(cid)
+        jobs = self._services.store.pipeline(cid)
         if not jobs:
             raise JobNotFound(f"no job with correlation id {cid}")
         return Pipeline(cid, tuple(jobs))
@@ -301,9 +253,11 @@ class Wiring:
             KeyError: no plugin of that name.
             StoreError: the database failed (the next pass starts over).
         """
-        plugin = self.maintenance.get(name)
+        plugin = self._services.maintenance.get(name)
         if plugin is None:
-            raise KeyError(f"no maintenance plugin {name!r}: one of {sorted(self.maintenance)}")
+            raise KeyError(
+                f"no maintenance plugin {name!r}: one of {sorted(self._services.maintenance)}"
+            )
         return plugin.run(now)
 
     def relay(self, *, now: datetime | None = None) -> RelayReport:
@@ -353,7 +307,7 @@ class Wiring:
         return self._plugin(Cleanup).run(now, dry_run=dry_run, on_batch=on_batch)
 
     def _plugin(self, kind: type[M]) -> M:
-        plugin = self.maintenance[kind.name]
+        plugin = self._services.maintenance[kind.name]
         assert isinstance(plugin, kind), f"{kind.name!r} is a {type(plugin).__name__}"
         return plugin
 
@@ -367,8 +321,8 @@ class Wiring:
         Counts are exact, except on a PostgreSQL table of 1M rows or more, where the
         ``completed``/``failed``/``cancelled`` groups over 100,000 rows (and so ``total``)
         are estimated from a block sample (docs/operations.md, "Statistics")."""
-        stats = self.store.stats()
-        health = self.store.queue_health()
+        stats = self._services.store.stats()
+        health = self._services.store.queue_health()
         for queue, entry in stats.items():
             entry.update(health.get(queue, {"failed_last_hour": 0, "expired_leases": 0}))
         return stats
@@ -392,9 +346,10 @@ class Wiring:
             WaitTimeout: it had not ended after ``timeout`` seconds.
         """
         job_id = as_job_id(job_id.job_id if isinstance(job_id, EnqueueResult) else job_id)
-        return waiting.wait_for_end(self.store, self.notifier, job_id, timeout, self.REREAD_S)
+        return waiting.wait_for_end(
+            self._services.store, self._services.notifier, job_id, timeout, self.REREAD_S
+        )
 
     def close(self) -> None:
-        self.leases.stop()
-        self.store.dispose()
-        self.backend.close()
+        """Stop the lease keeper, dispose of the store's connections, close the guard."""
+        self._services.close()

@@ -1,6 +1,6 @@
 """The maintenance plugins' Celery side: a shared task and a default Beat entry for each.
 
-One loop over the wiring's list (``celery_tracked.tracker.MAINTENANCE``, the plugins of
+One loop over the wiring's list (``celery_tracked.wiring.MAINTENANCE``, the plugins of
 ``services/maintenance.py``) gives each plugin a shared task ``celery_tracked.<name>``
 running one pass of that plugin of the app's tracker (``Tracker.run_maintenance``), and a
 default Beat entry of the same name on the plugin's schedule:
@@ -42,7 +42,7 @@ from celery.schedules import crontab
 
 from ..core.errors import ConfigurationError
 from ..services.maintenance import Maintenance
-from ..tracker import MAINTENANCE
+from ..wiring import MAINTENANCE
 from .celery_state import settings_for
 from .celery_tracker import Tracker
 

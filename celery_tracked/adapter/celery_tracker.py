@@ -1,8 +1,8 @@
 """``Tracker``: one per Celery app, created lazily from ``app.conf``.
 
-The public tracker is the Celery-free :class:`~celery_tracked.tracker.Wiring` of the
-app's services, given :class:`CeleryPlatform`: Celery's implementation of the platform
-port (``platform.py``). Get it with :meth:`Tracker.for_app`.
+The public tracker is the Celery-free facade :class:`~celery_tracked.tracker.BaseTracker`
+of the app's services (built by ``wiring.build``), given :class:`CeleryPlatform`: Celery's
+implementation of the platform port (``platform.py``). Get it with :meth:`Tracker.for_app`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ..core.errors import UnknownTask
 from ..core.jobs import EnqueueResult, Job
 from ..core.platform import Keywords, TaskRef
 from ..core.settings import Settings
-from ..tracker import Wiring
+from ..tracker import BaseTracker
 from .broker import CeleryBroker
 from .celery_state import settings_for
 from .stopping import ask_to_terminate
@@ -32,7 +32,7 @@ _create_lock = threading.Lock()
 
 
 class CeleryPlatform:
-    """The platform port (``port.Platform``) for one Celery app."""
+    """The platform port (``platform.Platform``) for one Celery app."""
 
     def __init__(self, app: Celery) -> None:
         self.app = app
@@ -92,12 +92,19 @@ class CeleryPlatform:
         return self.broker.held(message_ids)
 
 
-class Tracker(Wiring):
-    """The tracking side of one Celery app. Get it with ``Tracker.for_app(app)``."""
+class Tracker(BaseTracker):
+    """The tracking side of one Celery app. Get it with ``Tracker.for_app(app)``.
+
+    Methods only (``BaseTracker``): ``settings`` and ``app`` are read-only values."""
 
     def __init__(self, app: Celery, settings: Settings) -> None:
-        self.app = app
+        self._app = app
         super().__init__(settings, CeleryPlatform(app))
+
+    @property
+    def app(self) -> Celery:
+        """The Celery app this tracker tracks."""
+        return self._app
 
     @classmethod
     def for_app(cls, app: Celery) -> Tracker:
@@ -135,9 +142,9 @@ class Tracker(Wiring):
         """The tracked task registered as ``task_name`` in this process."""
         if not isinstance(task_name, str):
             raise UnknownTask(repr(task_name), "a task name is a string")
-        if task_name not in self.app.tasks:
-            self.app.loader.import_default_modules()  # include=/imports= not yet imported
-        task = self.app.tasks.get(task_name)
+        if task_name not in self._app.tasks:
+            self._app.loader.import_default_modules()  # include=/imports= not yet imported
+        task = self._app.tasks.get(task_name)
         if task is None:
             raise UnknownTask(
                 task_name,

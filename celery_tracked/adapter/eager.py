@@ -64,13 +64,13 @@ def enqueue(
     held: list[Callable[[], Any]] = []
     holding = _HELD.set(held)
     try:  # the "publish": Celery's own checks, the delivery held (``deliver``)
-        queued = tracker.producer.enqueue(task, facts, args, kwargs, send, due_now=True)
+        queued = tracker.celery_side.producer.enqueue(task, facts, args, kwargs, send, due_now=True)
     finally:
         _HELD.reset(holding)
     if not queued.created:
-        return queued, row_result(tracker.store.get(queued.job_id), queued.job_id)
+        return queued, row_result(tracker.get_job(queued.job_id), queued.job_id)
     result = held[-1]() if held else send.sent  # a new job's, or a new round's (re-sent id)
-    found = tracker.store.get(queued.job_id)
+    found = tracker.get_job(queued.job_id)
     status = found.status if found is not None else queued.status
     return EnqueueResult(queued.job_id, status, True), result
 

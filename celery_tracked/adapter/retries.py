@@ -139,5 +139,7 @@ def publish_again(task: Any, args: Any, kwargs: Any, job: Job, countdown: float)
 def hide_arguments(task: Any) -> None:
     """Redact the request's arguments once nothing is re-published from them (Celery
     stores them in the result backend with ``result_extended=True``)."""
-    req, keys = task.request, task.tracker.settings.redact_keys
-    req.args, req.kwargs = task.description.shape.redacted(req.args or (), req.kwargs or {}, keys)
+    req, masking = task.request, task.tracker.settings.masking
+    req.args, req.kwargs = task.description.shape.redacted(
+        req.args or (), req.kwargs or {}, masking
+    )

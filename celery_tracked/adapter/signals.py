@@ -55,7 +55,7 @@ def cancel_revoked(sender: Any = None, request: Any = None, **info: Any) -> None
             revision=revision,
         )
         if not cancelled and info.get("terminated"):
-            sender.tracker.aftermath.terminated(str(job_id))
+            sender.tracker.celery_side.time_limits.terminated(str(job_id))
     except TrackedError as exc:
         logger.error("job %s: could not record its revocation: %s", job_id, exc)
 
@@ -78,7 +78,7 @@ def check_worker(sender: Any = None, **_: Any) -> None:
     if settings.memory_guard or not settings.check_redis_eviction:
         return
     try:
-        policy = tracker.backend.eviction_policy()
+        policy = tracker.celery_side.eviction_policy()
     except GuardError as exc:
         logger.warning("celery-tracked: cannot reach Redis at %s: %s", settings.safe_redis_url, exc)
         return

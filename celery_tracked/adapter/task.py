@@ -209,8 +209,8 @@ class TrackedTask(Task[P, R_co]):
             # a re-publish of an existing job (Celery retry): never a new row or key check
             for name in (*CONTROL_OPTIONS, "_deadline"):
                 options.pop(name, None)
-            keys = self.tracker.settings.redact_keys
-            argsrepr, kwargsrepr = self.description.shape.reprs(args, kwargs, keys)
+            masking = self.tracker.settings.masking
+            argsrepr, kwargsrepr = self.description.shape.reprs(args, kwargs, masking)
             options.update(argsrepr=argsrepr, kwargsrepr=kwargsrepr)
             return super().apply_async(args, kwargs, task_id=task_id or existing.job_id, **options)
         control = Control.pop_from(options)
@@ -241,7 +241,7 @@ class TrackedTask(Task[P, R_co]):
         send = calls.Send(run_here or super().apply_async, self.app)
         if run_here is not None or self.app.conf.task_always_eager:
             return eager.enqueue(self.tracker, self.description, facts, args, kwargs, send)
-        producer = self.tracker.producer
+        producer = self.tracker.celery_side.producer
         return producer.enqueue(self.description, facts, args, kwargs, send), send.sent
 
     # -- pipelines (pipelines.py) -----------------------------------------------------
@@ -292,7 +292,7 @@ class TrackedTask(Task[P, R_co]):
             queue=headers.queue or described.queue({}, args, kwargs),
             worker=str(request.hostname or _HOSTNAME),
             backoff_base_ms=described.retry.base_ms(settings.default_backoff_ms),
-            secrets=lambda: shape.secrets(args, kwargs, settings.redact_keys),
+            secrets=lambda: shape.secrets(args, kwargs, settings.masking),
             inline=bool(request.is_eager),
             policy=described.retry,
             limits=described.limits.for_delivery(shape, args, kwargs, request, settings),
@@ -301,7 +301,7 @@ class TrackedTask(Task[P, R_co]):
         )
         body = getattr(self, "_orig_run", self.run)  # Celery's autoretry wrapper bypassed
         call = body_call(request, body, args, kwargs)  # given its attempt by the runner
-        return cast(R_co, self._settle(tracker.runner.run(run, call)))
+        return cast(R_co, self._settle(tracker.celery_side.runner.run(run, call)))
 
     def transaction(self) -> AbstractContextManager[Connection]:
         """The body's transaction on the tracking database, committed with the run's
@@ -382,4 +382,4 @@ class TrackedTask(Task[P, R_co]):
             republish = partial(retries.publish_again, self, args, kwargs)
             limit = exc.args[0] if exc.args else "?"
             delay = partial(retries.retry_delay, self, killed=exc)
-            self.tracker.aftermath.time_limited(task_id, limit, delay, republish)
+            self.tracker.celery_side.time_limits.time_limited(task_id, limit, delay, republish)

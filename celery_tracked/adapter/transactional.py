@@ -39,8 +39,8 @@ logger = logging.getLogger("celery_tracked")
 
 
 def _sql_store(tracker: Tracker, what: str) -> JobStore:
-    store = tracker.store
-    if not isinstance(store, JobStore):
+    store = tracker.celery_side.sql_store
+    if store is None:
         raise NotTransactional(f"{what} needs the SQL store (tracked_database_url)")
     return store
 
@@ -61,7 +61,7 @@ def enqueue_in(
     task_id = options.pop("task_id", None)
     args, kwargs = values.sent_arguments(task, args, kwargs)
     facts = calls.of(task_id, control, options)
-    job = tracker.producer.new_job(task.description, facts, args, kwargs)
+    job = tracker.celery_side.producer.new_job(task.description, facts, args, kwargs)
     if job.rule.reused or job.rule.debounce_s:
         raise NotTransactional(
             f"enqueue_in of {task.name}: only the default key lifetime (one job per key) "
@@ -80,7 +80,7 @@ def enqueue_in(
         found = effects.insert_in(conn, job.row(), store.engines)
     except StoreError as exc:
         raise EnqueueError(f"enqueue of {task.name} failed (database): {exc}") from None
-    hooks = tracker.enqueuer.hooks
+    hooks = tracker.celery_side.hooks
     if found is not None:
         message = f"job {found.id} deduplicated (key already used)"
         hooks.after_transition(
@@ -90,14 +90,14 @@ def enqueue_in(
         )
         return EnqueueResult(found.id, found.status, False)
     send = calls.Send(partial(Task.apply_async, task))  # a failure: left to the relay
-    publish = tracker.producer.message(job, facts, args, kwargs, send)
+    publish = tracker.celery_side.producer.message(job, facts, args, kwargs, send)
     effects.after_commit(
-        target, job.job_id, partial(_hand_over, tracker, job, publish), store.engines
+        target, job.job_id, partial(_hand_over, tracker, store, job, publish), store.engines
     )
     return EnqueueResult(job.job_id, JobStatus.PENDING, True)
 
 
-def _hand_over(tracker: Tracker, job: NewJob, publish: Publish) -> None:
+def _hand_over(tracker: Tracker, store: JobStore, job: NewJob, publish: Publish) -> None:
     """Publish a job whose transaction committed and mark it handed over; a failure is
     left to the relay (the row stays unpublished)."""
     try:
@@ -111,11 +111,11 @@ def _hand_over(tracker: Tracker, job: NewJob, publish: Publish) -> None:
         )
         return
     try:
-        tracker.store.note_handed_over(job.job_id, utcnow(), 0)
+        store.note_handed_over(job.job_id, utcnow(), 0)
     except StoreError as exc:  # the relay may publish it again: a duplicate never runs
         logger.warning("could not record that job %s was published: %s", job.job_id, exc)
     message = f"job {job.job_id} enqueued on {job.queue} (after its transaction committed)"
-    tracker.enqueuer.hooks.after_transition(
+    tracker.celery_side.hooks.after_transition(
         Transition.of(Event.ENQUEUED, job.job_id, message, "pending", job.queue, job.job_type, 0)
     )
 

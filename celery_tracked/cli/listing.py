@@ -46,7 +46,7 @@ def jobs(
     tracker = reader_of(ctx)
     with friendly("listing jobs"):
         page = tracker.jobs(limit=limit, cursor=cursor, **common.filters_from(options))
-        now = tracker.store.clock()  # the database's: ages are judged on it
+        now = tracker.celery_side.clock()  # the database's: ages are judged on it
     if as_json:
         emit_json({"jobs": [job_dict(j) for j in page.jobs], "next_cursor": page.next_cursor})
         return
@@ -71,7 +71,7 @@ def show(ctx: click.Context, job_id: str, history: bool, as_json: bool) -> None:
     with friendly("reading the job"):
         job = tracker.get_job(job_id)
         events = tracker.history(job_id) if job is not None else []  # the note reads them
-        now = tracker.store.clock()  # the database's: ages are judged on it
+        now = tracker.celery_side.clock()  # the database's: ages are judged on it
     if job is None:
         raise NotFound(f"no job {job_id}")  # shown escaped (``common._Shown``)
     if as_json:

@@ -1,7 +1,7 @@
 """``celery tracked relay``, ``reap``, ``cleanup``: one pass of a maintenance plugin
 (``services/maintenance.py``), the one its Beat task runs, by hand.
 
-One loop over the wiring's list (``celery_tracked.tracker.MAINTENANCE``) makes a command
+One loop over the wiring's list (``celery_tracked.wiring.MAINTENANCE``) makes a command
 per plugin, named after it, with the plugin's ``summary`` as its help: ``--json`` prints
 the report (``as_dict()``), else a table of the jobs it moved (``WHAT``, ``JOB``) or the
 plugin's ``idle`` line. The cleanup's command has its own view (rows per status, a
@@ -20,7 +20,7 @@ from celery.bin.base import CeleryCommand
 from ..adapter.celery_tracker import Tracker
 from ..services.cleanup import CleanupReport
 from ..services.maintenance import Maintenance
-from ..tracker import MAINTENANCE
+from ..wiring import MAINTENANCE
 from .common import emit_json, friendly, json_option, tracker_of
 from .common import style as output_style
 from .group import tracked

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import timedelta
 
 import click
 from celery.bin.base import CeleryCommand
@@ -33,10 +32,7 @@ def metrics(ctx: click.Context, port: int, addr: str, cache: float) -> None:
     tracker = tracker_of(ctx)
     with friendly("starting the metrics server"):
         prom.require()
-        grace = timedelta(seconds=tracker.settings.relay_grace_seconds)
-        read = prom.table_reader(
-            tracker.stats, lambda: tracker.store.backlog(cutoff=tracker.store.clock() - grace)
-        )
+        read = prom.table_reader(tracker.stats, tracker.celery_side.relay_backlog)
         stop = prom.serve(prom.registry(prom.TableCollector(read, cache)), port, addr)
     multiproc = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     counters = f"counters from {multiproc}" if multiproc else "no PROMETHEUS_MULTIPROC_DIR"

@@ -20,15 +20,7 @@ from typing import Any
 
 from .codec import PAYLOAD_DEPTH, check_depth, encode
 from .errors import ArgumentsMismatch, InvalidPayload, InvalidTaskOption, PayloadNotSerializable
-from .redact import (
-    REDACTED,
-    encode_payload,
-    error_type,
-    is_secret_key,
-    redact,
-    secret_values,
-    summarize,
-)
+from .redact import NO_KEYS, REDACTED, Redaction, encode_payload, error_type
 from .validation import unencodable_at
 
 #: Longest ``argsrepr``/``kwargsrepr``.
@@ -111,7 +103,7 @@ class CallShape:
         return named
 
     def redacted(
-        self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], redaction: Redaction
     ) -> tuple[list[Any], dict[str, Any]]:
         """Positional and keyword arguments with values under secret names replaced.
 
@@ -120,21 +112,21 @@ class CallShape:
         """
         try:
             safe_args = [
-                REDACTED if is_secret_key(name, keys) else redact(value, keys)
+                REDACTED if redaction.is_secret(name) else redaction.redact(value)
                 for name, value in zip(self.names(len(args)), args, strict=True)
             ]
-            return safe_args, redact(dict(kwargs), keys)
+            return safe_args, redaction.redact(dict(kwargs))
         except RecursionError:
             raise too_nested() from None
 
     def reprs(
-        self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], redaction: Redaction
     ) -> tuple[str, str]:
         """``argsrepr`` and ``kwargsrepr``, redacted (what Flower and events show)."""
-        return bounded_reprs(*self.redacted(args, kwargs, keys), self.show)
+        return bounded_reprs(*self.redacted(args, kwargs, redaction), self.show)
 
     def secrets(
-        self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], redaction: Redaction
     ) -> list[str]:
         """Every value under a secret name, to mask wherever the call's text may appear.
 
@@ -142,7 +134,7 @@ class CallShape:
             PayloadNotSerializable: too deeply nested to walk (see :func:`too_nested`).
         """
         try:
-            return secret_values([self.named(args, kwargs), self.unnamed(args)], keys)
+            return redaction.secret_values([self.named(args, kwargs), self.unnamed(args)])
         except RecursionError:
             raise too_nested() from None
 
@@ -180,7 +172,7 @@ class CallRules:
     """What a task asks of its calls (from its options and the settings)."""
 
     task_name: str
-    redact_keys: tuple[str, ...]
+    redaction: Redaction
     max_payload_bytes: int
     #: a pydantic model class or a callable taking the named arguments as one dict
     #: (raises to refuse)
@@ -219,11 +211,11 @@ def prepare_call(
         shape.check_nesting(args, kwargs, rules.task_name)  # first: the passes below recurse
         named = shape.bind(args, kwargs, rules.task_name)
         encode_payload(args, kwargs, rules.max_payload_bytes)
-        secrets = tuple(secret_values([named, shape.unnamed(args)], rules.redact_keys))
+        secrets = tuple(rules.redaction.secret_values([named, shape.unnamed(args)]))
         validate(rules, named, secrets)
-        safe_args, safe_kwargs = shape.redacted(args, kwargs, rules.redact_keys)
+        safe_args, safe_kwargs = shape.redacted(args, kwargs, rules.redaction)
         argsrepr, kwargsrepr = bounded_reprs(safe_args, safe_kwargs, shape.show)
-        made = KeyCall(rules.task_name, args, kwargs, named, secrets, rules.redact_keys)
+        made = KeyCall(rules.task_name, args, kwargs, named, secrets, rules.redaction)
         limited = rules.concurrency_key
         return PreparedCall(
             key=idempotency_key(rules, explicit_key, args, kwargs, named, made),
@@ -249,7 +241,7 @@ def validate(rules: CallRules, named: dict[str, Any], secrets: Sequence[str]) ->
     except InvalidPayload:
         raise
     except Exception as exc:
-        detail = summarize(exc, secrets, rules.redact_keys)
+        detail = rules.redaction.summarize(exc, secrets)
         raise InvalidPayload(f"{rules.task_name}: invalid arguments: {detail}") from None
 
 
@@ -266,7 +258,7 @@ class KeyCall:
     kwargs: Mapping[str, Any]
     named: Mapping[str, Any]
     secrets: Sequence[str] = ()
-    redact_keys: Sequence[str] = ()
+    redaction: Redaction = NO_KEYS
 
     def build(self, option: str, template: str | Callable[..., str]) -> str:
         """The key ``template`` (a ``str.format`` template over the named arguments, or a
@@ -282,7 +274,7 @@ class KeyCall:
             else:
                 key = template.format(**self.named)
         except Exception as exc:  # a template or callable that cannot use these arguments
-            detail = summarize(exc, self.secrets, self.redact_keys)
+            detail = self.redaction.summarize(exc, self.secrets)
             raise InvalidPayload(
                 f"{self._prefix}cannot build the {_words(option)} from the arguments with "
                 f"{made}: {error_type(exc)}: {detail}"
@@ -352,7 +344,7 @@ def idempotency_key(
     Raises:
         InvalidPayload: no key of 1-255 characters without NUL bytes could be had.
     """
-    made = call or KeyCall(rules.task_name, args, kwargs, named, (), rules.redact_keys)
+    made = call or KeyCall(rules.task_name, args, kwargs, named, (), rules.redaction)
     if explicit is not None:
         if isinstance(explicit, bool) or not isinstance(explicit, str | int | uuid.UUID):
             raise InvalidPayload(

@@ -20,6 +20,7 @@ from typing import Any
 from .calls import CallRules, CallShape
 from .keys import KeyRule
 from .limits import Limits
+from .redact import Redaction
 from .retry_policy import RetryPolicy
 
 #: ``route(options, args, kwargs)``: the queue the framework's routing sends a call to.
@@ -72,11 +73,11 @@ class TaskDescription:
             return self.route(options, args, kwargs)
         return str(getattr(queue, "name", queue))
 
-    def call_rules(self, redact_keys: tuple[str, ...], max_payload_bytes: int) -> CallRules:
+    def call_rules(self, redaction: Redaction, max_payload_bytes: int) -> CallRules:
         """What this task asks of its calls, under the app's settings."""
         return CallRules(
             task_name=self.name,
-            redact_keys=redact_keys,
+            redaction=redaction,
             max_payload_bytes=max_payload_bytes,
             validator=self.validator,
             key=self.idempotency_key,

@@ -15,6 +15,10 @@ matches it (:func:`is_secret_key`):
 
 A string value holding a URL with credentials (``scheme://user:pass@host``) keeps its
 shape with the user-info masked, wherever it sits.
+
+:class:`Redaction` is the app's masking by name as one value (its keys, on or off), made
+once from the settings (``Settings.masking``) and handed to the places that mask; its
+methods are the functions below given its keys.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import date, time
 from decimal import Decimal
 from typing import Any
@@ -81,23 +86,22 @@ def key_matches(key: str, name: str) -> bool:
     return f"_{key}_" in f"_{name}_"
 
 
-def is_secret_key(key: object, redact_keys: Iterable[str]) -> bool:
+def is_secret_key(key: object, keys: Iterable[str]) -> bool:
     if not isinstance(key, str):
         return False
     name = normalise_key(key)
-    return any(key_matches(normalise_key(k), name) for k in redact_keys)
+    return any(key_matches(normalise_key(k), name) for k in keys)
 
 
-def redact(value: Any, redact_keys: Sequence[str]) -> Any:
+def redact(value: Any, keys: Sequence[str]) -> Any:
     """A copy of ``value`` with every value under a secret key replaced by ``REDACTED``
     and the credentials of URLs in strings masked."""
     if isinstance(value, Mapping):
         return {
-            k: (REDACTED if is_secret_key(k, redact_keys) else redact(v, redact_keys))
-            for k, v in value.items()
+            k: (REDACTED if is_secret_key(k, keys) else redact(v, keys)) for k, v in value.items()
         }
     if isinstance(value, list | tuple):
-        return [redact(v, redact_keys) for v in value]
+        return [redact(v, keys) for v in value]
     if isinstance(value, str) and "@" in value:
         return mask_url(value)
     return value
@@ -116,7 +120,7 @@ def url_credentials(text: str) -> list[str]:
     return found
 
 
-def secret_values(value: Any, redact_keys: Sequence[str]) -> list[str]:
+def secret_values(value: Any, keys: Sequence[str]) -> list[str]:
     """Every string (or number) found under a secret key, and every credential inside a
     URL, each once, to mask them in messages."""
     found: list[str] = []
@@ -124,7 +128,7 @@ def secret_values(value: Any, redact_keys: Sequence[str]) -> list[str]:
     def walk(node: Any, secret: bool) -> None:
         if isinstance(node, Mapping):
             for k, v in node.items():
-                walk(v, secret or is_secret_key(k, redact_keys))
+                walk(v, secret or is_secret_key(k, keys))
         elif isinstance(node, list | tuple):
             for v in node:
                 walk(v, secret)
@@ -330,3 +334,45 @@ def mask_exception(exc: BaseException, secrets: Sequence[str], keys: Sequence[st
                 with contextlib.suppress(Exception):
                     setattr(current, attr, _masked(text, secrets, keys))
         pending.extend(_linked(current))
+
+
+@dataclass(frozen=True)
+class Redaction:
+    """What is masked by name: the keys of ``tracked_redact_keys`` while ``on``
+    (``tracked_redaction``; off: no name is secret, only URL credentials are masked)."""
+
+    keys: tuple[str, ...] = ()
+    on: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keys", tuple(self.keys) if self.on else ())
+
+    def is_secret(self, key: object) -> bool:
+        """Whether ``key`` names a secret (:func:`is_secret_key`)."""
+        return is_secret_key(key, self.keys)
+
+    def redact(self, value: Any) -> Any:
+        """:func:`redact`: a copy with the values under secret keys ``REDACTED``."""
+        return redact(value, self.keys)
+
+    def secret_values(self, value: Any) -> list[str]:
+        """:func:`secret_values`: the values to mask in messages."""
+        return secret_values(value, self.keys)
+
+    def mask(self, text: str, secrets: Iterable[str] = ()) -> str:
+        """:func:`mask_secrets`: ``text`` with URL credentials, pairs under secret keys and
+        ``secrets`` masked."""
+        return mask_secrets(text, secrets, self.keys)
+
+    def summarize(self, exc: BaseException, secrets: Iterable[str] = ()) -> str:
+        """:func:`summarize`: the masked one-line summary of ``exc``."""
+        return summarize(exc, secrets, self.keys)
+
+    def mask_exception(self, exc: BaseException, secrets: Sequence[str] = ()) -> None:
+        """:func:`mask_exception`: ``exc`` and what is shown with it masked, in place."""
+        mask_exception(exc, secrets, self.keys)
+
+
+#: No name is secret (only credentials in URLs are masked): the default where no settings
+#: apply (a successor's message has no caller's reprs; a key built for a limit).
+NO_KEYS = Redaction()

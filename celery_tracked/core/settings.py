@@ -35,7 +35,7 @@ from .conversions import (
 )
 from .crontab import check_crontab
 from .errors import ConfigurationError
-from .redact import mask_url
+from .redact import Redaction, mask_url
 from .retry_policy import CELERY_SEMANTICS, SEMANTICS
 
 logger = logging.getLogger("celery_tracked")
@@ -145,6 +145,12 @@ class Settings:
     #: encrypted with the first, read with any (``services/sealing.py``); empty: off.
     #: Never shown (not in the repr)
     secret_key: tuple[str, ...] = field(default=(), repr=False)
+
+    @functools.cached_property
+    def masking(self) -> Redaction:
+        """The masking by name these settings make (``redact_keys`` while ``redaction``),
+        one value, built once: what the services and the adapter mask with."""
+        return Redaction(self.redact_keys, self.redaction)
 
     @property
     def memory_guard(self) -> bool:

@@ -1,4 +1,4 @@
-"""Cancelling a running job: ``Tracker.cancel(job_id, running=True)``.
+"""Cancelling: ``Tracker.cancel`` (:class:`Canceller`), and a running job (:class:`Stopper`).
 
 1. A job still waiting (``pending``/``retrying``) is cancelled as by ``Tracker.cancel``.
 2. A ``processing`` job gets a cancel request on its row (``store/rerun.py``): it stays
@@ -15,7 +15,9 @@ Knows nothing of Celery.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from typing import NamedTuple
 
 from ..core.fences import DeadRun
 from ..core.hooks import Hooks, Transition
@@ -24,6 +26,48 @@ from ..core.ports import CancelStore
 from .lease import LeaseKeeper, diagnose
 
 _WAITING = (JobStatus.PENDING, JobStatus.RETRYING)
+
+
+class Shown(NamedTuple):
+    """How a cancel is told (``Tracker.cancel``'s keywords): its log message (default:
+    from the reason), the log's and the metrics' labels (read from the row when not
+    given), the log level."""
+
+    message: str | None = None
+    queue: str | None = None
+    job_type: str | None = None
+    level: int = logging.INFO
+
+
+class Canceller:
+    """``Tracker.cancel``'s waiting case: pending | retrying → cancelled, told to the
+    hooks (the relay's cancel of a row it cannot send too)."""
+
+    def __init__(self, store: CancelStore, hooks: Hooks) -> None:
+        self.store = store
+        self.hooks = hooks
+
+    def __call__(
+        self,
+        job_id: str,
+        reason: str = "cancelled",
+        *,
+        revision: int | None = None,
+        shown: Shown | None = None,
+    ) -> bool:
+        """False if the job is in any other status; ``revision`` as ``Tracker.cancel``'s."""
+        cancelled = self.store.cancel(job_id, now=utcnow(), reason=reason, revision=revision)
+        if cancelled:
+            message, queue, job_type, level = Shown() if shown is None else shown
+            message = message or f"job {job_id} cancelled: {reason}"
+            if queue is None or job_type is None:  # the log's and the metrics' labels
+                job = self.store.get(job_id)
+                queue = queue if job is None else queue or job.queue_name
+                job_type = job_type if job is None else job_type or job.job_type
+            self.hooks.after_transition(
+                Transition.of(Event.CANCELLED, job_id, message, None, queue, job_type, level=level)
+            )
+        return cancelled
 
 
 class Stopper:

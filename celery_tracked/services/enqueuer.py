@@ -33,7 +33,7 @@ from ..core.jobs import EnqueueResult, Event, Job, JobStatus, utcnow
 from ..core.keys import Then, then, undo_replace
 from ..core.messages import TrackedHeaders
 from ..core.ports import EnqueueStore
-from ..core.redact import mask_secrets
+from ..core.redact import Redaction
 from .producer import NewJob, Publish, guard_of
 
 logger = logging.getLogger("celery_tracked")
@@ -59,9 +59,7 @@ class Enqueuer:
         self.duplicate_wait_s = DUPLICATE_WAIT_S
         self.again: Again | None = None  # set by the tracker (its ``Resender``)
 
-    def enqueue(
-        self, job: NewJob, publish: Publish, redact_keys: tuple[str, ...]
-    ) -> EnqueueResult[Any]:
+    def enqueue(self, job: NewJob, publish: Publish, redaction: Redaction) -> EnqueueResult[Any]:
         """Create ``job`` and publish it with ``publish(headers, task_id)``, or return the
         key's job (a duplicate, or a pending job whose arguments a debounce replaced).
 
@@ -81,7 +79,7 @@ class Enqueuer:
                 now = self.store.clock() if job.rule.timed else None
             except (GuardError, StoreError) as exc:
                 stage = "idempotency guard" if isinstance(exc, GuardError) else "database"
-                raise self._failure(job, redact_keys, stage, exc) from None
+                raise self._failure(job, redaction, stage, exc) from None
             key_round = 0
             if latest is not None:
                 decided = then(job.rule, latest, now or utcnow())
@@ -93,7 +91,7 @@ class Enqueuer:
                         self._release(key, job.job_id)
                     if decided is Then.DUPLICATE:
                         return self._duplicate_of(job, latest, publish)
-                    replaced = self._replace(job, latest, publish, redact_keys)
+                    replaced = self._replace(job, latest, publish, redaction)
                     if replaced is not None:
                         return replaced
                     continue  # it moved on meanwhile: decide again
@@ -110,14 +108,14 @@ class Enqueuer:
                 return duplicate
             except StoreError as exc:
                 self._release(key, job.job_id)
-                raise self._failure(job, redact_keys, "database", exc) from None
-            return self._publish(job, key, publish, redact_keys)
+                raise self._failure(job, redaction, "database", exc) from None
+            return self._publish(job, key, publish, redaction)
         raise EnqueueError(
             f"enqueue of {job.task_name}: its idempotency key kept changing hands; retry"
         )
 
     def _publish(
-        self, job: NewJob, key: str | None, publish: Publish, redact_keys: tuple[str, ...]
+        self, job: NewJob, key: str | None, publish: Publish, redaction: Redaction
     ) -> EnqueueResult[Any]:
         if job.held:  # due beyond the horizon: no message yet, the scheduler pass sends it
             told = f"job {job.job_id} enqueued on {job.queue}, held until due (scheduled)"
@@ -130,12 +128,12 @@ class Enqueuer:
                 kept = self._undo(job.job_id, key)
             except StoreError as undo_exc:
                 note = _kept(job.job_id, undo_exc)
-                raise self._failure(job, redact_keys, "broker publish", exc, note) from None
+                raise self._failure(job, redaction, "broker publish", exc, note) from None
             if kept is not None:  # a relay handed it over meanwhile: the job exists and runs
                 return EnqueueResult(kept.id, kept.status, True)
             if isinstance(exc, PublishRefused):
                 raise exc.error from exc.error.__cause__
-            raise self._failure(job, redact_keys, "broker publish", exc) from None
+            raise self._failure(job, redaction, "broker publish", exc) from None
         self._handed_over(job.job_id, 0)
         self._tell(job, Event.ENQUEUED, "pending", f"job {job.job_id} enqueued on {job.queue}")
         return EnqueueResult(job.job_id, JobStatus.PENDING, True)
@@ -143,12 +141,12 @@ class Enqueuer:
     def _failure(
         self,
         job: NewJob,
-        redact_keys: tuple[str, ...],
+        redaction: Redaction,
         stage: str,
         exc: BaseException,
         note: str = "",
     ) -> EnqueueError:
-        detail = mask_secrets(str(exc), job.call.secrets, redact_keys) + note
+        detail = redaction.mask(str(exc), job.call.secrets) + note
         message = f"enqueue of {job.task_name} failed at {stage}: {detail}"
         self._tell(job, Event.ERROR, "error", message)
         return EnqueueError(f"enqueue of {job.task_name} failed ({stage}): {detail}")
@@ -251,7 +249,7 @@ class Enqueuer:
         return EnqueueResult(found.id, found.status, False)
 
     def _replace(
-        self, job: NewJob, pending: Job, publish: Publish, redact_keys: tuple[str, ...]
+        self, job: NewJob, pending: Job, publish: Publish, redaction: Redaction
     ) -> EnqueueResult[Any] | None:
         """Debounce: give the pending job ``job``'s arguments and a new message; None when
         it is no longer pending at the revision read (the caller decides again)."""
@@ -277,12 +275,12 @@ class Enqueuer:
                     pending.celery_task_id or pending.id,
                 )
         except StoreError as exc:
-            raise self._failure(job, redact_keys, "database", exc) from None
+            raise self._failure(job, redaction, "database", exc) from None
         except Exception as exc:
             note = self._undo_replace(pending, made)
             if isinstance(exc, PublishRefused):
                 raise exc.error from exc.error.__cause__
-            raise self._failure(job, redact_keys, "broker publish", exc, note) from None
+            raise self._failure(job, redaction, "broker publish", exc, note) from None
         if not job.held:
             self._handed_over(pending.id, made)
         self.hooks.after_transition(

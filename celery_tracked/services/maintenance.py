@@ -8,9 +8,10 @@ and one pass, :meth:`run`, returning a report with ``as_dict()``. The wiring bui
 once (:meth:`build`, given the wiring's own :class:`Parts`: the publish goes through the
 wiring's platform); the adapter gives each a shared task and a default Beat entry
 (``adapter/beat.py``), the CLI a command (``cli/maintenance.py``), each in one loop over
-the wiring's list, ``celery_tracked.tracker.MAINTENANCE``:
+the wiring's list, ``celery_tracked.wiring.MAINTENANCE``:
 
 - ``relay`` (``relay.py``): publishes the rows whose producer died before its publish;
+- ``schedule`` (``scheduler.py``): publishes the held jobs as they come due;
 - ``reap`` (``reaper.py``): rescues or abandons the jobs nothing will move any more;
 - ``cleanup`` (``cleanup.py``): removes the ended jobs past their retention.
 

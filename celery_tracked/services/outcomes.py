@@ -39,7 +39,7 @@ from ..core.outcomes import (
     retry_cause,
 )
 from ..core.ports import OutcomeStore
-from ..core.redact import error_type, mask_exception, summarize
+from ..core.redact import Redaction, error_type
 from ..core.retry_policy import Backoff
 from ..core.run import Run
 from .teller import Teller
@@ -60,13 +60,13 @@ class OutcomeWriter:
         hooks: Hooks,
         teller: Teller,
         backoff: Backoff,
-        redact_keys: Sequence[str],
+        redaction: Redaction,
     ) -> None:
         self.store = store
         self.hooks = hooks
         self.teller = teller
         self.backoff = backoff
-        self.redact_keys = redact_keys
+        self.redaction = redaction
 
     def plan(
         self, run: Run, claim: Claim, error: BaseException | None, ran: Attempt | None = None
@@ -151,7 +151,7 @@ class OutcomeWriter:
         the retry carried over if its write fails too (the body must not run again before
         it is written). The store's error holds no secret value of the call."""
         delay = 0 if run.inline else self.retry_ms(run, claim.attempt)
-        summary = summarize(exc, (), self.redact_keys)
+        summary = self.redaction.summarize(exc)
         verdict = Retrying(delay / 1000, None)
         return Failure(error_type(exc), summary, verdict, retry_ms=delay, carry=True)
 
@@ -159,7 +159,7 @@ class OutcomeWriter:
         """The completion could not be written for a reason of the job's own (a hook
         raised, the database refused its rows): the attempt fails as if the body had
         raised ``error``, and counts against ``max_attempts``."""
-        mask_exception(error, attempt.run.secrets(), self.redact_keys)
+        self.redaction.mask_exception(error, attempt.run.secrets())
         plan = self.plan(attempt.run, attempt.claim, error)
         if plan.write not in (Write.RETRY, Write.FAIL):  # Celery's own signals from a hook
             plan = Plan(Write.FAIL, reraise=True)
@@ -196,7 +196,7 @@ class OutcomeWriter:
             except Exception:  # the failure is written anyway, without them
                 logger.exception("job %s: failure_rows hook failed", claim.job_id)
         cause = retry_cause(error, run.signals)
-        summary = summarize(cause, run.secrets(), self.redact_keys)
+        summary = self.redaction.summarize(cause, run.secrets())
         verdict = after_write(plan, error, run.signals)
         return Failure(
             error_type(cause),

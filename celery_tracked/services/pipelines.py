@@ -112,7 +112,7 @@ def declare(
     description = getattr(task, "description", None)
     if not isinstance(description, TaskDescription):
         raise InvalidSuccessor(f"a successor must be a tracked task, not {task!r}")
-    maker: Successors = task.tracker.successors
+    maker: Successors = task.tracker.celery_side.successors
     if not step.owner_read:  # one read per step, only when it declares a successor
         row = maker.store.get(step.job_id)
         step.owner_id, step.owner_read = (None if row is None else row.owner_id), True

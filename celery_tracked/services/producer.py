@@ -25,7 +25,7 @@ from ..core.description import TaskDescription
 from ..core.jobs import EnqueueResult, JobStatus, utcnow
 from ..core.keys import KeyRule
 from ..core.messages import Control, TrackedHeaders, check_text
-from ..core.redact import mask_secrets
+from ..core.redact import NO_KEYS, Redaction
 from ..core.settings import Settings
 from .sealing import seal_call, sealer_for
 
@@ -162,7 +162,7 @@ def new_job(
         InvalidPayload: (or a subclass) the call was refused.
     """
     control, options = facts.control, facts.options
-    rules = task.call_rules(settings.redact_keys, settings.max_payload_bytes)
+    rules = task.call_rules(settings.masking, settings.max_payload_bytes)
     call = prepare_call(task.shape, rules, args, kwargs, control.idempotency_key)
     queue = check_text(task.queue(options, args, kwargs), "queue", 200)
     if "queue" not in options and task.pins_queue:
@@ -238,7 +238,7 @@ class Message:
     kwargs: dict[str, Any]
     call: PreparedCall
     options: Mapping[str, Any]
-    redact_keys: tuple[str, ...] = ()
+    redaction: Redaction = NO_KEYS
 
     def __call__(self, tracked: TrackedHeaders, task_id: str) -> object:
         options = dict(self.options)
@@ -252,7 +252,7 @@ class Message:
         """The caller's text (masked), else ours."""
         if given is None:
             return ours
-        return mask_secrets(str(given), self.call.secrets, self.redact_keys)
+        return self.redaction.mask(str(given), self.call.secrets)
 
 
 class Enqueues(Protocol):
@@ -260,7 +260,7 @@ class Enqueues(Protocol):
     its method here, as ``enqueuer.py`` imports this module's ``NewJob``)."""
 
     def enqueue(
-        self, job: NewJob, publish: Publish, redact_keys: tuple[str, ...]
+        self, job: NewJob, publish: Publish, redaction: Redaction
     ) -> EnqueueResult[Any]: ...
 
 
@@ -291,8 +291,8 @@ class Producer:
     ) -> Message:
         """``job``'s message, delivered by ``send`` (made after the job: its options then
         hold the queue and a debounce's delay)."""
-        keys = self.settings.redact_keys
-        return Message(send, tuple(args), dict(kwargs), job.call, dict(facts.options), keys)
+        masking = self.settings.masking
+        return Message(send, tuple(args), dict(kwargs), job.call, dict(facts.options), masking)
 
     def enqueue(
         self,
@@ -316,4 +316,4 @@ class Producer:
         if due_now:
             job = replace(job, due_in_s=None, due_at=None)
         publish = self.message(job, facts, args, kwargs, send)
-        return self.enqueuer.enqueue(job, publish, self.settings.redact_keys)
+        return self.enqueuer.enqueue(job, publish, self.settings.masking)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..core.errors import InvalidProgress
-from ..core.redact import mask_secrets, safe_text
+from ..core.redact import NO_KEYS, Redaction, safe_text
 from ..core.validation import (
     MAX_STAGE_CHARS as MAX_STAGE_CHARS,  # the width of background_jobs.stage
 )
@@ -139,12 +139,12 @@ def progress_of_meta(meta: Any) -> Value | None:
 
 
 def log_text(
-    message: str, level: str, secrets: Sequence[str] = (), keys: Sequence[str] = ()
+    message: str, level: str, secrets: Sequence[str] = (), redaction: Redaction = NO_KEYS
 ) -> str:
     """The stored text of a log line: secret values, ``key=value`` pairs under secret keys
     and URL credentials masked (before it is cut, so no secret is half kept), NUL
     removed, at most :data:`MAX_LOG_CHARS`; a level other than info leads it."""
-    text = mask_secrets(message.replace("\x00", ""), secrets, keys)
+    text = redaction.mask(message.replace("\x00", ""), secrets)
     if level != "info":
         text = f"{level}: {text}"
     if len(text) > MAX_LOG_CHARS:

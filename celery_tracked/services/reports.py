@@ -24,7 +24,6 @@ from ..core.hooks import Hooks
 from ..core.jobs import Claim, utcnow
 from ..core.ports import ReportStore
 from ..core.printable import visible
-from ..core.redact import mask_secrets
 from ..core.run import Run
 from ..core.settings import Settings
 from . import progress
@@ -199,8 +198,8 @@ class ProgressReporter:
     # -- log lines --------------------------------------------------------------------
 
     def log(self, message: str, level: str) -> bool:
-        keys = self._settings.redact_keys
-        text = progress.log_text(message, level, self._secrets_of(), keys)
+        masking = self._settings.masking
+        text = progress.log_text(message, level, self._secrets_of(), masking)
         run, claim = self._run, self._claim
         extra: dict[str, object] = {"job_id": claim.job_id, "queue": run.queue}
         extra.update(job_type=run.job_type, status="processing", attempt=claim.attempt)
@@ -235,7 +234,7 @@ class ProgressReporter:
         return self._secrets
 
     def _mask(self, text: str) -> str:
-        return mask_secrets(text, self._secrets_of(), self._settings.redact_keys)
+        return self._settings.masking.mask(text, self._secrets_of())
 
     def _lease_lost(self, what: str) -> None:
         self._lost = True

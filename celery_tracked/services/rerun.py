@@ -44,7 +44,7 @@ from ..core.jobs import RETRY_UNDONE, EnqueueResult, Event, Job, JobStatus, utcn
 from ..core.messages import TrackedHeaders, positive
 from ..core.platform import Platform
 from ..core.ports import RerunStore
-from ..core.redact import holds_redacted, mask_secrets, redact, secret_values
+from ..core.redact import Redaction, holds_redacted
 from .pipelines import fail_soft_note
 from .producer import NewJob, Publish
 from .sealing import SealBroken, Sealer, seal_call, unsealed
@@ -76,7 +76,7 @@ class Shape(Protocol):
     def names(self, count: int) -> list[str | None]: ...
 
     def redacted(
-        self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], redaction: Redaction
     ) -> tuple[list[Any], dict[str, Any]]: ...
 
 
@@ -89,9 +89,9 @@ class _Unnamed:
         return [None] * count
 
     def redacted(
-        self, args: Sequence[Any], kwargs: Mapping[str, Any], keys: Sequence[str]
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], redaction: Redaction
     ) -> tuple[list[Any], dict[str, Any]]:
-        return list(args), redact(dict(kwargs), keys)
+        return list(args), redaction.redact(dict(kwargs))
 
 
 def stored_arguments(job: Job) -> tuple[list[Any], dict[str, Any]]:
@@ -123,7 +123,7 @@ def granted(max_attempts: int, rounds: Sequence[tuple[str, int]]) -> int:
 
 
 def retry_arguments(
-    job: Job, shape: Shape | None, given: Mapping[str, Any], keys: Sequence[str]
+    job: Job, shape: Shape | None, given: Mapping[str, Any], redaction: Redaction
 ) -> tuple[list[Any], dict[str, Any]]:
     """The arguments ``job`` runs again with: as stored, with each top-level argument whose
     stored value holds a redacted value taken from ``given`` (by parameter name).
@@ -162,7 +162,7 @@ def retry_arguments(
             f"given again ({', '.join(wanted) or 'none'}), not {', '.join(extra)}"
         )
     if wanted:
-        safe_args, safe_kwargs = shape.redacted(args, kwargs, keys)
+        safe_args, safe_kwargs = shape.redacted(args, kwargs, redaction)
         if decode(encode({"args": safe_args, "kwargs": safe_kwargs})) != job.payload:
             raise RetryRefused(
                 f"job {job.id}: the values given differ from its stored arguments beyond "
@@ -210,13 +210,13 @@ class Resender:
         store: RerunStore,
         hooks: Hooks,
         platform: Platform,
-        redact_keys: tuple[str, ...],
+        redaction: Redaction,
         sealer: Sealer | None = None,
     ) -> None:
         self.store = store
         self.hooks = hooks
         self.platform = platform
-        self.redact_keys = redact_keys
+        self.redaction = redaction
         self.sealer = sealer
 
     def retry(self, job_id: str, arguments: Mapping[str, Any] | None, attempts: int | None) -> bool:
@@ -243,7 +243,7 @@ class Resender:
             f"job {job.id} retried: runs again with {budget} more attempt(s) "
             f"(was {job.status.value} after {job.attempts_made})"
         )
-        secrets = secret_values([dict(arguments or {}), kwargs], self.redact_keys)
+        secrets = self.redaction.secret_values([dict(arguments or {}), kwargs])
         send = partial(send_job, self.platform, args=args, kwargs=kwargs)
         if not self._new_round(job, Round(budget, message, sealed, secrets), send):
             self._refuse_if_key_taken(job)
@@ -328,7 +328,7 @@ class Resender:
         except Exception as exc:
             if forgotten is not None:
                 self.platform.restore_result(sent, forgotten)
-            detail = mask_secrets(str(exc), made.secrets, self.redact_keys)
+            detail = self.redaction.mask(str(exc), made.secrets)
             ended = (job.status, job.max_attempts, job.finished_at, job.retries_exhausted)
             old_payload = job.payload_json if resent else None
             store.undo_retry(
@@ -355,7 +355,7 @@ class Resender:
         """The arguments it runs again with: given again (``arguments``), or as stored with
         the sealed ones opened (``retry_arguments`` refuses what is missing)."""
         if arguments or job.secrets_sealed is None:
-            return retry_arguments(job, shape, arguments or {}, self.redact_keys)
+            return retry_arguments(job, shape, arguments or {}, self.redaction)
         try:
             return unsealed(job, self.sealer)
         except SealBroken as exc:

@@ -9,7 +9,7 @@ given the running :class:`~celery_tracked.attempt.Attempt`. Writing the outcome 
 (``teller.py``).
 
 The Runner imports no feature: progress, pipelines, rate limits, metrics are hooks the
-wiring (``tracker.py``) composes, and reach the run only through the hook interface
+wiring (``wiring.py``) composes, and reach the run only through the hook interface
 (``hooks.py``), each given the delivery, the claim or the attempt it acts on.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -33,7 +33,7 @@ from ..core.jobs import Claim, Event, Job, JobStatus, utcnow
 from ..core.limits import busy_key_countdown
 from ..core.outcomes import BodyEnd, Postponed, Skipped, Verdict, Write, after_write, postpone_for
 from ..core.ports import RunStore
-from ..core.redact import mask_exception
+from ..core.redact import Redaction
 from ..core.retry_policy import Backoff
 from ..core.run import Run
 from ..core.settings import Settings
@@ -62,7 +62,7 @@ class Runner:
         self.settings = settings
         self.backoff = Backoff(settings.default_backoff_ms, settings.max_backoff_ms)
         self.teller = Teller(hooks)
-        self.outcomes = OutcomeWriter(store, hooks, self.teller, self.backoff, settings.redact_keys)
+        self.outcomes = OutcomeWriter(store, hooks, self.teller, self.backoff, settings.masking)
         self.carried = CarriedOver(store, self.teller, self.backoff)
         #: a waiting job's hand-over is recorded again once older than this: a quarter of
         #: the reaper's patience, so a job whose deliveries keep coming never looks stalled
@@ -262,7 +262,7 @@ class Runner:
 
     def _execute(self, run: Run, claim: Claim, body: Callable[[Attempt], Any]) -> Verdict:
         attempt = Attempt(run, claim)
-        end = _run_body(attempt, body, self.hooks, self.settings.redact_keys)
+        end = _run_body(attempt, body, self.hooks, self.settings.masking)
         self.leases.body_ended(claim)
         try:
             verdict = self._record(attempt, end)
@@ -287,7 +287,7 @@ class Runner:
 
 
 def _run_body(
-    attempt: Attempt, body: Callable[[Attempt], Any], hooks: Hooks, redact_keys: Sequence[str]
+    attempt: Attempt, body: Callable[[Attempt], Any], hooks: Hooks, redaction: Redaction
 ) -> BodyEnd:
     """Call ``body(attempt)`` inside the hooks' ``running`` blocks (they end with it); its
     error masked (and its cause), its result encoded."""
@@ -297,7 +297,7 @@ def _run_body(
             result = body(attempt)
         return BodyEnd(None, started, result, _encode_result(run.stored_result(result)))
     except Exception as exc:
-        mask_exception(exc, run.secrets(), redact_keys)
+        redaction.mask_exception(exc, run.secrets())
         return BodyEnd(exc, started)
 
 

@@ -5,10 +5,13 @@
   ``Tracker.retry``); NULL: the broker's default.
 - ``background_jobs.deadline_at``: the job must start by then (the database's clock), or it
   ends ``cancelled`` with the deadline's reason; NULL: no deadline.
-- ``ix_background_jobs_held_due`` on ``not_before``: the pending rows held in the database
-  (no message yet, ``published_at`` NULL) by their due time, for the pass that publishes
-  them as they come due. Partial on PostgreSQL and SQLite (only held rows: a job without a
-  countdown never enters it); MariaDB has no partial indexes and indexes every row.
+- ``ix_background_jobs_held_due`` on ``not_before``: the rows with a due time (countdown,
+  eta, backoff), for the pass that publishes the jobs held in the database as they come
+  due. Partial on PostgreSQL and SQLite (a job without a due time never enters it);
+  MariaDB has no partial indexes and indexes every row. Its condition names
+  ``not_before`` only: an index whose condition named ``published_at`` would make the
+  enqueue's hand-over mark (an ``UPDATE`` of ``published_at``) a non-HOT update on
+  PostgreSQL, writing every index again (measured: 15.3 → 23.7 WAL records per enqueue).
 - ``background_job_pauses``: one row per paused queue, job type, or everything
   (``scope`` ``queue``/``job_type``/``all``, ``name``; ``*`` for ``all``): who paused it,
   when (the database's clock) and why. Resuming deletes the row.
@@ -30,7 +33,7 @@ branch_labels = None
 depends_on = None
 
 UTC = sa.DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
-HELD = "published_at IS NULL AND not_before IS NOT NULL"
+HELD = "not_before IS NOT NULL"
 
 
 def upgrade() -> None:

@@ -32,7 +32,7 @@ if os.environ.get("COURSES_TEST_KILL_AFTER"):
     tracker = Tracker.for_app(app)
     marker = Path(os.environ["COURSES_TEST_STATE"]) / "killed"
     # before the built-in hooks: the successor is not published yet when the child dies
-    tracker.hooks.hooks.insert(
+    tracker._services.hooks.hooks.insert(
         0, KillAfterCompletion(os.environ["COURSES_TEST_KILL_AFTER"], marker)
     )
 

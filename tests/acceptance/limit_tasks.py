@@ -33,7 +33,7 @@ def _record_start(task: Any, limiter: str, at: float, begin: Callable[[Any], Any
     r, job_id, run, started = begin(task)
     tracker = Tracker.for_app(task.app)
     grant = -1.0
-    client = getattr(tracker.backend, "client", None)
+    client = getattr(tracker._services.backend, "client", None)
     if client is not None:
         try:
             raw = client.hget(f"{tracker.settings.key_prefix}:limiter:{{{limiter}}}", "last")

@@ -122,7 +122,7 @@ def test_throttle_lifetime_one_job_per_window(env: Any, start_worker: Any) -> No
     # inside the window: the same job, although it ended
     assert task.enqueue(x=x) == (first, JobStatus.COMPLETED, False)
     wait_for(
-        lambda: (env.tracker.store.clock() - created).total_seconds() > THROTTLE_S + 0.2,
+        lambda: (env.tracker._services.store.clock() - created).total_seconds() > THROTTLE_S + 0.2,
         timeout=THROTTLE_S + 5,
         what="the throttle window to pass",
     )

@@ -80,7 +80,7 @@ def reap_until(tracker: Tracker, done: Callable[[ReapReport], bool], timeout: fl
 
 def let_pass(env: Env, seconds: float) -> None:
     """Wait until ``seconds`` passed on the database's clock (the one leases are judged on)."""
-    store = env.tracker.store
+    store = env.tracker._services.store
     until = store.clock() + timedelta(seconds=seconds)
     wait_for(lambda: store.clock() >= until, timeout=seconds + 10, interval=0.1)
 
@@ -335,7 +335,7 @@ def test_two_reapers_at_once_rescue_each_job_exactly_once(
     succeed = env.task("acc.succeed")
     lost = [succeed.enqueue(x=i).job_id for i in range(12)]
     env.redis.delete(QUEUE)  # their messages are lost
-    store, who = env.tracker.store, {"worker": "w0@gone", "now": utcnow()}
+    store, who = env.tracker._services.store, {"worker": "w0@gone", "now": utcnow()}
     runs = [succeed.enqueue(x=f"run{i}").job_id for i in range(3)]
     env.redis.delete(QUEUE)
     for job_id in runs:  # a run whose worker died: a lease nobody renews, no message

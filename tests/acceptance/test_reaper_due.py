@@ -38,7 +38,7 @@ def test_a_countdown_job_whose_holder_is_paused_two_passes_is_not_published_earl
 ) -> None:
     holder = start_worker("w1", environ=FAST_ENV)
     succeed = env.task("acc.succeed").with_options(options={"countdown": COUNTDOWN_S})
-    before = env.tracker.store.clock()
+    before = env.tracker._services.store.clock()
     job_id = succeed(x=1).job_id
     eta = before + timedelta(seconds=COUNTDOWN_S)  # the database's clock, at the earliest
     recorded = env.tracker.get_job(job_id).not_before  # the row's due time
@@ -47,7 +47,7 @@ def test_a_countdown_job_whose_holder_is_paused_two_passes_is_not_published_earl
 
     def handed_over_s() -> float:
         sent = env.tracker.get_job(job_id).published_at
-        return (env.tracker.store.clock() - sent).total_seconds()
+        return (env.tracker._services.store.clock() - sent).total_seconds()
 
     wait_for(lambda: handed_over_s() > 1.5, what="the message to be handed over 1.5 s ago")
     os.kill(holder.proc.pid, signal.SIGSTOP)  # its main process: the ETA timer, the replies
@@ -55,7 +55,9 @@ def test_a_countdown_job_whose_holder_is_paused_two_passes_is_not_published_earl
         first = reaper.reap()  # no live worker says it holds the message
         time.sleep(1.2)  # the confirming pass's delay (tracked_reaper_interval_seconds / 2)
         second = reaper.reap()
-        assert (env.tracker.store.clock() - eta).total_seconds() < -2, "too slow: ETA reached"
+        assert (env.tracker._services.store.clock() - eta).total_seconds() < -2, (
+            "too slow: ETA reached"
+        )
         for report in (first, second):
             assert report.rescued == report.abandoned == report.unpublished == []
         assert env.ran(job_id) == 0

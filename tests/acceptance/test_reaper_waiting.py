@@ -110,7 +110,9 @@ def test_a_countdown_job_whose_holder_is_paused_is_not_rescued_on_one_pass(
     start_worker("w2", environ=FAST_ENV)  # would run a rescued copy at once
     wait_for(
         lambda: (
-            (env.tracker.store.clock() - env.tracker.get_job(job_id).published_at).total_seconds()
+            (
+                env.tracker._services.store.clock() - env.tracker.get_job(job_id).published_at
+            ).total_seconds()
             > 1.5
         ),
         what="the job to look stalled",

@@ -91,7 +91,7 @@ def test_a_producer_killed_between_insert_and_publish_is_relayed_and_runs_once(
     assert len(rows) == 1 and rows[0][1] == "pending" and rows[0][2] is None
     job_id = rows[0][0]
     assert env.broker_messages() == []
-    env.tracker.enqueuer.duplicate_wait_s = 0.5
+    env.tracker._services.enqueuer.duplicate_wait_s = 0.5
     with pytest.raises(EnqueueError, match="not handed to the broker"):
         env.task("acc.keyed").enqueue(x="killed")  # never a job that would never run
 

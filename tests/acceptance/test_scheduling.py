@@ -25,7 +25,7 @@ TIMED = "acc.timed"
 
 
 def db_now(env: Any) -> datetime:
-    return env.tracker.store.clock()
+    return env.tracker._services.store.clock()
 
 
 def started_at(env: Any, job_id: str) -> float:

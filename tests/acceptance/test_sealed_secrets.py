@@ -151,7 +151,7 @@ def test_the_reaper_rescues_a_redacted_job_whose_message_was_lost(
     job_id = producer.app.tasks["acc.sealed"].enqueue(user="cy", password=password).job_id
     assert len(env.broker_messages()) == 1
     env.redis.delete(QUEUE)  # the broker lost it (a Redis restarted without persistence)
-    store = env.tracker.store
+    store = env.tracker._services.store
     until = store.clock() + timedelta(seconds=2)
     wait_for(lambda: store.clock() >= until, timeout=15, interval=0.1)
 
@@ -249,7 +249,7 @@ def test_a_process_without_a_key_leaves_sealed_jobs_to_one_that_has_it(
     producer = trackers(KEY1, **SHORT_REAPER)
     lost = producer.app.tasks["acc.sealed"].enqueue(user="lo", password=lost_pw).job_id
     env.redis.delete(QUEUE)  # the broker lost it
-    store = env.tracker.store
+    store = env.tracker._services.store
     until = store.clock() + timedelta(seconds=2)
     wait_for(lambda: store.clock() >= until, timeout=15, interval=0.1)
 

@@ -51,7 +51,7 @@ def a_dead_pid() -> int:
 def test_a_run_asked_to_stop_ends_cancelled_whatever_its_body_does(
     tracker: Tracker, ending: str
 ) -> None:
-    job_id = new_job(tracker.store)
+    job_id = new_job(tracker._services.store)
     seen: list[Any] = []
 
     def body(running: Attempt) -> str:
@@ -85,7 +85,7 @@ def test_a_run_asked_to_stop_ends_cancelled_whatever_its_body_does(
 
 
 def test_the_request_fences_out_every_other_end_of_the_run(tracker: Tracker) -> None:
-    store = tracker.store
+    store = tracker._services.store
     job_id = new_job(store)
     assert not store.request_cancel(job_id, now=utcnow(), message="x")  # pending: no request
     held = claim(store, job_id)
@@ -115,8 +115,8 @@ def test_the_request_fences_out_every_other_end_of_the_run(tracker: Tracker) -> 
 
 def test_a_run_already_gone_is_cancelled_at_once(tracker: Tracker) -> None:
     """Its process (on this host) died: nothing would ever end it."""
-    job_id = new_job(tracker.store)
-    assert claim(tracker.store, job_id, owner=owner_id(a_dead_pid()))
+    job_id = new_job(tracker._services.store)
+    assert claim(tracker._services.store, job_id, owner=owner_id(a_dead_pid()))
     assert tracker.cancel(job_id, running=True) is True
     job = tracker.get_job(job_id)
     assert job is not None and job.status is JobStatus.CANCELLED
@@ -129,7 +129,7 @@ def test_a_redelivery_of_a_job_asked_to_stop_runs_nothing_and_cancels_it(
 ) -> None:
     """The worker died after the request (before anything ended the run): the broker's
     redelivery takes the lapsed lease over only to end the job ``cancelled``."""
-    store = tracker.store
+    store = tracker._services.store
     job_id = new_job(store)
     assert claim(store, job_id, owner=owner_id(a_dead_pid()))
     assert store.request_cancel(job_id, now=utcnow(), message="cancel requested")
@@ -145,7 +145,7 @@ def test_a_redelivery_of_a_job_asked_to_stop_runs_nothing_and_cancels_it(
 def test_a_hard_time_limit_after_the_request_cancels_instead_of_retrying(
     tracker: Tracker,
 ) -> None:
-    store = tracker.store
+    store = tracker._services.store
     job_id = new_job(store)
     dead = owner_id(a_dead_pid())
     assert claim(store, job_id, owner=dead)
@@ -154,7 +154,7 @@ def test_a_hard_time_limit_after_the_request_cancels_instead_of_retrying(
     assert job is not None
     republished: list[Any] = []
 
-    tracker.aftermath.end_time_limited(
+    tracker._services.time_limits.end_time_limited(
         job, dead, "hard time limit", 100, lambda j, c: republished.append(j)
     )
 
@@ -166,7 +166,7 @@ def test_a_hard_time_limit_after_the_request_cancels_instead_of_retrying(
 def test_cancel_running_keeps_the_meaning_of_cancel_for_other_statuses(
     tracker: Tracker,
 ) -> None:
-    store = tracker.store
+    store = tracker._services.store
     waiting = new_job(store)
     assert tracker.cancel(waiting, running=True) is True  # pending: cancelled now
     assert tracker.get_job(waiting).status is JobStatus.CANCELLED  # type: ignore[union-attr]
@@ -184,7 +184,7 @@ def test_cancel_running_keeps_the_meaning_of_cancel_for_other_statuses(
 
 
 def test_a_retried_job_is_not_cancelled_by_its_old_request(tracker: Tracker) -> None:
-    job_id = new_job(tracker.store)
+    job_id = new_job(tracker._services.store)
 
     def body() -> str:
         tracker.cancel(job_id, running=True)
@@ -205,5 +205,5 @@ def test_a_retried_job_is_not_cancelled_by_its_old_request(tracker: Tracker) -> 
         backoff_base_ms=100,
         secrets=lambda: [],
     )
-    assert tracker.runner.run(run, lambda running: "second") == Completed("second")
+    assert tracker._services.runner.run(run, lambda running: "second") == Completed("second")
     assert tracker.get_job(job_id).result == "second"  # type: ignore[union-attr]

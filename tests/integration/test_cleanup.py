@@ -273,7 +273,7 @@ def test_two_cleanups_at_once_both_succeed_and_count_each_row_once(
     apps = [make_app(tracked_cleanup_batch_size=100) for _ in range(2)]
     trackers = [Tracker.for_app(a) for a in apps]
     for t in trackers:
-        t.store.get("warm-up")  # both connected before the start
+        t._services.store.get("warm-up")  # both connected before the start
     start = threading.Barrier(2)
     reports: list[CleanupReport] = []
     errors: list[BaseException] = []

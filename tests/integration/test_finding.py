@@ -45,7 +45,7 @@ def ids(page: Any) -> list[str]:
 def seeded(make_app: AppFactory) -> tuple[Tracker, dict[str, str]]:
     """Seven jobs with distinct attributes, one minute apart (``a`` newest)."""
     tracker = tracker_of(make_app())
-    store = tracker.store
+    store = tracker._services.store
     now = utcnow()
     spec = {
         "a": {"queue_name": "mail", "job_type": "send", "task_name": "app.send", "owner_id": "u1"},
@@ -102,7 +102,7 @@ def test_pages_walk_every_job_once_in_order_even_with_equal_creation_times(
     made = []
     for n in range(23):  # groups of 5 share a created_at: the id breaks the tie
         at = now - timedelta(seconds=n // 5)
-        made.append(insert_job(tracker.store, created_at=at, updated_at=at))
+        made.append(insert_job(tracker._services.store, created_at=at, updated_at=at))
     rows = [tracker.get_job(i) for i in made]
     expected = [job.id for job in sorted(rows, key=_order, reverse=True)]
     seen: list[str] = []
@@ -116,7 +116,7 @@ def test_pages_walk_every_job_once_in_order_even_with_equal_creation_times(
         if cursor is None:
             break
         # a job created meanwhile is newer than the walk: never in a later page
-        insert_job(tracker.store)
+        insert_job(tracker._services.store)
     assert seen == expected and pages == 6
 
 
@@ -143,7 +143,7 @@ def test_stats_keep_their_fields_and_add_failures_and_expired_leases(
     seeded: tuple[Tracker, dict[str, str]],
 ) -> None:
     tracker, _ = seeded
-    store = tracker.store
+    store = tracker._services.store
     stuck = insert_job(store, queue_name="ocr")
     assert store.claim(stuck, Lease(owner="h:1", worker="w", now=utcnow(), lease_s=0.01))
     live = insert_job(store, queue_name="ocr")
@@ -204,7 +204,7 @@ def test_retry_many_moves_each_failed_job_through_its_fenced_retry_and_reports_r
 ) -> None:
     app, plain, login = _app_with_tasks(make_app)
     tracker = tracker_of(app)
-    store = tracker.store
+    store = tracker._services.store
     jobs = [plain.enqueue(n).job_id for n in range(5)]
     secret = login.enqueue("ann", "hunter2").job_id
     for job_id in [*jobs, secret]:
@@ -236,7 +236,7 @@ def test_cancel_many_cancels_waiting_jobs_and_leaves_running_ones_unless_asked(
 ) -> None:
     app, plain, _ = _app_with_tasks(make_app)
     tracker = tracker_of(app)
-    store = tracker.store
+    store = tracker._services.store
     waiting = [plain.enqueue(n).job_id for n in range(4)]
     running = plain.enqueue(10).job_id
     claim = store.claim(running, Lease(owner="h:1", worker="w@x", now=utcnow(), lease_s=60))

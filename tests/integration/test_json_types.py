@@ -72,7 +72,7 @@ def test_celerys_json_types_go_in_as_arguments_and_come_back_from_wait(
         backoff_base_ms=100,
         secrets=lambda: [],
     )
-    verdict = tracker.runner.run(run, lambda running: invoice.run(*args, **kwargs))
+    verdict = tracker._services.runner.run(run, lambda running: invoice.run(*args, **kwargs))
     assert isinstance(verdict, Completed), verdict
 
     expected = {"at": AT, "day": DAY, "total": Decimal("39.80"), "id": ID, "types": ["datetime"]}

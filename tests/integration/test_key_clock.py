@@ -78,7 +78,7 @@ def test_a_throttle_window_is_measured_from_the_database_clock(
     tracker = tracker_of(app)
     row = tracker.get_job(first.job_id)
     assert row is not None
-    assert abs(row.created_at - tracker.store.clock()) < timedelta(seconds=10)
+    assert abs(row.created_at - tracker._services.store.clock()) < timedelta(seconds=10)
 
 
 def test_a_producer_behind_keeps_its_throttle(
@@ -167,7 +167,7 @@ def test_a_worker_ahead_declares_a_throttled_successor_within_the_window(
         self.then(leaf, tag)
 
     root.delay("x")
-    store = tracker_of(app).store
+    store = tracker_of(app)._services.store
     first = store.find_by_key(leaf.tracked_job_type, "leaf:x")
     assert first is not None and first.key_round == 0
     moved(monkeypatch, pipelines, SKEW)
@@ -203,7 +203,7 @@ def test_only_a_throttled_enqueue_reads_the_database_clock(
     clock only under a throttle (once per decision)."""
     app = make_app()
     work = keyed(app, **options)
-    store = tracker_of(app).enqueuer.store
+    store = tracker_of(app)._services.enqueuer.store
     calls: list[datetime] = []
     real = store.clock
 
@@ -235,7 +235,7 @@ def test_a_producer_ahead_is_throttled_on_mariadb(
         tracker = tracker_of(app)
         row = tracker.get_job(first.job_id)
         assert row is not None
-        assert abs(row.created_at - tracker.store.clock()) < timedelta(seconds=10)
+        assert abs(row.created_at - tracker._services.store.clock()) < timedelta(seconds=10)
     finally:
         tracker_of(app).close()
         app.close()

@@ -61,7 +61,7 @@ def deliver_to(
         backoff_base_ms=backoff_ms,
         secrets=lambda: [],
     )
-    return tracker.runner.run(run, body)
+    return tracker._services.runner.run(run, body)
 
 
 def skewed(monkeypatch: pytest.MonkeyPatch, by: timedelta) -> None:
@@ -80,7 +80,7 @@ def test_a_skewed_worker_clock_never_lets_a_live_run_be_taken_over(
 ) -> None:
     """Item 10: the first run's clock 10 minutes behind, or the duplicate's 10 minutes
     ahead, far beyond the 30 s lease: the live run keeps its lease."""
-    job_id = new_job(tracker.store)
+    job_id = new_job(tracker._services.store)
     duplicate: list[Verdict] = []
     bodies: list[str] = []
 
@@ -125,7 +125,7 @@ def test_a_holder_on_another_boot_with_the_same_hostname_is_never_judged_dead(
     runs the job under a pid that does not exist here: only its lease expiry counts."""
     foreign_host = celery_tracked.services.lease.HOST_ID.replace(boot_id(), "0" * 36)
     foreign = f"{foreign_host}:{a_dead_pid()}"
-    job_id = new_job(tracker.store)
+    job_id = new_job(tracker._services.store)
     duplicate: list[Verdict] = []
 
     def first() -> str:
@@ -146,7 +146,7 @@ def test_a_duplicate_copy_never_claims_a_retrying_job_before_its_backoff_is_due(
 ) -> None:
     """Item 13: attempt 1 failed with a 60 s backoff; a copy of the message delivered now
     is postponed until the backoff is due, and runs no body."""
-    job_id = new_job(tracker.store)
+    job_id = new_job(tracker._services.store)
 
     def fails() -> None:
         raise ConnectionError("transient")
@@ -173,10 +173,12 @@ def test_a_delivery_racing_the_relay_is_postponed_for_the_relay_then_runs(
     """Issue 14: the relay holds a pending row while it publishes the row's message; a
     delivery arriving meanwhile (the producer's own message) waits for the relay, saying
     so (not "claimed concurrently"), uses no attempt, and runs once the relay let go."""
-    job_id = new_job(tracker.store)
+    job_id = new_job(tracker._services.store)
     now = utcnow()
     later = now + timedelta(hours=1)
-    assert tracker.store.relay_claim(job_id, owner=RELAY, now=now, lease_s=30, cutoff=later)
+    assert tracker._services.store.relay_claim(
+        job_id, owner=RELAY, now=now, lease_s=30, cutoff=later
+    )
     bodies: list[str] = []
 
     racing = deliver(tracker, job_id, lambda: bodies.append("racing"))
@@ -188,7 +190,7 @@ def test_a_delivery_racing_the_relay_is_postponed_for_the_relay_then_runs(
     assert job is not None and (job.status, job.attempts_made) == (JobStatus.PENDING, 0)
     assert (job.locked_by, bodies) == (RELAY, [])
 
-    assert tracker.store.relayed(job_id, owner=RELAY, now=utcnow(), message="relayed")
+    assert tracker._services.store.relayed(job_id, owner=RELAY, now=utcnow(), message="relayed")
     assert deliver(tracker, job_id, lambda: "ran") == Completed("ran")
 
 
@@ -197,7 +199,7 @@ def test_a_retrying_due_time_and_a_run_lease_are_each_read_from_their_own_column
 ) -> None:
     """Issue 14: a ``retrying`` row keeps its due time in ``not_before`` and holds no lease;
     a claim uses the due time up and takes a lease in ``locked_until``."""
-    job_id = new_job(tracker.store)
+    job_id = new_job(tracker._services.store)
 
     def fails() -> None:
         raise ConnectionError("transient")
@@ -207,7 +209,7 @@ def test_a_retrying_due_time_and_a_run_lease_are_each_read_from_their_own_column
     assert waiting is not None and waiting.status is JobStatus.RETRYING
     assert (waiting.locked_by, waiting.locked_until) == (None, None)
     assert waiting.not_before is not None
-    due_in = (waiting.not_before - tracker.store.clock()).total_seconds()
+    due_in = (waiting.not_before - tracker._services.store.clock()).total_seconds()
     assert 30 < due_in <= 120  # 60 s with its jitter
 
     early = deliver(tracker, job_id, lambda: "early")
@@ -220,13 +222,15 @@ def test_a_retrying_due_time_and_a_run_lease_are_each_read_from_their_own_column
         seen.append(tracker.get_job(job_id))
         return "done"
 
-    tracker.store.rescue_waiting(  # the reaper's rescue: due at once
+    tracker._services.store.rescue_waiting(  # the reaper's rescue: due at once
         waiting, cutoff=utcnow() + timedelta(hours=1), message="rescued", now=utcnow()
     )
     rescued = tracker.get_job(job_id)
     assert rescued is not None and rescued.not_before is not None
-    assert rescued.not_before <= tracker.store.clock() and rescued.locked_until is None
+    assert rescued.not_before <= tracker._services.store.clock() and rescued.locked_until is None
     assert deliver(tracker, job_id, body, revision=rescued.revision) == Completed("done")
     running = seen[0]
     assert (running.status, running.not_before) == (JobStatus.PROCESSING, None)
-    assert running.locked_until is not None and running.locked_until > tracker.store.clock()
+    assert (
+        running.locked_until is not None and running.locked_until > tracker._services.store.clock()
+    )

@@ -67,14 +67,14 @@ def _client(database_url: str, redis_url: str, name: str, results: Any) -> None:
     def one_client(tag: str, first: str) -> None:
         try:
             job_id = job.enqueue(n=-1, tag=tag).job_id
-            warmed = _warm_up(tracker.store, job_id, tag, first)
+            warmed = _warm_up(tracker._services.store, job_id, tag, first)
             with lock:
                 outcome["jobs"][job_id] = warmed
             for n in range(JOBS):
                 job_id = job.enqueue(n=n, tag=tag).job_id
                 read = tracker.get_job(job_id)  # the engine's statements
                 assert read is not None and read.id == job_id, (job_id, read)
-                expected = _run(tracker.store, job_id, n, tag)
+                expected = _run(tracker._services.store, job_id, n, tag)
                 with lock:
                     outcome["jobs"][job_id] = expected
         except BaseException as exc:  # reported to the test

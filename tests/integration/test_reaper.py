@@ -78,11 +78,13 @@ def reap(
     """A pass of the reaper; ``confirmed``: and the confirming pass after it (a message
     found nowhere is taken as lost only by a second pass, ``confirm_s`` later)."""
     sent = Sent(fail=kw.pop("fail", False))
-    reaper = Reaper(tracker.store, tracker.hooks, tracker.settings, sent, broker or Broker())
+    reaper = Reaper(
+        tracker._services.store, tracker._services.hooks, tracker.settings, sent, broker or Broker()
+    )
     report = reaper.run(**kw)
     if not confirmed:
         return report, sent
-    now = kw.pop("now", None) or tracker.store.clock()
+    now = kw.pop("now", None) or tracker._services.store.clock()
     later = now + timedelta(seconds=reaper.limits.confirm_s)
     second = reaper.run(now=later, **kw)
     for name in ("rescued", "abandoned", "unpublished", "cancelled"):
@@ -120,7 +122,7 @@ def get(tracker: Tracker, job_id: str) -> Job:
 
 
 def test_a_lapsed_run_is_rescued_and_the_old_message_runs_nothing(tracker: Tracker) -> None:
-    store = tracker.store
+    store = tracker._services.store
     job = running(store, lease_s=0.0)
     report, sent = wait_for(lambda: (r := reap(tracker))[0].rescued and r, what="a rescue")
     assert report.rescued == [job.id] and report.abandoned == []
@@ -145,7 +147,7 @@ def test_a_stalled_run_asked_to_stop_is_cancelled_never_rescued_nor_abandoned(
 ) -> None:
     """``Tracker.cancel(job_id, running=True)`` recorded a request, then the whole worker
     died: the reaper ends the job ``cancelled`` as asked (its body never runs again)."""
-    store = tracker.store
+    store = tracker._services.store
     job = running(store, lease_s=60.0)
     assert store.request_cancel(job.id, now=utcnow(), message="stop it")
     assert store.renew(Claim(job.id, job.attempts_made, job.max_attempts), 0.0)
@@ -157,7 +159,7 @@ def test_a_stalled_run_asked_to_stop_is_cancelled_never_rescued_nor_abandoned(
 
 
 def test_a_live_lease_is_never_touched_whatever_the_time(tracker: Tracker) -> None:
-    job = running(tracker.store, lease_s=60.0)
+    job = running(tracker._services.store, lease_s=60.0)
     report, sent = reap(tracker, now=utcnow() + timedelta(days=2))
     empty: dict[str, list[str]] = {"rescued": [], "abandoned": [], "left": [], "unpublished": []}
     assert report.as_dict() == {**empty, "cancelled": []}
@@ -170,15 +172,17 @@ def test_the_reaper_waits_its_processing_seconds_a_given_now_skips_them(
     """``tracked_reaper_processing_seconds`` (default 60 s) lets the broker's redelivery go
     first; ``now`` stands for a later time, though only the database's clock lapses a lease."""
     tracker = Tracker.for_app(make_app(tracked_lease_seconds=1.0))
-    job = running(tracker.store, lease_s=0.0)
-    clock = tracker.store.clock()
-    wait_for(lambda: (tracker.store.clock() - clock).total_seconds() > 0.5, what="the grace")
+    job = running(tracker._services.store, lease_s=0.0)
+    clock = tracker._services.store.clock()
+    wait_for(
+        lambda: (tracker._services.store.clock() - clock).total_seconds() > 0.5, what="the grace"
+    )
     assert reap(tracker)[0].rescued == []
     assert reap(tracker, now=utcnow() + LATER)[0].rescued == [job.id]
 
 
 def test_a_lost_last_attempt_is_abandoned(tracker: Tracker) -> None:
-    job = running(tracker.store, lease_s=0.0, max_attempts=1)
+    job = running(tracker._services.store, lease_s=0.0, max_attempts=1)
     report, sent = wait_for(lambda: (r := reap(tracker))[0].abandoned and r, what="abandon")
     assert report.abandoned == [job.id] and sent.jobs == []
     after = get(tracker, job.id)
@@ -192,7 +196,7 @@ def test_a_lost_last_attempt_is_abandoned(tracker: Tracker) -> None:
 
 
 def test_a_pending_job_whose_message_is_lost_is_sent_again(tracker: Tracker) -> None:
-    job_id = handed_over(tracker.store)
+    job_id = handed_over(tracker._services.store)
     report, sent = reap(tracker, now=utcnow())  # handed over just now: not stalled
     assert report.rescued == [] and report.left == []
     report, sent = reap(tracker, now=utcnow() + LATER)
@@ -205,7 +209,7 @@ def test_a_pending_job_whose_message_is_lost_is_sent_again(tracker: Tracker) -> 
 
 
 def test_a_message_a_live_worker_holds_or_a_backlog_may_hold_is_left(tracker: Tracker) -> None:
-    first, second = handed_over(tracker.store), handed_over(tracker.store)
+    first, second = handed_over(tracker._services.store), handed_over(tracker._services.store)
     later = utcnow() + LATER
     report, _ = reap(tracker, Broker(held_ids={first, second}), now=later)
     assert sorted(report.left) == sorted([first, second]) and report.rescued == []
@@ -217,7 +221,7 @@ def test_a_message_a_live_worker_holds_or_a_backlog_may_hold_is_left(tracker: Tr
 
 
 def test_nothing_waiting_is_touched_when_the_broker_cannot_say(tracker: Tracker) -> None:
-    job_id = handed_over(tracker.store)
+    job_id = handed_over(tracker._services.store)
     later = utcnow() + LATER
     for broker in (Broker(ready_count=None), Broker(held_ids=None)):
         report, sent = reap(tracker, broker, now=later)
@@ -226,7 +230,7 @@ def test_nothing_waiting_is_touched_when_the_broker_cannot_say(tracker: Tracker)
 
 
 def test_a_retrying_job_is_rescued_only_long_past_due(tracker: Tracker) -> None:
-    store = tracker.store
+    store = tracker._services.store
     job = running(store, lease_s=30.0)
     held = Claim(job.id, 1, job.max_attempts)
     assert store.retrying(
@@ -246,7 +250,7 @@ def test_a_retrying_job_is_rescued_only_long_past_due(tracker: Tracker) -> None:
 
 
 def test_the_rescue_cap_abandons_and_a_retry_starts_it_afresh(tracker: Tracker) -> None:
-    job_id = handed_over(tracker.store)
+    job_id = handed_over(tracker._services.store)
     when = utcnow()
     for _ in range(2):  # tracked_reaper_max_rescues = 2
         when += LATER
@@ -259,10 +263,10 @@ def test_the_rescue_cap_abandons_and_a_retry_starts_it_afresh(tracker: Tracker) 
     assert "rescued 2 time(s)" in (after.error_message or "")
     assert not after.retries_exhausted
     # the user runs it again: its rescues count from zero
-    assert tracker.store.retry(
+    assert tracker._services.store.retry(
         job_id, seen_revision=after.revision, budget=3, now=utcnow(), message="again"
     )
-    assert tracker.store.handed_over(job_id, utcnow(), after.revision + 1)
+    assert tracker._services.store.handed_over(job_id, utcnow(), after.revision + 1)
     when += LATER
     assert reap(tracker, now=when)[0].rescued == [job_id]
 
@@ -270,14 +274,14 @@ def test_the_rescue_cap_abandons_and_a_retry_starts_it_afresh(tracker: Tracker) 
 def test_a_retry_of_another_job_does_not_reset_a_jobs_rescue_count(tracker: Tracker) -> None:
     """Rescues are counted per job since *its own* last retry: a ``Tracker.retry`` of some
     other job (a newer ``retried`` event in the table) must not start the count afresh."""
-    lost, other = handed_over(tracker.store), handed_over(tracker.store)
+    lost, other = handed_over(tracker._services.store), handed_over(tracker._services.store)
     when = utcnow()
     for _ in range(2):  # tracked_reaper_max_rescues = 2
         when += LATER
         assert sorted(reap(tracker, now=when)[0].rescued) == sorted([lost, other])
     assert tracker.cancel(other)
     cancelled = get(tracker, other)
-    assert tracker.store.retry(
+    assert tracker._services.store.retry(
         other, seen_revision=cancelled.revision, budget=3, now=utcnow(), message="again"
     )
     when += LATER
@@ -287,25 +291,25 @@ def test_a_retry_of_another_job_does_not_reset_a_jobs_rescue_count(tracker: Trac
 
 
 def test_a_failed_publish_leaves_a_pending_job_to_the_relay(tracker: Tracker) -> None:
-    job_id = handed_over(tracker.store)
+    job_id = handed_over(tracker._services.store)
     report, _ = reap(tracker, now=utcnow() + LATER, fail=True)
     assert report.rescued == [job_id] and report.unpublished == [job_id]
     after = get(tracker, job_id)
     assert after.published_at is None and after.revision == 1
     later = utcnow() + LATER
-    assert tracker.store.unpublished(cutoff=later, now=later) == [job_id]
+    assert tracker._services.store.unpublished(cutoff=later, now=later) == [job_id]
 
 
 def test_redacted_arguments_abandon_instead_of_sending_the_marker(tracker: Tracker) -> None:
     payload = json.dumps({"args": [], "kwargs": {"password": REDACTED}})
-    job_id = handed_over(tracker.store, payload_json=payload)
+    job_id = handed_over(tracker._services.store, payload_json=payload)
     report, sent = reap(tracker, now=utcnow() + LATER)
     assert report.abandoned == [job_id] and sent.jobs == []
     assert "arguments=" in (get(tracker, job_id).error_message or "")
 
 
 def test_an_ended_or_unpublished_job_is_never_touched(tracker: Tracker) -> None:
-    store = tracker.store
+    store = tracker._services.store
     unpublished = insert_job(store)  # the relay's
     done = running(store, lease_s=30.0)
     assert store.complete(
@@ -361,8 +365,8 @@ def test_waiting_jobs_left_alone_never_hide_a_lapsed_run(
     import celery_tracked.services.reaper
 
     monkeypatch.setattr(celery_tracked.services.reaper, "BATCH", 3)
-    backlog = [handed_over(tracker.store) for _ in range(3)]
-    job = running(tracker.store, lease_s=0.0)
+    backlog = [handed_over(tracker._services.store) for _ in range(3)]
+    job = running(tracker._services.store, lease_s=0.0)
     report, sent = wait_for(
         lambda: (r := reap(tracker, Broker(ready_count=3), now=utcnow() + LATER))[0].rescued and r,
         timeout=5,  # the lease lapses a grace (0.25 s) after it expired, on the db's clock
@@ -379,7 +383,7 @@ def test_a_run_with_redacted_arguments_is_left_while_its_message_may_be_queued(
     messages may hold its original message (RabbitMQ gives it back at once), it is left
     for that delivery to take over; once the broker cannot account for it, abandoned."""
     payload = json.dumps({"args": [], "kwargs": {"password": REDACTED}})
-    job = running(tracker.store, lease_s=0.0, payload_json=payload)
+    job = running(tracker._services.store, lease_s=0.0, payload_json=payload)
     report, sent = wait_for(
         lambda: (r := reap(tracker, Broker(ready_count=1), now=utcnow() + LATER))[0].left and r,
         timeout=5,  # the lease lapses a grace (0.25 s) after it expired, on the db's clock
@@ -398,7 +402,7 @@ def test_a_run_with_redacted_arguments_is_left_while_its_message_may_be_queued(
 def test_a_message_found_nowhere_is_rescued_only_when_a_later_pass_confirms_it(
     tracker: Tracker,
 ) -> None:
-    job_id = handed_over(tracker.store)
+    job_id = handed_over(tracker._services.store)
     confirm = timedelta(seconds=confirm_seconds(tracker.settings.reaper_interval_seconds))
     when = utcnow() + LATER
     report, sent = reap(tracker, now=when, confirmed=False)  # e.g. its holder did not answer
@@ -417,7 +421,7 @@ def test_a_message_found_nowhere_is_rescued_only_when_a_later_pass_confirms_it(
 
 
 def test_a_broker_that_cannot_answer_marks_nothing(tracker: Tracker) -> None:
-    job_id = handed_over(tracker.store)
+    job_id = handed_over(tracker._services.store)
     report, _ = reap(tracker, Broker(held_ids=None), now=utcnow() + LATER)
     assert report.rescued == [] and report.left == [job_id]
     assert events(tracker, job_id) == ["enqueued"]
@@ -432,7 +436,7 @@ def test_a_waiting_job_whose_delivery_was_postponed_is_not_stalled(make_app: App
         tracked_lease_seconds=30,
     )
     tracker = Tracker.for_app(app)
-    store = tracker.store
+    store = tracker._services.store
     pending = handed_over(store)
     job = running(store, lease_s=30.0)
     claim = Claim(job.id, 1, job.max_attempts)

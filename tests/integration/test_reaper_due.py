@@ -32,7 +32,7 @@ def tracker(make_app: AppFactory) -> Tracker:
 def _due_in(tracker: Tracker, job_id: str) -> float:
     due = get(tracker, job_id).not_before
     assert due is not None, "the countdown was not recorded on the row"
-    return (due - tracker.store.clock()).total_seconds()
+    return (due - tracker._services.store.clock()).total_seconds()
 
 
 def test_a_countdown_and_an_eta_are_recorded_on_the_row(make_app: AppFactory) -> None:
@@ -56,7 +56,7 @@ def test_a_countdown_and_an_eta_are_recorded_on_the_row(make_app: AppFactory) ->
 def test_a_pending_job_not_due_is_never_stalled_nor_claimed(tracker: Tracker) -> None:
     """Handed over long ago (as the reaper's ``now`` says), found nowhere on two passes:
     still not rescued while its countdown runs on the database's clock."""
-    store = tracker.store
+    store = tracker._services.store
     far = handed_over(store, due_in_s=7200)  # due after the reaper's cutoff
     near = handed_over(store, due_in_s=1800)  # due before the cutoff, not on the database
     report, sent = reap(tracker, Broker(), now=utcnow() + LATER)
@@ -72,7 +72,7 @@ def test_a_pending_job_not_due_is_never_stalled_nor_claimed(tracker: Tracker) ->
 
 
 def test_a_pending_job_past_its_due_time_is_rescued(tracker: Tracker) -> None:
-    store = tracker.store
+    store = tracker._services.store
     job_id = handed_over(store, due_in_s=-60)  # its countdown ran out a minute ago
     report, sent = reap(tracker, Broker(), now=utcnow() + LATER)
     assert report.rescued == [job_id] and [j.id for j in sent.jobs] == [job_id]
@@ -95,8 +95,8 @@ def test_a_message_sent_from_the_row_carries_the_rest_of_its_wait(tracker: Track
     """The relay's and the reaper's publish: a row not due yet is sent with the rest of its
     countdown; a due one at once."""
     platform = Platform()
-    later = get(tracker, insert_job(tracker.store, due_in_s=600))
-    now = get(tracker, insert_job(tracker.store))
+    later = get(tracker, insert_job(tracker._services.store, due_in_s=600))
+    now = get(tracker, insert_job(tracker._services.store))
     send_job(platform, later, (), {})  # type: ignore[arg-type]
     send_job(platform, now, (), {})  # type: ignore[arg-type]
     assert 590 < platform.options[0]["countdown"] <= 600

@@ -70,7 +70,7 @@ def died_enqueue(task: TrackedTask, hooks: list[Callable[[], None]], **kwargs: A
     with pytest.raises(ProducerDied):
         task.enqueue(**kwargs)
     key = f"k:{kwargs['n']}"
-    job = tracker_of(task.app).store.find_by_key(task.tracked_job_type, key)
+    job = tracker_of(task.app)._services.store.find_by_key(task.tracked_job_type, key)
     assert job is not None and job.status is JobStatus.PENDING and job.published_at is None
     return job
 
@@ -102,7 +102,9 @@ def test_a_duplicate_waits_for_a_failing_first_producer_and_gets_a_job_that_exis
     publish_hook.append(fail_after_b_arrived)
     a = threading.Thread(target=producer_a)
     a.start()
-    assert_soon(lambda: tracker.store.find_by_key(work.tracked_job_type, "k:1") is not None)
+    assert_soon(
+        lambda: tracker._services.store.find_by_key(work.tracked_job_type, "k:1") is not None
+    )
     b_waiting.set()
     second = work.enqueue(n=1)
     a.join(10)
@@ -119,7 +121,7 @@ def test_a_row_whose_producer_died_is_relayed_once_and_unblocks_its_key(
     app = make_app()
     work = make_task(app)
     tracker = tracker_of(app)
-    tracker.enqueuer.duplicate_wait_s = 0.2
+    tracker._services.enqueuer.duplicate_wait_s = 0.2
     dead = died_enqueue(work, publish_hook, n=7)
     with pytest.raises(EnqueueError, match="not handed to the broker"):
         work.enqueue(n=7)  # never handed a job that may never run
@@ -154,7 +156,7 @@ def test_many_relays_at_once_publish_each_row_once(
             sent.append(job.id)
 
     start = threading.Barrier(4)
-    monkeypatch.setattr(tracker.maintenance["relay"], "publish", publish)
+    monkeypatch.setattr(tracker._services.maintenance["relay"], "publish", publish)
 
     def one_relay() -> None:
         start.wait()
@@ -236,7 +238,7 @@ def test_the_relay_command_runs_one_pass(
     app = make_app()
     work = make_task(app)
     dead = died_enqueue(work, publish_hook, n=6)
-    relay = tracker_of(app).maintenance["relay"]
+    relay = tracker_of(app)._services.maintenance["relay"]
     monkeypatch.setattr(relay, "grace_s", -LATER.total_seconds())  # as now=utcnow() + LATER
     context = CLIContext(app=app, no_color=True, workdir=None)
 

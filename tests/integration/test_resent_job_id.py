@@ -151,13 +151,13 @@ def test_two_concurrent_resends_of_an_ended_job_both_see_the_new_round(
     tracker = tracker_of(app)
     assert tracker.cancel(first.id)
     both_read = threading.Barrier(2, timeout=10)
-    real_retry = tracker.store.retry
+    real_retry = tracker._services.store.retry
 
     def after_both_read(*args: Any, **kwargs: Any) -> bool:
         both_read.wait()  # each has read the job cancelled: the race of the moves
         return real_retry(*args, **kwargs)
 
-    monkeypatch.setattr(tracker.store, "retry", after_both_read)
+    monkeypatch.setattr(tracker._services.store, "retry", after_both_read)
     results: list[Any] = []
     with ThreadPoolExecutor(2) as pool:
         resend = work.with_options(options={"task_id": first.id})
@@ -187,7 +187,7 @@ def test_a_resends_countdown_is_the_new_rounds_due_time(make_app: AppFactory) ->
     work.apply_async((2,), task_id=first.id, countdown=600)
     job = tracker.get_job(first.id)
     assert job is not None and job.status is JobStatus.PENDING and job.not_before is not None
-    due_in = (job.not_before - tracker.store.clock()).total_seconds()
+    due_in = (job.not_before - tracker._services.store.clock()).total_seconds()
     assert 590 < due_in <= 600, due_in
     assert tracker.cancel(first.id)
     eta = (utcnow() + timedelta(hours=2)).replace(microsecond=0)

@@ -77,7 +77,7 @@ def test_a_step_whose_fail_soft_successor_ran_is_not_retried(app: Celery) -> Non
     [fallback] = [j for j in before.children(step.id) if j.job_type.endswith("fallback")]
     assert fallback.status is JobStatus.COMPLETED
     assert before.state == "completed"
-    assert tracker.store.fail_soft_successor(step, fail_soft_note(step.id)) == fallback
+    assert tracker._services.store.fail_soft_successor(step, fail_soft_note(step.id)) == fallback
 
     how["step"] = "succeed"  # the provider is back: running it again would now complete
     with pytest.raises(RetryRefused, match=f"fail-soft successor {fallback.id}") as refused:

@@ -128,8 +128,8 @@ def test_a_producer_between_its_guard_and_its_insert_still_makes_one_job(
     row), creates the job; the holder's insert then collides and returns that job."""
     slow_app, fast_app = make_app(), make_app()
     slow, fast = keyed_task(slow_app, lifetime), keyed_task(fast_app, lifetime)
-    held = InsertHeld(tracker_of(slow_app).enqueuer.store)
-    tracker_of(slow_app).enqueuer.store = held  # type: ignore[assignment]
+    held = InsertHeld(tracker_of(slow_app)._services.enqueuer.store)
+    tracker_of(slow_app)._services.enqueuer.store = held  # type: ignore[assignment]
     n = uuid.uuid4().hex[:8]
 
     thread, out = in_thread(lambda: slow.enqueue(n=n, m=1))

@@ -53,7 +53,7 @@ def test_a_successor_takes_the_next_round_of_a_freed_key(app: Celery) -> None:
 
     for _ in range(3):
         root.delay("x")
-    store = Tracker.for_app(app).store
+    store = Tracker.for_app(app)._services.store
     latest = store.find_by_key(leaf.tracked_job_type, "leaf:x")
     assert latest is not None and latest.key_round == 2
     assert latest.status is JobStatus.COMPLETED

@@ -46,7 +46,7 @@ def test_memory_url_wires_the_memory_store_and_nothing_survives_the_tracker(
     for _ in range(2):  # two "runs": the same key is a new job each time
         with tracked_test_app(own_app, tracked_settings()) as app:
             tracked = TrackedTesting(app)
-            assert isinstance(tracked.tracker.store, MemoryStore)
+            assert isinstance(tracked.tracker._services.store, MemoryStore)
             result = job.enqueue(1)
             assert result.created
             assert [j.id for j in tracked.run_enqueued()] == [result.job_id]
@@ -184,7 +184,7 @@ class TestAUsersOwnFixtures:
         settings = tracked.tracker.settings
         assert (settings.database_url, settings.redis_url) == ("memory://", redis_url)
         assert settings.key_prefix.startswith("test-")
-        assert isinstance(tracked.tracker.guard, RedisGuard)
+        assert isinstance(tracked.tracker._services.guard, RedisGuard)
         first, again = job.enqueue(), job.enqueue()
         assert first.created and not again.created
         assert tracked.assert_enqueued(job).queue_name == "mine"

@@ -20,25 +20,25 @@ def finish_later(app: object, job_id: str, ok: bool) -> threading.Thread:
 
     def run() -> None:
         # the waiter must already be subscribed when the job ends
-        channel = tracker.backend.key("job", job_id)
-        client = tracker.backend.client  # type: ignore[union-attr]
+        channel = tracker._services.backend.key("job", job_id)
+        client = tracker._services.backend.client  # type: ignore[union-attr]
         wait_for(lambda: client.pubsub_numsub(channel)[0][1] > 0, what="a subscriber")
-        claim = tracker.store.claim(
+        claim = tracker._services.store.claim(
             job_id, Lease(owner="h:1", worker="w", now=utcnow(), lease_s=30)
         )
         assert claim is not None
         if ok:
-            tracker.store.complete(
+            tracker._services.store.complete(
                 claim, Completion(result_json='{"pages": 3}', now=utcnow(), duration_ms=1)
             )
         else:
-            tracker.store.fail(
+            tracker._services.store.fail(
                 claim,
                 AttemptError(
                     error_type="ValueError", error_message="bad", duration_ms=1, now=utcnow()
                 ),
             )
-        tracker.notifier.publish(job_id, "done")
+        tracker._services.notifier.publish(job_id, "done")
 
     thread = threading.Thread(target=run)
     thread.start()
@@ -117,12 +117,14 @@ def test_wait_reads_the_row_while_redis_is_unreachable(
     # a second app on the same database whose Redis does not answer
     blind = make_app(tracked_redis_url="redis://127.0.0.1:1/0")
     tracker = tracker_of(app)
-    claim = tracker.store.claim(job_id, Lease(owner="h:1", worker="w", now=utcnow(), lease_s=30))
+    claim = tracker._services.store.claim(
+        job_id, Lease(owner="h:1", worker="w", now=utcnow(), lease_s=30)
+    )
     assert claim is not None
 
     def finish() -> None:
         time.sleep(0.5)
-        tracker.store.complete(
+        tracker._services.store.complete(
             claim, Completion(result_json='{"pages": 3}', now=utcnow(), duration_ms=1)
         )
 

@@ -35,6 +35,7 @@ from celery_tracked.core.codec import MAX_DEPTH, check_depth
 from celery_tracked.core.errors import InvalidTaskOption
 from celery_tracked.core.limits import Limits
 from celery_tracked.core.options import check_key_template
+from celery_tracked.core.redact import Redaction
 
 # the documented default redact keys (docs/configuration.md), pinned literally
 KEYS = (
@@ -60,7 +61,7 @@ REDACTED = "[redacted]"
 def rules(**options: Any) -> CallRules:
     values: dict[str, Any] = {
         "task_name": "app.tasks.send",
-        "redact_keys": KEYS,
+        "redaction": Redaction(KEYS),
         "max_payload_bytes": 65_536,
     }
     values.update(options)
@@ -567,12 +568,12 @@ def test_the_reprs_are_the_shape_s_show_function_celery_s_saferepr_in_the_adapte
 
     deep = {"a": [{"b": [{"c": [1]}]}], "long": "x" * 2000}
     celery_shape = CallShape(body, saferepr)
-    assert celery_shape.reprs(("hi", deep), {}, ()) == (
+    assert celery_shape.reprs(("hi", deep), {}, Redaction()) == (
         saferepr(("hi", deep), REPR_CHARS),
         saferepr({}, REPR_CHARS),
     )
     call = prepare_call(celery_shape, rules(), ["hi"], {"deep": deep})
     assert call.kwargsrepr == saferepr({"deep": deep}, REPR_CHARS)
     plain = CallShape(body)  # no adapter: repr, cut
-    assert plain.reprs(("hi",), {}, ()) == ("('hi',)", "{}")
+    assert plain.reprs(("hi",), {}, Redaction()) == ("('hi',)", "{}")
     assert len(plain_repr("x" * 5000, REPR_CHARS)) == REPR_CHARS

@@ -19,6 +19,7 @@ from celery_tracked.core.description import TaskDescription
 from celery_tracked.core.keys import KeyLifetime, KeyRule
 from celery_tracked.core.limits import Limits
 from celery_tracked.core.options import describe
+from celery_tracked.core.redact import Redaction
 from celery_tracked.core.retry_policy import RetryPolicy
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "celery_tracked"
@@ -74,8 +75,8 @@ def test_attempts_and_call_rules_come_from_the_task() -> None:
     described = a_description(retry=RetryPolicy(max_attempts=5), idempotency_key="k:{doc}")
     assert described.attempts(3) == 5
     assert a_description().attempts(3) == 3
-    rules = described.call_rules(("token",), 1000)
-    assert (rules.task_name, rules.key, rules.redact_keys) == ("t", "k:{doc}", ("token",))
+    rules = described.call_rules(Redaction(("token",)), 1000)
+    assert (rules.task_name, rules.key, rules.redaction.keys) == ("t", "k:{doc}", ("token",))
 
 
 def test_a_description_is_frozen() -> None:

@@ -14,7 +14,7 @@ from kombu.utils.json import dumps as kombu_dumps
 from celery_tracked import PayloadNotSerializable, PayloadTooLarge
 from celery_tracked.core.calls import CallRules, CallShape, prepare_call
 from celery_tracked.core.jobs import Job, JobStatus
-from celery_tracked.core.redact import REDACTED, encode_payload, secret_values
+from celery_tracked.core.redact import REDACTED, Redaction, encode_payload, secret_values
 from tests.unit.job_rows import a_job
 
 KEYS = ("password", "token", "api_key")
@@ -35,7 +35,7 @@ VALUES: list[Any] = [
 
 
 def call(func: Any, *args: Any, max_bytes: int = 65_536, **kwargs: Any) -> Any:
-    rules = CallRules(task_name="t", redact_keys=KEYS, max_payload_bytes=max_bytes)
+    rules = CallRules(task_name="t", redaction=Redaction(KEYS), max_payload_bytes=max_bytes)
     return prepare_call(CallShape(func), rules, args, kwargs)
 
 

@@ -14,7 +14,7 @@ from celery_tracked.core.calls import CallShape
 from celery_tracked.core.codec import encode
 from celery_tracked.core.jobs import Job, JobStatus
 from celery_tracked.core.keys import KeyLifetime, KeyRule, Then, key_rule, then
-from celery_tracked.core.redact import REDACTED
+from celery_tracked.core.redact import REDACTED, Redaction
 from celery_tracked.services.rerun import retry_arguments
 from tests.unit.job_rows import NOW, a_job
 
@@ -133,15 +133,15 @@ SHAPE = CallShape(send)
 
 
 def stored(args: list[Any], kwargs: dict[str, Any]) -> Job:
-    safe_args, safe_kwargs = SHAPE.redacted(args, kwargs, KEYS)
+    safe_args, safe_kwargs = SHAPE.redacted(args, kwargs, Redaction(KEYS))
     payload = encode({"args": safe_args, "kwargs": safe_kwargs})
     return job(JobStatus.FAILED, payload_json=payload)
 
 
 def test_arguments_without_secrets_come_back_as_stored() -> None:
     failed = job(JobStatus.FAILED, payload_json=encode({"args": ["a"], "kwargs": {"n": 1}}))
-    assert retry_arguments(failed, SHAPE, {}, KEYS) == (["a"], {"n": 1})
-    assert retry_arguments(failed, None, {}, KEYS) == (["a"], {"n": 1})
+    assert retry_arguments(failed, SHAPE, {}, Redaction(KEYS)) == (["a"], {"n": 1})
+    assert retry_arguments(failed, None, {}, Redaction(KEYS)) == (["a"], {"n": 1})
 
 
 def test_redacted_arguments_must_be_given_again() -> None:
@@ -151,11 +151,11 @@ def test_redacted_arguments_must_be_given_again() -> None:
         "kwargs": {"options": {"token": REDACTED, "depth": 2}},
     }
     with pytest.raises(RetryRefused, match="api_key, options"):
-        retry_arguments(failed, SHAPE, {}, KEYS)
+        retry_arguments(failed, SHAPE, {}, Redaction(KEYS))
     with pytest.raises(RetryRefused, match="options"):
-        retry_arguments(failed, SHAPE, {"api_key": "sk-1"}, KEYS)
+        retry_arguments(failed, SHAPE, {"api_key": "sk-1"}, Redaction(KEYS))
     given = {"api_key": "sk-2", "options": {"token": "t-2", "depth": 2}}
-    assert retry_arguments(failed, SHAPE, given, KEYS) == (
+    assert retry_arguments(failed, SHAPE, given, Redaction(KEYS)) == (
         ["a", "sk-2"],
         {"options": {"token": "t-2", "depth": 2}},
     )
@@ -164,29 +164,31 @@ def test_redacted_arguments_must_be_given_again() -> None:
 def test_only_the_redacted_arguments_may_be_given() -> None:
     failed = stored(["a", "sk-1"], {})
     with pytest.raises(RetryRefused, match=r"may be given again \(api_key\), not x"):
-        retry_arguments(failed, SHAPE, {"api_key": "sk-1", "x": "b"}, KEYS)
+        retry_arguments(failed, SHAPE, {"api_key": "sk-1", "x": "b"}, Redaction(KEYS))
     plain = job(JobStatus.FAILED, payload_json=encode({"args": [], "kwargs": {"x": "a"}}))
     with pytest.raises(RetryRefused, match=r"\(none\), not x"):
-        retry_arguments(plain, SHAPE, {"x": "b"}, KEYS)
+        retry_arguments(plain, SHAPE, {"x": "b"}, Redaction(KEYS))
 
 
 def test_a_given_value_must_match_the_stored_one_beyond_its_secrets() -> None:
     failed = stored(["a", "sk-1"], {"options": {"token": "t-1", "depth": 2}})
     given = {"api_key": "sk-1", "options": {"token": "t-1", "depth": 3}}
     with pytest.raises(RetryRefused, match="differ from its stored arguments"):
-        retry_arguments(failed, SHAPE, given, KEYS)
+        retry_arguments(failed, SHAPE, given, Redaction(KEYS))
 
 
 def test_redacted_arguments_of_a_task_not_registered_here_are_refused() -> None:
     failed = stored(["a", "sk-1"], {})
     with pytest.raises(RetryRefused, match=r"register task app\.t here"):
-        retry_arguments(failed, None, {"api_key": "sk-1"}, KEYS)
+        retry_arguments(failed, None, {"api_key": "sk-1"}, Redaction(KEYS))
 
 
 def test_a_url_whose_credentials_were_masked_must_be_given_again() -> None:
     failed = stored(["a", "sk-1"], {"options": {"dsn": "postgresql://u:pw@db/x"}})
     assert failed.payload["kwargs"]["options"] == {"dsn": "postgresql://***@db/x"}
     with pytest.raises(RetryRefused, match="api_key, options"):
-        retry_arguments(failed, SHAPE, {}, KEYS)
+        retry_arguments(failed, SHAPE, {}, Redaction(KEYS))
     given = {"api_key": "sk-1", "options": {"dsn": "postgresql://u:pw@db/x"}}
-    assert retry_arguments(failed, SHAPE, given, KEYS)[1] == {"options": given["options"]}
+    assert retry_arguments(failed, SHAPE, given, Redaction(KEYS))[1] == {
+        "options": given["options"]
+    }

@@ -121,7 +121,7 @@ def test_an_import_against_the_layers_breaks_the_contracts(tmp_path: Path) -> No
         timeout=120,
     )
     assert found.returncode != 0, found.stdout
-    assert "Layers: Celery adapter > wiring > store and backends > services > core BROKEN" in (
+    assert "Layers: adapter > facade > wiring > store, backends > services > core BROKEN" in (
         found.stdout
     )
     assert "Only the Celery adapter imports Celery BROKEN" in found.stdout

@@ -2,7 +2,7 @@
 
 The file: a :class:`~celery_tracked.services.maintenance.Maintenance` subclass (here
 :class:`Toy`, kept in this test). The one line: its class in the wiring's list, in
-``celery_tracked/tracker.py`` (with its import)::
+``celery_tracked/wiring.py`` (with its import)::
 
     MAINTENANCE: tuple[type[Maintenance], ...] = (Relay, Reaper, Cleanup, Toy)
 
@@ -68,7 +68,7 @@ def check_in_a_fresh_process() -> None:
     from celery.bin.base import CLIContext
     from click.testing import CliRunner
 
-    import celery_tracked.tracker as wiring
+    import celery_tracked.wiring as wiring
     from celery_tracked import Tracker, tracked_task
     from celery_tracked.adapter import beat
     from celery_tracked.cli import maintenance as commands
@@ -86,8 +86,8 @@ def check_in_a_fresh_process() -> None:
 
     app.finalize()
     tracker = Tracker.for_app(app)
-    plugin = tracker.maintenance["toy"]
-    assert isinstance(plugin, Toy) and plugin.parts.platform is tracker.platform
+    plugin = tracker._services.maintenance["toy"]
+    assert isinstance(plugin, Toy) and plugin.parts.platform is tracker._services.platform
     assert tracker.run_maintenance("toy").as_dict() == {"swept": ["pass 1"]}
     task = app.tasks["celery_tracked.toy"]
     assert task.ignore_result and not task.send_events and task.__doc__ == Toy.summary
@@ -118,7 +118,7 @@ def test_the_three_plugins_share_the_shape() -> None:
     from celery_tracked import Tracker
     from celery_tracked.adapter.beat import TASKS
     from celery_tracked.cli import tracked
-    from celery_tracked.tracker import MAINTENANCE
+    from celery_tracked.wiring import MAINTENANCE
 
     names = [plugin.name for plugin in MAINTENANCE]
     assert names == ["relay", "schedule", "reap", "cleanup"]

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from celery_tracked import InvalidProgress
+from celery_tracked.core.redact import Redaction
 from celery_tracked.services import progress as p
 from celery_tracked.services.progress import Coalescer
 
@@ -134,7 +135,9 @@ def test_a_log_line_is_masked_before_it_is_cut() -> None:
     assert secret not in text and "hunter" not in text and text.endswith("x***")
     long = p.log_text("y" * 5000, "info")
     assert len(long) == p.MAX_LOG_CHARS and long.endswith("…")
-    masked = p.log_text("token=abc123 to redis://u:pw@host/0 nul\x00", "warning", keys=["token"])
+    masked = p.log_text(
+        "token=abc123 to redis://u:pw@host/0 nul\x00", "warning", redaction=Redaction(("token",))
+    )
     assert masked == "warning: token=*** to redis://***@host/0 nul"
 
 

@@ -10,6 +10,7 @@ from celery_tracked.core.errors import TrackedError
 from celery_tracked.core.redact import (
     MAX_SUMMARY_CHARS,
     REDACTED,
+    Redaction,
     encode_payload,
     mask_exception,
     mask_secrets,
@@ -201,7 +202,7 @@ def test_custom_keys_with_hyphens_match_like_names() -> None:
 
     def body(**kwargs: object) -> None: ...
 
-    _, kwargsrepr = CallShape(body).reprs((), {"x-client-sig": "s3cret!"}, keys)
+    _, kwargsrepr = CallShape(body).reprs((), {"x-client-sig": "s3cret!"}, Redaction(keys))
     assert "s3cret!" not in kwargsrepr and REDACTED in kwargsrepr
     assert summarize(ValueError("x-client-sig=s3cret!"), [], keys) == "x-client-sig=***"
 

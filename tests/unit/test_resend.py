@@ -9,7 +9,7 @@ import pytest
 from celery_tracked import RetryRefused
 from celery_tracked.core.codec import encode
 from celery_tracked.core.jobs import JobStatus
-from celery_tracked.core.redact import REDACTED
+from celery_tracked.core.redact import REDACTED, Redaction
 from celery_tracked.services.rerun import granted, retry_arguments, stored_reprs
 from tests.unit.job_rows import a_job
 
@@ -54,6 +54,6 @@ def test_keyword_secrets_of_a_task_not_registered_here_are_checked_too() -> None
     stored = {"args": ["a"], "kwargs": {"options": {"token": REDACTED, "depth": 2}}}
     failed = a_job(status=JobStatus.FAILED, payload_json=encode(stored))
     given = {"options": {"token": "t-1", "depth": 2}}
-    assert retry_arguments(failed, None, given, KEYS) == (["a"], given)
+    assert retry_arguments(failed, None, given, Redaction(KEYS)) == (["a"], given)
     with pytest.raises(RetryRefused, match="differ from its stored arguments"):
-        retry_arguments(failed, None, {"options": {"token": "t-1", "depth": 3}}, KEYS)
+        retry_arguments(failed, None, {"options": {"token": "t-1", "depth": 3}}, Redaction(KEYS))

@@ -148,7 +148,7 @@ def test_a_held_job_past_its_deadline_is_cancelled_by_the_pass(app: Celery) -> N
     job = tracker.get_job(r.id)
     assert job is not None and job.deadline_at is not None
     assert 3 * 3600 - 100 < (job.deadline_at - utcnow()).total_seconds() <= 3 * 3600
-    store = tracker.store
+    store = tracker._services.store
     assert isinstance(store, MemoryStore)  # its deadline passed while it was held
     store.rows[r.id] = replace(job, deadline_at=utcnow() - timedelta(seconds=1))
     report = tracker.schedule(now=job.not_before).as_dict()

@@ -4,7 +4,13 @@ rest of the text stays readable (not every "a" of a sentence)."""
 
 from __future__ import annotations
 
-from celery_tracked.core.redact import mask_exception, mask_secrets, secret_values, summarize
+from celery_tracked.core.redact import (
+    Redaction,
+    mask_exception,
+    mask_secrets,
+    secret_values,
+    summarize,
+)
 from celery_tracked.core.settings import DEFAULT_REDACT_KEYS
 from celery_tracked.services.progress import log_text
 
@@ -32,7 +38,7 @@ def test_a_short_secret_is_masked_where_it_stands_alone() -> None:
 
 def test_log_lines_stages_and_errors_mask_short_secrets() -> None:
     secrets = secret_values(CALL, KEYS)
-    assert log_text("checking pin 42", "info", secrets, KEYS) == "checking pin ***"
+    assert log_text("checking pin 42", "info", secrets, Redaction(KEYS)) == "checking pin ***"
     assert mask_secrets("stage: otp 7 sent", secrets, KEYS) == "stage: otp *** sent"
     error = ValueError("wrong pin 42")
     assert summarize(error, secrets, KEYS) == "wrong pin ***"
