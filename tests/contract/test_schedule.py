@@ -131,3 +131,22 @@ def test_the_reaper_never_takes_a_held_job_for_stalled(store: Store) -> None:
     held = new_job(store, now=ago(7200), due_in_s=3600)
     assert stalled(store, pending_cutoff=later(7200)) == []
     assert store.get(held) is not None
+
+
+def test_a_pause_keeps_held_rows_from_the_pass_and_the_relay(store: Store) -> None:
+    """Both halves of issue 26: a held row a pause covers is nobody's until the resume; a
+    pause-held row due later is the pass's, not the relay's, once unpaused."""
+    held = new_job(store, job_type="ocr", due_in_s=3600, now=ago(120))
+    store.pause("job_type", "ocr", by="ops", reason=None)
+    assert _ids(store, 4000) == []  # the pass skips it (else it fills its 100 every pass)
+    assert store.unpublished(cutoff=utcnow(), now=later(4000)) == []  # so does the relay
+    assert not store.relay_claim(held, owner=PASS_A, now=utcnow(), lease_s=30, cutoff=utcnow())
+    # a countdown delivery held by the pause: given back, still due later
+    near = new_job(store, job_type="ocr", due_in_s=60, now=ago(120))
+    assert store.handed_over(near, ago(119))
+    assert store.hold(near, 0, now=utcnow(), message="held")
+    assert store.unpublished(cutoff=ago(3600), now=utcnow()) == []
+    store.resume("job_type", "ocr")
+    assert _ids(store, 4000) == [near, held]
+    assert store.unpublished(cutoff=utcnow(), now=utcnow()) == []  # neither is due yet
+    assert store.unpublished(cutoff=ago(3600), now=later(120)) == [near]  # no grace, once due
