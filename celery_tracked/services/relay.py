@@ -21,8 +21,8 @@ has the key publishes it. Knows nothing of Celery: the ``publish`` callable is h
 
 A row not due yet (a held job: ``deadlines.py``) is left to the scheduler pass
 (``scheduler.py``), which publishes it with the rest of its countdown; the relay takes only
-rows already due, so its message needs none. A row past its deadline is cancelled
-(``DeadlineExceeded``), never published.
+pending rows already due (a retrying row a pause held goes out with the rest of its
+backoff). A row past its deadline is cancelled (``DeadlineExceeded``), never published.
 
 A maintenance plugin (``maintenance.py``): ``Tracker.relay()``, the task
 ``celery_tracked.relay`` every ``tracked_relay_interval_seconds``, ``celery tracked relay``.
