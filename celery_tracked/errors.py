@@ -9,6 +9,7 @@ day; the errors are listed here.
 from .core.errors import (
     ArgumentsMismatch,
     ConfigurationError,
+    DeadlineExceeded,
     DuplicateInCanvas,
     EnqueueError,
     GuardError,
@@ -39,6 +40,7 @@ from .core.errors import (
 __all__ = [
     "ArgumentsMismatch",
     "ConfigurationError",
+    "DeadlineExceeded",
     "DuplicateInCanvas",
     "EnqueueError",
     "GuardError",

@@ -45,6 +45,7 @@ from .services.cleanup import Cleanup, CleanupReport
 from .services.maintenance import Maintenance, Report
 from .services.reaper import Reaper, ReapReport
 from .services.relay import Relay, RelayReport
+from .services.scheduler import Scheduler
 from .wiring import CelerySide, GuardBackend, build
 
 if TYPE_CHECKING:
@@ -169,7 +170,8 @@ class BaseTracker:
         no more). Filters: ``status`` (one or several), ``queue``, ``job_type``,
         ``task_name``, ``correlation_id``, ``owner_id``, ``error_type``,
         ``created_after``/``created_before``, ``finished_after``/``finished_before`` (an
-        aware datetime, or a timedelta: that long ago); see ``finder.py``.
+        aware datetime, or a timedelta: that long ago), ``due_after``/``due_before`` (the
+        due time of a countdown/eta; a timedelta: that long from now); see ``finder.py``.
 
         Raises:
             InvalidFilter: a bad filter, ``limit`` (1-1000) or ``cursor``.
@@ -266,6 +268,12 @@ class BaseTracker:
         at (default: the database's clock). Raises ``StoreError``: the database failed."""
         return self._plugin(Relay).run(now)
 
+    def schedule(self, *, now: datetime | None = None) -> RelayReport:
+        """Publish the held jobs coming within ``tracked_schedule_horizon_seconds``: one pass
+        of ``services/scheduler.py`` (Beat: ``celery_tracked.schedule``). ``now``: the time
+        due times are judged at (default: the database's clock). Raises ``StoreError``."""
+        return self._plugin(Scheduler).run(now)
+
     def reap(self, *, now: datetime | None = None) -> ReapReport:
         """Rescue (or abandon) the jobs nothing will move any more: one pass of the reaper
         (``services/reaper.py``; the task ``celery_tracked.reap`` runs it on Beat).
@@ -305,7 +313,9 @@ class BaseTracker:
         return plugin
 
     def stats(self) -> dict[str, dict[str, Any]]:
-        """Per queue: ``counts`` per status, ``total``, ``oldest_pending_age_s``,
+        """Per queue: ``counts`` per status, ``total``, ``scheduled`` (pending jobs not due
+        yet: a countdown/eta, held ones among them; ready = pending - scheduled),
+        ``oldest_pending_age_s`` (of the due ones),
         ``failed_last_hour`` (jobs that ended ``failed`` in the last hour) and
         ``expired_leases`` (``processing`` jobs no live run holds), ``paused`` (the pause
         holding the queue, or None; job types: :meth:`paused`).

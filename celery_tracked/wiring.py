@@ -42,6 +42,7 @@ from .services.relay import Relay
 from .services.reports import Reports
 from .services.rerun import Resender, publisher
 from .services.runner import Runner
+from .services.scheduler import Scheduler
 from .services.sealing import Sealer, sealer_for
 from .services.time_limits import TimeLimits
 from .store import JobStore
@@ -52,7 +53,7 @@ GuardBackend = RedisGuard | MemoryGuard
 #: The maintenance plugins (``services/maintenance.py``), each built once per app by
 #: :func:`build`; each gets a shared task and a default Beat entry (``adapter/beat.py``)
 #: and a CLI command (``cli/maintenance.py``). A new plugin is its file and one line here.
-MAINTENANCE: tuple[type[Maintenance], ...] = (Relay, Reaper, Cleanup)
+MAINTENANCE: tuple[type[Maintenance], ...] = (Relay, Scheduler, Reaper, Cleanup)
 
 
 @dataclass(frozen=True)

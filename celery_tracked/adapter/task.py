@@ -23,6 +23,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from functools import partial
 from typing import Any, ClassVar, ParamSpec, TypeVar, cast
 
@@ -71,8 +72,10 @@ class TrackedTask(Task[P, R_co]):
     per call is taken literally), ``key_lifetime`` (with ``throttle_s``/``debounce_s``),
     ``validator``, ``rate_limit_global``, ``concurrency_key`` (with ``concurrency_limit``),
     ``retention`` (how long its ended jobs are kept), ``retry_semantics`` (``"celery"``
-    or ``"tracked"``, default the app's ``tracked_retry_semantics``: ``"celery"``); what
-    each means and accepts: ``celery_tracked/core/options.py``.
+    or ``"tracked"``, default the app's ``tracked_retry_semantics``: ``"celery"``),
+    ``deadline`` (a ``timedelta``/seconds: a job not started that long after its enqueue
+    ends ``cancelled``); what each means and accepts: ``celery_tracked/core/options.py``.
+    A running body reads its job's own deadline as ``self.job_deadline``.
     """
 
     acks_late = True
@@ -92,6 +95,8 @@ class TrackedTask(Task[P, R_co]):
     throttle_s: ClassVar[float | None] = None
     debounce_s: ClassVar[float | None] = None
     retention: ClassVar[Any] = None
+    #: a ``timedelta`` or seconds after the enqueue (``deadlines.py``); None: no deadline
+    deadline: ClassVar[Any] = None
     #: ``"celery"`` or ``"tracked"``; None: the app's ``tracked_retry_semantics``
     retry_semantics: ClassVar[str | None] = None
     _tracked_retry: ClassVar[RetryPolicy] = RetryPolicy()
@@ -171,9 +176,13 @@ class TrackedTask(Task[P, R_co]):
         owner_id: str | None = None,
         max_attempts: int | None = None,
         options: Mapping[str, Any] | None = None,
+        deadline: Any = None,
     ) -> Callable[P, EnqueueResult[R_co]]:
-        """``enqueue`` with control options; ``options``: Celery's (``countdown``, ``eta``...)."""
-        control = Control(idempotency_key, correlation_id, parent_job_id, owner_id, max_attempts)
+        """``enqueue`` with control options; ``options``: Celery's (``countdown``, ``eta``...);
+        ``deadline``: an aware ``datetime``, or a ``timedelta``/seconds after the enqueue."""
+        control = Control(
+            idempotency_key, correlation_id, parent_job_id, owner_id, max_attempts, deadline
+        )
 
         def enqueue(*args: P.args, **kwargs: P.kwargs) -> EnqueueResult[R_co]:
             opts = dict(options or {})
@@ -202,7 +211,7 @@ class TrackedTask(Task[P, R_co]):
         if existing is not None:
             args, kwargs = values.sent_arguments(self, args, kwargs)
             # a re-publish of an existing job (Celery retry): never a new row or key check
-            for name in CONTROL_OPTIONS:
+            for name in (*CONTROL_OPTIONS, "_deadline"):
                 options.pop(name, None)
             masking = self.tracker.settings.masking
             argsrepr, kwargsrepr = self.description.shape.reprs(args, kwargs, masking)
@@ -312,6 +321,14 @@ class TrackedTask(Task[P, R_co]):
     def log(self, message: object, level: str = "info") -> bool:
         """A masked line in the running job's history: ``progress.log``."""
         return progress.log(part(self.request, ProgressReporter, self.name), message, level)
+
+    @property
+    def job_deadline(self) -> datetime | None:
+        """The running job's deadline (``deadline_at``, UTC; read from its row), None
+        without one or outside a run: the time it had to start by."""
+        headers = TrackedHeaders.read(self.request.headers, self.request)
+        job = None if headers is None else self.tracker.get_job(headers.job_id)
+        return None if job is None else job.deadline_at
 
     def cancelled(self) -> bool:
         """True once this job was asked to stop: ``progress.cancel_requested``."""

@@ -184,6 +184,8 @@ _FILTER_OPTIONS: list[tuple[str, str, dict[str, Any]]] = [
     ("--created-before", "created_before", {"help": "Created before: 2h, 3d, or ISO."}),
     ("--finished-after", "finished_after", {"help": "Ended at or after: 1h, or ISO."}),
     ("--finished-before", "finished_before", {"help": "Ended before: 1h, or ISO."}),
+    ("--due-after", "due_after", {"help": "Due (countdown/eta) at or after: in 1h, or ISO."}),
+    ("--due-before", "due_before", {"help": "Due before: in 2h (held jobs), or ISO."}),
 ]
 
 

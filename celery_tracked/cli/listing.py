@@ -9,7 +9,7 @@ from typing import Any
 import click
 from celery.bin.base import CeleryCommand
 
-from ..core.jobs import Job, JobEvent
+from ..core.jobs import Job, JobEvent, JobStatus
 from . import common, notes
 from .common import NotFound, check_text, emit_json, friendly, reader_of
 from .common import style as output_style
@@ -108,6 +108,8 @@ def _job_fields(job: Job, retry_note: str | None, now: datetime) -> list[tuple[s
         ("progress", f"{job.progress}%" + (f"  {job.stage}" if job.stage else "")),
         ("error", (error, "failed" if job.error_type else None)),
         ("created", at(job.created_at)),
+        ("due", at(job.not_before) + _held(job)),
+        ("deadline", at(job.deadline_at)),
         ("started", at(job.started_at)),
         ("finished", at(job.finished_at)),
         ("duration", duration(None if job.duration_ms is None else job.duration_ms / 1000)),
@@ -121,6 +123,12 @@ def _job_fields(job: Job, retry_note: str | None, now: datetime) -> list[tuple[s
     if job.cancel_requested_at is not None:
         pairs.append(("cancel requested", (at(job.cancel_requested_at), "cancelled")))
     return pairs
+
+
+def _held(job: Job) -> str:
+    """A pending job due later without a message: held in the database (``scheduler.py``)."""
+    waiting = job.status is JobStatus.PENDING and job.not_before is not None
+    return "  held: published by the scheduler pass" if waiting and not job.published_at else ""
 
 
 def _event_rows(events: list[JobEvent]) -> list[list[Cell]]:

@@ -149,6 +149,8 @@ def job_dict(job: Job) -> dict[str, Any]:
         "idempotency_key": job.idempotency_key,
         "worker": job.worker,
         "created_at": _iso(job.created_at),
+        "due_at": _iso(job.not_before),
+        "deadline_at": _iso(job.deadline_at),
         "started_at": _iso(job.started_at),
         "finished_at": _iso(job.finished_at),
         "updated_at": _iso(job.updated_at),

@@ -1,5 +1,6 @@
-"""``celery tracked stats``: counts per queue and status, the oldest pending job's age,
-failures in the last hour and expired leases (``Tracker.stats``)."""
+"""``celery tracked stats``: counts per queue and status, the pending jobs not due yet
+(``SCHEDULED``, counted in ``PENDING`` too), the oldest due pending job's age, failures in
+the last hour and expired leases (``Tracker.stats``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from .render import Cell, duration, table
 HEADERS = (
     "QUEUE",
     *(s.value.upper() for s in JobStatus),
+    "SCHEDULED",
     "TOTAL",
     "OLDEST PENDING",
     "FAILED 1H",
@@ -49,6 +51,7 @@ def stats(ctx: click.Context, as_json: bool) -> None:
         age = entry["oldest_pending_age_s"]
         failed, expired = entry.get("failed_last_hour", 0), entry.get("expired_leases", 0)
         row += [
+            str(entry.get("scheduled", 0)),
             str(entry["total"]),
             "-" if age is None else duration(age),
             (str(failed), "failed" if failed else None),

@@ -75,6 +75,8 @@ class TaskDescription:
     priority: int | None = None
     #: the broker's range, asked only of a job with a priority (the adapter's)
     highest_priority: HighestPriority = field(compare=False, default=any_priority)
+    #: its ``deadline`` option in seconds after the enqueue (None: none; ``deadlines.py``)
+    deadline_s: float | None = None
 
     def queue(
         self, options: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]

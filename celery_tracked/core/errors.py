@@ -19,6 +19,7 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
     │   ├── NotTransactional      ``enqueue_in`` cannot decide this call in a transaction
     │   └── TaskIdInUse           the given ``task_id`` is a job of another task
     ├── RetryRefused              ``Tracker.retry`` cannot re-run the job as asked
+    ├── DeadlineExceeded          (an ``error_type``) a job cancelled, not started by its deadline
     ├── StoreError                the tracking database failed outside enqueue
     │   ├── Disconnected          (internal) its pooled connection was dead
     │   ├── Refused               (internal) a constraint or a column refused a value
@@ -167,6 +168,13 @@ class RetryRefused(TrackedError, ValueError):
     """``Tracker.retry`` cannot re-run this job as asked (nothing was changed): its stored
     arguments hold redacted values not passed again, values were given for arguments that
     were not redacted, or a newer job holds its idempotency key."""
+
+
+class DeadlineExceeded(TrackedError):
+    """The ``error_type`` of a job that was not started by its deadline (``deadline=``,
+    ``_deadline=``): it ended ``cancelled`` without running. Never raised by the library:
+    its name is recorded on the row (``Job.error_type``) and ``Tracker.wait`` raises
+    ``JobFailed`` for such a job."""
 
 
 class StoreError(TrackedError):

@@ -131,10 +131,17 @@ class DeadRun:
 
     @classmethod
     def cancelled(
-        cls, seen_attempt: int, stale_owner: str | None, message: str, now: datetime
+        cls,
+        seen_attempt: int,
+        stale_owner: str | None,
+        message: str,
+        now: datetime,
+        error_type: str | None = None,
     ) -> DeadRun:
-        """A run asked to stop and gone: cancelled, no error."""
-        return cls(seen_attempt, stale_owner, JobStatus.CANCELLED, None, None, message, now)
+        """A run asked to stop and gone: cancelled, no error (``error_type``: a deadline's,
+        a lost run whose next attempt would start past it)."""
+        status = JobStatus.CANCELLED
+        return cls(seen_attempt, stale_owner, status, error_type, None, message, now)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,9 @@ the next page starts strictly after it. Filters (all optional, combined with AND
 - ``priority``: the job's priority (an int 0-255; jobs without one never match);
 - ``created_after``/``created_before``, ``finished_after``/``finished_before``: an aware
   ``datetime``, or a ``timedelta`` meaning that long before now; ``*_after`` is inclusive,
-  ``*_before`` exclusive.
+  ``*_before`` exclusive;
+- ``due_after``/``due_before``: the job's due time (``not_before``), a ``timedelta``
+  meaning that long from now.
 """
 
 from __future__ import annotations
@@ -57,10 +59,16 @@ class Filters(TypedDict, total=False):
     created_before: Bound
     finished_after: Bound
     finished_before: Bound
+    due_after: Bound
+    due_before: Bound
 
 
 _TEXT_FIELDS = ("queue", "job_type", "task_name", "correlation_id", "owner_id", "error_type")
-_RANGES = (("created_after", "created_before"), ("finished_after", "finished_before"))
+_RANGES = (
+    ("created_after", "created_before"),
+    ("finished_after", "finished_before"),
+    ("due_after", "due_before"),
+)
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,10 @@ class JobFilter:
     created_before: datetime | None = None
     finished_after: datetime | None = None
     finished_before: datetime | None = None
+    #: the job's due time (``not_before``: a countdown/eta, a retry's backoff); a job
+    #: without one never matches a due bound
+    due_after: datetime | None = None
+    due_before: datetime | None = None
 
     def __post_init__(self) -> None:
         for status in self.statuses:
@@ -121,10 +133,13 @@ class JobFilter:
         created_before: Bound = None,
         finished_after: Bound = None,
         finished_before: Bound = None,
+        due_after: Bound = None,
+        due_before: Bound = None,
         now: datetime | None = None,
     ) -> JobFilter:
         """The filter of ``Tracker.jobs``' keywords; a ``timedelta`` bound is taken back
-        from ``now`` (default: this process's clock)."""
+        from ``now`` (default: this process's clock), but a due bound's is ahead of it
+        (``due_before=timedelta(hours=1)``: due within the hour)."""
         now = now or utcnow()
         return cls(
             statuses=parse_statuses(status),
@@ -139,6 +154,8 @@ class JobFilter:
             created_before=_bound("created_before", created_before, now),
             finished_after=_bound("finished_after", finished_after, now),
             finished_before=_bound("finished_before", finished_before, now),
+            due_after=_bound("due_after", due_after, now, ahead=True),
+            due_before=_bound("due_before", due_before, now, ahead=True),
         )
 
     @property
@@ -172,7 +189,8 @@ class JobFilter:
                 return False
         if self.priority is not None and job.priority != self.priority:
             return False
-        for (after, before), value in zip(_RANGES, (job.created_at, job.finished_at), strict=True):
+        values = (job.created_at, job.finished_at, job.not_before)
+        for (after, before), value in zip(_RANGES, values, strict=True):
             low, high = getattr(self, after), getattr(self, before)
             if (low is not None or high is not None) and value is None:
                 return False
@@ -257,16 +275,16 @@ def filter_of(filters: Filters, clock: Callable[[], datetime]) -> JobFilter:
     return JobFilter.of(**filters, now=clock() if relative else None)
 
 
-def _bound(name: str, value: Bound, now: datetime) -> datetime | None:
+def _bound(name: str, value: Bound, now: datetime, ahead: bool = False) -> datetime | None:
     if isinstance(value, timedelta):
         if value < timedelta(0):
-            raise InvalidFilter(f"{name}: a timedelta means 'that long ago': not negative")
+            what = "from now" if ahead else "ago"
+            raise InvalidFilter(f"{name}: a timedelta means 'that long {what}': not negative")
         try:
-            return max(now - value, EARLIEST)
+            return now + value if ahead else max(now - value, EARLIEST)
         except OverflowError:
-            raise InvalidFilter(
-                f"{name}: {value.days} days ago is before the year 1 (no date to compare)"
-            ) from None
+            limit = "ahead is past the year 9999" if ahead else "ago is before the year 1"
+            raise InvalidFilter(f"{name}: {value.days} days {limit} (no date to compare)") from None
     validation.check_time(name, value)
     return None if value is None else max(value.astimezone(timezone.utc), EARLIEST)
 

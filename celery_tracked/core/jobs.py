@@ -53,6 +53,8 @@ class Event(str, enum.Enum):
     ERROR = "error"  # also a run's write that failed
     # a delivery
     RELAYED = "relayed"
+    #: the scheduler pass published a held job as it came due (``scheduler.py``)
+    SCHEDULED = "scheduled"
     STARTED = "started"
     REDELIVERED = "redelivered"
     PROCESSING = "processing"
@@ -238,11 +240,13 @@ class Job:
     retries_exhausted: bool = False
     #: ``Tracker.cancel(running=True)`` asked its run to stop (it ends ``cancelled``)
     cancel_requested_at: datetime | None = None
-    #: when a ``retrying`` job's next attempt is due (None: at once, or not retrying)
+    #: when the job is due: a pending one's countdown/eta, a retrying one's backoff (None: now)
     not_before: datetime | None = None
     #: its message's priority (Celery's ``priority``), kept by every re-publish; None: the
     #: broker's default
     priority: int | None = None
+    #: a waiting job not started by then ends ``cancelled`` (``DeadlineExceeded``)
+    deadline_at: datetime | None = None
     payload_json: str | None = field(default=None, repr=False)
     #: the values under redacted names, encrypted (``tracked_secret_key``; never shown)
     secrets_sealed: str | None = field(default=None, repr=False)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from .deadlines import deadline_of
 from .jobs import Job
 from .validation import as_job_id as as_job_id
 from .validation import check_job_id as check_job_id
@@ -162,6 +163,9 @@ class Control:
     parent_job_id: str | None = None
     owner_id: str | None = None
     max_attempts: int | None = None
+    #: by when the job must have started: an aware ``datetime``, or a ``timedelta``/seconds
+    #: after the enqueue (``deadlines.py``); None: the task's ``deadline`` option
+    deadline: Any = None
 
     def __post_init__(self) -> None:
         for name, limit in _LIMITS.items():
@@ -169,10 +173,14 @@ class Control:
             if value is not None:
                 object.__setattr__(self, name, check_text(value, name, limit))
         positive(self.max_attempts, "max_attempts")
+        deadline_of(self.deadline)  # TypeError, InvalidPayload: before anything is made
 
     @classmethod
     def pop_from(cls, options: dict[str, Any]) -> Control:
-        """Take the control options out of ``apply_async``'s keyword options."""
+        """Take the control options out of ``apply_async``'s keyword options (the deadline
+        as ``_deadline=``, as ``enqueue`` spells it, or ``deadline=``)."""
+        if "_deadline" in options:
+            options["deadline"] = options.pop("_deadline")
         return cls(**{f.name: options.pop(f.name, None) for f in fields(cls)})
 
     @classmethod

@@ -34,6 +34,9 @@ The options (``None``: the default):
         a ``timedelta`` or a number of days for every ended status, or a mapping of
         ``"completed"``/``"failed"``/``"cancelled"`` to those (``None``: kept forever; a
         status not named keeps the app's default); see ``core/cleanup.py``.
+    deadline: a ``timedelta`` or seconds: a job of the task not started that long after its
+        enqueue ends ``cancelled`` (``DeadlineExceeded``); a call's ``_deadline`` wins
+        (``deadlines.py``).
     validator: a pydantic model class (``model_validate`` of the named arguments) or a
         callable receiving the named arguments as one dict (``validator(arguments)``,
         the same dict pydantic gets) that raises to refuse them; a callable that cannot
@@ -49,6 +52,7 @@ from typing import Any
 from .calls import CallShape, Show, check_template, plain_repr
 from .cleanup import task_retention
 from .conversions import BOUNDS
+from .deadlines import task_deadline
 from .description import HighestPriority, Route, Send, TaskDescription, any_priority
 from .errors import InvalidTaskOption
 from .keys import KEY_OPTIONS, KeyRule, key_rule
@@ -68,6 +72,7 @@ TRACKED_OPTIONS = (
     "validator",
     "retention",
     "retry_semantics",
+    "deadline",
     *KEY_OPTIONS,
     *LIMIT_OPTIONS,
 )
@@ -156,12 +161,17 @@ def _retention(name: str, value: Any) -> None:
     task_retention(value)
 
 
+def _deadline(name: str, value: Any) -> None:
+    task_deadline(value)
+
+
 _CHECKS: dict[str, Callable[[str, Any], None]] = {
     "job_type": check_name,
     "tracked_queue": check_name,
     "idempotency_key": _key,
     "validator": _validator,
     "retention": _retention,
+    "deadline": _deadline,
 }
 
 
@@ -244,4 +254,5 @@ def describe(
         if static("tracked_priority") is not None
         else static("priority"),
         highest_priority=highest_priority or any_priority,
+        deadline_s=task_deadline(static("deadline")),
     )

@@ -24,9 +24,10 @@ Roles (who calls them): :class:`EnqueueStore` (``Enqueuer``), :class:`RunStore` 
 :class:`ClaimStore`, and :class:`OutcomeStore` for its ``OutcomeWriter`` and ``CarriedOver``),
 :class:`ReportStore` (``Reporter``), :class:`LeaseStore` (``LeaseKeeper``),
 :class:`DeadRunStore` (``TimeLimits``), :class:`RelayStore` (``Relay``),
-:class:`ReapingStore` (``Reaper``), :class:`CleanupStore` (``Cleanup``), :class:`SuccessorStore`
-(``Successors``), :class:`RerunStore` (``Tracker.retry``, cancels), :class:`ReadStore`
-(``Tracker``'s reads, bulk actions, statistics, metrics), :class:`PauseStore` (``Pauses``:
+:class:`ScheduleStore` (``Scheduler``), :class:`ReapingStore` (``Reaper``),
+:class:`CleanupStore` (``Cleanup``), :class:`SuccessorStore` (``Successors``),
+:class:`RerunStore` (``Tracker.retry``, cancels), :class:`ReadStore` (``Tracker``'s reads,
+bulk actions, statistics, metrics), :class:`PauseStore` (``Pauses``:
 ``Tracker.pause``/``resume``/``paused`` and the worker's gate; a held delivery's move is
 ``ClaimStore.hold``).
 """
@@ -135,7 +136,14 @@ class EndsDeadRuns(Protocol):
         takeover."""
 
 
-class ClaimStore(Reader, EndsDeadRuns, Protocol):
+class Expires(Protocol):
+    def expire(self, job_id: str, *, now: datetime, message: str) -> bool:
+        """pending | retrying → cancelled (``DeadlineExceeded``) once its deadline came on
+        the database's clock; False otherwise."""
+        ...
+
+
+class ClaimStore(Reader, EndsDeadRuns, Expires, Protocol):
     """A delivery's claim: claim, take over a lapsed lease, give a claim back."""
 
     def claim(self, job_id: str, lease: Lease) -> Claim | None: ...
@@ -210,7 +218,7 @@ class DeadRunStore(Reader, EndsDeadRuns, Protocol):
         """Open this process's connections now, in the calling thread."""
 
 
-class RelayStore(Reader, Handing, Protocol):
+class RelayStore(Reader, Handing, Expires, Protocol):
     """The relay: unpublished pending rows, claimed and handed over."""
 
     def unpublished(self, *, cutoff: datetime, now: datetime) -> list[str]: ...
@@ -220,6 +228,16 @@ class RelayStore(Reader, Handing, Protocol):
     ) -> bool: ...
 
     def relayed(
+        self, job_id: str, *, owner: str, now: datetime, message: str, revision: int = 0
+    ) -> bool: ...
+
+
+class ScheduleStore(RelayStore, Protocol):
+    """The scheduler pass: held rows coming due, claimed (the relay's claim) and handed over."""
+
+    def held_due(self, *, until: datetime, limit: int = 100) -> list[Job]: ...
+
+    def scheduled(
         self, job_id: str, *, owner: str, now: datetime, message: str, revision: int = 0
     ) -> bool: ...
 
@@ -338,7 +356,7 @@ class Store(
     ReportStore,
     LeaseStore,
     DeadRunStore,
-    RelayStore,
+    ScheduleStore,  # and RelayStore
     ReapingStore,
     CleanupStore,
     SuccessorStore,

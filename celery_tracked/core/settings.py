@@ -104,6 +104,11 @@ class Settings:
     relay_grace_seconds: float = 60.0
     #: how often the default Beat entry runs the relay (0: no Beat entry)
     relay_interval_seconds: float = 30.0
+    #: a job due further ahead than this is held in the database, not in the broker
+    schedule_horizon_seconds: float = 300.0
+    #: how often the default Beat entry runs the scheduler pass (0: no Beat entry);
+    #: at most half the horizon
+    schedule_interval_seconds: float = 30.0
     #: a running body's progress is written at most once per this many ms (0: every call)
     progress_interval_ms: int = 500
     #: ``self.log`` lines kept per job (then one marker line, then none)
@@ -174,6 +179,7 @@ class Settings:
         refuse_unknown(conf, env)
         values = {name: _read(conf, env, name) for name in _CONVERTERS if name != "redact_keys"}
         values["redact_keys"] = _redact_keys(conf, env, values["redaction"])
+        _check_schedule(values["schedule_interval_seconds"], values["schedule_horizon_seconds"])
         return cls(**values)
 
     @classmethod
@@ -195,6 +201,16 @@ class Settings:
         env = os.environ if environ is None else environ
         refuse_unknown(conf, env)
         return str(_read(conf, env, "retry_semantics"))
+
+
+def _check_schedule(interval_s: float, horizon_s: float) -> None:
+    """The scheduler pass must run well within the horizon, or held jobs start late."""
+    if interval_s * 2 > horizon_s:
+        raise ConfigurationError(
+            "tracked_schedule_interval_seconds",
+            f"is {interval_s:g} s: at most half of tracked_schedule_horizon_seconds "
+            f"({horizon_s:g} s), so a held job is published before it is due",
+        )
 
 
 #: The environment variables' prefix: ``CELERY_TRACKED_<NAME>`` is ``tracked_<name>``.
@@ -352,6 +368,8 @@ _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
     "check_redis_eviction": boolean("check_redis_eviction"),
     "relay_grace_seconds": real("relay_grace_seconds"),
     "relay_interval_seconds": real("relay_interval_seconds"),
+    "schedule_horizon_seconds": real("schedule_horizon_seconds"),
+    "schedule_interval_seconds": real("schedule_interval_seconds"),
     "progress_interval_ms": integer("progress_interval_ms"),
     "log_lines_per_job": integer("log_lines_per_job"),
     "rate_limit_ms": integer("rate_limit_ms"),

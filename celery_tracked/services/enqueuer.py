@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from ..core.deadlines import held_row
 from ..core.errors import (
     DuplicateInCanvas,
     DuplicateJob,
@@ -116,6 +117,10 @@ class Enqueuer:
     def _publish(
         self, job: NewJob, key: str | None, publish: Publish, redaction: Redaction
     ) -> EnqueueResult[Any]:
+        if job.held:  # due beyond the horizon: no message yet, the scheduler pass sends it
+            told = f"job {job.job_id} enqueued on {job.queue}, held until due (scheduled)"
+            self._tell(job, Event.ENQUEUED, "pending", told)
+            return EnqueueResult(job.job_id, JobStatus.PENDING, True)
         try:
             publish(job.headers(), job.celery_task_id or job.job_id)
         except Exception as exc:
@@ -199,8 +204,8 @@ class Enqueuer:
         deadline = time.monotonic() + self.duplicate_wait_s
         current: Job | None = found
         while current is not None and current.published_at is None:
-            if current.status is not JobStatus.PENDING:
-                break
+            if current.status is not JobStatus.PENDING or held_row(current, job.horizon_s):
+                break  # moved on, or held: no producer publishes it, the scheduler pass does
             if time.monotonic() >= deadline:
                 raise EnqueueError(
                     f"enqueue of {job.task_name}: job {current.id} holds this idempotency "
@@ -264,10 +269,11 @@ class Enqueuer:
                 due_at=job.due_at,
             ):
                 return None
-            publish(
-                replace(TrackedHeaders.of(pending), revision=made),
-                pending.celery_task_id or pending.id,
-            )
+            if not job.held:  # else its new due time is beyond the horizon: the pass sends it
+                publish(
+                    replace(TrackedHeaders.of(pending), revision=made),
+                    pending.celery_task_id or pending.id,
+                )
         except StoreError as exc:
             raise self._failure(job, redaction, "database", exc) from None
         except Exception as exc:
@@ -275,7 +281,8 @@ class Enqueuer:
             if isinstance(exc, PublishRefused):
                 raise exc.error from exc.error.__cause__
             raise self._failure(job, redaction, "broker publish", exc, note) from None
-        self._handed_over(pending.id, made)
+        if not job.held:
+            self._handed_over(pending.id, made)
         self.hooks.after_transition(
             Transition.of(
                 Event.DEBOUNCED, pending.id, message, JobStatus.PENDING, job.queue, job.job_type, 0

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from ..core.calls import PreparedCall, prepare_call
+from ..core.deadlines import NO_DEADLINE, Deadline, check_deadline, deadline_of, held
 from ..core.description import TaskDescription
 from ..core.jobs import EnqueueResult, JobStatus, utcnow
 from ..core.keys import KeyRule
@@ -66,6 +67,10 @@ class NewJob:
     due_at: datetime | None = None
     #: the message's priority (the call's, else the task's; None: the broker's default)
     priority: int | None = None
+    #: its deadline (``deadline_at``): seconds after the insert (database clock) or a time
+    deadline: Deadline = NO_DEADLINE
+    #: a job due further ahead is held in the database (``tracked_schedule_horizon_seconds``)
+    horizon_s: float = 300.0
 
     @property
     def rule(self) -> KeyRule:
@@ -100,7 +105,15 @@ class NewJob:
             "due_in_s": self.due_in_s,
             "due_at": self.due_at,
             "priority": self.priority,
+            "deadline_in_s": self.deadline.in_s,
+            "deadline_at": self.deadline.at,
         }
+
+    @property
+    def held(self) -> bool:
+        """Due further ahead than the horizon: created without a message, published by
+        the scheduler pass as it comes due (``deadlines.held``)."""
+        return held(self.due_in_s, self.due_at, self.horizon_s, utcnow())
 
 
 def guard_of(job: NewJob, guard_ttl_s: int) -> tuple[tuple[str, ...], int] | None:
@@ -177,9 +190,17 @@ def new_job(
         fresh_id=facts.fresh,
         sealed=seal_call(sealer_for(settings.secret_key), args, kwargs, call.payload_json),
         priority=priority,
+        horizon_s=settings.schedule_horizon_seconds,
     )
     debounce(job, options)
-    return due(job, options)
+    job = due(job, options)
+    deadline = deadline_of(control.deadline) if control.deadline is not None else None
+    if deadline is None and task.deadline_s is not None:
+        deadline = Deadline(in_s=task.deadline_s)
+    if deadline is not None:
+        check_deadline(deadline, job.due_in_s, job.due_at, utcnow())
+        job = replace(job, deadline=deadline)
+    return job
 
 
 def due(job: NewJob, options: Mapping[str, Any]) -> NewJob:

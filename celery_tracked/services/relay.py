@@ -19,6 +19,11 @@ reason, rather than run it with the redaction marker. A relay in a process with 
 has the key publishes it. Knows nothing of Celery: the ``publish`` callable is handed in
 (the wiring's, through its platform: ``rerun.publisher``).
 
+A row not due yet (a held job: ``deadlines.py``) is left to the scheduler pass
+(``scheduler.py``), which publishes it with the rest of its countdown; the relay takes only
+pending rows already due (a retrying row a pause held goes out with the rest of its
+backoff). A row past its deadline is cancelled (``DeadlineExceeded``), never published.
+
 A maintenance plugin (``maintenance.py``): ``Tracker.relay()``, the task
 ``celery_tracked.relay`` every ``tracked_relay_interval_seconds``, ``celery tracked relay``.
 """
@@ -28,11 +33,13 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import ClassVar
 
-from ..core.jobs import Job, utcnow
+from ..core.deadlines import deadline_message, past_deadline
+from ..core.hooks import Hooks, Transition
+from ..core.jobs import Event, Job, JobStatus, utcnow
 from ..core.ports import RelayStore
 from ..core.redact import mask_url
 from ..core.settings import Settings
@@ -89,8 +96,10 @@ class Relay(Maintenance):
         cancel: Callable[[str, str], bool],
         publish: Callable[[Job], None],
         keyed: bool = True,
+        hooks: Hooks | None = None,
     ) -> None:
-        self.store = store
+        self.store: RelayStore = store
+        self.hooks = hooks
         self.grace_s = grace_s
         self.cancel = cancel
         self.publish = publish
@@ -105,7 +114,8 @@ class Relay(Maintenance):
     def build(cls, parts: Parts) -> Relay:
         settings = parts.settings
         keyed = bool(settings.secret_key)
-        return cls(parts.store, settings.relay_grace_seconds, parts.cancel, parts.publish, keyed)
+        grace = settings.relay_grace_seconds
+        return cls(parts.store, grace, parts.cancel, parts.publish, keyed, parts.hooks)
 
     def run(self, now: datetime | None = None) -> RelayReport:
         """One pass: relay every unpublished row older than the grace period (at most 100).
@@ -130,7 +140,7 @@ class Relay(Maintenance):
             )
             job = self.store.get(job_id) if claimed else None
             if job is not None:  # else published, taken by another relay, or moved meanwhile
-                self._relay(job, owner, report)
+                self._relay(job, owner, report, now)
         if report.left:
             logger.warning(
                 "relay: %d job(s) with sealed arguments left alone: %s",
@@ -143,13 +153,18 @@ class Relay(Maintenance):
         job = self.store.get(job_id)
         return job is not None and job.secrets_sealed is not None
 
-    def _relay(self, job: Job, owner: str, report: RelayReport) -> None:
+    def _relay(self, job: Job, owner: str, report: RelayReport, now: datetime) -> None:
+        """Send the claimed ``job``'s message (``now``: the pass's time, the database's
+        clock): cancelled instead past its deadline, or when it cannot be sent as called."""
+        if past_deadline(job, now) and self._expire(job):
+            report.cancelled.append(job.id)
+            return
         if unsendable(job):
             self.cancel(job.id, REDACTED_REASON)
             report.cancelled.append(job.id)
             return
         try:
-            self.publish(job)
+            self.publish(rest_of_wait(job, now))
         except NoKeyHere:  # sealed meanwhile: a relay with the key takes it once this claim lapses
             report.left.append(job.id)
             return
@@ -166,10 +181,37 @@ class Relay(Maintenance):
             )
             report.failed.append(job.id)
             return
-        now, revision = utcnow(), job.revision
-        if not self.store.relayed(
-            job.id, owner=owner, now=now, message=RELAYED_MESSAGE, revision=revision
-        ):  # a worker claimed it already, or a newer message replaced this one
-            self.store.handed_over(job.id, now, revision)
-        logger.warning("job %s %s", job.id, RELAYED_MESSAGE)
+        sent, revision = utcnow(), job.revision
+        if not self._handed(job, owner, sent):  # claimed already, or a newer message
+            self.store.handed_over(job.id, sent, revision)
         report.published.append(job.id)
+
+    def _handed(self, job: Job, owner: str, sent: datetime) -> bool:
+        """Mark the claimed row published (its event, ``relayed``)."""
+        logger.warning("job %s %s", job.id, RELAYED_MESSAGE)
+        return self.store.relayed(
+            job.id, owner=owner, now=sent, message=RELAYED_MESSAGE, revision=job.revision
+        )
+
+    def _expire(self, job: Job) -> bool:
+        """Cancel the waiting ``job`` at its deadline (``DeadlineExceeded``): True if done."""
+        message = deadline_message(job)
+        if not self.store.expire(job.id, now=utcnow(), message=message):
+            return False
+        if self.hooks is not None:
+            told = f"job {job.id} {message}"
+            self.hooks.after_transition(
+                Transition.of(
+                    Event.CANCELLED, job.id, told, JobStatus.CANCELLED, job.queue_name, job.job_type
+                )
+            )
+        return True
+
+
+def rest_of_wait(job: Job, now: datetime) -> Job:
+    """``job`` with its due time moved onto this host's clock, so that the message a
+    ``publish`` makes from it (``rerun.send_job``) carries the rest of its countdown as
+    counted on the database's clock at ``now``."""
+    if job.not_before is None:
+        return job
+    return replace(job, not_before=job.not_before + (utcnow() - now))

@@ -25,6 +25,7 @@ from typing import Any
 
 from ..core.attempt import Attempt
 from ..core.codec import encode
+from ..core.deadlines import DEADLINE_EXCEEDED, deadline_message, past_deadline
 from ..core.errors import StoreError, Unrecoverable
 from ..core.fences import DeadRun, Lease, Takeover
 from ..core.hooks import Delivery, Hooks, Wait
@@ -136,22 +137,38 @@ class Runner:
         if job.terminal:
             return Skipped(f"job already {job.status.value}")
         if job.status is not JobStatus.PROCESSING:
-            hold = waiting_hold(job, store.clock(), keyed=keyed is not None)
+            db_now = store.clock()
+            if past_deadline(job, db_now):  # the claim never starts it late: cancel it
+                return self._expire(run, job)
+            hold = waiting_hold(job, db_now, keyed=keyed is not None)
             if hold is not None:
                 return Postponed(hold.countdown_s, hold.why, waiting=True)
             full = self._key_full(run)
             return replace(full, waiting=True) if full else Postponed(0.2, "claimed concurrently")
         return self._take_over(run, job, who)
 
+    def _expire(self, run: Run, job: Job) -> Skipped:
+        """A waiting job whose deadline came: ``cancelled`` (``DeadlineExceeded``), once."""
+        message = deadline_message(job)
+        if self.store.expire(job.id, now=utcnow(), message=message):
+            self.teller.tell(run, Event.CANCELLED, f"job {job.id} {message}")
+        return Skipped(message)
+
     def _take_over(self, run: Run, job: Job, who: Lease) -> Claim | Skipped | Postponed:
         """A ``processing`` row: wait for its live lease, or take a lapsed one over (or
         fail the job when no attempt remains)."""
         store, leases, job_id = self.store, self.leases, run.job_id
-        grace = leases.grace_seconds
-        lease = diagnose(job, store.clock(), leases.dead_holder(job), grace)
+        grace, db_now = leases.grace_seconds, store.clock()
+        lease = diagnose(job, db_now, leases.dead_holder(job), grace)
         if not lease.lapsed:
             return Postponed(postpone_for(lease.remaining_s, who.lease_s), lease.why)
         seen = job.attempts_made
+        if past_deadline(job, db_now):  # no new attempt starts past it
+            message = f"attempt {seen} was lost ({lease.why}) and {deadline_message(job)}"
+            dead = DeadRun.cancelled(seen, lease.stale_owner, message, who.now, DEADLINE_EXCEEDED)
+            if store.end_dead_run(job_id, dead):
+                self.teller.tell(run, Event.CANCELLED, f"job {job_id} {message}", attempt=seen)
+            return Skipped(message)
         if job.cancel_requested_at is not None:  # asked to stop, and its run is gone
             message = f"cancelled: attempt {seen} was asked to stop and is gone ({lease.why})"
             if store.end_dead_run(

@@ -13,6 +13,7 @@ names):
   renewal and release (``OutcomeStore``, ``LeaseStore``, ``EndsDeadRuns``).
 - ``reports``: a running body's progress, log lines and cancel request (``ReportStore``).
 - ``relay``: the unpublished rows, the relay's claim and mark (``RelayStore``).
+- ``schedule``: the held rows coming due, the scheduler pass's mark (``ScheduleStore``).
 - ``reaping``: the stalled-job reaper's reads and moves (``ReapingStore``).
 - ``cleanup``: retention: ended rows and their events removed in bounded batches
   (``CleanupStore``).
@@ -53,6 +54,7 @@ from .reaping import Reaping
 from .relay import Relay
 from .reports import Reports
 from .rerun import Rerun
+from .schedule import Schedule
 from .translate import Disconnected, DuplicateJob, Refused
 
 __all__ = ["Disconnected", "DuplicateJob", "JobStore", "Refused"]
@@ -65,6 +67,7 @@ class JobStore(
     Outcomes,
     Reports,
     Relay,
+    Schedule,
     Reaping,
     Cleanup,
     Rerun,

@@ -112,6 +112,13 @@ class Claims(Applying):
         move = moves.GIVE_BACK_TAKEOVER if claim.takeover else moves.GIVE_BACK
         return self.apply(move, params) is not None
 
+    @reconnecting
+    def expire(self, job_id: str, *, now: datetime, message: str) -> bool:
+        """pending | retrying → cancelled (``DeadlineExceeded``) once its deadline came on
+        the database's clock; False otherwise."""
+        params = {"job_id": job_id, "now": now, "message": message}
+        return self.apply(moves.EXPIRE, params) is not None
+
     def republished(self, job_id: str, revision: int, refresh_s: float) -> bool:
         """A postponed delivery of the waiting job's message of ``revision`` handed it to
         the broker again: ``published_at`` is now (the database's clock), if it was

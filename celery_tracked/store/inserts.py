@@ -29,11 +29,24 @@ __all__ = [
 DUE_AT = func.coalesce(
     bindparam("due_at", type_=UTCDateTime), db_time(bindparam("due_in_s", type_=Float))
 )
-#: The values a producer's row may leave out (no countdown/eta: due at once).
-NEW_JOB_DEFAULTS = {**core_jobs.NEW_JOB_DEFAULTS, "due_in_s": None, "due_at": None}
+#: A job's deadline: ``deadline_in_s`` after the insert on the database's clock, or at
+#: ``deadline_at`` (UTC); else NULL (``core/deadlines.py``).
+DEADLINE_AT = func.coalesce(
+    bindparam("deadline_at", type_=UTCDateTime),
+    db_time(bindparam("deadline_in_s", type_=Float)),
+)
+#: The values a producer's row may leave out (no countdown/eta: due at once; no deadline).
+NEW_JOB_DEFAULTS = {
+    **core_jobs.NEW_JOB_DEFAULTS,
+    "due_in_s": None,
+    "due_at": None,
+    "deadline_in_s": None,
+    "deadline_at": None,
+}
 _NEW_JOB_VALUES: dict[str, Any] = {
     **{c: bindparam(c, type_=jobs.c[c].type) for c in NEW_JOB_COLUMNS},
     "not_before": DUE_AT,
+    "deadline_at": DEADLINE_AT,
 }
 JOB_INSERT = insert(jobs).values(_NEW_JOB_VALUES)
 

@@ -27,7 +27,7 @@ from . import selects
 from .clock import db_time
 from .engines import Engines
 from .models import UTCDateTime, jobs
-from .statements import CUTOFF, PAUSE_HELD, param
+from .statements import CUTOFF, DUE, PAUSE_HELD, param
 from .translate import reconnecting, translated
 
 #: PostgreSQL tables estimated at this many rows or more get estimated ended counts.
@@ -70,6 +70,7 @@ def conditions(filt: JobFilter) -> list[ColumnElement[bool]]:
     for column, low, high in (
         (jobs.c.created_at, filt.created_after, filt.created_before),
         (jobs.c.finished_at, filt.finished_after, filt.finished_before),
+        (jobs.c.not_before, filt.due_after, filt.due_before),
     ):
         if low is not None:
             where.append(column >= low)
@@ -132,6 +133,7 @@ COUNT_UNPUBLISHED = (
         jobs.c.published_at.is_(None),
         jobs.c.updated_at < CUTOFF,
         or_(jobs.c.locked_by.is_(None), ~PAUSE_HELD),  # a pause's hold is on purpose
+        *DUE,  # a held job (not due yet) is the scheduler's, not a lost publish
     )
 )
 
@@ -178,7 +180,8 @@ class Reads:
 
     @reconnecting
     def stats(self, now: datetime | None = None) -> dict[str, dict[str, Any]]:
-        """Counts per queue and status, and the age of the oldest pending job per queue.
+        """Counts per queue and status, the age of the oldest pending job that is due, and
+        ``scheduled``: the pending jobs not due yet (counted in ``pending`` too).
 
         Exact, except on PostgreSQL for a table the planner estimates at
         :data:`ESTIMATE_ABOVE` rows or more: there the ended statuses' counts are
@@ -188,6 +191,7 @@ class Reads:
         with translated("reading queue statistics"), self.engines.transaction() as conn:
             count_rows = self._counts(conn)
             oldest_rows = conn.execute(selects.OLDEST_PENDING).all()
+            scheduled_rows = conn.execute(selects.COUNT_SCHEDULED).all()
         out: dict[str, dict[str, Any]] = {}
         for queue, status, n in count_rows:
             entry = out.setdefault(queue, _empty_stats())
@@ -201,6 +205,8 @@ class Reads:
             out.setdefault(queue, _empty_stats())["oldest_pending_age_s"] = max(
                 0.0, (now - created).total_seconds()
             )
+        for queue, n in scheduled_rows:
+            out.setdefault(queue, _empty_stats())["scheduled"] = int(n)
         return out
 
     def _counts(self, conn: Connection) -> list[tuple[str, str, int]]:
@@ -275,4 +281,9 @@ def _big_table_counts(conn: Connection, estimated: float) -> list[tuple[str, str
 
 
 def _empty_stats() -> dict[str, Any]:
-    return {"counts": {s.value: 0 for s in JobStatus}, "total": 0, "oldest_pending_age_s": None}
+    return {
+        "counts": {s.value: 0 for s in JobStatus},
+        "total": 0,
+        "oldest_pending_age_s": None,
+        "scheduled": 0,
+    }

@@ -18,8 +18,9 @@ class Relay(Applying):
     @reconnecting
     def unpublished(self, *, cutoff: datetime, now: datetime) -> list[str]:
         """Ids of waiting jobs whose message was never handed to the broker, no relay
-        holds and no pause covers: pending ones created before ``cutoff``, and those a
-        pause held (``hold``) (oldest first, at most 100)."""
+        holds and no pause covers: pending ones due at ``now`` created before ``cutoff``
+        or held by a pause (``hold``), and retrying ones a pause held (oldest first, at
+        most 100)."""
         params = {"cutoff": cutoff, "now": now}
         with translated("reading unpublished jobs"), self.engines.transaction() as conn:
             rows = [

@@ -4,12 +4,12 @@ as a Core statement, beside the moves of ``statements``."""
 
 from __future__ import annotations
 
-from sqlalchemy import Delete, String, TextClause, delete, func, select, text
+from sqlalchemy import Delete, Integer, String, TextClause, delete, func, or_, select, text
 
 from ..core.jobs import JobStatus
 from .clock import db_time
-from .models import events, jobs
-from .statements import JOB_ID, PAUSE_HELD, UNPUBLISHED, param
+from .models import UTCDateTime, events, jobs
+from .statements import DUE, JOB_ID, NOW, PAUSE_HELD, UNPAUSED, UNPUBLISHED, param
 
 #: The statuses of jobs not ended yet.
 ACTIVE = (JobStatus.PENDING, JobStatus.PROCESSING, JobStatus.RETRYING)
@@ -83,23 +83,50 @@ COUNT_GROUP = (
         jobs.c.status == param("status", String),
     )
 )
+#: Of the pending jobs that are due (a held or counting-down one waits on purpose).
 OLDEST_PENDING = (
     select(jobs.c.queue_name, func.min(jobs.c.created_at))
-    .where(jobs.c.status == JobStatus.PENDING.value)
+    .where(jobs.c.status == JobStatus.PENDING.value, *DUE)
     .group_by(jobs.c.queue_name)
 )
+#: Per queue: pending jobs not due yet (a countdown/eta; held ones among them).
+COUNT_SCHEDULED = (
+    select(jobs.c.queue_name, func.count())
+    .where(jobs.c.status == JobStatus.PENDING.value, jobs.c.not_before > db_time())
+    .group_by(jobs.c.queue_name)
+)
+#: Due at the relay pass's ``now`` (one not due yet is the scheduler's: ``HELD_DUE``).
+_DUE_NOW = or_(jobs.c.not_before.is_(None), jobs.c.not_before <= NOW)
+#: The relay's: pending rows never handed over, due, no pause covering them.
 SELECT_UNPUBLISHED = (
     select(jobs.c.id, jobs.c.created_at)
-    .where(jobs.c.status == JobStatus.PENDING.value, *UNPUBLISHED)
+    .where(jobs.c.status == JobStatus.PENDING.value, *UNPUBLISHED, _DUE_NOW)
     .order_by(jobs.c.created_at)
     .limit(100)
 )
-#: The retrying rows a pause held, now free of it (``UNPUBLISHED``): the relay's too.
+#: The retrying rows a pause held, now free of it (``UNPUBLISHED``): the relay's too, due or
+#: not (published with the rest of their backoff, as a retry's message waits in the broker).
 SELECT_HELD_RETRYING = (
     select(jobs.c.id, jobs.c.created_at)
     .where(jobs.c.status == JobStatus.RETRYING.value, PAUSE_HELD, *UNPUBLISHED)
     .order_by(jobs.c.created_at)
     .limit(100)
+)
+#: The scheduler's: pending rows without a message whose due time comes before ``until``,
+#: not held by a relay or a pass now, no pause covering them (a paused one waits for its
+#: resume; the partial index ``ix_background_jobs_held_due``).
+HELD_DUE = (
+    select(jobs)
+    .where(
+        jobs.c.published_at.is_(None),
+        jobs.c.not_before.is_not(None),
+        jobs.c.not_before <= param("until", UTCDateTime),
+        jobs.c.status == JobStatus.PENDING.value,
+        or_(jobs.c.locked_until.is_(None), jobs.c.locked_until < db_time()),
+        UNPAUSED,
+    )
+    .order_by(jobs.c.not_before)
+    .limit(param("limit", Integer))
 )
 DELETE_EVENTS: Delete = delete(events).where(events.c.job_id == JOB_ID)
 #: Undo of an enqueue whose publish failed: only while nobody else handed the row over.

@@ -89,6 +89,8 @@ DUE = (or_(jobs.c.not_before.is_(None), jobs.c.not_before <= db_time()),)
 #: A delivery may claim it: due, or due within ``CLAIM_EARLY_S`` (its message's own eta).
 _EARLY_S = bindparam("claim_early_s", value=CLAIM_EARLY_S, type_=Float)
 DUE_TO_CLAIM = (or_(jobs.c.not_before.is_(None), jobs.c.not_before <= db_time(_EARLY_S)),)
+#: Its deadline (if any) has not come on the database's clock: a claim never starts it late.
+ALIVE = (or_(jobs.c.deadline_at.is_(None), jobs.c.deadline_at > db_time()),)
 #: Nobody holds the row: no lease, or one that ended (on a ``pending`` row, the relay's
 #: claim while it publishes the row's message).
 UNLOCKED = (or_(jobs.c.locked_until.is_(None), jobs.c.locked_until <= db_time()),)
@@ -251,6 +253,15 @@ RESCUE_MESSAGE: dict[str, Any] = {
     "revision": jobs.c.revision + 1,
     "locked_by": None,
     "updated_at": NOW,
+}
+#: A takeover: attempts left, the current message, no cancel asked, its deadline not come.
+TAKEABLE = (jobs.c.attempts_made < jobs.c.max_attempts, *CURRENT, *UNCANCELLED, *ALIVE)
+#: A dead run ended ``cancelled``; ``error_type``: NULL, or a deadline's.
+DEAD_CANCELLED = {
+    **END_RUN,
+    "finished_at": NOW,
+    "error_type": param("error_type", String, optional=True),
+    "error_message": MESSAGE,
 }
 #: A stalled job abandoned by the reaper.
 ABANDON: dict[str, Any] = {

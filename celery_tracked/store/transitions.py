@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Text, case, func, null, or_
 
+from ..core.deadlines import DEADLINE_EXCEEDED
 from ..core.jobs import CLAIMABLE, RETRY_UNDONE, JobStatus
 from ..core.pauses import HELD_BY_PAUSE
 from . import statements as sql
@@ -34,7 +35,7 @@ CLAIM = Move(
     CLAIMABLE,
     JobStatus.PROCESSING,
     sql.TAKE_LEASE,
-    (*sql.DUE_TO_CLAIM, *sql.UNLOCKED, *sql.CURRENT),
+    (*sql.DUE_TO_CLAIM, *sql.UNLOCKED, *sql.CURRENT, *sql.ALIVE),
     event="started",
     durable=False,
 )
@@ -45,9 +46,9 @@ TAKE_OVER = Move(
     sql.TAKE_LEASE,
     fence=sql.LAPSED,
     event="redelivered",
-    extra_where=(jobs.c.attempts_made < jobs.c.max_attempts, *sql.CURRENT, *sql.UNCANCELLED),
+    extra_where=sql.TAKEABLE,
 )
-#: Claim and takeover of a keyed job (under the key's lock, ``locks.py``).
+#: A keyed claim and takeover (under the key's lock, ``locks.py``).
 CLAIM_KEYED = Move(
     "claim_keyed",
     CLAIM.sources,
@@ -81,6 +82,15 @@ CANCEL = Move("cancel", CLAIMABLE, JobStatus.CANCELLED, sql.CANCELLED, event="ca
 #: An expired message cancels its job only if it is the job's current one.
 CANCEL_CURRENT = Move(
     "cancel_current", CLAIMABLE, JobStatus.CANCELLED, sql.CANCELLED, sql.CURRENT, "cancelled"
+)
+#: A waiting job whose deadline came (the database's clock) before it started.
+EXPIRE = Move(
+    "expire",
+    CLAIMABLE,
+    JobStatus.CANCELLED,
+    {**sql.CANCELLED, "error_type": DEADLINE_EXCEEDED},
+    (jobs.c.deadline_at <= db_time(),),
+    "cancelled",
 )
 COMPLETE = Move(
     "complete",
@@ -117,12 +127,7 @@ RETRY_DEAD = _run_ends("retry_dead", JobStatus.RETRYING, sql.RETRY_RUN, sql.LAPS
 FAIL_DEAD = _run_ends("fail_dead", JobStatus.FAILED, {**sql.FAILED_RUN, **sql.LOST}, sql.LAPSED)
 #: ``revoke(terminate=True)`` ends a running job.
 CANCEL_DEAD = Move(
-    "cancel_dead",
-    _PROCESSING,
-    JobStatus.CANCELLED,
-    {**sql.END_RUN, "finished_at": sql.NOW, "error_type": None, "error_message": sql.MESSAGE},
-    sql.LAPSED,
-    "cancelled",
+    "cancel_dead", _PROCESSING, JobStatus.CANCELLED, sql.DEAD_CANCELLED, sql.LAPSED, "cancelled"
 )
 RENEW = Move(
     "renew", _PROCESSING, None, {"locked_until": db_time(sql.LEASE_S)}, sql.HELD, durable=False
@@ -131,7 +136,7 @@ RELEASE = Move("release", _PROCESSING, None, sql.END_RUN, sql.HELD)
 
 # -- the message: hand-over, relay ----------------------------------------------------
 
-#: The producer's mark after its publish (any status: a fast worker may have claimed it).
+#: The producer's mark after its publish (any status: a worker may have claimed it).
 HANDED_OVER = Move(
     "handed_over",
     tuple(JobStatus),
@@ -140,8 +145,7 @@ HANDED_OVER = Move(
     fence=(jobs.c.published_at.is_(None), *sql.CURRENT),
     durable=False,  # lost, it only lets the relay send a harmless duplicate
 )
-#: A postponed delivery's message handed over again: ``published_at`` now (database
-#: clock) once older than ``refresh_s``, the reaper's sign of life (``reaper.py``).
+#: A postponed delivery re-sent its message: ``published_at`` now, once older than ``refresh_s``.
 REPUBLISHED = Move(
     "republished",
     CLAIMABLE,
@@ -176,10 +180,12 @@ HOLD = Move(
     (*sql.CURRENT, *sql.UNLOCKED),
     "paused",
 )
+#: The scheduler pass published a held row it claimed (``RELAY_CLAIM``) as it came due.
+SCHEDULED = replace(RELAYED, name="scheduled", sources=_PENDING, event="scheduled")
 
 # -- a cancel of a running job --------------------------------------------------------
 
-#: processing → processing with a cancel request (once: a second request changes nothing).
+#: processing → processing with a cancel request (once).
 REQUEST_CANCEL = Move(
     "request_cancel",
     _PROCESSING,
@@ -223,12 +229,7 @@ GIVE_BACK = Move(
     "given_back",
 )
 GIVE_BACK_TAKEOVER = Move(
-    "give_back_takeover",
-    _PROCESSING,
-    JobStatus.PROCESSING,
-    sql.RESTORED,
-    _MINE,
-    "given_back",
+    "give_back_takeover", _PROCESSING, JobStatus.PROCESSING, sql.RESTORED, _MINE, "given_back"
 )
 
 # -- a body's progress ----------------------------------------------------------------
@@ -248,8 +249,7 @@ PROGRESS = Move(
 
 # -- a new message: debounce, Tracker.retry -------------------------------------------
 
-
-#: Debounce: a pending job's arguments replaced by a newer enqueue with its key.
+#: Debounce: a pending job's arguments replaced (its new due time: ``inserts.DUE_AT``).
 REPLACE = Move(
     "replace",
     _PENDING,
@@ -263,8 +263,7 @@ REPLACE = Move(
     (jobs.c.revision == sql.REVISION,),
     "debounced",
 )
-#: A debounce whose publish failed: its previous arguments at a newer revision
-#: (``keys.undo_replace``), left unpublished for the relay.
+#: A debounce whose publish failed: its previous arguments, newer revision, for the relay.
 UNDO_REPLACE = Move(
     "undo_replace",
     _PENDING,
@@ -313,7 +312,7 @@ UNDO_RETRY = {
 # -- the reaper -----------------------------------------------------------------------
 
 _RUN_FENCE = (*sql.LAPSED, *sql.CURRENT, sql.RUN_STALLED)
-#: A pending job handed over and due before the cutoff and now (database clock).
+#: A pending job handed over and due before the cutoff: the reaper never publishes one early.
 _PENDING_FENCE = (
     *sql.CURRENT,
     *sql.DUE,

@@ -22,8 +22,8 @@ JOB_KEYS = {
     "id", "status", "queue", "job_type", "task_name", "attempts", "attempts_made",
     "max_attempts", "priority", "progress", "stage", "error", "error_type", "error_message",
     "correlation_id", "parent_job_id", "owner_id", "idempotency_key", "worker",
-    "created_at", "started_at", "finished_at", "updated_at", "cancel_requested_at",
-    "duration_ms",
+    "created_at", "due_at", "deadline_at", "started_at", "finished_at", "updated_at",
+    "cancel_requested_at", "duration_ms",
 }  # fmt: skip
 ANSI = "\x1b["
 
@@ -182,13 +182,15 @@ def test_stats_and_migrate(populated: dict[str, Any], cli_in_process: Any) -> No
     table = cli_in_process("stats")
     assert table.returncode == 0, table.stderr
     header, row = table.stdout.splitlines()
-    assert header.split()[:8] == [
-        "QUEUE", "PENDING", "PROCESSING", "RETRYING", "COMPLETED", "FAILED", "CANCELLED", "TOTAL"
+    assert header.split()[:9] == [
+        "QUEUE", "PENDING", "PROCESSING", "RETRYING", "COMPLETED", "FAILED", "CANCELLED",
+        "SCHEDULED", "TOTAL",
     ]  # fmt: skip
-    assert row.split()[:8] == [QUEUE, "2", "0", "0", "2", "2", "0", "6"]
+    assert row.split()[:9] == [QUEUE, "2", "0", "0", "2", "2", "0", "2", "6"]  # 2 due later
     stats = ok_json(cli_in_process("stats", "--json"))
     assert set(stats[QUEUE]) == {
-        "counts", "total", "oldest_pending_age_s", "failed_last_hour", "expired_leases", "paused"
+        "counts", "total", "oldest_pending_age_s", "scheduled", "failed_last_hour",
+        "expired_leases", "paused",
     }  # fmt: skip
     assert stats[QUEUE]["paused"] is None
     assert stats[QUEUE]["failed_last_hour"] == 2 and stats[QUEUE]["expired_leases"] == 0

@@ -15,6 +15,7 @@ Importable as ``tracked_app`` (``celery -A tracked_app worker ...`` with this fo
     TRACKED_TEST_LEASE_SECONDS     tracked_lease_seconds (default 5)
     TRACKED_TEST_LOG_JSONL         if set: a JSON-lines file receiving every record of the
                                    ``celery_tracked`` logger, with its ``extra`` fields
+    TRACKED_TEST_VISIBILITY_TIMEOUT  if set: the Redis transport's ``visibility_timeout``
 
 The tests build the same app in-process with :func:`create_app` (same task names), so
 they can enqueue and read the tracker without touching the environment.
@@ -82,6 +83,7 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         "record_url": env.get("TRACKED_TEST_RECORD_URL", some_redis),
         "lease_seconds": float(env.get("TRACKED_TEST_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)),
         "result_backend": env.get("TRACKED_TEST_RESULT_BACKEND") or None,
+        "visibility_timeout": env.get("TRACKED_TEST_VISIBILITY_TIMEOUT") or None,
     }
 
 
@@ -140,6 +142,9 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         app.conf.tracked_redis_url = config["redis_url"]
     if config.get("broker_write"):
         app.conf.broker_write_url = config["broker_write"]
+    if config.get("visibility_timeout"):
+        timeout = float(config["visibility_timeout"])
+        app.conf.broker_transport_options = {"visibility_timeout": timeout}
     if config.get("result_backend"):  # a Redis result backend storing the request's arguments
         app.conf.update(
             result_backend=config["result_backend"], result_extended=True, task_ignore_result=False
@@ -166,6 +171,19 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         if sleep:
             time.sleep(sleep)
         _end(r, job_id, started)
+        return {"x": x, "run": run}
+
+    @tracked_task(app=app, bind=True, shared=False, name="acc.timed", queue=QUEUE)
+    def timed(self: Any, x: Any, fail_first_after: float = 0.0) -> dict[str, Any]:
+        """Records its run and the deadline it reads (issue 26); its first run may sleep
+        then fail (a retry follows)."""
+        r, job_id, run, started = _begin(self)
+        deadline = self.job_deadline
+        r.set(f"deadline:{job_id}", "" if deadline is None else deadline.isoformat())
+        _end(r, job_id, started)
+        if run == 1 and fail_first_after:
+            time.sleep(fail_first_after)
+            raise ConnectionError("the first run fails")
         return {"x": x, "run": run}
 
     @tracked_task(app=app, bind=True, shared=False, name="acc.json_types", queue=QUEUE)

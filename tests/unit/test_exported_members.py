@@ -6,6 +6,7 @@ EXPECTED = {
     "BulkReport",
     "CleanupReport",
     "ConfigurationError",
+    "DeadlineExceeded",
     "DuplicateInCanvas",
     "EnqueueError",
     "EnqueueResult",

@@ -113,13 +113,14 @@ def test_a_toy_plugin_is_one_file_plus_one_line() -> None:
 
 
 def test_the_three_plugins_share_the_shape() -> None:
-    """relay, reap, cleanup: one list, one name each through task, command and method."""
+    """relay, schedule, reap, cleanup: one list, one name each through task, command and
+    method."""
     from celery_tracked import Tracker
     from celery_tracked.adapter.beat import TASKS
     from celery_tracked.cli import tracked
     from celery_tracked.wiring import MAINTENANCE
 
     names = [plugin.name for plugin in MAINTENANCE]
-    assert names == ["relay", "reap", "cleanup"]
+    assert names == ["relay", "schedule", "reap", "cleanup"]
     assert set(TASKS) == set(names) and set(names) <= set(tracked.commands)
     assert all(callable(getattr(Tracker, name)) for name in names)

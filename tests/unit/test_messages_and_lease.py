@@ -157,6 +157,7 @@ def test_pop_from_takes_only_the_control_options() -> None:
         "parent_job_id",
         "owner_id",
         "max_attempts",
+        "deadline",
     }
 
 

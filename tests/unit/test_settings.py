@@ -148,6 +148,8 @@ def test_every_setting_has_its_celery_tracked_environment_name() -> None:
         "check_redis_eviction": "false",
         "relay_grace_seconds": "12",
         "relay_interval_seconds": "13",
+        "schedule_horizon_seconds": "600",
+        "schedule_interval_seconds": "60",
         "progress_interval_ms": "14",
         "log_lines_per_job": "15",
         "rate_limit_ms": "16",
@@ -214,14 +216,29 @@ def test_every_numeric_setting_has_a_range() -> None:
     assert numeric == set(BOUNDS)
 
 
+#: Settings checked against each other: the partner each end of the range is given with.
+PARTNERS = {
+    "schedule_horizon_seconds": {"tracked_schedule_interval_seconds": 0},
+    "schedule_interval_seconds": {"tracked_schedule_horizon_seconds": 7 * 86400},
+}
+
+
 @pytest.mark.parametrize("name", NUMERIC)
 def test_the_ends_of_each_range_are_accepted(name: str) -> None:
-    bound = BOUNDS[name]
+    bound, base = BOUNDS[name], {**BASE, **PARTNERS.get(name, {})}
     for value in (bound.low, bound.high):
         value = int(value) if name in INTEGERS else value
-        assert getattr(Settings.from_conf({**BASE, f"tracked_{name}": value}, {}), name) == value
+        assert getattr(Settings.from_conf({**base, f"tracked_{name}": value}, {}), name) == value
         env = {f"CELERY_TRACKED_{name.upper()}": str(value)}
-        assert getattr(Settings.from_conf(BASE, env), name) == value
+        assert getattr(Settings.from_conf(base, env), name) == value
+
+
+def test_the_scheduler_pass_runs_well_within_the_horizon() -> None:
+    conf = {**BASE, "tracked_schedule_horizon_seconds": 60, "tracked_schedule_interval_seconds": 31}
+    with pytest.raises(ConfigurationError, match="tracked_schedule_interval_seconds"):
+        Settings.from_conf(conf, {})
+    conf["tracked_schedule_interval_seconds"] = 30
+    assert Settings.from_conf(conf, {}).schedule_interval_seconds == 30
 
 
 def _outside(name: str) -> list[Any]:

@@ -31,6 +31,7 @@ from .reaping import MemoryReaping
 from .relay import MemoryRelay
 from .reports import MemoryReports
 from .rerun import MemoryRerun
+from .schedule import MemorySchedule
 
 __all__ = ["MemoryStore"]
 
@@ -41,6 +42,7 @@ class MemoryStore(
     MemoryOutcomes,
     MemoryReports,
     MemoryRelay,
+    MemorySchedule,
     MemoryReaping,
     MemoryCleanup,
     MemoryRerun,

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from ...core.deadlines import DEADLINE_EXCEEDED
 from ...core.fences import Lease, Takeover
 from ...core.jobs import CLAIMABLE, Claim, Job, JobStatus
 from .rows import PROCESSING, MemoryCore, end_run
@@ -69,6 +70,7 @@ class MemoryClaims(MemoryCore):
 
         def check(job: Job) -> bool:
             due = self.due_to_claim(job.not_before) and self.free(job.locked_until)
+            due = due and (job.deadline_at is None or job.deadline_at > self.time())  # ``ALIVE``
             current = job.revision == lease.revision
             return due and current and self._key_free(job_id, lease.concurrency)
 
@@ -85,6 +87,7 @@ class MemoryClaims(MemoryCore):
                 and job.attempts_made < job.max_attempts
                 and job.revision == lease.revision
                 and job.cancel_requested_at is None
+                and (job.deadline_at is None or job.deadline_at > self.time())  # ``ALIVE``
                 and self._key_free(job_id, lease.concurrency)
             )
 
@@ -132,6 +135,25 @@ class MemoryClaims(MemoryCore):
 
         moved = self.move(
             claim.job_id, PROCESSING, check, change, "given_back", now=now, message=message
+        )
+        return moved is not None
+
+    def expire(self, job_id: str, *, now: datetime, message: str) -> bool:
+        """``EXPIRE``: its deadline came on the store's clock."""
+
+        def check(job: Job) -> bool:
+            return job.deadline_at is not None and job.deadline_at <= self.time()
+
+        change = end_run(
+            now,
+            status=JobStatus.CANCELLED,
+            not_before=None,
+            finished_at=now,
+            error_type=DEADLINE_EXCEEDED,
+            error_message=message,
+        )
+        moved = self.move(
+            job_id, CLAIMABLE, check, lambda _: change, "cancelled", now=now, message=message
         )
         return moved is not None
 

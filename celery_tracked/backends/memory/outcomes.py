@@ -38,7 +38,7 @@ class MemoryOutcomes(MemoryCore):
         if status is JobStatus.FAILED:
             ended["retries_exhausted"] = True
         if cancelling:
-            ended.update(error_type=None, error_message=dead.message)
+            ended.update(error_type=dead.error_type, error_message=dead.message)
         return self.move_running(job_id, check, ended, status.value, now, dead.message)
 
     def complete(self, claim: Claim, done: Completion, resent: bool = False) -> bool:

@@ -17,7 +17,12 @@ from .rows import MemoryCore
 
 
 def _empty_stats() -> dict[str, Any]:
-    return {"counts": {s.value: 0 for s in JobStatus}, "total": 0, "oldest_pending_age_s": None}
+    return {
+        "counts": {s.value: 0 for s in JobStatus},
+        "total": 0,
+        "oldest_pending_age_s": None,
+        "scheduled": 0,
+    }
 
 
 class MemoryReads(MemoryCore):
@@ -52,7 +57,7 @@ class MemoryReads(MemoryCore):
         return found[:limit]
 
     def stats(self, now: datetime | None = None) -> dict[str, dict[str, Any]]:
-        """Counts per queue and status, the oldest pending job's age per queue."""
+        """Counts per queue and status, the oldest due pending job's age, ``scheduled``."""
         now = now or utcnow()
         out: dict[str, dict[str, Any]] = {}
         with self.lock:
@@ -65,6 +70,9 @@ class MemoryReads(MemoryCore):
             if job.status is not JobStatus.PENDING:
                 continue
             entry = out[job.queue_name]
+            if not self.free(job.not_before):  # ``COUNT_SCHEDULED``, not ``OLDEST_PENDING``
+                entry["scheduled"] += 1
+                continue
             age = max(0.0, (now - job.created_at).total_seconds())
             oldest = entry["oldest_pending_age_s"]
             entry["oldest_pending_age_s"] = age if oldest is None else max(oldest, age)
@@ -99,4 +107,5 @@ class MemoryReads(MemoryCore):
                 and j.published_at is None
                 and j.updated_at < cutoff
                 and j.locked_by != HELD_BY_PAUSE
+                and self.free(j.not_before)
             )

@@ -34,7 +34,10 @@ class MemoryRelay(MemoryCore):
                 j
                 for j in self.rows.values()
                 if (
-                    j.status is JobStatus.PENDING
+                    (
+                        j.status is JobStatus.PENDING
+                        and (j.not_before is None or j.not_before <= now)
+                    )
                     or (j.status is JobStatus.RETRYING and j.locked_by == HELD_BY_PAUSE)
                 )
                 and self._unpublished(j, cutoff)

@@ -232,6 +232,9 @@ class MemoryCore:
         due = self.due_time(values.pop("due_in_s", None), values.pop("due_at", None))
         if due is not None:
             values["not_before"] = due
+        ends = self.due_time(values.pop("deadline_in_s", None), values.pop("deadline_at", None))
+        if ends is not None:  # ``inserts.DEADLINE_AT``
+            values["deadline_at"] = ends
         unknown = set(values) - _JOB_FIELDS
         if unknown:
             raise Refused(f"inserting the job row failed: no columns {sorted(unknown)}")
