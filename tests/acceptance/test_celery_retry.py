@@ -183,7 +183,8 @@ def waits_its_countdown(env: Any, job_id: str) -> None:
         assert began.created_at + countdown - slack <= due, (retry.message, began.created_at)
         assert due <= retry.created_at + countdown, retry.message
         late_ms = (start.created_at - due).total_seconds() * 1000
-        assert -CLAIM_EARLY_S * 1000 <= late_ms < 1000, (late_ms, env.diagnose(job_id))
+        # never early (up to the claim's margin); soon, though a loaded machine delays a start
+        assert -CLAIM_EARLY_S * 1000 <= late_ms < 5000, (late_ms, env.diagnose(job_id))
 
 
 def test_max_retries_exceeded_never_shows_an_escaped_secret(

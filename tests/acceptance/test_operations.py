@@ -74,7 +74,9 @@ def test_cli_show_and_stats_never_print_payload_or_result(
     assert per_queue[QUEUE]["total"] == 3
     counts = {k: v for k, v in per_queue[QUEUE]["counts"].items() if v}
     assert counts == {"completed": 1, "failed": 1, "pending": 1}
-    assert per_queue[QUEUE]["oldest_pending_age_s"] >= 0
+    # the pending job is not due yet (a countdown): scheduled, not waiting to run
+    assert per_queue[QUEUE]["scheduled"] == 1
+    assert per_queue[QUEUE]["oldest_pending_age_s"] is None
     assert env.status(waiting) == "pending"
 
 
