@@ -130,11 +130,12 @@ class BaseTracker:
         ``self.cancelled()`` turns True) and the job ends ``cancelled`` once its run is
         gone, whatever the body did (``stopping.py``); True once asked.
         A cancelled job's message, when delivered, runs no body. ``reason`` is stored in
-        ``error_message``; ``revision``: only while the job's message is that one (an
-        expired message a debounce replaced cancels nothing); the other keywords only
-        shape the log.
+        ``error_message`` (URL credentials and secret ``key=value`` pairs masked);
+        ``revision``: only while the job's message is that one (an expired message a
+        debounce replaced cancels nothing); the other keywords only shape the log.
         """
         job_id = as_job_id(job_id)
+        reason = self.settings.masking.mask(reason)  # stored, logged, shown: no secret
         if running:
             return self._services.stopper.cancel_running(job_id, reason)
         shown = Shown(log_message, queue, job_type, level)

@@ -103,7 +103,7 @@ class Services:
             else RedisLimiter(backend.client, settings.key_prefix)
         )
         self.successors = Successors(store, settings, platform)
-        self.pauses = Pauses(store, lambda: pauses_known(platform))
+        self.pauses = Pauses(store, lambda: pauses_known(platform), redaction=settings.masking)
         self.hooks = HookChain(
             [
                 self.pauses,  # first: a held delivery takes no rate-limit slot

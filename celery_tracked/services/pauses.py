@@ -37,6 +37,7 @@ from ..core.pauses import ALL, JOB_TYPE, QUEUE, Pause, check_note, holding, scop
 from ..core.platform import Platform
 from ..core.ports import PauseStore
 from ..core.printable import visible
+from ..core.redact import NO_KEYS, Redaction
 from .relay import Relay
 
 logger = logging.getLogger("celery_tracked")
@@ -54,8 +55,13 @@ class Pauses(Hooks):
     #: a delivery that cannot be held is delivered again after this long (seconds)
     WAIT_S = 5.0
 
-    def __init__(self, store: PauseStore, known: Known, ttl_s: float = TTL_S) -> None:
+    def __init__(
+        self, store: PauseStore, known: Known, ttl_s: float = TTL_S, redaction: Redaction = NO_KEYS
+    ) -> None:
         self.store = store
+        #: masks URL credentials and secret ``key=value`` pairs in a ``reason``/``by``: they
+        #: are shown by ``paused()``, logged, and copied into every held job's event
+        self.redaction = redaction
         self.known = known
         self.ttl_s = ttl_s
         self._snapshot: tuple[Pause, ...] = ()
@@ -109,7 +115,8 @@ class Pauses(Hooks):
         """
         scope, name = scope_of(queue, job_type, everything)
         reason = check_note(reason, "reason")
-        by = check_note(by, "by", 255) or default_by()
+        reason = reason if reason is None else self.redaction.mask(reason)
+        by = self.redaction.mask(check_note(by, "by", 255) or default_by())
         self._check_known(scope, name)
         created = self.store.pause(scope, name, by=by, reason=reason)
         self._read_at = float("-inf")  # this process sees it at once

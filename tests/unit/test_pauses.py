@@ -159,3 +159,16 @@ def test_a_delivery_with_redacted_arguments_and_no_key_is_postponed_instead(
     assert isinstance(verdict, Postponed) and verdict.countdown == Pauses.WAIT_S
     job = store.get("j-2")
     assert job is not None and job.locked_by is None and job.attempts_made == 0
+
+
+def test_a_reason_and_its_author_are_stored_with_their_secrets_masked() -> None:
+    """They are shown by ``paused()``, logged, and copied into every held job's event."""
+    from celery_tracked.core.redact import Redaction
+
+    gate = Pauses(Counted(), known, redaction=Redaction(("password", "api_key", "token")))
+    reason = "down, api_key=sk_live_1 password=hunter2 see https://admin:s3cr3t@status.example/x"
+    pause = gate.pause(queue="q", reason=reason, by="ops token=tok_9")
+    shown = f"{pause.reason} {pause.paused_by} {gate.paused()}"
+    for secret in ("sk_live_1", "hunter2", "s3cr3t", "tok_9"):
+        assert secret not in shown
+    assert "down," in (pause.reason or "") and "ops" in (pause.paused_by or "")

@@ -98,3 +98,22 @@ def test_the_redaction_is_built_once_from_the_settings() -> None:
     assert settings.masking.redact({"token": "t", "x": 1}) == {"token": "[redacted]", "x": 1}
     off = Redaction(("token",), on=False)
     assert off.keys == () and off.redact({"token": "t"}) == {"token": "t"}
+
+
+def test_a_cancel_reason_is_stored_with_its_secrets_masked() -> None:
+    from celery_tracked.core.jobs import JobStatus
+    from tests.unit.job_rows import a_job
+
+    store = MemoryStore()
+    settings = Settings(redis_url="memory://", database_url="memory://")
+    tracker = BaseTracker(settings, NoPlatform(), store=store, guard=MemoryGuard("cancel"))
+    try:
+        store.put(a_job(id="00000000-0000-0000-0000-00000000000c", status=JobStatus.PENDING))
+        reason = "provider down, password=hunter2 https://admin:s3cr3t@status.example/x"
+        assert tracker.cancel("00000000-0000-0000-0000-00000000000c", reason)
+        job = tracker.get_job("00000000-0000-0000-0000-00000000000c")
+        assert job is not None and job.error_message is not None
+        assert "hunter2" not in job.error_message and "s3cr3t" not in job.error_message
+        assert job.error_message.startswith("provider down")
+    finally:
+        tracker.close()
