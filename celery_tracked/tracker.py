@@ -45,7 +45,7 @@ from .services.cleanup import Cleanup, CleanupReport
 from .services.maintenance import Maintenance, Report
 from .services.reaper import Reaper, ReapReport
 from .services.relay import Relay, RelayReport
-from .services.scheduler import Scheduler
+from .services.schedule import Scheduler
 from .wiring import CelerySide, GuardBackend, build
 
 if TYPE_CHECKING:
@@ -271,7 +271,7 @@ class BaseTracker:
 
     def schedule(self, *, now: datetime | None = None) -> RelayReport:
         """Publish the held jobs coming within ``tracked_schedule_horizon_seconds``: one pass
-        of ``services/scheduler.py`` (Beat: ``celery_tracked.schedule``). ``now``: the time
+        of ``services/schedule.py`` (Beat: ``celery_tracked.schedule``). ``now``: the time
         due times are judged at (default: the database's clock). Raises ``StoreError``."""
         return self._plugin(Scheduler).run(now)
 

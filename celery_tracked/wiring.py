@@ -29,7 +29,7 @@ from .core.redact import mask_url
 from .core.settings import Settings
 from .services.cancelling import Canceller, Stopper
 from .services.cleanup import Cleanup
-from .services.enqueuer import Enqueuer
+from .services.enqueue import Enqueuer
 from .services.lease import LeaseKeeper
 from .services.limits import GlobalRateLimit
 from .services.maintenance import Maintenance, Parts
@@ -42,7 +42,7 @@ from .services.relay import Relay
 from .services.reports import Reports
 from .services.rerun import Resender, publisher
 from .services.runner import Runner
-from .services.scheduler import Scheduler
+from .services.schedule import Scheduler
 from .services.sealing import Sealer, sealer_for
 from .services.time_limits import TimeLimits
 from .store import JobStore

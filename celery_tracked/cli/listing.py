@@ -126,7 +126,7 @@ def _job_fields(job: Job, retry_note: str | None, now: datetime) -> list[tuple[s
 
 
 def _held(job: Job) -> str:
-    """A pending job due later without a message: held in the database (``scheduler.py``)."""
+    """A pending job due later without a message: held in the database (``schedule.py``)."""
     waiting = job.status is JobStatus.PENDING and job.not_before is not None
     return "  held: published by the scheduler pass" if waiting and not job.published_at else ""
 

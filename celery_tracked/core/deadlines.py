@@ -3,7 +3,7 @@
 - **Due time** (``not_before``): a job enqueued with Celery's ``countdown``/``eta`` (or a
   debounce's delay) is due then. One due further ahead than the horizon
   (``tracked_schedule_horizon_seconds``) is *held*: its row is created ``pending`` without
-  a message, and the scheduler pass (``services/scheduler.py``) publishes it once it comes
+  a message, and the scheduler pass (``services/schedule.py``) publishes it once it comes
   within the horizon, with the rest of its countdown (:func:`held`).
 - **Deadline** (``deadline_at``): the task's ``deadline`` option or a call's
   ``_deadline``: a ``timedelta`` or seconds (relative to the enqueue, on the database's

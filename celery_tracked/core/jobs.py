@@ -53,7 +53,7 @@ class Event(str, enum.Enum):
     ERROR = "error"  # also a run's write that failed
     # a delivery
     RELAYED = "relayed"
-    #: the scheduler pass published a held job as it came due (``scheduler.py``)
+    #: the scheduler pass published a held job as it came due (``schedule.py``)
     SCHEDULED = "scheduled"
     STARTED = "started"
     REDELIVERED = "redelivered"

@@ -11,7 +11,7 @@ wiring's platform); the adapter gives each a shared task and a default Beat entr
 the wiring's list, ``celery_tracked.wiring.MAINTENANCE``:
 
 - ``relay`` (``relay.py``): publishes the rows whose producer died before its publish;
-- ``schedule`` (``scheduler.py``): publishes the held jobs as they come due;
+- ``schedule`` (``schedule.py``): publishes the held jobs as they come due;
 - ``reap`` (``reaper.py``): rescues or abandons the jobs nothing will move any more;
 - ``cleanup`` (``cleanup.py``): removes the ended jobs past their retention.
 

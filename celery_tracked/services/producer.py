@@ -264,7 +264,7 @@ class Message:
 
 class Enqueues(Protocol):
     """What the producer hands its jobs to: the :class:`~.enqueuer.Enqueuer` (named by
-    its method here, as ``enqueuer.py`` imports this module's ``NewJob``)."""
+    its method here, as ``enqueue.py`` imports this module's ``NewJob``)."""
 
     def enqueue(
         self, job: NewJob, publish: Publish, redaction: Redaction

@@ -20,7 +20,7 @@ has the key publishes it. Knows nothing of Celery: the ``publish`` callable is h
 (the wiring's, through its platform: ``rerun.publisher``).
 
 A row not due yet (a held job: ``deadlines.py``) is left to the scheduler pass
-(``scheduler.py``), which publishes it with the rest of its countdown; the relay takes only
+(``schedule.py``), which publishes it with the rest of its countdown; the relay takes only
 pending rows already due (a retrying row a pause held goes out with the rest of its
 backoff). A row past its deadline is cancelled (``DeadlineExceeded``), never published.
 

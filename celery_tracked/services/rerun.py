@@ -18,7 +18,7 @@
 
 A call re-sending the id of a job that ended (a frozen Celery signature or canvas applied
 again, a ``task_id`` given twice) makes the same new round (``Resender.again``, asked by the
-producer, ``enqueuer.py``): from ``completed`` too, with the call's arguments, attempts and
+producer, ``enqueue.py``): from ``completed`` too, with the call's arguments, attempts and
 message, as Celery runs each apply again. A re-send while the job is active stays that job.
 
 Knows nothing of Celery: the task's description, the publish and the stored results go

@@ -21,7 +21,7 @@ from celery_tracked.cli import listing, tracked
 from celery_tracked.core import finder
 from celery_tracked.core.jobs import utcnow
 from celery_tracked.migrate import upgrade
-from celery_tracked.services import enqueuer, pipelines
+from celery_tracked.services import enqueue, pipelines
 
 from .conftest import AppFactory, tracker_of
 
@@ -54,7 +54,7 @@ def test_a_producer_ahead_is_throttled_within_the_window(
     within the 10 s window: deduplicated (before: a new round, its clock said 30 s)."""
     work = keyed(make_app(), key_lifetime="throttle", throttle_s=10)
     first = work.enqueue(n=1)
-    moved(monkeypatch, enqueuer, SKEW)
+    moved(monkeypatch, enqueue, SKEW)
     again = work.enqueue(n=1)
     assert first.created and not again.created
     assert again.job_id == first.job_id
@@ -68,7 +68,7 @@ def test_a_throttle_window_is_measured_from_the_database_clock(
     in the future); the throttled rows are created on the database's clock."""
     app = make_app()
     work = keyed(app, key_lifetime="throttle", throttle_s=1)
-    moved(monkeypatch, enqueuer, SKEW)
+    moved(monkeypatch, enqueue, SKEW)
     first = work.enqueue(n=2)
     assert work.enqueue(n=2).job_id == first.job_id  # within the window, still ahead
     monkeypatch.undo()
@@ -87,7 +87,7 @@ def test_a_producer_behind_keeps_its_throttle(
     """A producer 30 s behind the database alone: deduplicated within the window, a new
     round after it (held before too; judging on the database's clock must not break it)."""
     work = keyed(make_app(), key_lifetime="throttle", throttle_s=1)
-    moved(monkeypatch, enqueuer, -SKEW)
+    moved(monkeypatch, enqueue, -SKEW)
     first = work.enqueue(n=3)
     assert work.enqueue(n=3).job_id == first.job_id
     time.sleep(1.2)
@@ -104,7 +104,7 @@ def test_a_skewed_producer_still_debounces(
     app = make_app()
     work = keyed(app, key_lifetime="debounce")
     first = work.enqueue(n=4, note="first")
-    moved(monkeypatch, enqueuer, by)
+    moved(monkeypatch, enqueue, by)
     again = work.enqueue(n=4, note="second")
     assert again.job_id == first.job_id and not again.created
     job = tracker_of(app).get_job(first.job_id)
@@ -229,7 +229,7 @@ def test_a_producer_ahead_is_throttled_on_mariadb(
     try:
         work = keyed(app, key_lifetime="throttle", throttle_s=10)
         first = work.enqueue(n=8)
-        moved(monkeypatch, enqueuer, SKEW)
+        moved(monkeypatch, enqueue, SKEW)
         again = work.enqueue(n=8)
         assert first.created and again.job_id == first.job_id and not again.created
         tracker = tracker_of(app)

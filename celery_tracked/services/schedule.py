@@ -2,7 +2,7 @@
 
 A job enqueued with a ``countdown``/``eta`` (or a debounce's delay) due further ahead than
 ``tracked_schedule_horizon_seconds`` is *held*: its row is created ``pending`` with its due
-time (``not_before``) and no message (``deadlines.py``, ``enqueuer.py``). Celery's own
+time (``not_before``) and no message (``deadlines.py``, ``enqueue.py``). Celery's own
 countdown would keep it in the broker and in a worker's memory all that time (with the
 Redis transport, a countdown longer than ``visibility_timeout`` is delivered again while
 the first copy still waits; docs/scheduling.md).
