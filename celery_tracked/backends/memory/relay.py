@@ -62,13 +62,5 @@ class MemoryRelay(MemoryCore):
         self, job_id: str, *, owner: str, now: datetime, message: str, revision: int = 0
     ) -> bool:
         """``RELAYED``: the relay ``owner`` still holds it, unpublished, current."""
-
-        def check(job: Job) -> bool:
-            mine = job.locked_by == owner and job.published_at is None
-            return mine and job.revision == revision
-
-        change = {"published_at": now, "locked_by": None, "locked_until": None, "updated_at": now}
-        moved = self.move(
-            job_id, CLAIMABLE, check, lambda _: change, "relayed", now=now, message=message
-        )
-        return moved is not None
+        hand = {"owner": owner, "now": now, "message": message, "revision": revision}
+        return self.handed_over_by(job_id, CLAIMABLE, "relayed", hand)

@@ -117,6 +117,24 @@ class MemoryCore:
         with self.lock:
             self.rows[job.id] = job
 
+    def handed_over_by(
+        self, job_id: str, sources: Collection[JobStatus], event: str, hand: Mapping[str, Any]
+    ) -> bool:
+        """``RELAYED``/``SCHEDULED``: the pass ``hand["owner"]`` still holds the row,
+        unpublished, at ``hand["revision"]``: published at ``hand["now"]``, its claim
+        released, ``event`` with ``hand["message"]``."""
+        now = hand["now"]
+
+        def check(job: Job) -> bool:
+            mine = job.locked_by == hand["owner"] and job.published_at is None
+            return mine and job.revision == hand["revision"]
+
+        change = {"published_at": now, "locked_by": None, "locked_until": None, "updated_at": now}
+        moved = self.move(
+            job_id, sources, check, lambda _: change, event, now=now, message=hand["message"]
+        )
+        return moved is not None
+
     def move(
         self,
         job_id: str,

@@ -36,13 +36,5 @@ class MemorySchedule(MemoryCore):
         self, job_id: str, *, owner: str, now: datetime, message: str, revision: int = 0
     ) -> bool:
         """``SCHEDULED``: as ``RELAYED``, with its own event."""
-
-        def check(job: Job) -> bool:
-            mine = job.locked_by == owner and job.published_at is None
-            return mine and job.revision == revision
-
-        change = {"published_at": now, "locked_by": None, "locked_until": None, "updated_at": now}
-        moved = self.move(
-            job_id, PENDING, check, lambda _: change, "scheduled", now=now, message=message
-        )
-        return moved is not None
+        hand = {"owner": owner, "now": now, "message": message, "revision": revision}
+        return self.handed_over_by(job_id, PENDING, "scheduled", hand)
