@@ -30,6 +30,7 @@ from .core.settings import Settings
 from .services.cancelling import Canceller, Stopper
 from .services.cleanup import Cleanup
 from .services.enqueue import Enqueuer
+from .services.handoff import SlotHandOff
 from .services.lease import LeaseKeeper
 from .services.limits import GlobalRateLimit
 from .services.maintenance import Maintenance, Parts
@@ -128,6 +129,7 @@ class Services:
         self.canceller = Canceller(store, self.hooks)
         self.stopper = Stopper(store, self.hooks, self.leases, self.canceller, platform.terminate)
         publish = publisher(platform, self.sealer)  # the relay's and the reaper's
+        self.hooks.add(SlotHandOff(store, publish))  # a freed concurrency slot handed on
         parts = Parts(settings, store, self.guard, self.hooks, platform, publish, self.canceller)
         #: the maintenance plugins by name, built once
         self.maintenance: dict[str, Maintenance] = {

@@ -14,7 +14,12 @@ Two tracked options, checked when the task is declared (``InvalidTaskOption``):
     ``tracked_concurrency_limit``): at
     most N jobs with that key are ``processing`` under a live lease at any time, across
     all workers and task types. The slot is the job's own fenced lease, not a counter: a
-    worker that dies frees it when its lease lapses.
+    worker that dies frees it when its lease lapses. When a keyed job ends, its slot is
+    handed to the key's next due waiting job (``services/handoff.py``).
+``fairness_key="tenant:{tenant_id}"`` (with a ``concurrency_key``; the same kinds): the
+    jobs of one concurrency key take its slots in turn by fairness key (round-robin): a
+    slot freed by a job of one fairness key is handed to the next fairness key that has a
+    due job waiting, in the keys' order, oldest job first within one.
 
 Pure: no Redis, SQL or Celery here.
 """
@@ -34,10 +39,16 @@ if TYPE_CHECKING:
     from .settings import Settings
 
 #: The tracked options of this module.
-LIMIT_OPTIONS = ("rate_limit_global", "concurrency_key", "concurrency_limit")
+LIMIT_OPTIONS = ("rate_limit_global", "concurrency_key", "concurrency_limit", "fairness_key")
 #: The slot a delivery reserved, carried by the message it was re-published as:
 #: ``"<limiter name>@<slot, Redis milliseconds>"``.
 HEADER_RATE_SLOT = "tracked_rate_slot"
+#: The ``locked_by`` of a waiting row a freed concurrency slot was handed to
+#: (``services/handoff.py``): it holds that slot until its delivery claims it, or until
+#: ``HANDOFF_S`` seconds (the database's clock) have passed.
+SLOT_HANDED = "slot-handed"
+#: How long a handed slot waits for its job's delivery before any waiting job may take it.
+HANDOFF_S = 30.0
 #: Width of the ``concurrency_key`` column.
 MAX_CONCURRENCY_KEY = 255
 #: A limiter name's longest length (it is part of a Redis key).
@@ -52,6 +63,7 @@ class Limits:
     rate_interval_ms: int | None = None
     concurrency_key: str | Callable[..., str] | None = None
     concurrency_limit: int | None = None
+    fairness_key: str | Callable[..., str] | None = None
 
     def key_of(self, shape: CallShape, args: Any, kwargs: Any) -> str | None:
         """The call's concurrency key (stored in its row at enqueue).
@@ -64,6 +76,18 @@ class Limits:
             return None
         named = shape.bind(args, kwargs, "")  # defaults applied, as at enqueue (calls.py)
         return concurrency_key(template, named, args, kwargs)
+
+    def fairness_of(self, shape: CallShape, args: Any, kwargs: Any) -> str | None:
+        """The call's fairness key (stored in its row at enqueue; None: not declared).
+
+        Raises:
+            InvalidPayload: the arguments cannot make a key.
+        """
+        template = self.fairness_key
+        if template is None:
+            return None
+        named = shape.bind(args, kwargs, "")
+        return KeyCall("", args, kwargs, named).build("fairness_key", template)
 
     def for_delivery(
         self,
@@ -81,14 +105,17 @@ class Limits:
             return None
         try:
             key = self.key_of(shape, args, kwargs)
+            fair = self.fairness_of(shape, args, kwargs)
         except InvalidPayload:
-            key = None
+            key = fair = None
         return DeliveryLimits(
             rate_name=self.rate_name,
             interval_ms=self.rate_interval_ms or settings.rate_limit_ms,
             reserved_ms=reserved_slot(_header(request, HEADER_RATE_SLOT), self.rate_name),
             key=key,
             limit=self.concurrency_limit or settings.concurrency_limit,
+            fairness_key=fair,
+            fair=self.fairness_key is not None,
         )
 
 
@@ -102,11 +129,15 @@ class DeliveryLimits:
     reserved_ms: int | None = None
     key: str | None = None
     limit: int = 1
+    #: the job's fairness key (None: none, or its task is not fair)
+    fairness_key: str | None = None
+    #: its task hands its key's freed slots round-robin by fairness key
+    fair: bool = False
 
 
 def limits_of(options: Mapping[str, Any]) -> Limits:
     """The limits ``options`` declare (``rate_limit_global``, ``concurrency_key``,
-    ``concurrency_limit``; None: not declared), checked.
+    ``concurrency_limit``, ``fairness_key``; None: not declared), checked.
 
     Raises:
         InvalidTaskOption: names the option and what it must be.
@@ -126,7 +157,14 @@ def limits_of(options: Mapping[str, Any]) -> Limits:
             raise InvalidTaskOption(
                 "concurrency_limit", "needs a concurrency_key (the jobs it limits)"
             )
-    return Limits(name, interval, key, limit)
+    fair = options.get("fairness_key")
+    if fair is not None:
+        check_template(fair, "fairness_key")
+        if key is None:
+            raise InvalidTaskOption(
+                "fairness_key", "needs a concurrency_key (the jobs that take turns by it)"
+            )
+    return Limits(name, interval, key, limit, fair)
 
 
 def _rate(value: Any) -> tuple[str, int | None]:

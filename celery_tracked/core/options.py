@@ -28,8 +28,9 @@ The options (``None``: the default):
     key_lifetime, throttle_s, debounce_s: how long a key keeps new jobs out: ``"row"``
         (the default), ``"ended"``, ``"throttle"`` (with ``throttle_s``) or ``"debounce"``
         (optionally ``debounce_s``); see ``keys.py``.
-    rate_limit_global, concurrency_key, concurrency_limit: a global rate limiter shared by
-        every worker, and at most N jobs ``processing`` per key; see ``limits.py``.
+    rate_limit_global, concurrency_key, concurrency_limit, fairness_key: a global rate
+        limiter shared by every worker, and at most N jobs ``processing`` per key, whose
+        freed slots go round-robin by fairness key; see ``limits.py``.
     retention: how long this task's ended jobs are kept before the cleanup removes them:
         a ``timedelta`` or a number of days for every ended status, or a mapping of
         ``"completed"``/``"failed"``/``"cancelled"`` to those (``None``: kept forever; a

@@ -29,7 +29,7 @@ Roles (who calls them): :class:`EnqueueStore` (``Enqueuer``), :class:`RunStore` 
 :class:`RerunStore` (``Tracker.retry``, cancels), :class:`ReadStore` (``Tracker``'s reads,
 bulk actions, statistics, metrics), :class:`PauseStore` (``Pauses``:
 ``Tracker.pause``/``resume``/``paused`` and the worker's gate; a held delivery's move is
-``ClaimStore.hold``).
+``ClaimStore.hold``), :class:`HandOffStore` (``SlotHandOff``).
 """
 
 from __future__ import annotations
@@ -350,6 +350,27 @@ class PauseStore(Protocol):
         """Every pause in force, oldest first."""
 
 
+class HandOffStore(Protocol):
+    """A freed concurrency slot handed to the key's next due waiting job
+    (``services/handoff.py``)."""
+
+    def next_waiting(
+        self, key: str, after: str, *, fair: bool = False, fairness_key: str | None = None
+    ) -> list[Job]:
+        """The jobs of concurrency key ``key`` that may take the slot job ``after`` freed
+        (waiting, due, alive, their message out, nobody's, not paused), in the order they
+        get it: oldest first; when ``fair``, round-robin by fairness key from the one
+        after ``fairness_key``."""
+
+    def hand_slot(self, job: Job, limit: int, *, now: datetime) -> Job | None:
+        """Hand a free slot of ``job``'s key to it, fenced by its revision read and its
+        due time, while the key has fewer than ``limit`` holders: its next message
+        revision, the slot held for it a while (``limits.HANDOFF_S``). The job as
+        changed, or None."""
+
+    def handed_over(self, job_id: str, now: datetime, revision: int = 0) -> bool: ...
+
+
 class Store(
     EnqueueStore,
     RunStore,
@@ -363,6 +384,7 @@ class Store(
     CancelStore,
     ReadStore,
     PauseStore,
+    HandOffStore,
     Protocol,
 ):
     """The whole store, as ``Tracker`` wires it."""

@@ -48,17 +48,8 @@ TAKE_OVER = Move(
     event="redelivered",
     extra_where=sql.TAKEABLE,
 )
-#: A keyed claim and takeover (under the key's lock, ``locks.py``).
-CLAIM_KEYED = Move(
-    "claim_keyed",
-    CLAIM.sources,
-    CLAIM.target,
-    sql.TAKE_LEASE,
-    CLAIM.fence,
-    "started",
-    False,
-    sql.KEY_FREE,
-)
+#: A keyed claim (or the slot handed to it: ``HAND_SLOT``) and takeover, under the key's lock.
+CLAIM_KEYED = replace(CLAIM, name="claim_keyed", fence=sql.KEYED, extra_where=sql.KEY_FREE)
 TAKE_OVER_KEYED = Move(
     "take_over_keyed",
     _PROCESSING,
@@ -182,6 +173,11 @@ HOLD = Move(
 )
 #: The scheduler pass published a held row it claimed (``RELAY_CLAIM``) as it came due.
 SCHEDULED = replace(RELAYED, name="scheduled", sources=_PENDING, event="scheduled")
+
+#: A freed concurrency slot handed to a due waiting job, under the key's lock (``handoff.py``).
+HAND_SLOT = Move(
+    "hand_slot", CLAIMABLE, None, sql.HANDED_TO, sql.HANDABLE, "slot_handed", False, sql.KEY_FREE
+)
 
 # -- a cancel of a running job --------------------------------------------------------
 

@@ -24,6 +24,7 @@ from ...core.ports import Store
 from .claims import MemoryClaims
 from .cleanup import MemoryCleanup
 from .enqueue import MemoryEnqueue
+from .handoff import MemoryHandOff
 from .outcomes import MemoryOutcomes
 from .pauses import MemoryPauses
 from .reads import MemoryReads
@@ -48,6 +49,7 @@ class MemoryStore(
     MemoryRerun,
     MemoryReads,
     MemoryPauses,
+    MemoryHandOff,
 ):
     """The store contract in memory (see the module's docstring)."""
 
