@@ -341,8 +341,9 @@ def started(state: LimiterState, now_ms: float, interval_ms: int) -> LimiterStat
 
 
 #: How often, together, the deliveries waiting on one full concurrency key look for a
-#: free slot (per second), however many they are.
-BUSY_KEY_LOOKS_PER_S = 40.0
+#: free slot (per second), however many they are: a freed slot is handed on at once
+#: (``services/handoff.py``), these looks only find a slot no hand-off took.
+BUSY_KEY_LOOKS_PER_S = 4.0
 #: The longest a waiting delivery stays away (with hundreds of jobs waiting on one key).
 BUSY_KEY_MAX_WAIT_S = 30.0
 
@@ -352,10 +353,12 @@ def busy_key_countdown(fraction: float, waiting: int = 1) -> float:
     jobs of the key waiting with it (``fraction`` in [0, 1): a random jitter, so they do
     not come back together).
 
-    Each waits about ``waiting / BUSY_KEY_LOOKS_PER_S`` seconds, at least 0.5 s (up to 20
+    Each waits about ``waiting / BUSY_KEY_LOOKS_PER_S`` seconds, at least 0.5 s (up to 2
     waiting, as when each looked twice a second): beyond that the key's waiting
-    deliveries together come back about 40 times a second whether 50 or 1,000 wait, so
-    the broker's traffic stops growing with the line behind a key, and a freed slot is
-    still found within about 25 ms."""
+    deliveries together come back about 4 times a second whether 3 or 1,000 wait, so the
+    broker's traffic stops growing with the line behind a key. A freed slot does not wait
+    for these looks: the run that frees it hands it to the key's next due waiting job
+    (``services/handoff.py``); a look finds a slot no hand-off took (none could, or it
+    failed) within about 250 ms."""
     mean = max(0.5, waiting / BUSY_KEY_LOOKS_PER_S)
     return min(BUSY_KEY_MAX_WAIT_S, mean * (0.5 + fraction))
