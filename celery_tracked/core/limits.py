@@ -344,11 +344,15 @@ def started(state: LimiterState, now_ms: float, interval_ms: int) -> LimiterStat
 #: free slot (per second), however many they are: a freed slot is handed on at once
 #: (``services/handoff.py``), these looks only find a slot no hand-off took.
 BUSY_KEY_LOOKS_PER_S = 4.0
-#: The longest a waiting delivery stays away (with hundreds of jobs waiting on one key).
-BUSY_KEY_MAX_WAIT_S = 30.0
+#: The longest a waiting delivery stays away (with hundreds of jobs waiting on one key),
+#: unless the reaper's thresholds are shorter (``longest``: the runner's, three quarters
+#: of the smaller one, so a waiting job never looks stalled).
+BUSY_KEY_MAX_WAIT_S = 240.0
 
 
-def busy_key_countdown(fraction: float, waiting: int = 1) -> float:
+def busy_key_countdown(
+    fraction: float, waiting: int = 1, longest: float = BUSY_KEY_MAX_WAIT_S
+) -> float:
     """Seconds until a delivery whose concurrency key is full looks again, ``waiting``
     jobs of the key waiting with it (``fraction`` in [0, 1): a random jitter, so they do
     not come back together).
@@ -359,6 +363,7 @@ def busy_key_countdown(fraction: float, waiting: int = 1) -> float:
     broker's traffic stops growing with the line behind a key. A freed slot does not wait
     for these looks: the run that frees it hands it to the key's next due waiting job
     (``services/handoff.py``); a look finds a slot no hand-off took (none could, or it
-    failed) within about 250 ms."""
+    failed) within about 250 ms. Beyond ``longest`` seconds (about 1,000 waiting with the
+    default thresholds) each still looks once per ``longest``."""
     mean = max(0.5, waiting / BUSY_KEY_LOOKS_PER_S)
-    return min(BUSY_KEY_MAX_WAIT_S, mean * (0.5 + fraction))
+    return min(longest, BUSY_KEY_MAX_WAIT_S, mean * (0.5 + fraction))

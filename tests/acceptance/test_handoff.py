@@ -14,6 +14,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pytest
+
 from celery_tracked.core.jobs import CLAIM_EARLY_S
 from tests.conftest import wait_for
 
@@ -101,6 +103,7 @@ def enqueue_all(task: Any, tenant: str, count: int) -> list[str]:
         return list(results)
 
 
+@pytest.mark.timeout(900)  # 2,000 enqueues and their first deliveries on a loaded host
 def test_a_fair_task_hands_its_freed_slots_round_robin_by_tenant(
     env: Any, start_worker: Any
 ) -> None:
@@ -113,6 +116,7 @@ def test_a_fair_task_hands_its_freed_slots_round_robin_by_tenant(
     a_ids = enqueue_all(task, "a", A_JOBS)
     enqueued_a = time.time() - began
     b_ids = enqueue_all(task, "b", B_JOBS)
+    print(f"\nA's {A_JOBS} enqueued in {enqueued_a:.1f} s, then B's {B_JOBS}", flush=True)
     for job_id in b_ids:
         env.wait_status(job_id, "completed", timeout=600)
     b_end = max(end for _, end, _ in spans(env, b_ids))
