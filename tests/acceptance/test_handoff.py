@@ -57,7 +57,7 @@ def test_a_freed_slot_starts_the_next_due_waiting_job_promptly(env: Any, start_w
     starts the next job within a fraction of a second (the median: at first a handed
     job's new message waits in the queue behind the first deliveries of the others); the
     jobs not due are never handed a slot, nor started, before their due time."""
-    start_worker("w1", concurrency=4)
+    worker = start_worker("w1", concurrency=4)
     task = env.task("acc.keyed_pair")
     later = [
         task.apply_async(kwargs={"group": "g", "n": -i, "sleep": 0.2}, countdown=NOT_DUE_S).id
@@ -72,11 +72,12 @@ def test_a_freed_slot_starts_the_next_due_waiting_job_promptly(env: Any, start_w
     gaps = slot_gaps(found, 2)
     wall = found[-1][1] - found[0][0]
     handed = {j for j in ids + later if "slot_handed" in events(env, j)}
+    postponed = sum(len(worker.records_of(j, "busy")) for j in ids + later)
     print(
         f"\n{len(found)} jobs, key limit 2, 0.2 s bodies: {wall:.2f} s from the first start "
         f"to the last end; slot freed -> next start: mean {statistics.mean(gaps) * 1000:.0f} "
         f"ms, median {statistics.median(gaps) * 1000:.0f} ms, max {max(gaps) * 1000:.0f} ms; "
-        f"{len(handed)} of {len(found)} started on a handed slot"
+        f"{len(handed)} of {len(found)} started on a handed slot; {postponed} re-publishes"
     )
     assert len(found) == PAIR_JOBS + NOT_DUE and most_at_once(found) <= 2
     assert len(handed) >= PAIR_JOBS // 2, "freed slots were not handed on"
