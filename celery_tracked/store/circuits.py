@@ -26,9 +26,9 @@ from .statements import param
 from .translate import DuplicateJob, reconnecting, translated
 
 c = circuits.c
-_NAME = param("name", String)
+_NAME = param("circuit_name", String)
 _JOB = param("probe_job", String)
-_REASON = param("reason", Text, optional=True)
+_REASON = param("why", Text, optional=True)
 _COOLDOWN_S = param("cooldown_s", Float)
 _WINDOW_S = param("window_s", Float)
 
@@ -134,7 +134,7 @@ class Circuits(Applying):
     def circuit(self, name: str) -> Circuit | None:
         """The circuit's row, None if it never failed nor was opened."""
         with translated("reading a circuit"), self.engines.transaction() as conn:
-            row = conn.execute(SELECT_CIRCUIT, {"name": name}).mappings().first()
+            row = conn.execute(SELECT_CIRCUIT, {"circuit_name": name}).mappings().first()
         return None if row is None else Circuit.from_row(row)
 
     @reconnecting
@@ -152,7 +152,7 @@ class Circuits(Applying):
             return False
         try:
             with translated("adding a circuit", inserting=True), self.engines.transaction() as conn:
-                conn.execute(INSERT_CIRCUIT, {"name": params["name"]})
+                conn.execute(INSERT_CIRCUIT, {"circuit_name": params["circuit_name"]})
         except DuplicateJob:  # another worker added it first
             pass
         with translated("changing a circuit"), self.engines.transaction() as conn:
@@ -161,29 +161,29 @@ class Circuits(Applying):
     @reconnecting
     def circuit_failed(self, rule: CircuitRule, reason: str) -> Circuit | None:
         """``FAIL``: a counted failure while closed; the circuit as it is now."""
-        params = {"name": rule.name, "threshold": rule.threshold, "window_s": rule.window_s}
-        self._change(FAIL, {**params, "cooldown_s": rule.cooldown_s, "reason": reason}, True)
+        params = {"circuit_name": rule.name, "threshold": rule.threshold, "window_s": rule.window_s}
+        self._change(FAIL, {**params, "cooldown_s": rule.cooldown_s, "why": reason}, True)
         return self.circuit(rule.name)
 
     @reconnecting
     def half_open(self, name: str) -> bool:
         """``HALF_OPEN_AFTER_COOLDOWN``: False while it cools down, or not open by itself."""
-        return self._change(HALF_OPEN_AFTER_COOLDOWN, {"name": name})
+        return self._change(HALF_OPEN_AFTER_COOLDOWN, {"circuit_name": name})
 
     @reconnecting
     def take_probe(self, name: str, job_id: str, *, lease_s: float) -> bool:
         """``TAKE_PROBE``: ``job_id`` is the half-open circuit's probe for ``lease_s``."""
-        return self._change(TAKE_PROBE, {"name": name, "probe_job": job_id, "lease_s": lease_s})
+        return self._change(TAKE_PROBE, {"circuit_name": name, "probe_job": job_id, "lease_s": lease_s})
 
     @reconnecting
     def probe_ended(self, rule: CircuitRule, job_id: str, failed: str | None) -> bool:
         """The probe ``job_id`` of the half-open circuit passed (``PROBE_PASSED``: closed) or
         ``failed`` (``PROBE_FAILED``: open again for the rule's cool-down)."""
-        params = {"name": rule.name, "probe_job": job_id}
+        params = {"circuit_name": rule.name, "probe_job": job_id}
         if failed is None:
             return self._change(PROBE_PASSED, params)
         return self._change(
-            PROBE_FAILED, {**params, "cooldown_s": rule.cooldown_s, "reason": failed}
+            PROBE_FAILED, {**params, "cooldown_s": rule.cooldown_s, "why": failed}
         )
 
     @reconnecting
@@ -191,8 +191,8 @@ class Circuits(Applying):
         """``OPEN_BY_HAND`` by ``opened_by`` (False: open by hand already), or, None,
         ``CLOSE_BY_HAND`` (False: closed already, or never opened)."""
         if opened_by is None:
-            return self._change(CLOSE_BY_HAND, {"name": name})
-        params = {"name": name, "by": opened_by, "reason": reason}
+            return self._change(CLOSE_BY_HAND, {"circuit_name": name})
+        params = {"circuit_name": name, "by": opened_by, "why": reason}
         return self._change(OPEN_BY_HAND, params, create=True)
 
     @reconnecting
