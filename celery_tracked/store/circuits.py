@@ -173,7 +173,9 @@ class Circuits(Applying):
     @reconnecting
     def take_probe(self, name: str, job_id: str, *, lease_s: float) -> bool:
         """``TAKE_PROBE``: ``job_id`` is the half-open circuit's probe for ``lease_s``."""
-        return self._change(TAKE_PROBE, {"circuit_name": name, "probe_job": job_id, "lease_s": lease_s})
+        return self._change(
+            TAKE_PROBE, {"circuit_name": name, "probe_job": job_id, "lease_s": lease_s}
+        )
 
     @reconnecting
     def probe_ended(self, rule: CircuitRule, job_id: str, failed: str | None) -> bool:
@@ -182,9 +184,7 @@ class Circuits(Applying):
         params = {"circuit_name": rule.name, "probe_job": job_id}
         if failed is None:
             return self._change(PROBE_PASSED, params)
-        return self._change(
-            PROBE_FAILED, {**params, "cooldown_s": rule.cooldown_s, "why": failed}
-        )
+        return self._change(PROBE_FAILED, {**params, "cooldown_s": rule.cooldown_s, "why": failed})
 
     @reconnecting
     def by_hand(self, name: str, opened_by: str | None, reason: str | None) -> bool:
