@@ -13,12 +13,15 @@ opened by hand holds every job until closed by hand.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import time
 from collections import Counter
 from typing import Any
 
 from circuit_tasks import THRESHOLD
+from conftest import CELERY, HERE, worker_environ
 
 from celery_tracked import InvalidCircuit
 from tests.conftest import wait_for
@@ -42,6 +45,17 @@ def _held(env: Any) -> int:
         " AND published_at IS NULL"
     )
     return int(rows[0][0])
+
+
+def _cli(env: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CELERY, "-A", "tracked_app", "tracked", *args],
+        cwd=str(HERE),
+        env=worker_environ(env.config),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _start(start_worker: Any, start_beat: Any) -> None:
@@ -104,13 +118,16 @@ def test_an_outage_opens_the_circuit_and_no_job_burns_its_attempts_waiting(
 def test_a_circuit_opened_by_hand_holds_every_job_until_closed(
     env: Any, start_worker: Any, start_beat: Any
 ) -> None:
+    """Through the CLI, as an operator does (and ``Tracker.open_circuit`` refuses a name no
+    task declares)."""
     try:
         env.tracker.open_circuit("no-such-circuit")
         raise AssertionError("an unknown circuit was opened")
     except InvalidCircuit:
         pass
-    opened = env.tracker.open_circuit("provider", reason="provider maintenance", by="ops@test")
-    assert opened.manual and opened.opened_by == "ops@test"
+    opened = _cli(env, "circuit", "open", "provider", "--reason", "maintenance", "--by", "ops")
+    assert opened.returncode == 0, opened.stderr
+    assert "circuit 'provider' open by ops" in opened.stdout
     _start(start_worker, start_beat)
     charge = env.task("acc.charge")
     jobs = [charge.enqueue(n=i).job_id for i in range(40)]
@@ -118,11 +135,15 @@ def test_a_circuit_opened_by_hand_holds_every_job_until_closed(
     wait_for(lambda: env.broker_empty(), timeout=30, what="the held messages acknowledged")
     time.sleep(3)  # three passes of the probe pass: a manual open never half-opens
     assert env.redis.llen("provider:calls") == 0
-    found = next(c for c in env.tracker.circuits() if c.name == "provider")
-    assert (found.state, found.held, found.probes) == ("open", len(jobs), 0)
+    listed = _cli(env, "circuits", "--json")
+    assert listed.returncode == 0, listed.stderr
+    found = json.loads(listed.stdout)["circuits"][0]
+    assert (found["name"], found["state"], found["held"]) == ("provider", "open", len(jobs))
+    assert (found["opened_by"], found["reason"], found["probes"]) == ("ops", "maintenance", 0)
     rows = env.sql("SELECT max(attempts_made) FROM background_jobs WHERE task_name = 'acc.charge'")
     assert rows[0][0] == 0
-    assert env.tracker.close_circuit("provider")
+    closed = _cli(env, "circuit", "close", "provider")
+    assert closed.returncode == 0 and closed.stdout.strip() == "closed", closed.stderr
     for job_id in jobs:
         env.wait_status(job_id, "completed", timeout=60)
     assert env.redis.llen("provider:calls") == len(jobs)
