@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from .errors import InvalidTaskOption, TrackedError
+from .redact import short_repr
 from .validation import Bound, check_number
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
@@ -72,7 +73,9 @@ class CircuitRule:
 def _classes(option: str, value: Any) -> tuple[type[BaseException], ...]:
     found = tuple(value) if isinstance(value, tuple | list) else (value,)
     if not all(isinstance(k, type) and issubclass(k, BaseException) for k in found):
-        raise InvalidTaskOption(option, f"an exception class or a tuple of them, not {value!r}")
+        raise InvalidTaskOption(
+            option, f"an exception class or a tuple of them, not {short_repr(value)}"
+        )
     return found
 
 
@@ -90,7 +93,9 @@ def circuit_rule(options: Mapping[str, Any]) -> CircuitRule | None:
             raise InvalidTaskOption(given[0], "given without circuit='name'")
         return None
     if not isinstance(name, str) or not name.strip() or len(name) > _LONGEST_NAME:
-        raise InvalidTaskOption("circuit", f"a name of 1 to {_LONGEST_NAME} characters")
+        raise InvalidTaskOption(
+            "circuit", f"a name of 1 to {_LONGEST_NAME} characters, not {short_repr(name)}"
+        )
     found: dict[str, Any] = {}
     for option, field, bound, integer in (
         ("circuit_threshold", "threshold", _COUNT, True),

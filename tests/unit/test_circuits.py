@@ -66,6 +66,22 @@ def test_a_circuit_rule_and_what_counts() -> None:
     assert not CircuitRule("s", ignore=(ConnectionError,)).counts(ConnectionError())
 
 
+def test_the_task_options_reach_its_description() -> None:
+    from celery import Celery
+
+    from celery_tracked import tracked_task
+
+    app = Celery("t", set_as_current=False)
+    task = tracked_task(
+        app=app, name="t.charge", circuit="stripe", circuit_threshold=2, circuit_errors=OSError
+    )(lambda x: x)
+    assert task.description.circuit == CircuitRule("stripe", threshold=2, errors=(OSError,))
+    plain = tracked_task(app=app, name="t.plain")(lambda x: x)
+    assert plain.description.circuit is None
+    with pytest.raises(InvalidTaskOption, match="circuit_cooldown_s"):
+        tracked_task(app=app, name="t.bad", circuit="s", circuit_cooldown_s=0)(lambda x: x)
+
+
 @dataclass
 class World:
     store: MemoryStore
