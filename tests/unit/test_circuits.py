@@ -71,15 +71,24 @@ def test_the_task_options_reach_its_description() -> None:
 
     from celery_tracked import tracked_task
 
-    app = Celery("t", set_as_current=False)
-    task = tracked_task(
+    app = Celery("t", broker="memory://", set_as_current=False)
+
+    @tracked_task(
         app=app, name="t.charge", circuit="stripe", circuit_threshold=2, circuit_errors=OSError
-    )(lambda x: x)
-    assert task.description.circuit == CircuitRule("stripe", threshold=2, errors=(OSError,))
-    plain = tracked_task(app=app, name="t.plain")(lambda x: x)
-    assert plain.description.circuit is None
+    )
+    def charge(x: int) -> int:
+        return x
+
+    @tracked_task(app=app, name="t.plain")
+    def plain(x: int) -> int:
+        return x
+
+    app.finalize()
+    found = app.tasks["t.charge"].description.circuit
+    assert found == CircuitRule("stripe", threshold=2, errors=(OSError,))
+    assert app.tasks["t.plain"].description.circuit is None
     with pytest.raises(InvalidTaskOption, match="circuit_cooldown_s"):
-        tracked_task(app=app, name="t.bad", circuit="s", circuit_cooldown_s=0)(lambda x: x)
+        tracked_task(app=app, name="t.bad", circuit="s", circuit_cooldown_s=0)(plain.run)
 
 
 @dataclass
