@@ -368,7 +368,7 @@ class BaseTracker:
         return self._services.circuits.open(name, reason=reason, by=by)
 
     def close_circuit(self, name: str) -> bool:
-        """Close ``name`` (False: it was closed); publish its held jobs, longest held first."""
+        """Close ``name`` (False: it was closed); publish its held jobs, oldest first."""
         return self._services.circuits.close(name)
 
     @overload

@@ -68,7 +68,7 @@ def open_circuit(
 @json_option
 @click.pass_context
 def close_circuit(ctx: click.Context, name: str, as_json: bool) -> None:
-    """Close a circuit: the jobs it held are published, longest held first."""
+    """Close a circuit: the jobs it held are published, oldest first."""
     tracker = tracker_of(ctx)
     with friendly("closing the circuit"):
         closed = tracker.close_circuit(name)

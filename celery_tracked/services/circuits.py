@@ -15,7 +15,7 @@ circuit reads its row once (one primary-key ``SELECT``; a task without one costs
 - ``half_open``: the delivery that takes the probe (one conditional ``UPDATE``: none
   running, or the last one's time ran out) runs; the others are held. The probe's counted
   failure opens the circuit again for ``cooldown_s``; its end without one closes it and
-  publishes the held jobs, longest held first (the relay, as a resume does).
+  publishes the held jobs, oldest first (the relay, as a resume does).
 
 Nobody has to watch the cool-down: the ``probe`` pass (Beat, every
 ``tracked_circuit_interval_seconds``) half-opens each circuit whose cool-down ended on the
@@ -235,7 +235,7 @@ class Circuits(Hooks):
         return found
 
     def close(self, name: str) -> bool:
-        """Close ``name`` by hand and publish the jobs it held, longest held first; False
+        """Close ``name`` by hand and publish the jobs it held, oldest first; False
         when it was closed.
 
         Raises:
