@@ -153,13 +153,14 @@ class Circuits(Hooks):
 
     def running(self, attempt: Attempt) -> Any:
         """Remember what the body of a task with a circuit raised."""
-        if self.rule(attempt.run.task_name) is None:
+        if attempt.run.inline or self.rule(attempt.run.task_name) is None:
             return super().running(attempt)
         return self._watching(attempt)
 
     def after_attempt(self, attempt: Attempt) -> None:
-        """Count a counted failure; end the probe (closed: release the held jobs)."""
-        rule = self.rule(attempt.run.task_name)
+        """Count a counted failure; end the probe (closed: release the held jobs). A run in
+        the caller's process (eager mode, ``apply()``) neither waits nor counts."""
+        rule = None if attempt.run.inline else self.rule(attempt.run.task_name)
         if rule is None:
             return
         raised = attempt.part(_Raised)

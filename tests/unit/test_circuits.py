@@ -99,7 +99,7 @@ class World:
     probe: ProbePass
     published: list[Job] = field(default_factory=list)
 
-    def run(self, job_id: str, body: Any = None) -> Any:
+    def run(self, job_id: str, body: Any = None, inline: bool = False) -> Any:
         job = self.store.get(job_id)
         assert job is not None
         headers = TrackedHeaders(job_id, job_id, None, "q", revision=job.revision)
@@ -112,6 +112,7 @@ class World:
             backoff_base_ms=1,
             secrets=lambda: [],
             signals=CELERY_SIGNALS,
+            inline=inline,
         )
         return self.runner.run(run, body or (lambda _: "ok"))
 
@@ -225,6 +226,16 @@ def test_by_hand_every_job_is_held_until_closed(world: World) -> None:
     assert world.published == [] and _state(world) == OPEN  # never half-opens by itself
     assert world.gate.close("stripe") and not world.gate.close("stripe")
     assert sorted(j.id for j in world.published) == ["j-1", "j-2"]
+
+
+def test_a_run_in_the_callers_process_neither_waits_nor_counts(world: World) -> None:
+    for job_id in ("j-1", "j-2", "j-3"):
+        world.run(job_id, _raise(ConnectionError("down")), inline=True)
+    assert world.store.circuit("stripe") is None
+    world.gate.open("stripe")
+    ran: list[str] = []
+    world.run("j-4", lambda _: ran.append("j-4"), inline=True)
+    assert ran == ["j-4"]
 
 
 def test_a_task_without_a_circuit_is_not_read(world: World) -> None:
