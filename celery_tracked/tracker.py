@@ -4,8 +4,8 @@ It holds one app's services, built by the composition root (``wiring.py``'s ``bu
 settings, job store, guard and notifier, hooks, the ``Producer``, the ``Runner``, the
 maintenance plugins of ``wiring.MAINTENANCE``), privately, and offers only methods: the
 read side ``get_job``, ``history``, ``wait``, ``stats``, ``jobs``, ``pipeline``; the
-operations ``cancel``, ``retry``, ``retry_many``, ``cancel_many``; one pass of each plugin:
-``relay``, ``reap``, ``cleanup`` (``run_maintenance(name)``); ``add_hook`` and ``close``.
+operations ``cancel``, ``retry``, ``retry_many``, ``cancel_many``, pauses and circuits; one
+pass of each plugin (``run_maintenance(name)``); ``add_hook`` and ``close``.
 What it needs of Celery (the tasks' descriptions, publishing a job's message, the
 broker's view, stopping a run) comes through the platform port (``core/platform.py``);
 the public :class:`~celery_tracked.Tracker` (``adapter/celery_tracker.py``) is this class
@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
+from .core.circuits import Circuit
 from .core.errors import JobNotFound
 from .core.finder import (
     DEFAULT_PAGE,
@@ -41,6 +42,7 @@ from .core.ports import Store
 from .core.settings import Settings
 from .services import bulk, pauses, waiting
 from .services.cancelling import Shown
+from .services.circuits import ProbePass, ProbeReport
 from .services.cleanup import Cleanup, CleanupReport
 from .services.maintenance import Maintenance, Report
 from .services.reaper import Reaper, ReapReport
@@ -202,8 +204,7 @@ class BaseTracker:
         Raises:
             InvalidFilter: a bad filter or limit, or a status that is never retried.
         """
-        limit = check_limit(limit, None)
-        chosen = filter_of(filters, self._services.store.clock)
+        limit, chosen = check_limit(limit, None), filter_of(filters, self._services.store.clock)
         return bulk.retry_many(
             self, self._services.store.find, chosen, limit, include_unrecoverable
         )
@@ -223,15 +224,8 @@ class BaseTracker:
         Raises:
             InvalidFilter: a bad filter or limit, or a status that is never cancelled.
         """
-        limit = check_limit(limit, None)
-        return bulk.cancel_many(
-            self,
-            self._services.store.find,
-            filter_of(filters, self._services.store.clock),
-            limit,
-            reason,
-            running,
-        )
+        limit, chosen = check_limit(limit, None), filter_of(filters, self._services.store.clock)
+        return bulk.cancel_many(self, self._services.store.find, chosen, limit, reason, running)
 
     def pipeline(self, correlation_id: str | UUID) -> Pipeline:
         """The jobs sharing ``correlation_id`` (a pipeline: its first job's id), oldest
@@ -255,12 +249,10 @@ class BaseTracker:
             KeyError: no plugin of that name.
             StoreError: the database failed (the next pass starts over).
         """
-        plugin = self._services.maintenance.get(name)
-        if plugin is None:
-            raise KeyError(
-                f"no maintenance plugin {name!r}: one of {sorted(self._services.maintenance)}"
-            )
-        return plugin.run(now)
+        plugins = self._services.maintenance
+        if name not in plugins:
+            raise KeyError(f"no maintenance plugin {name!r}: one of {sorted(plugins)}")
+        return plugins[name].run(now)
 
     def relay(self, *, now: datetime | None = None) -> RelayReport:
         """Publish the pending jobs whose producer died before handing their message to the
@@ -277,14 +269,10 @@ class BaseTracker:
 
     def reap(self, *, now: datetime | None = None) -> ReapReport:
         """Rescue (or abandon) the jobs nothing will move any more: one pass of the reaper
-        (``services/reaper.py``; the task ``celery_tracked.reap`` runs it on Beat).
-
-        ``now`` judges how long ago a job's last sign of life was (default: the database's
-        clock); whether a lease lapsed (no live holder) is judged on the database's only.
-
-        Raises:
-            StoreError: the database failed (nothing half-done: each move is atomic).
-        """
+        (``services/reaper.py``; the task ``celery_tracked.reap`` runs it on Beat). ``now``
+        judges how long ago a job's last sign of life was (default: the database's clock);
+        whether a lease lapsed (no live holder) is judged on the database's only. Raises
+        ``StoreError``: the database failed (nothing half-done: each move is atomic)."""
         return self._plugin(Reaper).run(now)
 
     def cleanup(
@@ -363,6 +351,25 @@ class BaseTracker:
         """Every pause in force: ``scope``, ``name``, ``paused_by``, ``paused_at``,
         ``reason``."""
         return self._services.pauses.paused()
+
+    def probe(self, *, now: datetime | None = None) -> ProbeReport:
+        """One pass of the circuit breakers' plugin (``services/circuits.py``)."""
+        return self._plugin(ProbePass).run(now)
+
+    def circuits(self) -> list[Circuit]:
+        """Every circuit, its state, counts, history and held jobs (docs/limits.md)."""
+        return self._services.circuits.circuits()
+
+    def open_circuit(
+        self, name: str, *, reason: str | None = None, by: str | None = None
+    ) -> Circuit:
+        """Open ``name`` by hand: its jobs are held until :meth:`close_circuit`. Raises
+        ``InvalidCircuit`` (an unknown name, a bad ``reason``/``by``), ``StoreError``."""
+        return self._services.circuits.open(name, reason=reason, by=by)
+
+    def close_circuit(self, name: str) -> bool:
+        """Close ``name`` (False: it was closed); publish its held jobs, oldest first."""
+        return self._services.circuits.close(name)
 
     @overload
     def wait(self, job_id: EnqueueResult[R], timeout: float = 30.0) -> R: ...

@@ -29,7 +29,7 @@ Roles (who calls them): :class:`EnqueueStore` (``Enqueuer``), :class:`RunStore` 
 :class:`RerunStore` (``Tracker.retry``, cancels), :class:`ReadStore` (``Tracker``'s reads,
 bulk actions, statistics, metrics), :class:`PauseStore` (``Pauses``:
 ``Tracker.pause``/``resume``/``paused`` and the worker's gate; a held delivery's move is
-``ClaimStore.hold``).
+``ClaimStore.hold``), :class:`CircuitStore` (``Circuits``, the circuit breakers).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from .circuits import Circuit, CircuitRule
 from .cleanup import Boundary, Sweep
 from .fences import (
     AttemptError,
@@ -57,6 +58,7 @@ from .pauses import Pause
 
 __all__ = [
     "CancelStore",
+    "CircuitStore",
     "ClaimStore",
     "CleanupStore",
     "DeadRunStore",
@@ -165,11 +167,13 @@ class ClaimStore(Reader, EndsDeadRuns, Expires, Protocol):
         """A postponed delivery of a waiting job handed its message to the broker again
         (recorded if the last record is older than ``refresh_s``)."""
 
-    def hold(self, job_id: str, revision: int, *, now: datetime, message: str) -> bool:
-        """A delivery of a paused queue or job type: the waiting row (``pending`` or
-        ``retrying``, at ``revision``, nobody's) held in the database: no message
-        (``published_at`` NULL, a new revision), held by the pause, a ``paused`` event; no
-        attempt used. The relay publishes it once no pause covers it."""
+    def hold(
+        self, job_id: str, revision: int, *, now: datetime, message: str, circuit: str = ""
+    ) -> bool:
+        """A delivery a pause (or an open ``circuit``) holds: the waiting row (at
+        ``revision``, nobody's) held in the database, no message (a new revision), a
+        ``paused`` (``circuit_open``) event, no attempt used; the relay publishes it once
+        nothing holds it."""
 
 
 class OutcomeStore(Reader, Protocol):
@@ -350,6 +354,30 @@ class PauseStore(Protocol):
         """Every pause in force, oldest first."""
 
 
+class CircuitStore(RelayStore, Protocol):
+    """The circuit breakers, and the jobs an open one holds (``store/circuits.py``)."""
+
+    def circuit(self, name: str) -> Circuit | None: ...
+
+    def circuits(self) -> list[Circuit]: ...
+
+    def circuit_failed(self, rule: CircuitRule, reason: str) -> Circuit | None: ...
+
+    def half_open(self, name: str) -> bool: ...
+
+    def take_probe(self, name: str, job_id: str, *, lease_s: float) -> bool: ...
+
+    def probe_ended(self, rule: CircuitRule, job_id: str, failed: str | None) -> bool: ...
+
+    def by_hand(self, name: str, opened_by: str | None, reason: str | None) -> bool: ...
+
+    def circuit_held(self, name: str, limit: int = 100) -> list[str]: ...
+
+    def probe_claim(self, job_id: str, circuit: str, owner: str, lease_s: float) -> bool: ...
+
+    def probe_sent(self, job_id: str, owner: str, revision: int, message: str) -> bool: ...
+
+
 class Store(
     EnqueueStore,
     RunStore,
@@ -363,6 +391,7 @@ class Store(
     CancelStore,
     ReadStore,
     PauseStore,
+    CircuitStore,
     Protocol,
 ):
     """The whole store, as ``Tracker`` wires it."""

@@ -41,6 +41,7 @@ from typing import Any
 import redis
 from celery import Celery
 from celery.exceptions import Ignore, Reject
+from circuit_tasks import add_circuit_tasks
 from compat_tasks import add_compat_tasks
 from control_tasks import add_control_tasks
 from converted_tasks import add_by_name_tasks, add_converted_tasks
@@ -161,6 +162,7 @@ def create_app(config: Mapping[str, Any]) -> Celery:
     add_effects_tasks(app, QUEUE, _begin, _end)
     add_sealed_tasks(app, QUEUE, _begin, _end)
     add_control_tasks(app, QUEUE, _begin, _end)
+    add_circuit_tasks(app, QUEUE, _begin, _end)
     add_converted_tasks(app, QUEUE, _begin, _end)
     add_by_name_tasks(app, QUEUE)
     add_compat_tasks(app, QUEUE, _begin, _end)
