@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import Env, Worker
+from kombu import Queue
 
 from celery_tracked import InvalidPause, InvalidPayload, InvalidPriority
 
@@ -99,6 +100,12 @@ def test_an_unknown_queue_or_job_type_to_pause_is_refused(env: Env) -> None:
         env.tracker.pause(queue="acc", job_type="ocr")
     assert env.tracker.paused() == []
     assert env.tracker.pause(queue="acc").name == "acc"  # the app's own queue is known
+
+
+def test_a_queue_the_app_declares_may_be_paused_before_any_task_routes_to_it(env: Env) -> None:
+    env.app.conf.task_queues = [Queue("acc"), Queue("spare")]  # "spare": no task's queue
+    assert env.tracker.pause(queue="spare").name == "spare"
+    assert [p.name for p in env.tracker.paused()] == ["spare"]
 
 
 @pytest.mark.parametrize("priority", [10, 99])
