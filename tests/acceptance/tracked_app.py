@@ -15,7 +15,9 @@ Importable as ``tracked_app`` (``celery -A tracked_app worker ...`` with this fo
     TRACKED_TEST_LEASE_SECONDS     tracked_lease_seconds (default 5)
     TRACKED_TEST_LOG_JSONL         if set: a JSON-lines file receiving every record of the
                                    ``celery_tracked`` logger, with its ``extra`` fields
-    TRACKED_TEST_VISIBILITY_TIMEOUT  if set: the Redis transport's ``visibility_timeout``
+    TRACKED_TEST_VISIBILITY_TIMEOUT  if set: the Redis transport's ``visibility_timeout``,
+                                   its unacked messages swept every second (kombu 5.7
+                                   sweeps every 10 x 10 s by default)
 
 The tests build the same app in-process with :func:`create_app` (same task names), so
 they can enqueue and read the tracker without touching the environment.
@@ -145,7 +147,12 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         app.conf.broker_write_url = config["broker_write"]
     if config.get("visibility_timeout"):
         timeout = float(config["visibility_timeout"])
-        app.conf.broker_transport_options = {"visibility_timeout": timeout}
+        app.conf.broker_transport_options = {
+            "visibility_timeout": timeout,
+            # a message unacknowledged longer than the timeout given back within a second
+            "unacked_restore_interval": 1,
+            "unacked_restore_throttle": 1,
+        }
     if config.get("result_backend"):  # a Redis result backend storing the request's arguments
         app.conf.update(
             result_backend=config["result_backend"], result_extended=True, task_ignore_result=False
