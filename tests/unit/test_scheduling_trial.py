@@ -7,10 +7,11 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import click
 import pytest
 from celery import Celery
 
-from celery_tracked import InvalidPayload, Tracker, tracked_task
+from celery_tracked import InvalidPause, InvalidPayload, Tracker, tracked_task
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 
@@ -52,3 +53,39 @@ def test_a_deadline_error_names_the_option_the_caller_gave(app: Celery) -> None:
     with pytest.raises(InvalidPayload, match=r"^deadline \(.*\) is not after the job's due"):
         remind.with_options(deadline=60, options={"countdown": 3600})("a")
     assert tracker.jobs().jobs == ()
+
+
+def test_a_refused_pause_says_what_was_wrong_and_what_is_allowed(app: Celery) -> None:
+    _task(app)
+    tracker = Tracker.for_app(app)
+    with pytest.raises(InvalidPause) as two:
+        tracker.pause(queue="celery", job_type="trial.remind")
+    assert "got queue='celery' and job_type='trial.remind'" in str(two.value)
+    assert "give queue='NAME', job_type='NAME' or everything=True" in str(two.value)
+    with pytest.raises(InvalidPause, match=r"resume takes exactly one scope, got none"):
+        tracker.resume()
+    with pytest.raises(InvalidPause, match=r"the job type must be a name of 1 to 255 .*got ''"):
+        tracker.pause(job_type="")
+    with pytest.raises(InvalidPause, match=r"got 300 characters"):
+        tracker.pause(queue="q" * 300)
+    with pytest.raises(InvalidPause, match=r"reason must be at most 2000 characters, got 2500"):
+        tracker.pause(queue="celery", reason="x" * 2500)
+    with pytest.raises(InvalidPause, match=r"by must be text .*got a int"):
+        tracker.pause(queue="celery", by=5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidPause) as unknown:
+        tracker.pause(queue="nope")
+    assert str(unknown.value).startswith("cannot pause unknown queue 'nope'")
+    assert "pause one of the known ones (celery), or everything" in str(unknown.value)
+    with pytest.raises(InvalidPause, match=r"^cannot resume unknown job type 'nope'"):
+        tracker.resume(job_type="nope")
+    assert tracker.paused() == []
+
+
+def test_the_cli_names_its_own_flags_for_a_bad_scope(app: Celery) -> None:
+    from celery_tracked.cli.pauses import _scope
+
+    with pytest.raises(click.UsageError, match=r"--queue NAME, --job-type NAME or --all"):
+        _scope("a", None, True)
+    with pytest.raises(click.UsageError, match=r"\(got none\)"):
+        _scope(None, None, False)
+    assert _scope(None, "x", False)["job_type"] == "x"
