@@ -89,3 +89,19 @@ def test_the_cli_names_its_own_flags_for_a_bad_scope(app: Celery) -> None:
     with pytest.raises(click.UsageError, match=r"\(got none\)"):
         _scope(None, None, False)
     assert _scope(None, "x", False)["job_type"] == "x"
+
+
+def test_the_due_filters_say_their_format_and_clock() -> None:
+    from celery_tracked.cli.common import filters_from
+    from celery_tracked.cli.listing import jobs
+
+    helps = {p.name: getattr(p, "help", "") or "" for p in jobs.params}
+    for name in ("due_before", "due_after"):
+        assert "a duration from now on the database's clock (30m, 2h, 3d" in helps[name]
+        assert "ISO 8601 date/time" in helps[name] and "no zone: UTC" in helps[name]
+    assert filters_from({"due_before": "in 2h"})["due_before"] == timedelta(hours=2)
+    assert filters_from({"due_after": "90s"})["due_after"] == timedelta(seconds=90)
+    with pytest.raises(click.BadParameter, match=r"give a duration from now \(90s"):
+        filters_from({"due_before": "tomorrow"})
+    with pytest.raises(click.BadParameter, match=r"give a duration ago \(90s"):
+        filters_from({"created_before": "in 2h"})
