@@ -113,7 +113,7 @@ class Scheduler(Relay):
             return False
         return job.not_before is not None and job.not_before <= until
 
-    def _handed(self, job: Job, owner: str, sent: datetime) -> bool:
+    def _handed(self, job: Job, owner: str, sent: datetime, why: str | None = None) -> bool:
         """Mark the claimed row published (its event, ``scheduled``)."""
         logger.info("job %s %s", job.id, SCHEDULED_MESSAGE)
         return self.store.scheduled(

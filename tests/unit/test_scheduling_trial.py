@@ -12,6 +12,8 @@ import pytest
 from celery import Celery
 
 from celery_tracked import InvalidPause, InvalidPayload, Tracker, tracked_task
+from celery_tracked.backends.memory import MemoryStore
+from celery_tracked.core.jobs import utcnow
 
 pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
 
@@ -105,3 +107,31 @@ def test_the_due_filters_say_their_format_and_clock() -> None:
         filters_from({"due_before": "tomorrow"})
     with pytest.raises(click.BadParameter, match=r"give a duration ago \(90s"):
         filters_from({"created_before": "in 2h"})
+
+
+def _store(tracker: Tracker) -> MemoryStore:
+    store = tracker._services.store
+    assert isinstance(store, MemoryStore)
+    return store
+
+
+def _held_by_a_pause(app: Celery) -> tuple[Tracker, str]:
+    """A job whose delivery a pause of its job type held in the database (the worker's
+    gate: the ``HOLD`` move, as ``tests/unit/test_pauses.py`` drives it)."""
+    remind = _task(app)
+    tracker = Tracker.for_app(app)
+    job_id = remind.enqueue("a").job_id
+    tracker.pause(job_type="trial.remind", reason="provider down", by="ops")
+    assert _store(tracker).hold(job_id, 0, now=utcnow(), message="held: a pause")
+    return tracker, job_id
+
+
+def test_a_job_a_pause_held_says_so_when_published_on_resume(app: Celery) -> None:
+    tracker, job_id = _held_by_a_pause(app)
+    assert tracker.resume(job_type="trial.remind")
+    job = tracker.get_job(job_id)
+    assert job is not None and job.published_at is not None  # sent on resume
+    last = tracker.history(job_id)[-1]
+    assert last.event == "relayed"
+    assert "held in the database by a pause" in (last.message or "")
+    assert "producer never handed it" not in (last.message or "")
