@@ -3,6 +3,7 @@ store (no service): each error names what the caller gave and says what is allow
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -135,3 +136,41 @@ def test_a_job_a_pause_held_says_so_when_published_on_resume(app: Celery) -> Non
     assert last.event == "relayed"
     assert "held in the database by a pause" in (last.message or "")
     assert "producer never handed it" not in (last.message or "")
+
+
+def _cli(app: Celery, *args: str) -> str:
+    from celery.bin.base import CLIContext
+    from click.testing import CliRunner
+
+    from celery_tracked.cli import tracked
+
+    context = CLIContext(app=app, no_color=True, workdir=None)
+    out = CliRunner().invoke(tracked, list(args), obj=context, catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    return out.stdout
+
+
+def test_show_says_a_job_is_held_by_a_pause_and_by_whom(app: Celery) -> None:
+    tracker, job_id = _held_by_a_pause(app)
+    shown = _cli(app, "show", job_id, "--no-history")
+    held = next(line for line in shown.splitlines() if line.startswith("held"))
+    assert "by a pause (job type 'trial.remind' paused by ops since" in held
+    assert "provider down" in held and "published on resume" in held
+    assert "scheduler pass" not in shown
+    assert "by a pause (job type" in json.loads(_cli(app, "show", job_id, "--json"))["held"]
+    tracker.pause(everything=True)
+    _store(tracker).resume("job_type", "trial.remind")  # lifted, another pause still covers it
+    assert "by a pause (everything paused by" in _cli(app, "show", job_id)
+
+
+def test_show_says_a_scheduled_job_is_held_until_its_due_time(app: Celery) -> None:
+    remind = _task(app)
+    far = remind.apply_async(args=("a",), countdown=7200)
+    shown = _cli(app, "show", far.id, "--no-history")
+    due = next(line for line in shown.splitlines() if line.startswith("due"))
+    job = Tracker.for_app(app).get_job(far.id)
+    assert job is not None and job.not_before is not None
+    assert job.not_before.isoformat() in due and "held: published by the scheduler pass" in due
+    assert json.loads(_cli(app, "show", far.id, "--json"))["held"] == (
+        "published by the scheduler pass"
+    )
