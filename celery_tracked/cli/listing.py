@@ -116,7 +116,7 @@ def _job_fields(
         ("progress", f"{job.progress}%" + (f"  {job.stage}" if job.stage else "")),
         ("error", (error, "failed" if job.error_type else None)),
         ("created", at(job.created_at)),
-        *_due_fields(job, at(job.not_before), held),
+        *_due_fields(job, at(job.due_at), held),
         ("deadline", at(job.deadline_at)),
         ("started", at(job.started_at)),
         ("finished", at(job.finished_at)),

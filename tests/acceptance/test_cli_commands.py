@@ -68,7 +68,8 @@ def test_jobs_lists_filters_and_pages(
     lines = table.stdout.splitlines()
     header = lines[0]
     assert header.split() == [
-        "ID", "STATUS", "QUEUE", "JOB", "TYPE", "PRIORITY", "ATTEMPTS", "CREATED", "ENDED", "ERROR"
+        "ID", "STATUS", "QUEUE", "JOB", "TYPE", "PRIORITY", "ATTEMPTS", "CREATED", "DUE", "ENDED",
+        "ERROR",
     ]  # fmt: skip
     rows = lines[1:]
     assert [row.split()[0] for row in rows] == everything[::-1]  # newest first

@@ -174,3 +174,20 @@ def test_show_says_a_scheduled_job_is_held_until_its_due_time(app: Celery) -> No
     assert json.loads(_cli(app, "show", far.id, "--json"))["held"] == (
         "published by the scheduler pass"
     )
+
+
+def test_the_due_time_has_one_public_name_and_a_column(app: Celery) -> None:
+    remind = _task(app)
+    tracker = Tracker.for_app(app)
+    far = remind.apply_async(args=("a",), countdown=7200)
+    now = remind.enqueue("b")
+    job = tracker.get_job(far.id)
+    assert job is not None and job.due_at is not None and job.due_at == job.not_before
+    listing = _cli(app, "jobs").splitlines()
+    header = listing[0].split()
+    assert header[header.index("CREATED") + 1] == "DUE"
+    rows = {line.split()[0]: line for line in listing[1:]}
+    due = listing[0].index("DUE")
+    assert rows[far.id][due:].split()[:2] == ["in", "1h"]  # 1h 59m 59s ahead
+    assert rows[now.job_id][due:].split()[0] == "-"
+    assert json.loads(_cli(app, "jobs", "--json"))["jobs"][-1]["due_at"] == job.due_at.isoformat()
