@@ -12,7 +12,14 @@ import click
 import pytest
 from celery import Celery
 
-from celery_tracked import InvalidPause, InvalidPayload, Tracker, tracked_task
+from celery_tracked import (
+    InvalidPause,
+    InvalidPayload,
+    InvalidPriority,
+    InvalidTaskOption,
+    Tracker,
+    tracked_task,
+)
 from celery_tracked.backends.memory import MemoryStore
 from celery_tracked.core.jobs import utcnow
 
@@ -191,3 +198,27 @@ def test_the_due_time_has_one_public_name_and_a_column(app: Celery) -> None:
     assert rows[far.id][due:].split()[:2] == ["in", "1h"]  # 1h 59m 59s ahead
     assert rows[now.job_id][due:].split()[0] == "-"
     assert json.loads(_cli(app, "jobs", "--json"))["jobs"][-1]["due_at"] == job.due_at.isoformat()
+
+
+@pytest.mark.parametrize("bad", [-1, 10, 256, 1000, True, False, 5.0, "5", None.__class__])
+def test_every_bad_call_priority_is_invalid_priority_before_anything_is_written(
+    app: Celery, bad: Any
+) -> None:
+    """The memory transport is a kombu virtual transport: 0-9, as Redis."""
+    remind = _task(app)
+    tracker = Tracker.for_app(app)
+    with pytest.raises(InvalidPriority, match=r"priority .* 0 to (9|255)"):
+        remind.apply_async(args=("a",), priority=bad)
+    with pytest.raises(InvalidPriority):
+        remind.with_options(options={"priority": bad})("a")
+    assert tracker.jobs().jobs == ()
+
+
+def test_a_task_priority_the_broker_cannot_carry_is_invalid_priority_at_enqueue(
+    app: Celery,
+) -> None:
+    remind = _task(app, priority=50)  # 0-255 at decoration; the memory transport takes 0-9
+    with pytest.raises(InvalidPriority, match="0 to 9"):
+        remind.enqueue("a")
+    with pytest.raises(InvalidTaskOption, match="priority"):  # at decoration, as every option
+        _task(app, name="trial.other", priority=-1)
