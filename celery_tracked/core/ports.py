@@ -39,6 +39,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from .cleanup import Boundary, Sweep
+from .deadlines import Deadline
 from .fences import (
     AttemptError,
     Completion,
@@ -300,6 +301,7 @@ class RerunStore(Reader, Handing, KeyReader, Protocol):
         completed_too: bool = False,
         due_in_s: float | None = None,
         due_at: datetime | None = None,
+        deadline: Deadline | None = None,
     ) -> bool: ...
 
     def undo_retry(self, job_id: str, undo: RetryUndo, *, now: datetime, message: str) -> bool:

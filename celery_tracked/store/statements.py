@@ -175,6 +175,8 @@ SEALED = param("secrets_sealed", Text, optional=True)
 #: Attempts the retried job may make from now on.
 BUDGET = param("budget", Integer)
 OLD_MAX = param("old_max_attempts", Integer)
+#: A retry keeps the job's deadline (else sets the one given: ``inserts.DEADLINE_AT``).
+KEEP_DEADLINE = param("keep_deadline", Boolean)
 OLD_FINISHED = param("old_finished_at", UTCDateTime, optional=True)
 #: The revision the undone move made.
 MADE = param("made", Integer)
@@ -245,6 +247,7 @@ UNDONE_RETRY = {
     "finished_at": OLD_FINISHED,
     "retries_exhausted": param("old_retries_exhausted", Boolean),
     "secrets_sealed": param("old_secrets_sealed", Text, optional=True),
+    "deadline_at": param("old_deadline_at", UTCDateTime, optional=True),
     "updated_at": NOW,
 }
 #: A rescue's new message revision: a delivery of an older one runs nothing (``CLAIM`` is

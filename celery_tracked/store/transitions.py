@@ -19,7 +19,7 @@ from ..core.jobs import CLAIMABLE, RETRY_UNDONE, JobStatus
 from ..core.pauses import HELD_BY_PAUSE
 from . import statements as sql
 from .clock import db_time
-from .inserts import DUE_AT
+from .inserts import DEADLINE_AT, DUE_AT
 from .models import jobs
 from .statements import Move, param
 
@@ -295,6 +295,7 @@ RETRY = Move(
         "cancel_requested_at": None,  # an old run's request does not cancel the new one
         "secrets_sealed": sql.SEALED,  # the values it is sent with, sealed again
         "not_before": DUE_AT,
+        "deadline_at": case((sql.KEEP_DEADLINE, jobs.c.deadline_at), else_=DEADLINE_AT),
     },
     (jobs.c.revision == sql.REVISION,),
     "retried",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +18,8 @@ from celery_tracked import (
     InvalidPayload,
     InvalidPriority,
     InvalidTaskOption,
+    JobStatus,
+    RetryRefused,
     Tracker,
     tracked_task,
 )
@@ -222,3 +225,56 @@ def test_a_task_priority_the_broker_cannot_carry_is_invalid_priority_at_enqueue(
         remind.enqueue("a")
     with pytest.raises(InvalidTaskOption, match="priority"):  # at decoration, as every option
         _task(app, name="trial.other", priority=-1)
+
+
+def _cancelled_at_its_deadline(app: Celery) -> tuple[Tracker, str]:
+    remind = _task(app, deadline=timedelta(minutes=10))
+    tracker = Tracker.for_app(app)
+    job_id = remind.enqueue("a").job_id
+    store = _store(tracker)
+    job = store.rows[job_id]
+    store.rows[job_id] = replace(job, deadline_at=utcnow() - timedelta(seconds=1))
+    assert store.expire(job_id, now=utcnow(), message="its deadline passed")
+    ended = tracker.get_job(job_id)
+    assert ended is not None and ended.error_type == "DeadlineExceeded"
+    return tracker, job_id
+
+
+def test_a_retry_of_a_job_past_its_deadline_is_refused_without_a_new_one(app: Celery) -> None:
+    tracker, job_id = _cancelled_at_its_deadline(app)
+    with pytest.raises(RetryRefused, match=r"deadline .* has passed, so it would be cancelled"):
+        tracker.retry(job_id)
+    with pytest.raises(InvalidPayload, match=r"^deadline \(.*\) is not after"):
+        tracker.retry(job_id, deadline=utcnow() - timedelta(minutes=1))
+    with pytest.raises(InvalidPayload, match=r"^deadline must be a positive span"):
+        tracker.retry(job_id, deadline=-5)
+    job = tracker.get_job(job_id)
+    assert job is not None and job.status is JobStatus.CANCELLED and job.revision == 0
+    assert tracker.retry(job_id, deadline=timedelta(minutes=30))
+    again = tracker.get_job(job_id)
+    assert again is not None and again.status is JobStatus.PENDING
+    assert again.published_at is not None and again.deadline_at is not None
+    assert 1700 < (again.deadline_at - utcnow()).total_seconds() <= 1800
+    # a retry of a job whose deadline is still ahead keeps it
+    assert tracker.cancel(job_id)
+    assert tracker.retry(job_id)
+    kept = tracker.get_job(job_id)
+    assert kept is not None and kept.deadline_at == again.deadline_at
+
+
+def test_tracked_retry_takes_a_new_deadline(app: Celery) -> None:
+    from celery.bin.base import CLIContext
+    from click.testing import CliRunner
+
+    from celery_tracked.cli import tracked
+
+    tracker, job_id = _cancelled_at_its_deadline(app)
+    context = CLIContext(app=app, no_color=True, workdir=None)
+    refused = CliRunner().invoke(tracked, ["retry", job_id], obj=context)
+    assert refused.exit_code == 3 and "--deadline 10m" in refused.output, refused.output
+    bulk = CliRunner().invoke(tracked, ["retry", "--all", "--deadline", "1h"], obj=context)
+    assert bulk.exit_code == 2 and "one job" in bulk.output
+    assert "retried 1 of 1" in _cli(app, "retry", job_id, "--deadline", "in 2h")
+    job = tracker.get_job(job_id)
+    assert job is not None and job.status is JobStatus.PENDING and job.deadline_at is not None
+    assert 7100 < (job.deadline_at - utcnow()).total_seconds() <= 7200

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from ...core.deadlines import Deadline
 from ...core.fences import RetryUndo
 from ...core.jobs import CLAIMABLE, RETRY_UNDONE, Job, JobStatus
 from .rows import MemoryCore, at_revision, new_message
@@ -68,6 +69,7 @@ class MemoryRerun(MemoryCore):
         completed_too: bool = False,
         due_in_s: float | None = None,
         due_at: datetime | None = None,
+        deadline: Deadline | None = None,
     ) -> bool:
         """``RETRY`` (``RETRY_ENDED``: from completed too): failed | cancelled → pending,
         unless a newer round holds the key; due when its message is."""
@@ -87,6 +89,9 @@ class MemoryRerun(MemoryCore):
                 "secrets_sealed": secrets_sealed,
                 "payload_json": job.payload_json if payload_json is None else payload_json,
                 "not_before": self.due_time(due_in_s, due_at),
+                "deadline_at": job.deadline_at
+                if deadline is None
+                else self.due_time(deadline.in_s, deadline.at),
             }
 
         sources = (JobStatus.COMPLETED, *_ENDED) if completed_too else _ENDED
@@ -103,6 +108,7 @@ class MemoryRerun(MemoryCore):
             "finished_at": undo.finished_at,
             "retries_exhausted": undo.retries_exhausted,
             "secrets_sealed": undo.secrets_sealed,
+            "deadline_at": undo.deadline_at,
             "updated_at": now,
         }
         if undo.payload_json is not None:
