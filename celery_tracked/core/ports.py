@@ -225,7 +225,14 @@ class RelayStore(Reader, Handing, Expires, Protocol):
     def unpublished(self, *, cutoff: datetime, now: datetime) -> list[str]: ...
 
     def relay_claim(
-        self, job_id: str, *, owner: str, now: datetime, lease_s: float, cutoff: datetime
+        self,
+        job_id: str,
+        *,
+        owner: str,
+        now: datetime,
+        lease_s: float,
+        cutoff: datetime,
+        moved_due: datetime | None = None,
     ) -> bool: ...
 
     def relayed(

@@ -128,16 +128,20 @@ class Relay(Maintenance):
 
         A row's age is judged on the database's clock (``store.clock()``), never on this
         host's: a relay host whose clock runs ahead takes no row early. ``now=`` stands for
-        another time to judge by (tests, a fast-forward).
+        another time to judge ages and deadlines by (tests, a fast-forward); whether a row
+        is due is judged on the database's clock only (a held job is the scheduler pass's,
+        which fast-forwards it: ``schedule.py``), so the relay never sends a message that
+        waits long in the broker.
 
         Raises:
             StoreError: the database failed (the next pass starts over).
         """
-        now = now or self.store.clock()
+        clock = self.store.clock()
+        now = now or clock
         owner = f"relay:{owner_id()}:{uuid.uuid4().hex[:8]}"
         cutoff = now - timedelta(seconds=self.grace_s)
         report = RelayReport()
-        for job_id in self.store.unpublished(cutoff=cutoff, now=now):
+        for job_id in self.store.unpublished(cutoff=cutoff, now=min(now, clock)):
             seen = self.store.get(job_id)
             if seen is None:
                 continue

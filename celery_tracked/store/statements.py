@@ -174,6 +174,14 @@ SENT_PAYLOAD = func.coalesce(param("payload_json", Text, optional=True), jobs.c.
 SEALED = param("secrets_sealed", Text, optional=True)
 #: Attempts the retried job may make from now on.
 BUDGET = param("budget", Integer)
+#: The relay's (and the scheduler pass's) claim of an unpublished row; a pass judging at
+#: a time ahead of the database's clock moves a held row's due time as far forward
+#: (``moved_due``; None: kept).
+RELAY_CLAIMED = {
+    "locked_by": OWNER,
+    "locked_until": db_time(LEASE_S),
+    "not_before": func.coalesce(param("moved_due", UTCDateTime, optional=True), jobs.c.not_before),
+}
 OLD_MAX = param("old_max_attempts", Integer)
 #: A retry keeps the job's deadline (else sets the one given: ``inserts.DEADLINE_AT``).
 KEEP_DEADLINE = param("keep_deadline", Boolean)

@@ -159,7 +159,7 @@ RELAY_CLAIM = Move(
     "relay_claim",
     CLAIMABLE,
     None,
-    {"locked_by": sql.OWNER, "locked_until": db_time(sql.LEASE_S)},
+    sql.RELAY_CLAIMED,
     sql.UNPUBLISHED,
 )
 #: The relay published the row it claimed (its status kept).
