@@ -232,7 +232,9 @@ class JobNotFound(TrackedError, LookupError):
 class UnknownTask(TrackedError, LookupError):
     """``Tracker.enqueue(name, ...)`` (``celery tracked call``) names no tracked task
     registered in this process: its module was never imported here, or the task is a
-    plain Celery one. Nothing was created.
+    plain Celery one. Nothing was created. Its name is also the ``error_type`` of a job
+    cancelled because a worker received its message without having its task registered
+    (never raised then: the job ends ``cancelled``).
 
     Attributes:
         task_name: the name given.

@@ -319,7 +319,13 @@ class RerunStore(Reader, Handing, KeyReader, Protocol):
     def fail_soft_successor(self, step: Job, note: str) -> Job | None: ...
 
     def cancel(
-        self, job_id: str, *, now: datetime, reason: str, revision: int | None = None
+        self,
+        job_id: str,
+        *,
+        now: datetime,
+        reason: str,
+        revision: int | None = None,
+        error_type: str | None = None,
     ) -> bool: ...
 
     def request_cancel(self, job_id: str, *, now: datetime, message: str) -> bool: ...

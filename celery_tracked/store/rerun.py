@@ -126,11 +126,19 @@ class Rerun(Applying):
 
     @reconnecting
     def cancel(
-        self, job_id: str, *, now: datetime, reason: str, revision: int | None = None
+        self,
+        job_id: str,
+        *,
+        now: datetime,
+        reason: str,
+        revision: int | None = None,
+        error_type: str | None = None,
     ) -> bool:
         """pending | retrying → cancelled (with ``revision``: only while the job's message
-        is that one). A running job is never interrupted."""
+        is that one; ``error_type``: why, when not a plain cancel). A running job is never
+        interrupted."""
         params: dict[str, Any] = {"job_id": job_id, "now": now, "message": reason}
+        params["error_type"] = error_type
         if revision is None:
             return self.apply(moves.CANCEL, params) is not None
         return self.apply(moves.CANCEL_CURRENT, {**params, "at_revision": revision}) is not None

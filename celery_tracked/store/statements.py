@@ -220,7 +220,7 @@ CANCELLED = {
     **END_RUN,
     "not_before": None,
     "finished_at": NOW,
-    "error_type": None,
+    "error_type": param("error_type", String, optional=True),  # None: a plain cancel
     "error_message": MESSAGE,
 }
 RETRY_RUN = {**END_RUN, **ERROR, "not_before": db_time(DELAY_S)}  # after the backoff

@@ -188,3 +188,15 @@ def test_a_retry_keeps_replaces_or_clears_the_deadline_and_its_undo_restores_it(
     )
     cleared = store.get(job_id)
     assert cleared is not None and cleared.deadline_at is None
+
+
+def test_a_cancel_may_say_why_in_its_error_type(store: Store) -> None:
+    """The worker's cancel of a job whose task it does not know (``UnknownTask``)."""
+    plain, unknown = new_job(store), new_job(store)
+    assert store.cancel(plain, now=utcnow(), reason="by hand")
+    assert not store.cancel(unknown, now=utcnow(), reason="x", revision=1, error_type="E")
+    assert store.cancel(unknown, now=utcnow(), reason="gone", revision=0, error_type="UnknownTask")
+    ended = store.get(plain), store.get(unknown)
+    assert ended[0] is not None and ended[0].error_type is None
+    assert ended[1] is not None and ended[1].error_type == "UnknownTask"
+    assert ended[1].status is JobStatus.CANCELLED and ended[1].error_message == "gone"

@@ -26,7 +26,13 @@ class MemoryRerun(MemoryCore):
     """The memory store's rerun (see the module's docstring)."""
 
     def cancel(
-        self, job_id: str, *, now: datetime, reason: str, revision: int | None = None
+        self,
+        job_id: str,
+        *,
+        now: datetime,
+        reason: str,
+        revision: int | None = None,
+        error_type: str | None = None,
     ) -> bool:
         """``CANCEL`` (``CANCEL_CURRENT`` with ``revision``)."""
         check = (lambda _: True) if revision is None else at_revision(revision)
@@ -37,7 +43,7 @@ class MemoryRerun(MemoryCore):
             "locked_until": None,
             "not_before": None,
             "finished_at": now,
-            "error_type": None,
+            "error_type": error_type,
             "error_message": reason,
         }
         moved = self.move(
