@@ -126,7 +126,7 @@ def test_show_and_pipeline(populated: dict[str, Any], cli_in_process: Any) -> No
     assert "status           failed" in table.stdout
     assert "AT" in table.stdout and "enqueued" in table.stdout
     shown = ok_json(cli_in_process("show", job_id, "--json"))
-    assert set(shown) == JOB_KEYS | {"history"}
+    assert set(shown) == JOB_KEYS | {"history", "held"}  # held: why it waits unsent
     assert [e["event"] for e in shown["history"]] == ["enqueued", "started", "failed"]
     assert set(shown["history"][0]) == {
         "id", "event", "status", "attempt", "message", "duration_ms", "created_at"
