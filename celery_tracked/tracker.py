@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
@@ -149,21 +149,27 @@ class BaseTracker:
         *,
         arguments: Mapping[str, Any] | None = None,
         attempts: int | None = None,
+        deadline: datetime | timedelta | float | None = None,
     ) -> bool:
         """failed | cancelled → pending, and its message sent again: the same job (same
         id), its history kept. False if the job is in any other status.
 
         ``arguments``: the values of the arguments stored redacted (by parameter name),
         required for such a job and refused for any other argument. ``attempts``: how many
-        more attempts it gets (default: the task's ``max_attempts``).
+        more attempts it gets (default: the task's ``max_attempts``). ``deadline``: a new
+        deadline (an aware ``datetime``, or a ``timedelta``/seconds from now on the
+        database's clock), replacing the job's; without one its own is kept, and a job
+        whose deadline has passed (one cancelled ``DeadlineExceeded``) is refused.
 
         Raises:
             JobNotFound: no job has this id.
-            RetryRefused: redacted arguments not given (or others given), or a newer job
-                holds its idempotency key; nothing was changed.
+            RetryRefused: redacted arguments not given (or others given), a newer job
+                holds its idempotency key, or its deadline has passed and no new one was
+                given; nothing was changed.
+            InvalidPayload: a bad ``attempts`` or ``deadline`` (TypeError: of another type).
             EnqueueError: the broker refused the message; the job is back as it was.
         """
-        return self._services.resender.retry(as_job_id(job_id), arguments, attempts)
+        return self._services.resender.retry(as_job_id(job_id), arguments, attempts, deadline)
 
     def jobs(
         self, *, limit: int = DEFAULT_PAGE, cursor: str | None = None, **filters: Unpack[Filters]

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 from .circuits import Circuit, CircuitRule
 from .cleanup import Boundary, Sweep
+from .deadlines import Deadline
 from .fences import (
     AttemptError,
     Completion,
@@ -228,7 +229,14 @@ class RelayStore(Reader, Handing, Expires, Protocol):
     def unpublished(self, *, cutoff: datetime, now: datetime) -> list[str]: ...
 
     def relay_claim(
-        self, job_id: str, *, owner: str, now: datetime, lease_s: float, cutoff: datetime
+        self,
+        job_id: str,
+        *,
+        owner: str,
+        now: datetime,
+        lease_s: float,
+        cutoff: datetime,
+        moved_due: datetime | None = None,
     ) -> bool: ...
 
     def relayed(
@@ -304,6 +312,7 @@ class RerunStore(Reader, Handing, KeyReader, Protocol):
         completed_too: bool = False,
         due_in_s: float | None = None,
         due_at: datetime | None = None,
+        deadline: Deadline | None = None,
     ) -> bool: ...
 
     def undo_retry(self, job_id: str, undo: RetryUndo, *, now: datetime, message: str) -> bool:
@@ -314,7 +323,13 @@ class RerunStore(Reader, Handing, KeyReader, Protocol):
     def fail_soft_successor(self, step: Job, note: str) -> Job | None: ...
 
     def cancel(
-        self, job_id: str, *, now: datetime, reason: str, revision: int | None = None
+        self,
+        job_id: str,
+        *,
+        now: datetime,
+        reason: str,
+        revision: int | None = None,
+        error_type: str | None = None,
     ) -> bool: ...
 
     def request_cancel(self, job_id: str, *, now: datetime, message: str) -> bool: ...

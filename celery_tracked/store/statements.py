@@ -191,7 +191,17 @@ SENT_PAYLOAD = func.coalesce(param("payload_json", Text, optional=True), jobs.c.
 SEALED = param("secrets_sealed", Text, optional=True)
 #: Attempts the retried job may make from now on.
 BUDGET = param("budget", Integer)
+#: The relay's (and the scheduler pass's) claim of an unpublished row; a pass judging at
+#: a time ahead of the database's clock moves a held row's due time as far forward
+#: (``moved_due``; None: kept).
+RELAY_CLAIMED = {
+    "locked_by": OWNER,
+    "locked_until": db_time(LEASE_S),
+    "not_before": func.coalesce(param("moved_due", UTCDateTime, optional=True), jobs.c.not_before),
+}
 OLD_MAX = param("old_max_attempts", Integer)
+#: A retry keeps the job's deadline (else sets the one given: ``inserts.DEADLINE_AT``).
+KEEP_DEADLINE = param("keep_deadline", Boolean)
 OLD_FINISHED = param("old_finished_at", UTCDateTime, optional=True)
 #: The revision the undone move made.
 MADE = param("made", Integer)
@@ -227,7 +237,7 @@ CANCELLED = {
     **END_RUN,
     "not_before": None,
     "finished_at": NOW,
-    "error_type": None,
+    "error_type": param("error_type", String, optional=True),  # None: a plain cancel
     "error_message": MESSAGE,
 }
 RETRY_RUN = {**END_RUN, **ERROR, "not_before": db_time(DELAY_S)}  # after the backoff
@@ -262,6 +272,7 @@ UNDONE_RETRY = {
     "finished_at": OLD_FINISHED,
     "retries_exhausted": param("old_retries_exhausted", Boolean),
     "secrets_sealed": param("old_secrets_sealed", Text, optional=True),
+    "deadline_at": param("old_deadline_at", UTCDateTime, optional=True),
     "updated_at": NOW,
 }
 #: A rescue's new message revision: a delivery of an older one runs nothing (``CLAIM`` is

@@ -19,7 +19,7 @@ from ..core.jobs import CLAIMABLE, RETRY_UNDONE, JobStatus
 from ..core.pauses import HELD_BY_PAUSE
 from . import statements as sql
 from .clock import db_time
-from .inserts import DUE_AT
+from .inserts import DEADLINE_AT, DUE_AT
 from .models import jobs
 from .statements import Move, param
 
@@ -159,7 +159,7 @@ RELAY_CLAIM = Move(
     "relay_claim",
     CLAIMABLE,
     None,
-    {"locked_by": sql.OWNER, "locked_until": db_time(sql.LEASE_S)},
+    sql.RELAY_CLAIMED,
     sql.UNPUBLISHED,
 )
 #: The relay published the row it claimed (its status kept).
@@ -298,6 +298,7 @@ RETRY = Move(
         "cancel_requested_at": None,  # an old run's request does not cancel the new one
         "secrets_sealed": sql.SEALED,  # the values it is sent with, sealed again
         "not_before": DUE_AT,
+        "deadline_at": case((sql.KEEP_DEADLINE, jobs.c.deadline_at), else_=DEADLINE_AT),
     },
     (jobs.c.revision == sql.REVISION,),
     "retried",
