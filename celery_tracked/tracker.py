@@ -4,7 +4,8 @@ It holds one app's services, built by the composition root (``wiring.py``'s ``bu
 settings, job store, guard and notifier, hooks, the ``Producer``, the ``Runner``, the
 maintenance plugins of ``wiring.MAINTENANCE``), privately, and offers only methods: the
 read side ``get_job``, ``history``, ``wait``, ``stats``, ``jobs``, ``pipeline``; the
-operations ``cancel``, ``retry``, ``retry_many``, ``cancel_many``, pauses and circuits; one
+operations ``cancel``, ``retry``, ``retry_many``, ``cancel_many``; pauses and circuits
+(``controls.py``); one
 pass of each plugin (``run_maintenance(name)``); ``add_hook`` and ``close``.
 What it needs of Celery (the tasks' descriptions, publishing a job's message, the
 broker's view, stopping a run) comes through the platform port (``core/platform.py``);
@@ -20,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
-from .core.circuits import Circuit
+from .controls import Controls
 from .core.errors import JobNotFound
 from .core.finder import (
     DEFAULT_PAGE,
@@ -35,14 +36,12 @@ from .core.finder import (
 from .core.hooks import Hooks
 from .core.jobs import EnqueueResult, Job, JobEvent
 from .core.messages import as_job_id
-from .core.pauses import Pause
 from .core.pipelines import Pipeline
 from .core.platform import Platform
 from .core.ports import Store
 from .core.settings import Settings
-from .services import bulk, pauses, waiting
+from .services import bulk, waiting
 from .services.cancelling import Shown
-from .services.circuits import ProbePass, ProbeReport
 from .services.cleanup import Cleanup, CleanupReport
 from .services.maintenance import Maintenance, Report
 from .services.reaper import Reaper, ReapReport
@@ -60,7 +59,7 @@ R = TypeVar("R")
 M = TypeVar("M", bound=Maintenance)
 
 
-class BaseTracker:
+class BaseTracker(Controls):
     """The tracking side of one app, given its settings and its platform (``platform.py``).
 
     It has methods only: its services are private (``_services``, the :class:`Services`
@@ -323,59 +322,6 @@ class BaseTracker:
         for queue, entry in stats.items():
             entry.update(health.get(queue, {"failed_last_hour": 0, "expired_leases": 0}))
         return self._services.pauses.marked(stats)  # each queue's ``paused``
-
-    def pause(
-        self,
-        queue: str | None = None,
-        job_type: str | None = None,
-        *,
-        everything: bool = False,
-        reason: str | None = None,
-        by: str | None = None,
-    ) -> Pause:
-        """Pause one scope: ``queue=``, ``job_type=`` or ``everything=True``
-        (``services/pauses.py``; docs/scheduling.md): the pause in force. ``by`` defaults to
-        user@host.
-
-        Raises:
-            InvalidPause: not exactly one scope, or an unknown queue or job type (nothing
-                written).
-            StoreError: the database failed.
-        """
-        return self._services.pauses.pause(queue, job_type, everything, reason=reason, by=by)
-
-    def resume(
-        self, queue: str | None = None, job_type: str | None = None, *, everything: bool = False
-    ) -> bool:
-        """Lift a pause (False: it was not paused) and publish the jobs it held, oldest
-        first (a relay pass at once; Beat's relay covers a resumer that died)."""
-        resumed = self._services.pauses.resume(queue, job_type, everything)
-        pauses.release(self._plugin(Relay))
-        return resumed
-
-    def paused(self) -> list[Pause]:
-        """Every pause in force: ``scope``, ``name``, ``paused_by``, ``paused_at``,
-        ``reason``."""
-        return self._services.pauses.paused()
-
-    def probe(self, *, now: datetime | None = None) -> ProbeReport:
-        """One pass of the circuit breakers' plugin (``services/circuits.py``)."""
-        return self._plugin(ProbePass).run(now)
-
-    def circuits(self) -> list[Circuit]:
-        """Every circuit, its state, counts, history and held jobs (docs/limits.md)."""
-        return self._services.circuits.circuits()
-
-    def open_circuit(
-        self, name: str, *, reason: str | None = None, by: str | None = None
-    ) -> Circuit:
-        """Open ``name`` by hand: its jobs are held until :meth:`close_circuit`. Raises
-        ``InvalidCircuit`` (an unknown name, a bad ``reason``/``by``), ``StoreError``."""
-        return self._services.circuits.open(name, reason=reason, by=by)
-
-    def close_circuit(self, name: str) -> bool:
-        """Close ``name`` (False: it was closed); publish its held jobs, oldest first."""
-        return self._services.circuits.close(name)
 
     @overload
     def wait(self, job_id: EnqueueResult[R], timeout: float = 30.0) -> R: ...

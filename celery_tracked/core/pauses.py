@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import InvalidPause
 
@@ -131,3 +131,17 @@ def check_note(value: str | None, what: str, longest: int = _LONGEST_REASON) -> 
             f"{what} must be at most {longest} characters, got {len(value)}: shorten it"
         )
     return value
+
+
+class PauseStore(Protocol):
+    """What is paused: one row per paused queue, job type, or everything."""
+
+    def pause(self, scope: str, name: str, *, by: str | None, reason: str | None) -> bool:
+        """Record the pause (``paused_at``: the database's clock); False if that scope and
+        name were paused already (the first pause's row is kept)."""
+
+    def resume(self, scope: str, name: str) -> bool:
+        """Delete the pause; False if there was none."""
+
+    def pauses(self) -> list[Pause]:
+        """Every pause in force, oldest first."""

@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from .circuits import Circuit, CircuitRule
+from .circuits import CircuitMoves
 from .cleanup import Boundary, Sweep
 from .deadlines import Deadline
 from .fences import (
@@ -55,7 +55,7 @@ from .fences import (
 from .finder import JobFilter, Position
 from .jobs import Batch, Claim, Job, JobEvent
 from .keys import UndoneReplace
-from .pauses import Pause
+from .pauses import PauseStore
 
 __all__ = [
     "CancelStore",
@@ -355,42 +355,8 @@ class ReadStore(Reader, Protocol):
     def backlog(self, *, cutoff: datetime) -> int: ...
 
 
-class PauseStore(Protocol):
-    """What is paused: one row per paused queue, job type, or everything."""
-
-    def pause(self, scope: str, name: str, *, by: str | None, reason: str | None) -> bool:
-        """Record the pause (``paused_at``: the database's clock); False if that scope and
-        name were paused already (the first pause's row is kept)."""
-
-    def resume(self, scope: str, name: str) -> bool:
-        """Delete the pause; False if there was none."""
-
-    def pauses(self) -> list[Pause]:
-        """Every pause in force, oldest first."""
-
-
-class CircuitStore(RelayStore, Protocol):
+class CircuitStore(RelayStore, CircuitMoves, Protocol):
     """The circuit breakers, and the jobs an open one holds (``store/circuits.py``)."""
-
-    def circuit(self, name: str) -> Circuit | None: ...
-
-    def circuits(self) -> list[Circuit]: ...
-
-    def circuit_failed(self, rule: CircuitRule, reason: str) -> Circuit | None: ...
-
-    def half_open(self, name: str) -> bool: ...
-
-    def take_probe(self, name: str, job_id: str, *, lease_s: float) -> bool: ...
-
-    def probe_ended(self, rule: CircuitRule, job_id: str, failed: str | None) -> bool: ...
-
-    def by_hand(self, name: str, opened_by: str | None, reason: str | None) -> bool: ...
-
-    def circuit_held(self, name: str, limit: int = 100) -> list[str]: ...
-
-    def probe_claim(self, job_id: str, circuit: str, owner: str, lease_s: float) -> bool: ...
-
-    def probe_sent(self, job_id: str, owner: str, revision: int, message: str) -> bool: ...
 
 
 class Store(

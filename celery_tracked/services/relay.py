@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import ClassVar
 
+from ..core.circuits import HELD_BY_CIRCUIT
 from ..core.deadlines import deadline_message, past_deadline
 from ..core.hooks import Hooks, Transition
 from ..core.jobs import Event, Job, JobStatus, utcnow
@@ -57,6 +58,11 @@ RELAYED_MESSAGE = "published by the relay: its producer never handed it to the b
 RESUMED_MESSAGE = (
     "published on resume: it was held in the database by a pause (see its paused event), "
     "and no pause covers it any more"
+)
+#: The ``relayed`` event of a job an open circuit held, published once it closed.
+CLOSED_MESSAGE = (
+    "published as its circuit closed: it was held in the database while the circuit was "
+    "open (see its circuit_open event)"
 )
 REDACTED_REASON = (
     "its producer died before publishing it and its arguments were redacted, so it "
@@ -153,8 +159,7 @@ class Relay(Maintenance):
             )
             job = self.store.get(job_id) if claimed else None
             if job is not None:  # else published, taken by another relay, or moved meanwhile
-                paused = seen.locked_by == HELD_BY_PAUSE  # the claim replaced the mark
-                self._relay(job, owner, report, now, RESUMED_MESSAGE if paused else None)
+                self._relay(job, owner, report, now, held_why(seen.locked_by))
         if report.left:
             logger.warning(
                 "relay: %d job(s) with sealed arguments left alone: %s",
@@ -233,3 +238,13 @@ def rest_of_wait(job: Job, now: datetime) -> Job:
     if job.not_before is None:
         return job
     return replace(job, not_before=job.not_before + (utcnow() - now))
+
+
+def held_why(locked_by: str | None) -> str | None:
+    """The ``relayed`` event's text of a row held in the database (a pause's or a circuit's
+    mark in ``locked_by``, read before the claim replaced it); None: the relay's own."""
+    if locked_by == HELD_BY_PAUSE:
+        return RESUMED_MESSAGE
+    if locked_by is not None and locked_by.startswith(HELD_BY_CIRCUIT):
+        return CLOSED_MESSAGE
+    return None

@@ -17,6 +17,7 @@ from sqlalchemy import ColumnElement, Text, case, func, null, or_
 from ..core.deadlines import DEADLINE_EXCEEDED
 from ..core.jobs import CLAIMABLE, RETRY_UNDONE, JobStatus
 from ..core.pauses import HELD_BY_PAUSE
+from . import holds
 from . import statements as sql
 from .clock import db_time
 from .inserts import DEADLINE_AT, DUE_AT
@@ -160,7 +161,7 @@ RELAY_CLAIM = Move(
     CLAIMABLE,
     None,
     sql.RELAY_CLAIMED,
-    sql.UNPUBLISHED,
+    holds.UNPUBLISHED,
 )
 #: The relay published the row it claimed (its status kept).
 RELAYED = Move(
@@ -183,11 +184,11 @@ HOLD = Move(
 #: The scheduler pass published a held row it claimed (``RELAY_CLAIM``) as it came due.
 SCHEDULED = replace(RELAYED, name="scheduled", sources=_PENDING, event="scheduled")
 #: An open circuit's delivery held in the database, as a pause's (``core/circuits.py``).
-_CIRCUIT_HELD = {**sql.NEW_MESSAGE, "locked_by": sql.HELD_BY}
+_CIRCUIT_HELD = {**sql.NEW_MESSAGE, "locked_by": holds.HELD_BY}
 CIRCUIT_HOLD = replace(HOLD, name="circuit_hold", values=_CIRCUIT_HELD, event="circuit_open")
 #: A half-open circuit's pass takes one row it held, to publish it as the probe.
 PROBE_CLAIM = replace(
-    RELAY_CLAIM, name="probe_claim", fence=(jobs.c.locked_by == sql.HELD_BY, *sql.UNSENT_HELD)
+    RELAY_CLAIM, name="probe_claim", fence=(jobs.c.locked_by == holds.HELD_BY, *holds.UNSENT_HELD)
 )
 PROBE_SENT = replace(RELAYED, name="probe_sent", event="circuit_probe")  # its hand-over
 
