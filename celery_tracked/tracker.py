@@ -4,8 +4,9 @@ It holds one app's services, built by the composition root (``wiring.py``'s ``bu
 settings, job store, guard and notifier, hooks, the ``Producer``, the ``Runner``, the
 maintenance plugins of ``wiring.MAINTENANCE``), privately, and offers only methods: the
 read side ``get_job``, ``history``, ``wait``, ``stats``, ``jobs``, ``pipeline``; the
-operations ``cancel``, ``retry``, ``retry_many``, ``cancel_many``; one pass of each plugin:
-``relay``, ``reap``, ``cleanup`` (``run_maintenance(name)``); ``add_hook`` and ``close``.
+operations ``cancel``, ``retry``, ``retry_many``, ``cancel_many``; pauses and circuits
+(``controls.py``); one
+pass of each plugin (``run_maintenance(name)``); ``add_hook`` and ``close``.
 What it needs of Celery (the tasks' descriptions, publishing a job's message, the
 broker's view, stopping a run) comes through the platform port (``core/platform.py``);
 the public :class:`~celery_tracked.Tracker` (``adapter/celery_tracker.py``) is this class
@@ -16,10 +17,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
+from .controls import Controls
 from .core.errors import JobNotFound
 from .core.finder import (
     DEFAULT_PAGE,
@@ -34,12 +36,11 @@ from .core.finder import (
 from .core.hooks import Hooks
 from .core.jobs import EnqueueResult, Job, JobEvent
 from .core.messages import as_job_id
-from .core.pauses import Pause
 from .core.pipelines import Pipeline
 from .core.platform import Platform
 from .core.ports import Store
 from .core.settings import Settings
-from .services import bulk, pauses, waiting
+from .services import bulk, waiting
 from .services.cancelling import Shown
 from .services.cleanup import Cleanup, CleanupReport
 from .services.maintenance import Maintenance, Report
@@ -58,7 +59,7 @@ R = TypeVar("R")
 M = TypeVar("M", bound=Maintenance)
 
 
-class BaseTracker:
+class BaseTracker(Controls):
     """The tracking side of one app, given its settings and its platform (``platform.py``).
 
     It has methods only: its services are private (``_services``, the :class:`Services`
@@ -147,21 +148,27 @@ class BaseTracker:
         *,
         arguments: Mapping[str, Any] | None = None,
         attempts: int | None = None,
+        deadline: datetime | timedelta | float | None = None,
     ) -> bool:
         """failed | cancelled → pending, and its message sent again: the same job (same
         id), its history kept. False if the job is in any other status.
 
         ``arguments``: the values of the arguments stored redacted (by parameter name),
         required for such a job and refused for any other argument. ``attempts``: how many
-        more attempts it gets (default: the task's ``max_attempts``).
+        more attempts it gets (default: the task's ``max_attempts``). ``deadline``: a new
+        deadline (an aware ``datetime``, or a ``timedelta``/seconds from now on the
+        database's clock), replacing the job's; without one its own is kept, and a job
+        whose deadline has passed (one cancelled ``DeadlineExceeded``) is refused.
 
         Raises:
             JobNotFound: no job has this id.
-            RetryRefused: redacted arguments not given (or others given), or a newer job
-                holds its idempotency key; nothing was changed.
+            RetryRefused: redacted arguments not given (or others given), a newer job
+                holds its idempotency key, or its deadline has passed and no new one was
+                given; nothing was changed.
+            InvalidPayload: a bad ``attempts`` or ``deadline`` (TypeError: of another type).
             EnqueueError: the broker refused the message; the job is back as it was.
         """
-        return self._services.resender.retry(as_job_id(job_id), arguments, attempts)
+        return self._services.resender.retry(as_job_id(job_id), arguments, attempts, deadline)
 
     def jobs(
         self, *, limit: int = DEFAULT_PAGE, cursor: str | None = None, **filters: Unpack[Filters]
@@ -202,8 +209,7 @@ class BaseTracker:
         Raises:
             InvalidFilter: a bad filter or limit, or a status that is never retried.
         """
-        limit = check_limit(limit, None)
-        chosen = filter_of(filters, self._services.store.clock)
+        limit, chosen = check_limit(limit, None), filter_of(filters, self._services.store.clock)
         return bulk.retry_many(
             self, self._services.store.find, chosen, limit, include_unrecoverable
         )
@@ -223,15 +229,8 @@ class BaseTracker:
         Raises:
             InvalidFilter: a bad filter or limit, or a status that is never cancelled.
         """
-        limit = check_limit(limit, None)
-        return bulk.cancel_many(
-            self,
-            self._services.store.find,
-            filter_of(filters, self._services.store.clock),
-            limit,
-            reason,
-            running,
-        )
+        limit, chosen = check_limit(limit, None), filter_of(filters, self._services.store.clock)
+        return bulk.cancel_many(self, self._services.store.find, chosen, limit, reason, running)
 
     def pipeline(self, correlation_id: str | UUID) -> Pipeline:
         """The jobs sharing ``correlation_id`` (a pipeline: its first job's id), oldest
@@ -255,12 +254,10 @@ class BaseTracker:
             KeyError: no plugin of that name.
             StoreError: the database failed (the next pass starts over).
         """
-        plugin = self._services.maintenance.get(name)
-        if plugin is None:
-            raise KeyError(
-                f"no maintenance plugin {name!r}: one of {sorted(self._services.maintenance)}"
-            )
-        return plugin.run(now)
+        plugins = self._services.maintenance
+        if name not in plugins:
+            raise KeyError(f"no maintenance plugin {name!r}: one of {sorted(plugins)}")
+        return plugins[name].run(now)
 
     def relay(self, *, now: datetime | None = None) -> RelayReport:
         """Publish the pending jobs whose producer died before handing their message to the
@@ -277,14 +274,10 @@ class BaseTracker:
 
     def reap(self, *, now: datetime | None = None) -> ReapReport:
         """Rescue (or abandon) the jobs nothing will move any more: one pass of the reaper
-        (``services/reaper.py``; the task ``celery_tracked.reap`` runs it on Beat).
-
-        ``now`` judges how long ago a job's last sign of life was (default: the database's
-        clock); whether a lease lapsed (no live holder) is judged on the database's only.
-
-        Raises:
-            StoreError: the database failed (nothing half-done: each move is atomic).
-        """
+        (``services/reaper.py``; the task ``celery_tracked.reap`` runs it on Beat). ``now``
+        judges how long ago a job's last sign of life was (default: the database's clock);
+        whether a lease lapsed (no live holder) is judged on the database's only. Raises
+        ``StoreError``: the database failed (nothing half-done: each move is atomic)."""
         return self._plugin(Reaper).run(now)
 
     def cleanup(
@@ -329,40 +322,6 @@ class BaseTracker:
         for queue, entry in stats.items():
             entry.update(health.get(queue, {"failed_last_hour": 0, "expired_leases": 0}))
         return self._services.pauses.marked(stats)  # each queue's ``paused``
-
-    def pause(
-        self,
-        queue: str | None = None,
-        job_type: str | None = None,
-        *,
-        everything: bool = False,
-        reason: str | None = None,
-        by: str | None = None,
-    ) -> Pause:
-        """Pause one scope: ``queue=``, ``job_type=`` or ``everything=True``
-        (``services/pauses.py``; docs/scheduling.md): the pause in force. ``by`` defaults to
-        user@host.
-
-        Raises:
-            InvalidPause: not exactly one scope, or an unknown queue or job type (nothing
-                written).
-            StoreError: the database failed.
-        """
-        return self._services.pauses.pause(queue, job_type, everything, reason=reason, by=by)
-
-    def resume(
-        self, queue: str | None = None, job_type: str | None = None, *, everything: bool = False
-    ) -> bool:
-        """Lift a pause (False: it was not paused) and publish the jobs it held, oldest
-        first (a relay pass at once; Beat's relay covers a resumer that died)."""
-        resumed = self._services.pauses.resume(queue, job_type, everything)
-        pauses.release(self._plugin(Relay))
-        return resumed
-
-    def paused(self) -> list[Pause]:
-        """Every pause in force: ``scope``, ``name``, ``paused_by``, ``paused_at``,
-        ``reason``."""
-        return self._services.pauses.paused()
 
     @overload
     def wait(self, job_id: EnqueueResult[R], timeout: float = 30.0) -> R: ...

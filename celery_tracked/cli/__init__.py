@@ -11,7 +11,17 @@ command is a new module imported here.
 
 from __future__ import annotations
 
-from . import actions, by_name, listing, maintenance, metrics, pauses, schema, stats  # noqa: F401
+from . import (  # noqa: F401
+    actions,
+    by_name,
+    circuits,
+    listing,
+    maintenance,
+    metrics,
+    pauses,
+    schema,
+    stats,
+)
 from .group import tracked
 
 __all__ = ["tracked"]

@@ -68,6 +68,10 @@ class Event(str, enum.Enum):
     GIVEN_BACK = "given_back"
     #: a delivery of a paused queue or job type, its row held in the database
     PAUSED = "paused"
+    #: a delivery of a task whose circuit is open, its row held in the database, and the
+    #: held job a half-open circuit's pass published as its probe (``circuits.py``)
+    CIRCUIT_OPEN = "circuit_open"
+    CIRCUIT_PROBE = "circuit_probe"
     # an attempt's end
     COMPLETED = "completed"
     RETRYING = "retrying"
@@ -278,6 +282,14 @@ class Job:
         """The decoded, redacted ``payload_json``: ``{"args": [...], "kwargs": {...}}``,
         with Celery's JSON types (:mod:`celery_tracked.codec`)."""
         return None if self.payload_json is None else decode(self.payload_json)
+
+    @property
+    def due_at(self) -> datetime | None:
+        """When the job is due (UTC): a pending job's ``countdown``/``eta`` or debounce
+        delay, a retrying one's backoff; None: at once. The public name of its column,
+        ``not_before`` (the same value; ``tracked show --json`` and the ``due_after``/
+        ``due_before`` filters say ``due`` too)."""
+        return self.not_before
 
     @property
     def duration_ms(self) -> int | None:

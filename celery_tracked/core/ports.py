@@ -29,7 +29,8 @@ Roles (who calls them): :class:`EnqueueStore` (``Enqueuer``), :class:`RunStore` 
 :class:`RerunStore` (``Tracker.retry``, cancels), :class:`ReadStore` (``Tracker``'s reads,
 bulk actions, statistics, metrics), :class:`PauseStore` (``Pauses``:
 ``Tracker.pause``/``resume``/``paused`` and the worker's gate; a held delivery's move is
-``ClaimStore.hold``), :class:`HandOffStore` (``SlotHandOff``).
+``ClaimStore.hold``), :class:`CircuitStore` (``Circuits``, the circuit breakers),
+:class:`HandOffStore` (``SlotHandOff``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from .circuits import CircuitMoves
 from .cleanup import Boundary, Sweep
+from .deadlines import Deadline
 from .fences import (
     AttemptError,
     Completion,
@@ -53,10 +56,11 @@ from .fences import (
 from .finder import JobFilter, Position
 from .jobs import Batch, Claim, Job, JobEvent
 from .keys import UndoneReplace
-from .pauses import Pause
+from .pauses import PauseStore
 
 __all__ = [
     "CancelStore",
+    "CircuitStore",
     "ClaimStore",
     "CleanupStore",
     "DeadRunStore",
@@ -165,11 +169,13 @@ class ClaimStore(Reader, EndsDeadRuns, Expires, Protocol):
         """A postponed delivery of a waiting job handed its message to the broker again
         (recorded if the last record is older than ``refresh_s``)."""
 
-    def hold(self, job_id: str, revision: int, *, now: datetime, message: str) -> bool:
-        """A delivery of a paused queue or job type: the waiting row (``pending`` or
-        ``retrying``, at ``revision``, nobody's) held in the database: no message
-        (``published_at`` NULL, a new revision), held by the pause, a ``paused`` event; no
-        attempt used. The relay publishes it once no pause covers it."""
+    def hold(
+        self, job_id: str, revision: int, *, now: datetime, message: str, circuit: str = ""
+    ) -> bool:
+        """A delivery a pause (or an open ``circuit``) holds: the waiting row (at
+        ``revision``, nobody's) held in the database, no message (a new revision), a
+        ``paused`` (``circuit_open``) event, no attempt used; the relay publishes it once
+        nothing holds it."""
 
 
 class OutcomeStore(Reader, Protocol):
@@ -224,7 +230,14 @@ class RelayStore(Reader, Handing, Expires, Protocol):
     def unpublished(self, *, cutoff: datetime, now: datetime) -> list[str]: ...
 
     def relay_claim(
-        self, job_id: str, *, owner: str, now: datetime, lease_s: float, cutoff: datetime
+        self,
+        job_id: str,
+        *,
+        owner: str,
+        now: datetime,
+        lease_s: float,
+        cutoff: datetime,
+        moved_due: datetime | None = None,
     ) -> bool: ...
 
     def relayed(
@@ -300,6 +313,7 @@ class RerunStore(Reader, Handing, KeyReader, Protocol):
         completed_too: bool = False,
         due_in_s: float | None = None,
         due_at: datetime | None = None,
+        deadline: Deadline | None = None,
     ) -> bool: ...
 
     def undo_retry(self, job_id: str, undo: RetryUndo, *, now: datetime, message: str) -> bool:
@@ -310,7 +324,13 @@ class RerunStore(Reader, Handing, KeyReader, Protocol):
     def fail_soft_successor(self, step: Job, note: str) -> Job | None: ...
 
     def cancel(
-        self, job_id: str, *, now: datetime, reason: str, revision: int | None = None
+        self,
+        job_id: str,
+        *,
+        now: datetime,
+        reason: str,
+        revision: int | None = None,
+        error_type: str | None = None,
     ) -> bool: ...
 
     def request_cancel(self, job_id: str, *, now: datetime, message: str) -> bool: ...
@@ -336,18 +356,8 @@ class ReadStore(Reader, Protocol):
     def backlog(self, *, cutoff: datetime) -> int: ...
 
 
-class PauseStore(Protocol):
-    """What is paused: one row per paused queue, job type, or everything."""
-
-    def pause(self, scope: str, name: str, *, by: str | None, reason: str | None) -> bool:
-        """Record the pause (``paused_at``: the database's clock); False if that scope and
-        name were paused already (the first pause's row is kept)."""
-
-    def resume(self, scope: str, name: str) -> bool:
-        """Delete the pause; False if there was none."""
-
-    def pauses(self) -> list[Pause]:
-        """Every pause in force, oldest first."""
+class CircuitStore(RelayStore, CircuitMoves, Protocol):
+    """The circuit breakers, and the jobs an open one holds (``store/circuits.py``)."""
 
 
 class HandOffStore(Protocol):
@@ -357,16 +367,12 @@ class HandOffStore(Protocol):
     def next_waiting(
         self, key: str, after: str, *, fair: bool = False, fairness_key: str | None = None
     ) -> list[Job]:
-        """The jobs of concurrency key ``key`` that may take the slot job ``after`` freed
-        (waiting, due, alive, their message out, nobody's, not paused), in the order they
-        get it: oldest first; when ``fair``, round-robin by fairness key from the one
-        after ``fairness_key``."""
+        """The jobs of ``key`` that may take the slot ``after`` freed, in the order they
+        get it (``store/handoff.py``)."""
 
     def hand_slot(self, job: Job, limit: int, *, now: datetime) -> Job | None:
-        """Hand a free slot of ``job``'s key to it, fenced by its revision read and its
-        due time, while the key has fewer than ``limit`` holders: its next message
-        revision, the slot held for it a while (``limits.HANDOFF_S``). The job as
-        changed, or None."""
+        """Hand a free slot of ``job``'s key to it (``HAND_SLOT``): the job as changed,
+        or None."""
 
     def handed_over(self, job_id: str, now: datetime, revision: int = 0) -> bool: ...
 
@@ -385,6 +391,7 @@ class Store(
     ReadStore,
     PauseStore,
     HandOffStore,
+    CircuitStore,
     Protocol,
 ):
     """The whole store, as ``Tracker`` wires it."""

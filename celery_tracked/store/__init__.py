@@ -22,6 +22,8 @@ names):
 - ``rerun``: ``Tracker.retry`` and ``Tracker.cancel`` (``RerunStore``).
 - ``pauses``: what is paused, and a delivery a pause holds (``PauseStore``,
   ``ClaimStore.hold``).
+- ``circuits``: the circuit breakers' rows, and the jobs an open circuit holds
+  (``CircuitStore``).
 - ``reads``: one job, a job by key, a history, statistics, listings, gauges
   (``Reader``, ``KeyReader``, ``ReadStore``).
 
@@ -45,6 +47,7 @@ Shared by them:
 from __future__ import annotations
 
 from .apply import Apply
+from .circuits import Circuits
 from .claims import Claims
 from .cleanup import Cleanup
 from .engines import Engines
@@ -77,6 +80,7 @@ class JobStore(
     Reads,
     Pauses,
     HandOff,
+    Circuits,
 ):
     """The tracking database of one app; engines are created per process."""
 

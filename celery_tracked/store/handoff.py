@@ -26,8 +26,9 @@ from ..core.jobs import Job, JobStatus
 from ..core.limits import HANDOFF_S, SLOT_HANDED
 from . import transitions as moves
 from .engines import Applying
+from .holds import UNPAUSED
 from .models import jobs
-from .statements import ALIVE, CONCURRENCY_KEY, DUE, JOB_ID, UNLOCKED, UNPAUSED, param
+from .statements import ALIVE, CONCURRENCY_KEY, DUE, JOB_ID, UNLOCKED, param
 from .translate import reconnecting, translated
 
 #: How many waiting jobs one hand-off reads (a concurrent hand-off may take the first).

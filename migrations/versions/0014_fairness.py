@@ -7,7 +7,7 @@ due job waiting (round-robin; ``services/handoff.py``). No index: the hand-off r
 key's waiting jobs through ``ix_background_jobs_concurrency_key_status``.
 
 Revision ID: 0014_fairness
-Revises: 0011_control
+Revises: 0013_circuits
 Create Date: 2026-11-28
 """
 
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0014_fairness"
-down_revision = "0011_control"
+down_revision = "0013_circuits"
 branch_labels = None
 depends_on = None
 

@@ -21,6 +21,7 @@ one ``move`` helper).
 from __future__ import annotations
 
 from ...core.ports import Store
+from .circuits import MemoryCircuits
 from .claims import MemoryClaims
 from .cleanup import MemoryCleanup
 from .enqueue import MemoryEnqueue
@@ -50,6 +51,7 @@ class MemoryStore(
     MemoryReads,
     MemoryPauses,
     MemoryHandOff,
+    MemoryCircuits,
 ):
     """The store contract in memory (see the module's docstring)."""
 

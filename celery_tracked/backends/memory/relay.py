@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import Any
 
 from ...core.jobs import CLAIMABLE, Job, JobStatus
-from ...core.pauses import HELD_BY_PAUSE
 from .rows import MemoryCore
 
 
@@ -23,9 +22,9 @@ class MemoryRelay(MemoryCore):
         """``statements.UNPUBLISHED``."""
         until = job.locked_until
         unheld = until is None or until < self.time()
-        held = job.locked_by == HELD_BY_PAUSE
-        old = job.updated_at < cutoff or held
-        return job.published_at is None and old and unheld and self.unpaused(job)
+        old = job.updated_at < cutoff or self.on_purpose(job)
+        free = unheld and self.unpaused(job) and self.untripped(job)
+        return job.published_at is None and old and free
 
     def unpublished(self, *, cutoff: datetime, now: datetime) -> list[str]:
         """``SELECT_UNPUBLISHED`` and ``SELECT_HELD_RETRYING``: oldest first, at most 100."""
@@ -38,7 +37,7 @@ class MemoryRelay(MemoryCore):
                         j.status is JobStatus.PENDING
                         and (j.not_before is None or j.not_before <= now)
                     )
-                    or (j.status is JobStatus.RETRYING and j.locked_by == HELD_BY_PAUSE)
+                    or (j.status is JobStatus.RETRYING and self.on_purpose(j))
                 )
                 and self._unpublished(j, cutoff)
             ]
@@ -46,15 +45,23 @@ class MemoryRelay(MemoryCore):
         return [j.id for j in found[:100]]
 
     def relay_claim(
-        self, job_id: str, *, owner: str, now: datetime, lease_s: float, cutoff: datetime
+        self,
+        job_id: str,
+        *,
+        owner: str,
+        now: datetime,
+        lease_s: float,
+        cutoff: datetime,
+        moved_due: datetime | None = None,
     ) -> bool:
-        """``RELAY_CLAIM``: no event, ``updated_at`` kept."""
+        """``RELAY_CLAIM``: no event, ``updated_at`` kept; ``moved_due``: its new due time."""
 
         def check(job: Job) -> bool:
             return self._unpublished(job, cutoff)
 
-        def change(_: Job) -> Mapping[str, Any]:
-            return {"locked_by": owner, "locked_until": self.at(lease_s)}
+        def change(job: Job) -> Mapping[str, Any]:
+            due = job.not_before if moved_due is None else moved_due
+            return {"locked_by": owner, "locked_until": self.at(lease_s), "not_before": due}
 
         return self.move(job_id, CLAIMABLE, check, change) is not None
 

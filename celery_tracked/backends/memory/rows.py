@@ -16,6 +16,7 @@ from dataclasses import fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from ...core.circuits import CLOSED, HELD_BY_CIRCUIT, Circuit
 from ...core.errors import DuplicateJob, Refused, StoreError
 from ...core.jobs import (
     CLAIM_EARLY_S,
@@ -28,7 +29,7 @@ from ...core.jobs import (
     NewRow,
     utcnow,
 )
-from ...core.pauses import Pause, holding
+from ...core.pauses import HELD_BY_PAUSE, Pause, holding
 
 _JOB_FIELDS = frozenset(f.name for f in fields(Job))
 #: The producer's columns of a new row (the SQL insert binds every one of them).
@@ -102,6 +103,8 @@ class MemoryCore:
         self._event_ids = 0
         #: ``background_job_pauses``, by (scope, name) (``pauses.py``)
         self.paused: dict[tuple[str, str], Pause] = {}
+        #: ``background_job_circuits``, by name (``circuits.py``)
+        self.breakers: dict[str, Circuit] = {}
 
     def clock(self) -> datetime:
         """The store's current time: the clock leases and backoffs are judged on."""
@@ -183,6 +186,18 @@ class MemoryCore:
     def unpaused(self, job: Job) -> bool:
         """``statements.UNPAUSED``: no pause covers the row's queue or job type."""
         return holding(self.paused.values(), job.queue_name, job.job_type) is None
+
+    def untripped(self, job: Job) -> bool:
+        """``statements.UNTRIPPED``: no open or half-open circuit holds the row."""
+        held = (job.locked_by or "").startswith(HELD_BY_CIRCUIT)
+        breaker = self.breakers.get((job.locked_by or "")[len(HELD_BY_CIRCUIT) :])
+        return not held or breaker is None or breaker.state == CLOSED
+
+    @staticmethod
+    def on_purpose(job: Job) -> bool:
+        """``statements.HELD_ON_PURPOSE``: held by a pause or a circuit."""
+        by = job.locked_by or ""
+        return by == HELD_BY_PAUSE or by.startswith(HELD_BY_CIRCUIT)
 
     def due_time(self, due_in_s: float | None, due_at: datetime | None) -> datetime | None:
         """``inserts.DUE_AT``: at ``due_at``, else ``due_in_s`` from now, else None."""
