@@ -104,6 +104,8 @@ class TrackedTask(Task[P, R_co]):
     rate_limit_global: ClassVar[str | tuple[str, int] | None] = None
     concurrency_key: ClassVar[str | Callable[..., str] | None] = None
     concurrency_limit: ClassVar[int | None] = None
+    #: keyed rate limits: ``(key, "N/s")``, a ``RateLimit`` or a list (``core/rates.py``)
+    rate_limits: ClassVar[Any] = None
     _tracked_limits: ClassVar[Limits] = Limits()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

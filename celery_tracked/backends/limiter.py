@@ -27,10 +27,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
+from typing import Any
 
 import redis
 
 from ..core.limits import LimiterState, grant_start, release_slot, take_slot
+from ..core.rates import RateState, Turn, decide
 from .guard import translated
 
 logger = logging.getLogger("celery_tracked")
@@ -170,6 +173,68 @@ end
 )
 
 
+#: rates.decide over the keys of one delivery's turns (KEYS), ARGV = short_ms, reserve_only
+#: (1/0), then per turn: span_ms, cost_ms, slot (-1: none) -> {wait_ms, slot per turn}
+_DECIDE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local short, reserve_only = tonumber(ARGV[1]), ARGV[2] == '1'
+local n = #KEYS
+local tats, lines, spans, costs, slots, ats = {}, {}, {}, {}, {}, {}
+local latest = -math.huge
+for i = 1, n do
+  local span, cost = tonumber(ARGV[i * 3]), tonumber(ARGV[i * 3 + 1])
+  local slot = tonumber(ARGV[i * 3 + 2])
+  if slot < 0 then slot = nil end
+  local h = redis.call('HMGET', KEYS[i], 'tat', 'line')
+  local tat, line = tonumber(h[1]), tonumber(h[2])
+  if not tat then
+    tat = now + span
+    line = tat
+  end
+  if not line then line = tat end
+  tats[i], lines[i], spans[i], costs[i], slots[i] = tat, line, span, cost, slot
+  local place = math.max(tat, now)
+  if not slot then place = math.max(line, place) end
+  ats[i] = place + cost - span
+  if ats[i] > latest then latest = ats[i] end
+end
+local function save(i)
+  redis.call('HSET', KEYS[i], 'tat', string.format('%.3f', tats[i]),
+    'line', string.format('%.3f', lines[i]))
+  local until_ms = math.max(tats[i], lines[i]) - now + spans[i] + 60000
+  redis.call('PEXPIRE', KEYS[i], math.ceil(until_ms))
+end
+if latest <= now and not reserve_only then
+  for i = 1, n do
+    local tat = math.max(tats[i], now)
+    if not slots[i] then lines[i] = math.max(lines[i], tat) + costs[i] end
+    tats[i] = tat + costs[i]
+    save(i)
+  end
+  return {0}
+end
+latest = math.max(latest, now)
+local out, wait = {0}, -math.huge
+for i = 1, n do
+  if slots[i] and ats[i] - now <= short then
+    out[i + 1] = slots[i]
+    wait = math.max(wait, ats[i] - now)
+  else
+    local line = math.max(lines[i], tats[i], now) + costs[i]
+    line = math.max(line, latest + spans[i])
+    local slot = line - spans[i]
+    lines[i] = line
+    save(i)
+    out[i + 1] = math.ceil(slot)
+    wait = math.max(wait, slot - now)
+  end
+end
+out[1] = math.max(1, math.ceil(wait))
+return out
+"""
+
+
 class RedisLimiter:
     """The limiter on a real Redis (the guard's client)."""
 
@@ -178,6 +243,7 @@ class RedisLimiter:
         self._take = client.register_script(_TAKE)
         self._grant = client.register_script(_GRANT)
         self._release = client.register_script(_RELEASE)
+        self._decide = client.register_script(_DECIDE)
 
     def key(self, name: str) -> str:
         return f"{self.prefix}:limiter:{{{name}}}"
@@ -197,6 +263,25 @@ class RedisLimiter:
         with translated("rate limiter"):
             self._release(keys=[self.key(name)], args=[interval_ms, slot_ms])
 
+    def rate_key(self, key: str) -> str:
+        """A keyed rate limit's hash; every one shares the hash tag ``{rate}`` so that the
+        keys of one delivery's limits are on one Redis Cluster node."""
+        return f"{self.prefix}:rate:{{rate}}:{key}"
+
+    def turns(
+        self, turns: tuple[Turn, ...], short_ms: float, reserve_only: bool = False
+    ) -> tuple[int, tuple[Turn, ...]]:
+        args: list[Any] = [round(short_ms, 3), 1 if reserve_only else 0]
+        for turn in turns:
+            slot = -1 if turn.slot_ms is None else turn.slot_ms
+            args += [f"{turn.span_ms:.3f}", f"{turn.cost_ms:.3f}", slot]
+        with translated("rate limiter"):
+            out = self._decide(keys=[self.rate_key(t.key) for t in turns], args=args)
+        wait = int(out[0])
+        if wait == 0:
+            return 0, turns
+        return wait, tuple(replace(t, slot_ms=int(s)) for t, s in zip(turns, out[1:], strict=True))
+
 
 class MemoryLimiter:
     """The in-process twin (embedded mode): the same decisions on this process's clock; its
@@ -204,6 +289,7 @@ class MemoryLimiter:
 
     def __init__(self) -> None:
         self._states: dict[str, LimiterState] = {}
+        self._rates: dict[str, RateState] = {}
         self._lock = threading.Lock()
 
     def take(self, name: str, interval_ms: int, reserved_ms: int | None) -> tuple[int, int]:
@@ -222,6 +308,16 @@ class MemoryLimiter:
         with self._lock:
             if name in self._states:
                 self._states[name] = release_slot(self._states[name], slot_ms)
+
+    def turns(
+        self, turns: tuple[Turn, ...], short_ms: float, reserve_only: bool = False
+    ) -> tuple[int, tuple[Turn, ...]]:
+        with self._lock:
+            states = [self._rates.get(t.key, RateState()) for t in turns]
+            wait, made, new = decide(states, turns, _now_ms(), short_ms, reserve_only)
+            for turn, state in zip(turns, new, strict=True):
+                self._rates[turn.key] = state
+        return wait, made
 
 
 def _now_ms() -> float:

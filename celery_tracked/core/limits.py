@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 from .calls import KeyCall, check_template
 from .errors import InvalidPayload, InvalidTaskOption
+from .rates import HEADER_RATE_TURNS, RateLimit, Turn, rates_of, turns_of
 
 if TYPE_CHECKING:
     from .calls import CallShape
     from .settings import Settings
 
 #: The tracked options of this module.
-LIMIT_OPTIONS = ("rate_limit_global", "concurrency_key", "concurrency_limit")
+LIMIT_OPTIONS = ("rate_limit_global", "concurrency_key", "concurrency_limit", "rate_limits")
 #: The slot a delivery reserved, carried by the message it was re-published as:
 #: ``"<limiter name>@<slot, Redis milliseconds>"``.
 HEADER_RATE_SLOT = "tracked_rate_slot"
@@ -52,6 +53,8 @@ class Limits:
     rate_interval_ms: int | None = None
     concurrency_key: str | Callable[..., str] | None = None
     concurrency_limit: int | None = None
+    #: the keyed rate limits (``rates.py``)
+    rates: tuple[RateLimit, ...] = ()
 
     def key_of(self, shape: CallShape, args: Any, kwargs: Any) -> str | None:
         """The call's concurrency key (stored in its row at enqueue).
@@ -65,6 +68,16 @@ class Limits:
         named = shape.bind(args, kwargs, "")  # defaults applied, as at enqueue (calls.py)
         return concurrency_key(template, named, args, kwargs)
 
+    def turns_of(self, shape: CallShape, args: Any, kwargs: Any, reserved: Any) -> tuple[Turn, ...]:
+        """The keyed rate limits' turns of one delivery (none if the arguments cannot make
+        them: the enqueue refused such a call)."""
+        if not self.rates:
+            return ()
+        try:
+            return turns_of(self.rates, shape.bind(args, kwargs, ""), args, kwargs, reserved)
+        except InvalidPayload:
+            return ()
+
     def for_delivery(
         self,
         shape: CallShape,
@@ -77,13 +90,14 @@ class Limits:
         ``tracked_rate_limit_ms``, ``tracked_concurrency_limit``), the slot its message
         reserved (a header of Celery's ``request``), its concurrency key (as at enqueue;
         None if the arguments cannot make it, which the enqueue would have refused)."""
-        if self.rate_name is None and self.concurrency_key is None:
+        if self.rate_name is None and self.concurrency_key is None and not self.rates:
             return None
         try:
             key = self.key_of(shape, args, kwargs)
         except InvalidPayload:
             key = None
         return DeliveryLimits(
+            turns=self.turns_of(shape, args, kwargs, _header(request, HEADER_RATE_TURNS)),
             rate_name=self.rate_name,
             interval_ms=self.rate_interval_ms or settings.rate_limit_ms,
             reserved_ms=reserved_slot(_header(request, HEADER_RATE_SLOT), self.rate_name),
@@ -102,6 +116,8 @@ class DeliveryLimits:
     reserved_ms: int | None = None
     key: str | None = None
     limit: int = 1
+    #: the keyed rate limits' turns (``rates.py``)
+    turns: tuple[Turn, ...] = ()
 
 
 def limits_of(options: Mapping[str, Any]) -> Limits:
@@ -126,7 +142,7 @@ def limits_of(options: Mapping[str, Any]) -> Limits:
             raise InvalidTaskOption(
                 "concurrency_limit", "needs a concurrency_key (the jobs it limits)"
             )
-    return Limits(name, interval, key, limit)
+    return Limits(name, interval, key, limit, rates_of(options.get("rate_limits")))
 
 
 def _rate(value: Any) -> tuple[str, int | None]:
