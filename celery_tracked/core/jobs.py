@@ -154,6 +154,7 @@ NEW_JOB_COLUMNS: tuple[str, ...] = (
     "parent_job_id",
     "owner_id",
     "concurrency_key",
+    "tenant",
     "secrets_sealed",
     "progress",
     "priority",
@@ -167,6 +168,7 @@ NEW_JOB_DEFAULTS: Mapping[str, Any] = {
     "key_round": 0,
     "revision": 0,
     "concurrency_key": None,
+    "tenant": None,
     "secrets_sealed": None,
     "retries_exhausted": False,
     "priority": None,
@@ -247,6 +249,8 @@ class Job:
     priority: int | None = None
     #: a waiting job not started by then ends ``cancelled`` (``DeadlineExceeded``)
     deadline_at: datetime | None = None
+    #: its tenant (the task's ``tenant=`` option, ``tenants.py``); None: none declared
+    tenant: str | None = None
     payload_json: str | None = field(default=None, repr=False)
     #: the values under redacted names, encrypted (``tracked_secret_key``; never shown)
     secrets_sealed: str | None = field(default=None, repr=False)

@@ -55,6 +55,16 @@ class Limits:
     concurrency_limit: int | None = None
     #: the keyed rate limits (``rates.py``)
     rates: tuple[RateLimit, ...] = ()
+    #: the task's ``tenant`` option: ``{tenant}`` in the keys' templates (``tenants.py``)
+    tenant: str | Callable[..., str] | None = None
+
+    def named(self, shape: CallShape, args: Any, kwargs: Any) -> Mapping[str, Any]:
+        """The call's arguments by name (defaults applied, as at enqueue: ``calls.py``),
+        and its ``tenant`` when the task declares one (an argument of that name wins)."""
+        named = shape.bind(args, kwargs, "")
+        if self.tenant is None:
+            return named
+        return {"tenant": KeyCall("", args, kwargs, named).build("tenant", self.tenant), **named}
 
     def key_of(self, shape: CallShape, args: Any, kwargs: Any) -> str | None:
         """The call's concurrency key (stored in its row at enqueue).
@@ -65,8 +75,7 @@ class Limits:
         template = self.concurrency_key
         if template is None:
             return None
-        named = shape.bind(args, kwargs, "")  # defaults applied, as at enqueue (calls.py)
-        return concurrency_key(template, named, args, kwargs)
+        return concurrency_key(template, self.named(shape, args, kwargs), args, kwargs)
 
     def turns_of(self, shape: CallShape, args: Any, kwargs: Any, reserved: Any) -> tuple[Turn, ...]:
         """The keyed rate limits' turns of one delivery (none if the arguments cannot make
@@ -74,7 +83,7 @@ class Limits:
         if not self.rates:
             return ()
         try:
-            return turns_of(self.rates, shape.bind(args, kwargs, ""), args, kwargs, reserved)
+            return turns_of(self.rates, self.named(shape, args, kwargs), args, kwargs, reserved)
         except InvalidPayload:
             return ()
 

@@ -219,9 +219,7 @@ def _units(limit: RateLimit, named: Mapping[str, Any], args: Any, kwargs: Any) -
 
 def turns_header(turns: Sequence[Turn]) -> dict[str, Any]:
     """The header telling the next delivery its places in line."""
-    return {
-        HEADER_RATE_TURNS: {digest(t.key): t.slot_ms for t in turns if t.slot_ms is not None}
-    }
+    return {HEADER_RATE_TURNS: {digest(t.key): t.slot_ms for t in turns if t.slot_ms is not None}}
 
 
 def digest(key: str) -> str:

@@ -175,9 +175,7 @@ class KeyedRateLimit(Hooks):
             return None
         return self._ask(turns, delivery, reserve_only=False)
 
-    def _ask(
-        self, turns: tuple[Turn, ...], delivery: Delivery, reserve_only: bool
-    ) -> Wait | None:
+    def _ask(self, turns: tuple[Turn, ...], delivery: Delivery, reserve_only: bool) -> Wait | None:
         slept = 0
         while True:
             try:

@@ -99,6 +99,7 @@ class NewJob:
             "parent_job_id": self.parent_job_id,
             "owner_id": self.owner_id,
             "concurrency_key": self.concurrency_key,
+            "tenant": self.call.tenant,
             "secrets_sealed": self.sealed,
             "created_at": now,
             "updated_at": now,
@@ -166,7 +167,8 @@ def new_job(
     """
     control, options = facts.control, facts.options
     rules = task.call_rules(settings.masking, settings.max_payload_bytes)
-    call = prepare_call(task.shape, rules, args, kwargs, control.idempotency_key)
+    correlated = control.correlation_id is not None or facts.correlation_id != facts.job_id
+    call = prepare_call(task.shape, rules, args, kwargs, control.idempotency_key, correlated)
     queue = check_text(task.queue(options, args, kwargs), "queue", 200)
     if "queue" not in options and task.pins_queue:
         options["queue"] = queue

@@ -97,5 +97,3 @@ def test_many_askers_get_the_rate_and_never_more(client: redis.Redis, which: str
     # reply: a gap can look shorter only by the replies' spread (a few ms)
     assert min(gaps) > 0.1 - 0.03, min(gaps)
     assert 25 <= len(grants) <= 31  # 10/s for 3 s, less the first interval
-
-
