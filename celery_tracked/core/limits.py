@@ -77,14 +77,22 @@ class Limits:
             return None
         return concurrency_key(template, self.named(shape, args, kwargs), args, kwargs)
 
-    def turns_of(self, shape: CallShape, args: Any, kwargs: Any, reserved: Any) -> tuple[Turn, ...]:
-        """The keyed rate limits' turns of one delivery (none if the arguments cannot make
-        them: the enqueue refused such a call)."""
+    def turns_of(
+        self, shape: CallShape, args: Any, kwargs: Any, reserved: Any = None, strict: bool = False
+    ) -> tuple[Turn, ...]:
+        """The keyed rate limits' turns of one call; at a delivery none if the arguments
+        cannot make them (``strict``, at enqueue: such a call is refused).
+
+        Raises:
+            InvalidPayload: ``strict``: a key or the units cannot be made.
+        """
         if not self.rates:
             return ()
         try:
             return turns_of(self.rates, self.named(shape, args, kwargs), args, kwargs, reserved)
         except InvalidPayload:
+            if strict:
+                raise
             return ()
 
     def for_delivery(

@@ -169,6 +169,7 @@ def new_job(
     rules = task.call_rules(settings.masking, settings.max_payload_bytes)
     correlated = control.correlation_id is not None or facts.correlation_id != facts.job_id
     call = prepare_call(task.shape, rules, args, kwargs, control.idempotency_key, correlated)
+    task.limits.turns_of(task.shape, args, kwargs, strict=True)  # refused now, not at a start
     queue = check_text(task.queue(options, args, kwargs), "queue", 200)
     if "queue" not in options and task.pins_queue:
         options["queue"] = queue
