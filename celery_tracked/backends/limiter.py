@@ -173,59 +173,78 @@ end
 )
 
 
-#: rates.decide over the keys of one delivery's turns (KEYS), ARGV = short_ms, reserve_only
-#: (1/0), then per turn: span_ms, cost_ms, slot (-1: none) -> {wait_ms, slot per turn}
+#: rates.decide over a delivery's turns: KEYS = per turn its hash (line, seq), its
+#: grants and its plans (sorted sets of times, one member per unit); ARGV = short_ms,
+#: reserve_only (1/0), then per turn: count, window_ms, span_ms, cost_ms, units, slot (-1:
+#: none) -> {wait_ms, slot per turn}
 _DECIDE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local short, reserve_only = tonumber(ARGV[1]), ARGV[2] == '1'
-local n = #KEYS
-local tats, lines, spans, costs, slots, ats = {}, {}, {}, {}, {}, {}
+local n = #KEYS / 3
+local T = {}
 local latest = -math.huge
-for i = 1, n do
-  local span, cost = tonumber(ARGV[i * 3]), tonumber(ARGV[i * 3 + 1])
-  local slot = tonumber(ARGV[i * 3 + 2])
-  if slot < 0 then slot = nil end
-  local h = redis.call('HMGET', KEYS[i], 'tat', 'line')
-  local tat, line = tonumber(h[1]), tonumber(h[2])
-  if not tat then
-    tat = now + span
-    line = tat
-  end
-  if not line then line = tat end
-  tats[i], lines[i], spans[i], costs[i], slots[i] = tat, line, span, cost, slot
-  local place = math.max(tat, now)
-  if not slot then place = math.max(line, place) end
-  ats[i] = place + cost - span
-  if ats[i] > latest then latest = ats[i] end
+local function cap(zkey, count, units, window)
+  local idx = count - units
+  local r = redis.call('ZREVRANGE', zkey, idx, idx, 'WITHSCORES')
+  if r[2] then return tonumber(r[2]) + window end
+  return -math.huge
 end
-local function save(i)
-  redis.call('HSET', KEYS[i], 'tat', string.format('%.3f', tats[i]),
-    'line', string.format('%.3f', lines[i]))
-  local until_ms = math.max(tats[i], lines[i]) - now + spans[i] + 60000
-  redis.call('PEXPIRE', KEYS[i], math.ceil(until_ms))
+local function add(i, zkey, at)
+  for _ = 1, T[i].units do
+    local seq = redis.call('HINCRBY', T[i].h, 'seq', 1)
+    redis.call('ZADD', zkey, string.format('%.3f', at), seq)
+  end
+end
+for i = 1, n do
+  local b = 2 + (i - 1) * 6
+  local x = {h = KEYS[i * 3 - 2], g = KEYS[i * 3 - 1], p = KEYS[i * 3]}
+  x.count, x.window = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
+  x.span, x.cost, x.units = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+  x.slot = tonumber(ARGV[b + 6])
+  if x.slot < 0 then x.slot = nil end
+  redis.call('ZREMRANGEBYSCORE', x.g, '-inf', string.format('%.3f', now - x.window))
+  redis.call('ZREMRANGEBYSCORE', x.p, '-inf', string.format('%.3f', now - x.window))
+  x.line = tonumber(redis.call('HGET', x.h, 'line')) or now
+  local at = cap(x.g, x.count, x.units, x.window)
+  if not x.slot then
+    local place = math.max(x.line, now) + x.cost - x.span
+    at = math.max(at, place, cap(x.p, x.count, x.units, x.window))
+  end
+  x.at = at
+  if at > latest then latest = at end
+  T[i] = x
+end
+local function save(x)
+  redis.call('HSET', x.h, 'line', string.format('%.3f', x.line))
+  local ttl = math.ceil(math.max(x.line, latest, now) - now + x.window + 60000)
+  for _, k in ipairs({x.h, x.g, x.p}) do redis.call('PEXPIRE', k, ttl) end
 end
 if latest <= now and not reserve_only then
   for i = 1, n do
-    local tat = math.max(tats[i], now)
-    if not slots[i] then lines[i] = math.max(lines[i], tat) + costs[i] end
-    tats[i] = tat + costs[i]
-    save(i)
+    local x = T[i]
+    add(i, x.g, now)
+    if not x.slot then
+      x.line = math.max(x.line, now) + x.cost
+      add(i, x.p, now)
+    end
+    save(x)
   end
   return {0}
 end
 latest = math.max(latest, now)
 local out, wait = {0}, -math.huge
 for i = 1, n do
-  if slots[i] and ats[i] - now <= short then
-    out[i + 1] = slots[i]
-    wait = math.max(wait, ats[i] - now)
+  local x = T[i]
+  if x.slot and x.at - now <= short then
+    out[i + 1] = x.slot
+    wait = math.max(wait, x.at - now)
   else
-    local line = math.max(lines[i], tats[i], now) + costs[i]
-    line = math.max(line, latest + spans[i])
-    local slot = line - spans[i]
-    lines[i] = line
-    save(i)
+    local base = math.max(x.line, now) + x.cost
+    local slot = math.max(base - x.span, cap(x.p, x.count, x.units, x.window), latest)
+    x.line = math.max(base, slot + x.cost)
+    add(i, x.p, slot)
+    save(x)
     out[i + 1] = math.ceil(slot)
     wait = math.max(wait, slot - now)
   end
@@ -263,20 +282,24 @@ class RedisLimiter:
         with translated("rate limiter"):
             self._release(keys=[self.key(name)], args=[interval_ms, slot_ms])
 
-    def rate_key(self, key: str) -> str:
-        """A keyed rate limit's hash; every one shares the hash tag ``{rate}`` so that the
+    def rate_key(self, key: str, part: str = "line") -> str:
+        """One of a keyed rate limit's Redis keys: its ``line`` (a hash), its ``grants``
+        and its ``plans`` (sorted sets); all share the hash tag ``{rate}`` so that the
         keys of one delivery's limits are on one Redis Cluster node."""
-        return f"{self.prefix}:rate:{{rate}}:{key}"
+        return f"{self.prefix}:rate:{{rate}}:{part}:{key}"
 
     def turns(
         self, turns: tuple[Turn, ...], short_ms: float, reserve_only: bool = False
     ) -> tuple[int, tuple[Turn, ...]]:
         args: list[Any] = [round(short_ms, 3), 1 if reserve_only else 0]
+        keys: list[str] = []
         for turn in turns:
             slot = -1 if turn.slot_ms is None else turn.slot_ms
-            args += [f"{turn.span_ms:.3f}", f"{turn.cost_ms:.3f}", slot]
+            args += [turn.count, f"{turn.window_ms:.3f}", f"{turn.span_ms:.3f}"]
+            args += [f"{turn.cost_ms:.3f}", turn.units, slot]
+            keys += [self.rate_key(turn.key, p) for p in ("line", "grants", "plans")]
         with translated("rate limiter"):
-            out = self._decide(keys=[self.rate_key(t.key) for t in turns], args=args)
+            out = self._decide(keys=keys, args=args)
         wait = int(out[0])
         if wait == 0:
             return 0, turns

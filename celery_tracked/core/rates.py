@@ -11,15 +11,14 @@ The key is a template over the call's arguments, like ``concurrency_key`` (``cal
 or a callable; ``{tenant}`` names the job's tenant when the task declares ``tenant=`` and
 has no argument of that name (``tenants.py``).
 
-The limiter is a GCRA (generic cell rate algorithm) per key: one start costs
-``units * interval`` (``interval = window / count``), and a start is granted while the
-theoretical arrival time (``tat``) stays within ``burst * interval`` of now. Granted starts
-are counted when they are granted, just before the body (:func:`decide`, run after the
-claim): the grant is the start. A delivery refused takes a place at the end of its key's
-waiting line (``line``, a second GCRA cursor over the reservations), so the deliveries that
-wait come back one interval apart instead of all at once, and a fresh delivery does not
-overtake them. With ``burst`` 1 no window of ``window`` seconds ever holds more than
-``count`` starts of one key; with ``burst`` B at most ``count + B - 1``.
+The limiter, per key, one Lua script per start (:func:`decide`): a start is granted only
+if the key's starts of the last ``window`` (a sorted set of their times) leave room for
+it, so no window of ``window`` seconds ever holds more than ``count`` starts (units) of one
+key, however late the deliveries come; it is granted after the claim, immediately before
+the body: the grant is the start. A delivery refused takes a place at the end of its key's
+waiting line, a GCRA cursor (one interval, ``window / count``, per unit; ``burst`` at
+once) bounded by the same window over the places taken, so the deliveries that wait come
+back one interval apart instead of all at once, and a fresh delivery never overtakes them.
 
 Pure: no Redis, SQL or Celery here (the Lua twin is in ``backends/limiter.py``).
 """
@@ -62,8 +61,8 @@ class RateLimit:
         rate: ``"N/s"``, ``"N/m"``, ``"N/h"``, ``"N/d"``, or with a multiple:
             ``"100/10s"``.
         burst: how many may start back to back after a quiet spell (default 1: evenly
-            spaced, ``window / N`` apart). A rolling window then holds at most
-            ``N + burst - 1`` starts.
+            spaced, ``window / N`` apart; at most N). Any window holds at most N starts
+            whatever the burst.
         units: what one call costs (default 1): an integer, the name of an integer
             argument, or a callable taking the call's arguments; at most ``burst``.
     """
@@ -130,10 +129,9 @@ def _one(item: Any) -> RateLimit:
     if not isinstance(item, RateLimit):
         raise InvalidTaskOption("rate_limits", f"each limit is (key, rate), got {item!r}")
     check_template(item.key, "rate_limits")
-    parse_rate(item.rate)
-    burst = item.burst
-    if isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= MAX_COUNT:
-        raise InvalidTaskOption("rate_limits", f"burst must be 1-{MAX_COUNT}, got {burst!r}")
+    burst, (count, _) = item.burst, parse_rate(item.rate)
+    if isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= count:
+        raise InvalidTaskOption("rate_limits", f"burst must be 1 to N ({count}), got {burst!r}")
     units = item.units
     if isinstance(units, bool) or (isinstance(units, int) and not 1 <= units <= burst):
         raise InvalidTaskOption(
@@ -148,19 +146,24 @@ def _one(item: Any) -> RateLimit:
 
 @dataclass(frozen=True)
 class Turn:
-    """One limit as it applies to one delivery: its key (rendered), the milliseconds of
-    one unit, the burst, the units this call costs, and its place in line (Redis
+    """One limit as it applies to one delivery: its key (rendered), ``count`` starts per
+    ``window_ms``, the burst, the units this call costs, and its place in line (Redis
     milliseconds) when an earlier delivery of the message took one."""
 
     key: str
-    interval_ms: float
-    burst: int
-    units: int
+    count: int
+    window_ms: float
+    burst: int = 1
+    units: int = 1
     slot_ms: int | None = None
 
     @property
+    def interval_ms(self) -> float:
+        return self.window_ms / self.count
+
+    @property
     def span_ms(self) -> float:
-        return self.burst * self.interval_ms
+        return min(self.burst, self.count) * self.interval_ms
 
     @property
     def cost_ms(self) -> float:
@@ -186,10 +189,12 @@ def turns_of(
     for limit in limits:
         key = call.build("rate_limits", limit.key)
         slot = slots.get(digest(key))
+        count, window_s = parse_rate(limit.rate)
         turns.append(
             Turn(
                 key,
-                limit.interval_ms,
+                count,
+                window_s * 1000.0,
                 limit.burst,
                 _units(limit, named, args, kwargs),
                 int(slot) if isinstance(slot, int | float) and slot >= 0 else None,
@@ -229,20 +234,36 @@ def digest(key: str) -> str:
 
 @dataclass(frozen=True)
 class RateState:
-    """One key's state (its limiter's milliseconds): ``tat``, the theoretical arrival time
-    after the starts granted; ``line``, the end of the waiting line (reservations
-    included). Both None: no state (first use, or a Redis that lost it)."""
+    """One key's state (its limiter's milliseconds): ``line``, the end of its waiting line
+    (a GCRA cursor over the starts granted and the places taken); ``grants``, the starts
+    granted within the last window, newest first (one entry per unit); ``plans``, the same
+    with the places taken in line (their slots). Empty: never used, or idle for a window
+    (a Redis that lost the state forgets the starts of the last window, see
+    docs/limits.md)."""
 
-    tat: float | None = None
     line: float | None = None
+    grants: tuple[float, ...] = ()
+    plans: tuple[float, ...] = ()
+
+    def aged(self, now_ms: float, window_ms: float) -> RateState:
+        """Without what ended more than a window ago (it limits nothing any more)."""
+        since = now_ms - window_ms
+        return RateState(
+            self.line,
+            tuple(t for t in self.grants if t > since),
+            tuple(t for t in self.plans if t > since),
+        )
 
 
-def recovered(state: RateState, now_ms: float, span_ms: float) -> RateState:
-    """An empty state is taken as a full burst granted ``now_ms`` (first use and a lost
-    state cannot be told apart): no start is granted that a lost one would have refused."""
-    if state.tat is None:
-        return RateState(now_ms + span_ms, now_ms + span_ms)
-    return state if state.line is not None else replace(state, line=state.tat)
+def cap(times: tuple[float, ...], turn: Turn) -> float:
+    """The earliest time ``turn``'s units fit in any window of ``times`` (newest first):
+    the ``count - units + 1``-th newest plus the window; -inf when fewer."""
+    index = turn.count - turn.units
+    return times[index] + turn.window_ms if len(times) > index else -math.inf
+
+
+def _with(times: tuple[float, ...], at: float, units: int) -> tuple[float, ...]:
+    return tuple(sorted((*times, *(at,) * units), reverse=True))
 
 
 def decide(
@@ -254,30 +275,34 @@ def decide(
 ) -> tuple[int, tuple[Turn, ...], tuple[RateState, ...]]:
     """``(wait_ms, turns, new states)`` for a delivery asking to start now.
 
-    Granted (``wait_ms`` 0) when every limit allows it: a fresh turn (no place in line)
-    at its place at the end of the line, a reserved one when its key's ``tat`` allows
-    (``tat + cost - span <= now``); every key then records the start. Otherwise nothing
-    is granted: each fresh turn, and each reserved turn refused by more than
-    ``short_ms``, takes a place at the end of its line no earlier than the latest of
-    them (``wait_ms`` until it comes); a reserved turn refused by less keeps its place
-    (the caller waits in-process and asks again). ``reserve_only``: never grant (a
-    delivery that knows its key is busy, before its claim). ``backends/limiter.py``'s
-    Lua script is this function."""
-    states = [recovered(s, now_ms, t.span_ms) for s, t in zip(states, turns, strict=True)]
+    A start is granted when every limit allows it: never more than ``count`` units in
+    any window of ``window_ms`` (``grants``). A fresh turn (no place in line) must also
+    be due in its line: its place (``line``, paced one interval per unit, ``burst`` at
+    once) and the window of the places already taken (``plans``), so it never overtakes
+    the deliveries waiting; a reserved turn only needs the window, so that one that came
+    back late takes nothing from the next. Granted: each key records the start.
+    Otherwise nothing is granted: each fresh turn, and each reserved one refused by more
+    than ``short_ms``, takes a new place at the end of its line, no earlier than the
+    latest of them (``wait_ms`` until it comes); a reserved turn refused by less keeps
+    its place (the caller waits in-process and asks again). ``reserve_only``: never
+    grant. ``backends/limiter.py``'s Lua script is this function."""
+    states = [s.aged(now_ms, t.window_ms) for s, t in zip(states, turns, strict=True)]
     ats = []
     for state, turn in zip(states, turns, strict=True):
-        tat = max(state.tat or now_ms, now_ms)
-        place = max(state.line or now_ms, tat) if turn.slot_ms is None else tat
-        ats.append(place + turn.cost_ms - turn.span_ms)
+        at = cap(state.grants, turn)
+        if turn.slot_ms is None:
+            place = max(state.line or now_ms, now_ms) + turn.cost_ms - turn.span_ms
+            at = max(at, place, cap(state.plans, turn))
+        ats.append(at)
     latest = max(ats)
     if latest <= now_ms and not reserve_only:
         granted = []
         for state, turn in zip(states, turns, strict=True):
-            tat = max(state.tat or now_ms, now_ms)
-            line = state.line or now_ms
+            line, plans = state.line, state.plans
             if turn.slot_ms is None:
-                line = max(line, tat) + turn.cost_ms
-            granted.append(RateState(tat + turn.cost_ms, line))
+                line = max(line or now_ms, now_ms) + turn.cost_ms
+                plans = _with(plans, now_ms, turn.units)
+            granted.append(RateState(line, _with(state.grants, now_ms, turn.units), plans))
         return 0, tuple(turns), tuple(granted)
     latest = max(latest, now_ms)
     new_turns, new_states, waits = [], [], []
@@ -287,10 +312,10 @@ def decide(
             new_states.append(state)
             waits.append(at - now_ms)
             continue
-        line = max(state.line or now_ms, state.tat or now_ms, now_ms) + turn.cost_ms
-        line = max(line, latest + turn.span_ms)
-        slot = line - turn.span_ms
+        base = max(state.line or now_ms, now_ms) + turn.cost_ms
+        slot = max(base - turn.span_ms, cap(state.plans, turn), latest)
+        line = max(base, slot + turn.cost_ms)
         new_turns.append(replace(turn, slot_ms=math.ceil(slot)))
-        new_states.append(replace(state, line=line))
+        new_states.append(RateState(line, state.grants, _with(state.plans, slot, turn.units)))
         waits.append(slot - now_ms)
     return max(1, math.ceil(max(waits))), tuple(new_turns), tuple(new_states)
