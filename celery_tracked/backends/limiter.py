@@ -176,7 +176,7 @@ end
 #: rates.decide over a delivery's turns: KEYS = per turn its hash (line, seq), its
 #: grants and its plans (sorted sets of times, one member per unit); ARGV = short_ms,
 #: reserve_only (1/0), then per turn: count, window_ms, span_ms, cost_ms, units, slot (-1:
-#: none) -> {wait_ms, slot per turn}
+#: none), seq (its place's first id) -> {wait_ms, then per turn its slot and seq}
 _DECIDE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
@@ -191,17 +191,18 @@ local function cap(zkey, count, units, window)
   return -math.huge
 end
 local function add(i, zkey, at)
-  for _ = 1, T[i].units do
-    local seq = redis.call('HINCRBY', T[i].h, 'seq', 1)
-    redis.call('ZADD', zkey, string.format('%.3f', at), seq)
+  local first = redis.call('HINCRBY', T[i].h, 'seq', T[i].units) - T[i].units + 1
+  for k = 0, T[i].units - 1 do
+    redis.call('ZADD', zkey, string.format('%.3f', at), first + k)
   end
+  return first
 end
 for i = 1, n do
-  local b = 2 + (i - 1) * 6
+  local b = 2 + (i - 1) * 7
   local x = {h = KEYS[i * 3 - 2], g = KEYS[i * 3 - 1], p = KEYS[i * 3]}
   x.count, x.window = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
   x.span, x.cost, x.units = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
-  x.slot = tonumber(ARGV[b + 6])
+  x.slot, x.seq = tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])
   if x.slot < 0 then x.slot = nil end
   redis.call('ZREMRANGEBYSCORE', x.g, '-inf', string.format('%.3f', now - x.window))
   redis.call('ZREMRANGEBYSCORE', x.p, '-inf', string.format('%.3f', now - x.window))
@@ -237,15 +238,18 @@ local out, wait = {0}, -math.huge
 for i = 1, n do
   local x = T[i]
   if x.slot and x.at - now <= short then
-    out[i + 1] = x.slot
+    out[i * 2], out[i * 2 + 1] = x.slot, x.seq
     wait = math.max(wait, x.at - now)
   else
+    if x.slot and x.seq > 0 then
+      for k = 0, x.units - 1 do redis.call('ZREM', x.p, x.seq + k) end
+    end
     local base = math.max(x.line, now) + x.cost
     local slot = math.max(base - x.span, cap(x.p, x.count, x.units, x.window), latest)
     x.line = math.max(base, slot + x.cost)
-    add(i, x.p, slot)
+    local first = add(i, x.p, slot)
     save(x)
-    out[i + 1] = math.ceil(slot)
+    out[i * 2], out[i * 2 + 1] = math.ceil(slot), first
     wait = math.max(wait, slot - now)
   end
 end
@@ -296,14 +300,15 @@ class RedisLimiter:
         for turn in turns:
             slot = -1 if turn.slot_ms is None else turn.slot_ms
             args += [turn.count, f"{turn.window_ms:.3f}", f"{turn.span_ms:.3f}"]
-            args += [f"{turn.cost_ms:.3f}", turn.units, slot]
+            args += [f"{turn.cost_ms:.3f}", turn.units, slot, turn.seq or 0]
             keys += [self.rate_key(turn.key, p) for p in ("line", "grants", "plans")]
         with translated("rate limiter"):
             out = self._decide(keys=keys, args=args)
         wait = int(out[0])
         if wait == 0:
             return 0, turns
-        return wait, tuple(replace(t, slot_ms=int(s)) for t, s in zip(turns, out[1:], strict=True))
+        places = zip(turns, out[1::2], out[2::2], strict=True)
+        return wait, tuple(replace(t, slot_ms=int(s), seq=int(q)) for t, s, q in places)
 
 
 class MemoryLimiter:

@@ -156,6 +156,8 @@ class Turn:
     burst: int = 1
     units: int = 1
     slot_ms: int | None = None
+    #: the id of its place in the line's plans (given back when it takes a new place)
+    seq: int | None = None
 
     @property
     def interval_ms(self) -> float:
@@ -184,11 +186,11 @@ def turns_of(
         InvalidPayload: a key or the units cannot be made of the arguments.
     """
     call = KeyCall("", args, kwargs, named)
-    slots = reserved if isinstance(reserved, dict) else {}
+    places = reserved if isinstance(reserved, dict) else {}
     turns = []
     for limit in limits:
         key = call.build("rate_limits", limit.key)
-        slot = slots.get(digest(key))
+        slot, seq = _place(places.get(digest(key)))
         count, window_s = parse_rate(limit.rate)
         turns.append(
             Turn(
@@ -197,10 +199,19 @@ def turns_of(
                 window_s * 1000.0,
                 limit.burst,
                 _units(limit, named, args, kwargs),
-                int(slot) if isinstance(slot, int | float) and slot >= 0 else None,
+                slot,
+                seq,
             )
         )
     return tuple(turns)
+
+
+def _place(value: Any) -> tuple[int | None, int | None]:
+    """``(slot, seq)`` of a header's place (``[slot, seq]``), or ``(None, None)``."""
+    ok = isinstance(value, list | tuple) and len(value) == 2
+    if ok and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        return int(value[0]), int(value[1])
+    return None, None
 
 
 def _units(limit: RateLimit, named: Mapping[str, Any], args: Any, kwargs: Any) -> int:
@@ -224,7 +235,11 @@ def _units(limit: RateLimit, named: Mapping[str, Any], args: Any, kwargs: Any) -
 
 def turns_header(turns: Sequence[Turn]) -> dict[str, Any]:
     """The header telling the next delivery its places in line."""
-    return {HEADER_RATE_TURNS: {digest(t.key): t.slot_ms for t in turns if t.slot_ms is not None}}
+    return {
+        HEADER_RATE_TURNS: {
+            digest(t.key): [t.slot_ms, t.seq or 0] for t in turns if t.slot_ms is not None
+        }
+    }
 
 
 def digest(key: str) -> str:
@@ -243,23 +258,42 @@ class RateState:
 
     line: float | None = None
     grants: tuple[float, ...] = ()
-    plans: tuple[float, ...] = ()
+    #: ``(time, id)`` of each unit of a place, newest first
+    plans: tuple[tuple[float, int], ...] = ()
+    #: the last id given to a place's unit
+    seq: int = 0
 
     def aged(self, now_ms: float, window_ms: float) -> RateState:
         """Without what ended more than a window ago (it limits nothing any more)."""
         since = now_ms - window_ms
-        return RateState(
-            self.line,
-            tuple(t for t in self.grants if t > since),
-            tuple(t for t in self.plans if t > since),
+        return replace(
+            self,
+            grants=tuple(t for t in self.grants if t > since),
+            plans=tuple(p for p in self.plans if p[0] > since),
+        )
+
+    def planned(self, at: float, units: int, given_back: Turn | None = None) -> RateState:
+        """With a place of ``units`` at ``at`` (ids ``seq + 1``...), and without the
+        place ``given_back`` held."""
+        plans = self.plans
+        if given_back is not None and given_back.seq is not None:
+            ids = range(given_back.seq, given_back.seq + given_back.units)
+            plans = tuple(p for p in plans if p[1] not in ids)
+        new = tuple((at, self.seq + 1 + k) for k in range(units))
+        return replace(
+            self, plans=tuple(sorted((*plans, *new), reverse=True)), seq=self.seq + units
         )
 
 
-def cap(times: tuple[float, ...], turn: Turn) -> float:
+def cap(times: Sequence[float], turn: Turn) -> float:
     """The earliest time ``turn``'s units fit in any window of ``times`` (newest first):
     the ``count - units + 1``-th newest plus the window; -inf when fewer."""
     index = turn.count - turn.units
     return times[index] + turn.window_ms if len(times) > index else -math.inf
+
+
+def _times(state: RateState) -> list[float]:
+    return [p[0] for p in state.plans]
 
 
 def _with(times: tuple[float, ...], at: float, units: int) -> tuple[float, ...]:
@@ -292,17 +326,17 @@ def decide(
         at = cap(state.grants, turn)
         if turn.slot_ms is None:
             place = max(state.line or now_ms, now_ms) + turn.cost_ms - turn.span_ms
-            at = max(at, place, cap(state.plans, turn))
+            at = max(at, place, cap(_times(state), turn))
         ats.append(at)
     latest = max(ats)
     if latest <= now_ms and not reserve_only:
         granted = []
         for state, turn in zip(states, turns, strict=True):
-            line, plans = state.line, state.plans
+            state = replace(state, grants=_with(state.grants, now_ms, turn.units))
             if turn.slot_ms is None:
-                line = max(line or now_ms, now_ms) + turn.cost_ms
-                plans = _with(plans, now_ms, turn.units)
-            granted.append(RateState(line, _with(state.grants, now_ms, turn.units), plans))
+                state = state.planned(now_ms, turn.units)
+                state = replace(state, line=max(state.line or now_ms, now_ms) + turn.cost_ms)
+            granted.append(state)
         return 0, tuple(turns), tuple(granted)
     latest = max(latest, now_ms)
     new_turns, new_states, waits = [], [], []
@@ -312,10 +346,12 @@ def decide(
             new_states.append(state)
             waits.append(at - now_ms)
             continue
+        state = state.planned(now_ms, 0, turn)  # its old place given back
         base = max(state.line or now_ms, now_ms) + turn.cost_ms
-        slot = max(base - turn.span_ms, cap(state.plans, turn), latest)
-        line = max(base, slot + turn.cost_ms)
-        new_turns.append(replace(turn, slot_ms=math.ceil(slot)))
-        new_states.append(RateState(line, state.grants, _with(state.plans, slot, turn.units)))
+        slot = max(base - turn.span_ms, cap(_times(state), turn), latest)
+        state = state.planned(slot, turn.units)
+        state = replace(state, line=max(base, slot + turn.cost_ms))
+        new_turns.append(replace(turn, slot_ms=math.ceil(slot), seq=state.seq - turn.units + 1))
+        new_states.append(state)
         waits.append(slot - now_ms)
     return max(1, math.ceil(max(waits))), tuple(new_turns), tuple(new_states)

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from celery_tracked.backends.limiter import MemoryLimiter, RedisLimiter
-from celery_tracked.core.rates import RateState, Turn
+from celery_tracked.core.rates import Turn
 
 Limiter = RedisLimiter | MemoryLimiter
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -60,11 +61,11 @@ def test_a_call_makes_its_turns_and_its_units() -> None:
         ("ai:t1", 10, 1000.0, 1, None),
         ("tok", 100, 1000.0, 7, None),
     ]
-    header = turns_header([Turn("ai:t1", 10, 1000.0, slot_ms=123)])
-    assert header == {HEADER_RATE_TURNS: {digest("ai:t1"): 123}}
+    header = turns_header([Turn("ai:t1", 10, 1000.0, slot_ms=123, seq=7)])
+    assert header == {HEADER_RATE_TURNS: {digest("ai:t1"): [123, 7]}}
     assert "t1" not in str(header)  # the key may hold a secret argument
     again = turns_of(limits, {"tenant": "t1", "n": 7}, (), {}, header[HEADER_RATE_TURNS])
-    assert again[0].slot_ms == 123 and again[1].slot_ms is None
+    assert (again[0].slot_ms, again[0].seq) == (123, 7) and again[1].slot_ms is None
     with pytest.raises(InvalidPayload, match="units"):
         turns_of(limits, {"tenant": "t1", "n": 51}, (), {})
     with pytest.raises(InvalidPayload):
@@ -150,8 +151,8 @@ def test_units_count_as_that_many_starts() -> None:
 
 
 def test_state_older_than_a_window_is_forgotten() -> None:
-    state = RateState(line=0.0, grants=(5.0, 4.0), plans=(5.0, 4.0))
-    assert state.aged(2000.0, 1000.0) == RateState(0.0, (), ())
+    state = RateState(line=0.0, grants=(5.0, 4.0), plans=((5.0, 2), (4.0, 1)), seq=2)
+    assert state.aged(2000.0, 1000.0) == RateState(0.0, (), (), 2)
     wait, _, new = ask(state, Turn("k", 2, 1000.0), 2000.0)
     assert wait == 0 and new.grants == (2000.0,)
 
@@ -159,7 +160,7 @@ def test_state_older_than_a_window_is_forgotten() -> None:
 def test_several_limits_grant_together_or_not_at_all() -> None:
     now = 10_000.0
     free = RateState()
-    busy = RateState(line=now + 500, grants=(now - 1,), plans=(now + 400, now - 1))
+    busy = RateState(line=now + 500, grants=(now - 1,), plans=((now + 400, 2), (now - 1, 1)))
     turns = [Turn("a", 10, 1000.0), Turn("b", 10, 1000.0)]
     wait, made, (a, b) = decide([free, busy], turns, now, 0)
     assert wait == 500  # b's line
@@ -171,7 +172,8 @@ def test_several_limits_grant_together_or_not_at_all() -> None:
 
 def test_a_fresh_delivery_does_not_overtake_the_line() -> None:
     now = 10_000.0
-    waiting = RateState(line=now + 300, grants=(now - 100,), plans=(now + 200, now + 100, now))
+    plans = ((now + 200, 3), (now + 100, 2), (now, 1))
+    waiting = RateState(line=now + 300, grants=(now - 100,), plans=plans, seq=3)
     wait, turn, state = ask(waiting, Turn("k", 10, 1000.0), now, 0)
     assert wait == 300 and turn.slot_ms == now + 300 and state.line == now + 400
     # a reserved one only needs room in the window: coming late takes nothing from others
@@ -182,6 +184,12 @@ def test_a_fresh_delivery_does_not_overtake_the_line() -> None:
     assert wait == 10 and kept.slot_ms == 9_000  # short: keeps its place, waits in-process
     wait, moved, _ = ask(full, Turn("k", 10, 1000.0, slot_ms=9_000), now - 100, 50)
     assert wait > 50 and moved.slot_ms != 9_000  # far: a new place at the end
+    # taking a new place gives the old one back: the line does not fill with stale places
+    held = RateState(line=now + 100, grants=(), plans=((now, 1),), seq=1)
+    turn = Turn("k", 1, 1000.0, slot_ms=int(now), seq=1)
+    full_window = replace(held, grants=(now - 500,))
+    wait, moved, state = ask(full_window, turn, now, 50)
+    assert wait == 500 and [p[1] for p in state.plans] == [2]
 
 
 def test_reserve_only_never_grants() -> None:
