@@ -174,13 +174,13 @@ end
 
 
 #: rates.decide over a delivery's turns: KEYS = per turn its hash (line, seq), its
-#: grants and its plans (sorted sets of times, one member per unit); ARGV = short_ms,
-#: reserve_only (1/0), then per turn: count, window_ms, span_ms, cost_ms, units, slot (-1:
+#: grants and its plans (sorted sets of times, one member per unit); ARGV = reserve_only
+#: (1/0), then per turn: count, window_ms, span_ms, cost_ms, units, slot (-1:
 #: none), seq (its place's first id) -> {wait_ms, then per turn its slot and seq}
 _DECIDE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-local short, reserve_only = tonumber(ARGV[1]), ARGV[2] == '1'
+local reserve_only = ARGV[1] == '1'
 local n = #KEYS / 3
 local T = {}
 local latest = -math.huge
@@ -198,7 +198,7 @@ local function add(i, zkey, at)
   return first
 end
 for i = 1, n do
-  local b = 2 + (i - 1) * 7
+  local b = 1 + (i - 1) * 7
   local x = {h = KEYS[i * 3 - 2], g = KEYS[i * 3 - 1], p = KEYS[i * 3]}
   x.count, x.window = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
   x.span, x.cost, x.units = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
@@ -237,7 +237,7 @@ latest = math.max(latest, now)
 local out, wait = {0}, -math.huge
 for i = 1, n do
   local x = T[i]
-  if x.slot and x.at - now <= short then
+  if x.slot then
     out[i * 2], out[i * 2 + 1] = x.slot, x.seq
     wait = math.max(wait, x.at - now)
   else
@@ -293,9 +293,9 @@ class RedisLimiter:
         return f"{self.prefix}:rate:{{rate}}:{part}:{key}"
 
     def turns(
-        self, turns: tuple[Turn, ...], short_ms: float, reserve_only: bool = False
+        self, turns: tuple[Turn, ...], reserve_only: bool = False
     ) -> tuple[int, tuple[Turn, ...]]:
-        args: list[Any] = [round(short_ms, 3), 1 if reserve_only else 0]
+        args: list[Any] = [1 if reserve_only else 0]
         keys: list[str] = []
         for turn in turns:
             slot = -1 if turn.slot_ms is None else turn.slot_ms
@@ -338,11 +338,11 @@ class MemoryLimiter:
                 self._states[name] = release_slot(self._states[name], slot_ms)
 
     def turns(
-        self, turns: tuple[Turn, ...], short_ms: float, reserve_only: bool = False
+        self, turns: tuple[Turn, ...], reserve_only: bool = False
     ) -> tuple[int, tuple[Turn, ...]]:
         with self._lock:
             states = [self._rates.get(t.key, RateState()) for t in turns]
-            wait, made, new = decide(states, turns, _now_ms(), short_ms, reserve_only)
+            wait, made, new = decide(states, turns, _now_ms(), reserve_only)
             for turn, state in zip(turns, new, strict=True):
                 self._rates[turn.key] = state
         return wait, made

@@ -52,7 +52,7 @@ class Limiter(Protocol):
         """The delivery of slot ``slot_ms`` runs nothing: its turn and what it is owed go."""
 
     def turns(
-        self, turns: tuple[Turn, ...], short_ms: float, reserve_only: bool = False
+        self, turns: tuple[Turn, ...], reserve_only: bool = False
     ) -> tuple[int, tuple[Turn, ...]]:
         """Keyed rate limits (``rates.decide``, one round trip): ``(0, turns)`` when the
         start is granted (recorded on every key), else the wait and the turns with their

@@ -304,7 +304,6 @@ def decide(
     states: Sequence[RateState],
     turns: Sequence[Turn],
     now_ms: float,
-    short_ms: float,
     reserve_only: bool = False,
 ) -> tuple[int, tuple[Turn, ...], tuple[RateState, ...]]:
     """``(wait_ms, turns, new states)`` for a delivery asking to start now.
@@ -315,11 +314,10 @@ def decide(
     once) and the window of the places already taken (``plans``), so it never overtakes
     the deliveries waiting; a reserved turn only needs the window, so that one that came
     back late takes nothing from the next. Granted: each key records the start.
-    Otherwise nothing is granted: each fresh turn, and each reserved one refused by more
-    than ``short_ms``, takes a new place at the end of its line, no earlier than the
-    latest of them (``wait_ms`` until it comes); a reserved turn refused by less keeps
-    its place (the caller waits in-process and asks again). ``reserve_only``: never
-    grant. ``backends/limiter.py``'s Lua script is this function."""
+    Otherwise nothing is granted: each fresh turn takes a place at the end of its line,
+    no earlier than the latest of them (``wait_ms`` until it comes); a reserved turn
+    keeps its place and waits for room in its window (at most one window: a delivery
+    that came late is not sent to the end of the line). ``reserve_only``: never grant. ``backends/limiter.py``'s Lua script is this function."""
     states = [s.aged(now_ms, t.window_ms) for s, t in zip(states, turns, strict=True)]
     ats = []
     for state, turn in zip(states, turns, strict=True):
@@ -341,7 +339,7 @@ def decide(
     latest = max(latest, now_ms)
     new_turns, new_states, waits = [], [], []
     for state, turn, at in zip(states, turns, ats, strict=True):
-        if turn.slot_ms is not None and at - now_ms <= short_ms:
+        if turn.slot_ms is not None:
             new_turns.append(turn)
             new_states.append(state)
             waits.append(at - now_ms)

@@ -140,9 +140,10 @@ class KeyedRateLimit(Hooks):
     the claim, immediately before the body, in one Redis round trip over every limit of
     the delivery (``before_body``). A refused delivery gives its claim back and is
     re-published for its place in line, carried in its message
-    (``tracked_rate_turns``): no attempt used, one re-publish per wait. A refusal shorter
-    than :data:`SHORT_WAIT_S` (a delivery a little ahead of its place) is slept
-    in-process, holding the claim, and asked again, at most :attr:`SHORT_WAITS` times.
+    (``tracked_rate_turns``): no attempt used, one re-publish per wait (a delivery that
+    came back late and finds its key's window full waits for room, keeping its place). A
+    refusal shorter than :data:`SHORT_WAIT_S` is slept in-process, holding the claim, and
+    asked again, at most :attr:`SHORT_WAITS` times.
 
     Before the claim it asks nothing, unless this process saw the key's line reach
     further than the short wait: a fresh delivery then takes its place in line at once
@@ -179,7 +180,7 @@ class KeyedRateLimit(Hooks):
         slept = 0
         while True:
             try:
-                wait_ms, turns = self.limiter.turns(turns, SHORT_WAIT_S * 1000, reserve_only)
+                wait_ms, turns = self.limiter.turns(turns, reserve_only)
             except GuardError as exc:
                 return Wait(UNAVAILABLE_WAIT_S, f"rate limiter unavailable: {exc}")
             if wait_ms <= 0:

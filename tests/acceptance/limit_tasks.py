@@ -93,7 +93,11 @@ def add_limit_tasks(
     def per_tenant(self: Any, tenant_id: str, n: int) -> dict[str, Any]:
         at = time.time()
         r, job_id, run, started = begin(self)
-        r.rpush("keyed:starts", f"{at:.6f} {tenant_id} {job_id} {os.getpid()}")
+        tracker = Tracker.for_app(self.app)
+        grants = f"{tracker.settings.key_prefix}:rate:{{rate}}:grants:acc-t:{tenant_id}"
+        newest = r.zrevrange(grants, 0, 0, withscores=True)  # its own grant, or a later one
+        grant = newest[0][1] / 1000 if newest else -1.0
+        r.rpush("keyed:starts", f"{at:.6f} {tenant_id} {job_id} {os.getpid()} {grant:.6f}")
         end(r, job_id, started)
         return {"n": n, "run": run}
 

@@ -31,9 +31,28 @@ CHILDREN = int(os.environ.get("TRACKED_KEYED_CHILDREN", "2"))
 def starts_by_tenant(env: Any) -> dict[str, list[float]]:
     found: dict[str, list[float]] = defaultdict(list)
     for raw in env.redis.lrange("keyed:starts", 0, -1):
-        at, tenant, _job_id, _pid = raw.decode().split()
+        at, tenant, _job_id, _pid, _grant = raw.decode().split()
         found[tenant].append(float(at))
     return {tenant: sorted(times) for tenant, times in found.items()}
+
+
+def grants_by_tenant(env: Any) -> dict[str, list[float]]:
+    """The grant each body read (Redis's clock), by tenant."""
+    found: dict[str, set[float]] = defaultdict(set)
+    for raw in env.redis.lrange("keyed:starts", 0, -1):
+        _at, tenant, _job_id, _pid, grant = raw.decode().split()
+        found[tenant].add(float(grant))
+    return {tenant: sorted(times) for tenant, times in found.items()}
+
+
+def latencies_ms(env: Any) -> list[float]:
+    """Each body's start after the newest grant of its key it read (its own, or a later
+    one: then negative)."""
+    out = []
+    for raw in env.redis.lrange("keyed:starts", 0, -1):
+        at, _tenant, _job_id, _pid, grant = raw.decode().split()
+        out.append(round((float(at) - float(grant)) * 1000, 1))
+    return sorted(out)
 
 
 def most_in(times: list[float], window_s: float) -> int:
@@ -87,6 +106,9 @@ def test_per_tenant_limits_hold_across_workers(env: Any, start_worker: Any, kill
         f"\n  throughput per tenant (/s): { {t: round(r, 2) for t, r in rates.items()} }"
         f"\n  most starts in any 1 s window: {most}"
         f"\n  ... in any {1 - LATENCY_S:.3f} s window: {most_less_latency}"
+        f"\n  most grants in any 1 s window: "
+        f"{ {t: most_in(g, 1.0) for t, g in grants_by_tenant(env).items()} }"
+        f"\n  body start after the grant (ms): {latencies_ms(env)[:: max(1, JOBS // 20)]}"
         f"\n  attempts_made {attempts}, re-publishes {republished} "
         f"({republished / JOBS:.2f} per job), runs {sorted({env.ran(j) for j in ids})}"
     )

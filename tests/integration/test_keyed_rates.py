@@ -30,29 +30,29 @@ def both(client: redis.Redis) -> list[Limiter]:
 def test_the_script_decides_as_the_twin(client: redis.Redis) -> None:
     for limiter in both(client):
         one = (Turn("t:1", 1, 1000.0),)  # 1/s
-        assert limiter.turns(one, 50)[0] == 0  # a new key: room in its window
-        wait, (second,) = limiter.turns(one, 50)
+        assert limiter.turns(one)[0] == 0  # a new key: room in its window
+        wait, (second,) = limiter.turns(one)
         assert 990 <= wait <= 1000, limiter
-        wait, (third,) = limiter.turns(one, 50)
+        wait, (third,) = limiter.turns(one)
         assert 1990 <= wait <= 2000 and third.slot_ms == second.slot_ms + 1000  # type: ignore[operator]
-        wait, (again,) = limiter.turns((second,), 50)  # back too early: far, a new place
-        assert 2990 <= wait <= 3000 and again.slot_ms == second.slot_ms + 2000  # type: ignore[operator]
+        wait, (again,) = limiter.turns((second,))  # back early: waits for room, its place kept
+        assert 990 <= wait <= 1000 and again.slot_ms == second.slot_ms
         burst = (Turn("t:2", 3, 1000.0, burst=3),)
-        assert [limiter.turns(burst, 50)[0] for _ in range(3)] == [0, 0, 0]
-        assert 990 <= limiter.turns(burst, 50)[0] <= 1000  # the window is full
+        assert [limiter.turns(burst)[0] for _ in range(3)] == [0, 0, 0]
+        assert 990 <= limiter.turns(burst)[0] <= 1000  # the window is full
         pair = (Turn("t:3", 1, 1000.0), Turn("t:1", 1, 1000.0))
-        wait, made = limiter.turns(pair, 50)  # t:1's line is 4 s long: both wait for it
-        assert 3990 <= wait <= 4000 and made[0].slot_ms == made[1].slot_ms
-        assert limiter.turns((Turn("t:3", 1, 1000.0),), 50)[0] > 4500  # behind it
+        wait, made = limiter.turns(pair)  # t:1's line is 3 s long: both wait for it
+        assert 2990 <= wait <= 3000 and made[0].slot_ms == made[1].slot_ms
+        assert limiter.turns((Turn("t:3", 1, 1000.0),))[0] > 3500  # behind it
         units = (Turn("t:4", 4, 1000.0, burst=4, units=3),)
-        assert limiter.turns(units, 50)[0] == 0
-        assert limiter.turns((Turn("t:4", 4, 1000.0, burst=4, units=2),), 50)[0] > 900
+        assert limiter.turns(units)[0] == 0
+        assert limiter.turns((Turn("t:4", 4, 1000.0, burst=4, units=2),))[0] > 900
 
 
 def test_the_script_keeps_no_key_forever(client: redis.Redis) -> None:
     limiter = RedisLimiter(client, "ct")
     assert limiter.rate_key("ai:t1") == "ct:rate:{rate}:line:ai:t1"  # one Cluster slot for all
-    limiter.turns((Turn("ai:t1", 20, 1000.0),), 50)
+    limiter.turns((Turn("ai:t1", 20, 1000.0),))
     for part in ("line", "grants", "plans"):
         key = limiter.rate_key("ai:t1", part)
         assert 0 < client.pttl(key) <= 1000 + 1000 + 60_000 + 100, key
@@ -68,7 +68,7 @@ def hammer(limiter: Limiter, turn: Turn, threads: int, seconds: float) -> list[f
     def one() -> None:
         mine = turn
         while time.monotonic() < deadline:
-            wait, (mine,) = limiter.turns((mine,), 50)
+            wait, (mine,) = limiter.turns((mine,))
             if wait == 0:
                 with lock:
                     grants.append(time.time())

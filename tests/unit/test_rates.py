@@ -72,8 +72,8 @@ def test_a_call_makes_its_turns_and_its_units() -> None:
         turns_of(limits, {"n": 1}, (), {})  # no tenant to make the key of
 
 
-def ask(state: RateState, turn: Turn, now: float, short: float = 50) -> tuple[int, Turn, RateState]:
-    wait, (made,), (new,) = decide([state], [turn], now, short)
+def ask(state: RateState, turn: Turn, now: float) -> tuple[int, Turn, RateState]:
+    wait, (made,), (new,) = decide([state], [turn], now)
     return wait, made, new
 
 
@@ -134,7 +134,7 @@ def test_a_burst_goes_at_once_and_the_window_still_holds() -> None:
     state = RateState()
     waits = []
     for _ in range(8):
-        wait, _, state = ask(state, turn, now, short=0)
+        wait, _, state = ask(state, turn, now)
         waits.append(wait)
     assert waits[:5] == [0] * 5  # the burst, at once
     assert waits[5:] == [100, 200, 300]  # then one interval apart
@@ -144,9 +144,9 @@ def test_a_burst_goes_at_once_and_the_window_still_holds() -> None:
 
 def test_units_count_as_that_many_starts() -> None:
     now = 10_000.0
-    wait, _, state = ask(RateState(), Turn("k", 4, 1000.0, burst=4, units=4), now, 0)
+    wait, _, state = ask(RateState(), Turn("k", 4, 1000.0, burst=4, units=4), now)
     assert wait == 0 and len(state.grants) == 4
-    wait, _, state = ask(state, Turn("k", 4, 1000.0, burst=4), now + 10, 0)
+    wait, _, state = ask(state, Turn("k", 4, 1000.0, burst=4), now + 10)
     assert wait == 990  # the window is full until the four units leave it
 
 
@@ -162,11 +162,11 @@ def test_several_limits_grant_together_or_not_at_all() -> None:
     free = RateState()
     busy = RateState(line=now + 500, grants=(now - 1,), plans=((now + 400, 2), (now - 1, 1)))
     turns = [Turn("a", 10, 1000.0), Turn("b", 10, 1000.0)]
-    wait, made, (a, b) = decide([free, busy], turns, now, 0)
+    wait, made, (a, b) = decide([free, busy], turns, now)
     assert wait == 500  # b's line
     assert a.grants == ()  # nothing granted on a
     assert [t.slot_ms for t in made] == [10_500, 10_500]  # a place in both lines
-    wait, _, _ = decide([a, b], made, now + 500, 0)
+    wait, _, _ = decide([a, b], made, now + 500)
     assert wait == 0
 
 
@@ -174,24 +174,18 @@ def test_a_fresh_delivery_does_not_overtake_the_line() -> None:
     now = 10_000.0
     plans = ((now + 200, 3), (now + 100, 2), (now, 1))
     waiting = RateState(line=now + 300, grants=(now - 100,), plans=plans, seq=3)
-    wait, turn, state = ask(waiting, Turn("k", 10, 1000.0), now, 0)
+    wait, turn, state = ask(waiting, Turn("k", 10, 1000.0), now)
     assert wait == 300 and turn.slot_ms == now + 300 and state.line == now + 400
     # a reserved one only needs room in the window: coming late takes nothing from others
     wait, kept, _ = ask(waiting, Turn("k", 10, 1000.0, slot_ms=int(now + 100)), now + 150)
     assert wait == 0
     full = RateState(line=now, grants=tuple(now - 981 - i for i in range(10)))  # newest first
-    wait, kept, _ = ask(full, Turn("k", 10, 1000.0, slot_ms=9_000), now, 50)
+    wait, kept, _ = ask(full, Turn("k", 10, 1000.0, slot_ms=9_000), now)
     assert wait == 10 and kept.slot_ms == 9_000  # short: keeps its place, waits in-process
-    wait, moved, _ = ask(full, Turn("k", 10, 1000.0, slot_ms=9_000), now - 100, 50)
-    assert wait > 50 and moved.slot_ms != 9_000  # far: a new place at the end
-    # taking a new place gives the old one back: the line does not fill with stale places
-    held = RateState(line=now + 100, grants=(), plans=((now, 1),), seq=1)
-    turn = Turn("k", 1, 1000.0, slot_ms=int(now), seq=1)
-    full_window = replace(held, grants=(now - 500,))
-    wait, moved, state = ask(full_window, turn, now, 50)
-    assert wait == 500 and [p[1] for p in state.plans] == [2]
+    wait, kept, _ = ask(full, Turn("k", 10, 1000.0, slot_ms=9_000), now - 100)
+    assert wait == 110 and kept.slot_ms == 9_000  # late and far: still its place, not the end
 
 
 def test_reserve_only_never_grants() -> None:
-    wait, (turn,), _ = decide([RateState()], [Turn("k", 10, 1000.0)], 1e4, 0, True)
+    wait, (turn,), _ = decide([RateState()], [Turn("k", 10, 1000.0)], 1e4, True)
     assert wait >= 1 and turn.slot_ms is not None
