@@ -238,12 +238,13 @@ local out, wait = {0}, -math.huge
 for i = 1, n do
   local x = T[i]
   if x.slot then
+    if x.at > now then
+      x.at = math.max(x.at, tonumber(redis.call('HGET', x.h, 'late')) or x.at)
+      redis.call('HSET', x.h, 'late', string.format('%.3f', x.at + x.cost))
+    end
     out[i * 2], out[i * 2 + 1] = x.slot, x.seq
     wait = math.max(wait, x.at - now)
   else
-    if x.slot and x.seq > 0 then
-      for k = 0, x.units - 1 do redis.call('ZREM', x.p, x.seq + k) end
-    end
     local base = math.max(x.line, now) + x.cost
     local slot = math.max(base - x.span, cap(x.p, x.count, x.units, x.window), latest)
     x.line = math.max(base, slot + x.cost)

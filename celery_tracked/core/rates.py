@@ -262,6 +262,8 @@ class RateState:
     plans: tuple[tuple[float, int], ...] = ()
     #: the last id given to a place's unit
     seq: int = 0
+    #: when the next delivery that came late and found the window full may try again
+    late: float | None = None
 
     def aged(self, now_ms: float, window_ms: float) -> RateState:
         """Without what ended more than a window ago (it limits nothing any more)."""
@@ -272,16 +274,11 @@ class RateState:
             plans=tuple(p for p in self.plans if p[0] > since),
         )
 
-    def planned(self, at: float, units: int, given_back: Turn | None = None) -> RateState:
-        """With a place of ``units`` at ``at`` (ids ``seq + 1``...), and without the
-        place ``given_back`` held."""
-        plans = self.plans
-        if given_back is not None and given_back.seq is not None:
-            ids = range(given_back.seq, given_back.seq + given_back.units)
-            plans = tuple(p for p in plans if p[1] not in ids)
+    def planned(self, at: float, units: int) -> RateState:
+        """With a place of ``units`` at ``at`` (ids ``seq + 1``...)."""
         new = tuple((at, self.seq + 1 + k) for k in range(units))
         return replace(
-            self, plans=tuple(sorted((*plans, *new), reverse=True)), seq=self.seq + units
+            self, plans=tuple(sorted((*self.plans, *new), reverse=True)), seq=self.seq + units
         )
 
 
@@ -316,8 +313,9 @@ def decide(
     back late takes nothing from the next. Granted: each key records the start.
     Otherwise nothing is granted: each fresh turn takes a place at the end of its line,
     no earlier than the latest of them (``wait_ms`` until it comes); a reserved turn
-    keeps its place and waits for room in its window (at most one window: a delivery
-    that came late is not sent to the end of the line). ``reserve_only``: never grant. ``backends/limiter.py``'s Lua script is this function."""
+    keeps its place and waits for room in its window (a delivery that came late is not
+    sent to the end of the line), those that came late one interval apart (``late``) so
+    that they do not all come back at once. ``reserve_only``: never grant. ``backends/limiter.py``'s Lua script is this function."""
     states = [s.aged(now_ms, t.window_ms) for s, t in zip(states, turns, strict=True)]
     ats = []
     for state, turn in zip(states, turns, strict=True):
@@ -339,12 +337,14 @@ def decide(
     latest = max(latest, now_ms)
     new_turns, new_states, waits = [], [], []
     for state, turn, at in zip(states, turns, ats, strict=True):
-        if turn.slot_ms is not None:
+        if turn.slot_ms is not None:  # late ones wait their turn, one interval apart
+            if at > now_ms:
+                at = max(at, state.late or at)
+                state = replace(state, late=at + turn.cost_ms)
             new_turns.append(turn)
             new_states.append(state)
             waits.append(at - now_ms)
             continue
-        state = state.planned(now_ms, 0, turn)  # its old place given back
         base = max(state.line or now_ms, now_ms) + turn.cost_ms
         slot = max(base - turn.span_ms, cap(_times(state), turn), latest)
         state = state.planned(slot, turn.units)

@@ -189,3 +189,24 @@ def test_a_fresh_delivery_does_not_overtake_the_line() -> None:
 def test_reserve_only_never_grants() -> None:
     wait, (turn,), _ = decide([RateState()], [Turn("k", 10, 1000.0)], 1e4, True)
     assert wait >= 1 and turn.slot_ms is not None
+
+
+def test_deliveries_that_came_late_try_again_one_interval_apart() -> None:
+    now = 10_000.0
+    full = RateState(line=now + 500, grants=tuple(now - 900 - i for i in range(10)))
+    waits = []
+    for slot in (9_000, 9_100, 9_200):
+        wait, kept, full = ask(full, Turn("k", 10, 1000.0, slot_ms=slot), now)
+        waits.append(wait)
+        assert kept.slot_ms == slot
+    assert waits == [91, 191, 291]  # not all at once when the window frees
+
+
+def test_heavy_lateness_costs_throughput_not_the_limit() -> None:
+    starts, republished = simulate(10, 1, 200, 3, late_ms=1500)
+    assert most_in_window(starts, 1000) <= 10
+    print(
+        f"\nlate up to 1.5 s: {(len(starts) - 1) / ((starts[-1] - starts[0]) / 1000):.2f}/s, "
+        f"{republished / 200:.2f} re-publishes per job"
+    )
+    assert republished <= 4 * 200
