@@ -315,7 +315,8 @@ def decide(
     no earlier than the latest of them (``wait_ms`` until it comes); a reserved turn
     keeps its place and waits for room in its window (a delivery that came late is not
     sent to the end of the line), those that came late one interval apart (``late``) so
-    that they do not all come back at once. ``reserve_only``: never grant. ``backends/limiter.py``'s Lua script is this function."""
+    that they do not all come back at once. ``reserve_only``: never grant.
+    ``backends/limiter.py``'s Lua script is this function."""
     states = [s.aged(now_ms, t.window_ms) for s, t in zip(states, turns, strict=True)]
     ats = []
     for state, turn in zip(states, turns, strict=True):

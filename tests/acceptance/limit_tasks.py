@@ -7,9 +7,11 @@ its start, first thing in the body: ``RPUSH limited:starts "<time> <pid> <job_id
 ``<grant>`` being the limiter's latest granted start read from its Redis hash right after
 (the body's own grant: no other start comes within the interval), or -1 if unreadable.
 ``acc.per_tenant`` (tenant ``{tenant_id}``, keyed limit ``acc-t:{tenant}`` at
-``PER_TENANT_S`` per second) records ``RPUSH keyed:starts "<time> <tenant> <job_id> <pid>"``
-as its first line. ``acc.one_per_group`` runs at most one job per ``group`` at a time (``spans:<job_id>``);
-run 1 of a job whose ``hang`` is set publishes its pid and hangs (the test SIGKILLs it).
+``PER_TENANT_S`` per second) records, first thing,
+``RPUSH keyed:starts "<time> <tenant> <job_id> <pid> <grant>"`` (``<grant>``: the newest
+grant of its key, read right after: its own). ``acc.one_per_group`` runs at most one job
+per ``group`` at a time (``spans:<job_id>``); run 1 of a job whose ``hang`` is set
+publishes its pid and hangs (the test SIGKILLs it).
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import heapq
 import random
-from dataclasses import replace
 
 import pytest
 
