@@ -207,10 +207,10 @@ for i = 1, n do
   redis.call('ZREMRANGEBYSCORE', x.g, '-inf', string.format('%.3f', now - x.window))
   redis.call('ZREMRANGEBYSCORE', x.p, '-inf', string.format('%.3f', now - x.window))
   x.line = tonumber(redis.call('HGET', x.h, 'line')) or now
+  x.tat = tonumber(redis.call('HGET', x.h, 'tat')) or now
   local at = cap(x.g, x.count, x.units, x.window)
   if not x.slot then
-    local place = math.max(x.line, now) + x.cost - x.span
-    at = math.max(at, place, cap(x.p, x.count, x.units, x.window))
+    at = math.max(at, math.max(x.tat, now) + x.cost - x.span)
   end
   x.at = at
   if at > latest then latest = at end
@@ -225,6 +225,7 @@ if latest <= now and not reserve_only then
   for i = 1, n do
     local x = T[i]
     add(i, x.g, now)
+    redis.call('HSET', x.h, 'tat', string.format('%.3f', math.max(x.tat, now) + x.cost))
     if not x.slot then
       x.line = math.max(x.line, now) + x.cost
       add(i, x.p, now)
@@ -232,6 +233,13 @@ if latest <= now and not reserve_only then
     save(x)
   end
   return {0}
+end
+local function place(x)
+  local base = math.max(x.line, now) + x.cost
+  return math.max(base - x.span, cap(x.p, x.count, x.units, x.window))
+end
+for i = 1, n do
+  if not T[i].slot then latest = math.max(latest, place(T[i])) end
 end
 latest = math.max(latest, now)
 local out, wait = {0}, -math.huge
@@ -246,7 +254,7 @@ for i = 1, n do
     wait = math.max(wait, x.at - now)
   else
     local base = math.max(x.line, now) + x.cost
-    local slot = math.max(base - x.span, cap(x.p, x.count, x.units, x.window), latest)
+    local slot = math.max(place(x), latest)
     x.line = math.max(base, slot + x.cost)
     local first = add(i, x.p, slot)
     save(x)

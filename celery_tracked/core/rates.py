@@ -264,6 +264,8 @@ class RateState:
     seq: int = 0
     #: when the next delivery that came late and found the window full may try again
     late: float | None = None
+    #: the theoretical arrival time after the starts granted (GCRA: the burst)
+    tat: float | None = None
 
     def aged(self, now_ms: float, window_ms: float) -> RateState:
         """Without what ended more than a window ago (it limits nothing any more)."""
@@ -287,6 +289,13 @@ def cap(times: Sequence[float], turn: Turn) -> float:
     the ``count - units + 1``-th newest plus the window; -inf when fewer."""
     index = turn.count - turn.units
     return times[index] + turn.window_ms if len(times) > index else -math.inf
+
+
+def _end_of_line(state: RateState, turn: Turn, now_ms: float) -> float:
+    """The earliest place at the end of ``state``'s line for ``turn``: paced by the line
+    (``burst`` at once), and no window holding more than ``count`` places."""
+    base = max(state.line or now_ms, now_ms) + turn.cost_ms
+    return max(base - turn.span_ms, cap(_times(state), turn))
 
 
 def _times(state: RateState) -> list[float]:
@@ -321,20 +330,23 @@ def decide(
     ats = []
     for state, turn in zip(states, turns, strict=True):
         at = cap(state.grants, turn)
-        if turn.slot_ms is None:
-            place = max(state.line or now_ms, now_ms) + turn.cost_ms - turn.span_ms
-            at = max(at, place, cap(_times(state), turn))
+        if turn.slot_ms is None:  # room now, and no closer than the burst allows
+            at = max(at, max(state.tat or now_ms, now_ms) + turn.cost_ms - turn.span_ms)
         ats.append(at)
     latest = max(ats)
     if latest <= now_ms and not reserve_only:
         granted = []
         for state, turn in zip(states, turns, strict=True):
-            state = replace(state, grants=_with(state.grants, now_ms, turn.units))
+            tat = max(state.tat or now_ms, now_ms) + turn.cost_ms
+            state = replace(state, grants=_with(state.grants, now_ms, turn.units), tat=tat)
             if turn.slot_ms is None:
                 state = state.planned(now_ms, turn.units)
                 state = replace(state, line=max(state.line or now_ms, now_ms) + turn.cost_ms)
             granted.append(state)
         return 0, tuple(turns), tuple(granted)
+    for state, turn in zip(states, turns, strict=True):  # the places are taken together
+        if turn.slot_ms is None:
+            latest = max(latest, _end_of_line(state, turn, now_ms))
     latest = max(latest, now_ms)
     new_turns, new_states, waits = [], [], []
     for state, turn, at in zip(states, turns, ats, strict=True):
@@ -347,7 +359,7 @@ def decide(
             waits.append(at - now_ms)
             continue
         base = max(state.line or now_ms, now_ms) + turn.cost_ms
-        slot = max(base - turn.span_ms, cap(_times(state), turn), latest)
+        slot = max(_end_of_line(state, turn, now_ms), latest)
         state = state.planned(slot, turn.units)
         state = replace(state, line=max(base, slot + turn.cost_ms))
         new_turns.append(replace(turn, slot_ms=math.ceil(slot), seq=state.seq - turn.units + 1))

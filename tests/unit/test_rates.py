@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -159,26 +160,28 @@ def test_state_older_than_a_window_is_forgotten() -> None:
 def test_several_limits_grant_together_or_not_at_all() -> None:
     now = 10_000.0
     free = RateState()
-    busy = RateState(line=now + 500, grants=(now - 1,), plans=((now + 400, 2), (now - 1, 1)))
+    busy = RateState(line=now, grants=tuple(now - 509 - i for i in range(10)))  # full
     turns = [Turn("a", 10, 1000.0), Turn("b", 10, 1000.0)]
     wait, made, (a, b) = decide([free, busy], turns, now)
-    assert wait == 500  # b's line
+    assert wait == 482  # b's window
     assert a.grants == ()  # nothing granted on a
-    assert [t.slot_ms for t in made] == [10_500, 10_500]  # a place in both lines
-    wait, _, _ = decide([a, b], made, now + 500)
+    assert [t.slot_ms for t in made] == [10_482, 10_482]  # a place in both lines
+    wait, _, _ = decide([a, b], made, now + 482)
     assert wait == 0
 
 
-def test_a_fresh_delivery_does_not_overtake_the_line() -> None:
+def test_a_fresh_delivery_takes_the_room_there_is_else_a_place_at_the_end() -> None:
     now = 10_000.0
     plans = ((now + 200, 3), (now + 100, 2), (now, 1))
     waiting = RateState(line=now + 300, grants=(now - 100,), plans=plans, seq=3)
-    wait, turn, state = ask(waiting, Turn("k", 10, 1000.0), now)
+    wait, _, _ = ask(waiting, Turn("k", 10, 1000.0), now)
+    assert wait == 0  # room in the window now: taken, whoever waits in line
+    full = replace(waiting, grants=tuple(now - 981 - i for i in range(10)))  # newest first
+    wait, turn, state = ask(full, Turn("k", 10, 1000.0), now)
     assert wait == 300 and turn.slot_ms == now + 300 and state.line == now + 400
     # a reserved one only needs room in the window: coming late takes nothing from others
     wait, kept, _ = ask(waiting, Turn("k", 10, 1000.0, slot_ms=int(now + 100)), now + 150)
     assert wait == 0
-    full = RateState(line=now, grants=tuple(now - 981 - i for i in range(10)))  # newest first
     wait, kept, _ = ask(full, Turn("k", 10, 1000.0, slot_ms=9_000), now)
     assert wait == 10 and kept.slot_ms == 9_000  # short: keeps its place, waits in-process
     wait, kept, _ = ask(full, Turn("k", 10, 1000.0, slot_ms=9_000), now - 100)
