@@ -173,14 +173,13 @@ end
 )
 
 
-#: rates.decide over a delivery's turns: KEYS = per turn its hash (line, seq), its
-#: grants and its plans (sorted sets of times, one member per unit); ARGV = reserve_only
-#: (1/0), then per turn: count, window_ms, span_ms, cost_ms, units, slot (-1:
-#: none), seq (its place's first id) -> {wait_ms, then per turn its slot and seq}
+#: rates.decide over a delivery's turns: KEYS = per turn its hash (line, tat, late, seq),
+#: its grants and its plans (sorted sets of times, one member per unit); ARGV = per turn:
+#: count, window_ms, span_ms, cost_ms, units, slot (-1: none), seq (its place's first id)
+#: -> {wait_ms, then per turn its slot and seq}
 _DECIDE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-local reserve_only = ARGV[1] == '1'
 local n = #KEYS / 3
 local T = {}
 local latest = -math.huge
@@ -198,7 +197,7 @@ local function add(i, zkey, at)
   return first
 end
 for i = 1, n do
-  local b = 1 + (i - 1) * 7
+  local b = (i - 1) * 7
   local x = {h = KEYS[i * 3 - 2], g = KEYS[i * 3 - 1], p = KEYS[i * 3]}
   x.count, x.window = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
   x.span, x.cost, x.units = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
@@ -221,7 +220,7 @@ local function save(x)
   local ttl = math.ceil(math.max(x.line, latest, now) - now + x.window + 60000)
   for _, k in ipairs({x.h, x.g, x.p}) do redis.call('PEXPIRE', k, ttl) end
 end
-if latest <= now and not reserve_only then
+if latest <= now then
   for i = 1, n do
     local x = T[i]
     add(i, x.g, now)
@@ -301,10 +300,8 @@ class RedisLimiter:
         keys of one delivery's limits are on one Redis Cluster node."""
         return f"{self.prefix}:rate:{{rate}}:{part}:{key}"
 
-    def turns(
-        self, turns: tuple[Turn, ...], reserve_only: bool = False
-    ) -> tuple[int, tuple[Turn, ...]]:
-        args: list[Any] = [1 if reserve_only else 0]
+    def turns(self, turns: tuple[Turn, ...]) -> tuple[int, tuple[Turn, ...]]:
+        args: list[Any] = []
         keys: list[str] = []
         for turn in turns:
             slot = -1 if turn.slot_ms is None else turn.slot_ms
@@ -346,12 +343,10 @@ class MemoryLimiter:
             if name in self._states:
                 self._states[name] = release_slot(self._states[name], slot_ms)
 
-    def turns(
-        self, turns: tuple[Turn, ...], reserve_only: bool = False
-    ) -> tuple[int, tuple[Turn, ...]]:
+    def turns(self, turns: tuple[Turn, ...]) -> tuple[int, tuple[Turn, ...]]:
         with self._lock:
             states = [self._rates.get(t.key, RateState()) for t in turns]
-            wait, made, new = decide(states, turns, _now_ms(), reserve_only)
+            wait, made, new = decide(states, turns, _now_ms())
             for turn, state in zip(turns, new, strict=True):
                 self._rates[turn.key] = state
         return wait, made

@@ -51,9 +51,7 @@ class Limiter(Protocol):
     def release(self, name: str, interval_ms: int, slot_ms: int) -> None:
         """The delivery of slot ``slot_ms`` runs nothing: its turn and what it is owed go."""
 
-    def turns(
-        self, turns: tuple[Turn, ...], reserve_only: bool = False
-    ) -> tuple[int, tuple[Turn, ...]]:
+    def turns(self, turns: tuple[Turn, ...]) -> tuple[int, tuple[Turn, ...]]:
         """Keyed rate limits (``rates.decide``, one round trip): ``(0, turns)`` when the
         start is granted (recorded on every key), else the wait and the turns with their
         places in line."""

@@ -15,10 +15,11 @@ The limiter, per key, one Lua script per start (:func:`decide`): a start is gran
 if the key's starts of the last ``window`` (a sorted set of their times) leave room for
 it, so no window of ``window`` seconds ever holds more than ``count`` starts (units) of one
 key, however late the deliveries come; it is granted after the claim, immediately before
-the body: the grant is the start. A delivery refused takes a place at the end of its key's
-waiting line, a GCRA cursor (one interval, ``window / count``, per unit; ``burst`` at
-once) bounded by the same window over the places taken, so the deliveries that wait come
-back one interval apart instead of all at once, and a fresh delivery never overtakes them.
+the body: the grant is the start. A fresh delivery takes the room there is now (within the
+burst: a GCRA over the starts); refused, it takes a place at the end of its key's waiting
+line, a GCRA cursor (one interval, ``window / count``, per unit; ``burst`` at once) bounded
+by the same window over the places taken, so the deliveries that wait come back one
+interval apart instead of all at once.
 
 Pure: no Redis, SQL or Celery here (the Lua twin is in ``backends/limiter.py``).
 """
@@ -310,21 +311,22 @@ def decide(
     states: Sequence[RateState],
     turns: Sequence[Turn],
     now_ms: float,
-    reserve_only: bool = False,
 ) -> tuple[int, tuple[Turn, ...], tuple[RateState, ...]]:
     """``(wait_ms, turns, new states)`` for a delivery asking to start now.
 
     A start is granted when every limit allows it: never more than ``count`` units in
     any window of ``window_ms`` (``grants``). A fresh turn (no place in line) must also
-    be due in its line: its place (``line``, paced one interval per unit, ``burst`` at
-    once) and the window of the places already taken (``plans``), so it never overtakes
-    the deliveries waiting; a reserved turn only needs the window, so that one that came
-    back late takes nothing from the next. Granted: each key records the start.
-    Otherwise nothing is granted: each fresh turn takes a place at the end of its line,
-    no earlier than the latest of them (``wait_ms`` until it comes); a reserved turn
+    keep the burst (``tat``, one interval per unit, ``burst`` at once): it takes the room
+    there is now, even with deliveries waiting in line (those that come back late find it
+    taken, rather than the room being lost while they are late); a reserved turn only
+    needs the window. Granted: each key records the start.
+    Otherwise nothing is granted: each fresh turn takes a place at the end of its line
+    (``line``, paced as the burst allows, and no window of places, ``plans``, holding more
+    than ``count``), all no earlier than the latest of them (``wait_ms`` until it
+    comes); a reserved turn
     keeps its place and waits for room in its window (a delivery that came late is not
     sent to the end of the line), those that came late one interval apart (``late``) so
-    that they do not all come back at once. ``reserve_only``: never grant.
+    that they do not all come back at once.
     ``backends/limiter.py``'s Lua script is this function."""
     states = [s.aged(now_ms, t.window_ms) for s, t in zip(states, turns, strict=True)]
     ats = []
@@ -334,7 +336,7 @@ def decide(
             at = max(at, max(state.tat or now_ms, now_ms) + turn.cost_ms - turn.span_ms)
         ats.append(at)
     latest = max(ats)
-    if latest <= now_ms and not reserve_only:
+    if latest <= now_ms:
         granted = []
         for state, turn in zip(states, turns, strict=True):
             tat = max(state.tat or now_ms, now_ms) + turn.cost_ms

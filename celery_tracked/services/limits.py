@@ -33,7 +33,7 @@ from ..core.guard import Limiter
 from ..core.hooks import Delivery, Hooks, Wait
 from ..core.jobs import Claim
 from ..core.limits import slot_header
-from ..core.rates import Turn, turns_header
+from ..core.rates import turns_header
 
 logger = logging.getLogger("celery_tracked")
 
@@ -138,66 +138,36 @@ def _with_slot(wait: Wait, name: str, slot: int | None) -> Wait:
 class KeyedRateLimit(Hooks):
     """Keyed rate limits (``rate_limits=``, ``core/rates.py``): the start is granted after
     the claim, immediately before the body, in one Redis round trip over every limit of
-    the delivery (``before_body``). A refused delivery gives its claim back and is
-    re-published for its place in line, carried in its message
-    (``tracked_rate_turns``): no attempt used, one re-publish per wait (a delivery that
-    came back late and finds its key's window full waits for room, keeping its place). A
-    refusal shorter than :data:`SHORT_WAIT_S` is slept in-process, holding the claim, and
-    asked again, at most :attr:`SHORT_WAITS` times.
-
-    Before the claim it asks nothing, unless this process saw the key's line reach
-    further than the short wait: a fresh delivery then takes its place in line at once
-    (``reserve_only``), without claiming its job only to give it back. A place whose
-    delivery never runs (its job cancelled or ended) is not given back: one start of its
-    key is lost. If Redis is unreachable the delivery is postponed (fails closed)."""
+    the delivery (``before_body``): nothing is asked before the claim. A refused delivery
+    gives its claim back and is re-published for its place in line, carried in its
+    message (``tracked_rate_turns``): no attempt used, one re-publish per wait (a delivery
+    that came back late and finds its key's window full waits for room, keeping its
+    place). A refusal shorter than :data:`SHORT_WAIT_S` is slept in-process, holding the
+    claim, and asked again, at most :attr:`SHORT_WAITS` times. A place whose delivery
+    never runs (its job cancelled or ended) is not given back: one start of its key is
+    lost. If Redis is unreachable the delivery is postponed (fails closed)."""
 
     SHORT_WAITS = 3
 
     def __init__(self, limiter: Limiter, sleep: Callable[[float], None] = time.sleep) -> None:
         self.limiter = limiter
         self._sleep = sleep
-        #: key -> until when (``time.monotonic()``) this process knows its line is long
-        self._busy: dict[str, float] = {}
-
-    def before_claim(self, delivery: Delivery) -> float | Wait | None:
-        turns = delivery.limits.turns if delivery.limits is not None else ()
-        if not turns or delivery.inline:
-            return None
-        now = time.monotonic()
-        if any(t.slot_ms is not None for t in turns):
-            return None
-        if not any(self._busy.get(t.key, 0.0) > now + SHORT_WAIT_S for t in turns):
-            return None
-        return self._ask(turns, delivery, reserve_only=True)
 
     def before_body(self, delivery: Delivery, claim: Claim) -> float | Wait | None:
         turns = delivery.limits.turns if delivery.limits is not None else ()
         if not turns:
             return None
-        return self._ask(turns, delivery, reserve_only=False)
-
-    def _ask(self, turns: tuple[Turn, ...], delivery: Delivery, reserve_only: bool) -> Wait | None:
         slept = 0
         while True:
             try:
-                wait_ms, turns = self.limiter.turns(turns, reserve_only)
+                wait_ms, turns = self.limiter.turns(turns)
             except GuardError as exc:
                 return Wait(UNAVAILABLE_WAIT_S, f"rate limiter unavailable: {exc}")
             if wait_ms <= 0:
                 return None
-            brief = wait_ms <= SHORT_WAIT_S * 1000 and slept < self.SHORT_WAITS
-            if delivery.inline or (brief and not reserve_only):
+            if delivery.inline or (wait_ms <= SHORT_WAIT_S * 1000 and slept < self.SHORT_WAITS):
                 slept += 1
                 self._sleep(wait_ms / 1000)
                 continue
-            until = time.monotonic() + wait_ms / 1000
-            for turn in turns:
-                self._busy[turn.key] = max(self._busy.get(turn.key, 0.0), until)
-            if len(self._busy) > _BUSY_KEYS:
-                self._busy = {k: v for k, v in self._busy.items() if v > time.monotonic()}
             why = f"rate limits: its turn comes in {wait_ms} ms"  # keys unshown: arguments
             return Wait(wait_ms / 1000, why, turns_header(turns))
-
-
-#: The keys a process remembers as busy before it forgets those whose line has passed.
-_BUSY_KEYS = 10_000

@@ -72,6 +72,13 @@ def latencies_ms(env: Any) -> list[float]:
     return sorted(out)
 
 
+def per_second(times: list[float]) -> list[int]:
+    counts = [0] * (int(times[-1] - times[0]) + 1)
+    for at in times:
+        counts[int(at - times[0])] += 1
+    return counts
+
+
 def most_in(times: list[float], window_s: float) -> int:
     """The most starts in any window of ``window_s`` seconds (sliding, half-open)."""
     best, low = 0, 0
@@ -137,6 +144,7 @@ def test_per_tenant_limits_hold_across_workers(
         f"{' (one SIGKILLed)' if kill else ''}: {total_s:.1f} s"
         f"\n  throughput per tenant (/s): { {t: round(r, 2) for t, r in rates.items()} }"
         f"\n  the pool's own capacity: {capacity:.1f} starts/s ({expected:.1f}/s per tenant)"
+        f"\n  {TENANTS[0]}'s starts per second: {per_second(found[TENANTS[0]])}"
         f"\n  most starts in any 1 s window: {most}"
         f"\n  ... in any {1 - LATENCY_S:.3f} s window: {most_less_latency}"
         f"\n  most grants in any 1 s window: {grants}"

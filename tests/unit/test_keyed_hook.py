@@ -17,11 +17,11 @@ from celery_tracked.services.limits import KeyedRateLimit
 class Counting(MemoryLimiter):
     def __init__(self) -> None:
         super().__init__()
-        self.asked: list[tuple[tuple[Turn, ...], bool]] = []
+        self.asked: list[tuple[Turn, ...]] = []
 
-    def turns(self, turns: tuple[Turn, ...], reserve_only: bool = False) -> Any:
-        self.asked.append((turns, reserve_only))
-        return super().turns(turns, reserve_only)
+    def turns(self, turns: tuple[Turn, ...]) -> Any:
+        self.asked.append(turns)
+        return super().turns(turns)
 
 
 def delivery(*turns: Turn, inline: bool = False, limits: bool = True) -> Delivery:
@@ -53,16 +53,14 @@ def test_a_start_costs_one_round_trip_and_a_wait_carries_its_place() -> None:
     assert isinstance(waited, Wait) and 0.9 < waited.seconds <= 1.0
     assert waited.headers is not None and HEADER_RATE_TURNS in waited.headers
     assert "t1" not in str(waited.headers) and "t1" not in waited.reason  # keys unshown
-    # this process now knows the key's line is long: a fresh delivery takes its place
-    # before claiming (no claim to give back)
-    before = hook.before_claim(delivery(one))
-    assert isinstance(before, Wait) and limiter.asked[-1][1] is True
+    assert hook.before_claim(delivery(one)) is None  # still nothing before the claim
+    assert len(limiter.asked) == 2
     assert slept == []
 
 
 def test_an_unreachable_limiter_postpones() -> None:
     class Down(MemoryLimiter):
-        def turns(self, turns: tuple[Turn, ...], reserve_only: bool = False) -> Any:
+        def turns(self, turns: tuple[Turn, ...]) -> Any:
             raise GuardError("connection refused")
 
     waited = KeyedRateLimit(Down()).before_body(delivery(Turn("k", 1, 1000.0)), CLAIM)

@@ -188,11 +188,6 @@ def test_a_fresh_delivery_takes_the_room_there_is_else_a_place_at_the_end() -> N
     assert wait == 110 and kept.slot_ms == 9_000  # late and far: still its place, not the end
 
 
-def test_reserve_only_never_grants() -> None:
-    wait, (turn,), _ = decide([RateState()], [Turn("k", 10, 1000.0)], 1e4, True)
-    assert wait >= 1 and turn.slot_ms is not None
-
-
 def test_deliveries_that_came_late_try_again_one_interval_apart() -> None:
     now = 10_000.0
     full = RateState(line=now + 500, grants=tuple(now - 900 - i for i in range(10)))
