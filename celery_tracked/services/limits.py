@@ -41,6 +41,8 @@ logger = logging.getLogger("celery_tracked")
 UNAVAILABLE_WAIT_S = 1.0
 #: A wait this short, before the claim, is slept in-process and asked again.
 SHORT_WAIT_S = 0.05
+#: A keyed limit's refusal this short, after the claim, is slept in-process.
+KEYED_SHORT_WAIT_S = 0.02
 
 
 class GlobalRateLimit(Hooks):
@@ -147,7 +149,7 @@ class KeyedRateLimit(Hooks):
     never runs (its job cancelled or ended) is not given back: one start of its key is
     lost. If Redis is unreachable the delivery is postponed (fails closed)."""
 
-    SHORT_WAITS = 3
+    SHORT_WAITS = 2
 
     def __init__(self, limiter: Limiter, sleep: Callable[[float], None] = time.sleep) -> None:
         self.limiter = limiter
@@ -165,7 +167,8 @@ class KeyedRateLimit(Hooks):
                 return Wait(UNAVAILABLE_WAIT_S, f"rate limiter unavailable: {exc}")
             if wait_ms <= 0:
                 return None
-            if delivery.inline or (wait_ms <= SHORT_WAIT_S * 1000 and slept < self.SHORT_WAITS):
+            short = wait_ms <= KEYED_SHORT_WAIT_S * 1000 and slept < self.SHORT_WAITS
+            if delivery.inline or short:
                 slept += 1
                 self._sleep(wait_ms / 1000)
                 continue
