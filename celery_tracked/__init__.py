@@ -8,12 +8,14 @@ from .adapter import signals as _signals  # noqa: F401 (connects the worker's ha
 from .adapter.celery_tracker import Tracker
 from .adapter.decorator import tracked_task
 from .adapter.task import TrackedTask
+from .core.bulk import BulkReport
 from .core.circuits import Circuit
-from .core.finder import BulkReport, JobPage
+from .core.finder import JobPage
 from .core.jobs import EnqueueResult, Job, JobEvent, JobStatus
 from .core.keys import KeyLifetime
 from .core.pauses import Pause
 from .core.pipelines import Pipeline
+from .core.rates import RateLimit
 from .core.settings import Settings
 from .errors import *  # noqa: F403 (every error, for compatibility)
 from .errors import Unrecoverable
@@ -34,6 +36,7 @@ __all__ = [
     "KeyLifetime",
     "Pause",
     "Pipeline",
+    "RateLimit",
     "ReapReport",
     "Settings",
     "TrackedTask",

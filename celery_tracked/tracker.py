@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
 from .controls import Controls
+from .core.bulk import BulkReport
 from .core.errors import JobNotFound
 from .core.finder import (
     DEFAULT_PAGE,
-    BulkReport,
     Filters,
     JobPage,
     check_limit,
@@ -176,7 +176,7 @@ class BaseTracker(Controls):
         """One page of the jobs matching ``filters``, newest first: ``JobPage(jobs,
         next_cursor)``; pass ``next_cursor`` back as ``cursor`` for the next page (None:
         no more). Filters: ``status`` (one or several), ``queue``, ``job_type``,
-        ``task_name``, ``correlation_id``, ``owner_id``, ``error_type``,
+        ``task_name``, ``correlation_id``, ``owner_id``, ``error_type``, ``tenant``,
         ``created_after``/``created_before``, ``finished_after``/``finished_before`` (an
         aware datetime, or a timedelta: that long ago), ``due_after``/``due_before`` (the
         due time of a countdown/eta; a timedelta: that long from now); see ``finder.py``.

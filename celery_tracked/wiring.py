@@ -33,7 +33,7 @@ from .services.cleanup import Cleanup
 from .services.enqueue import Enqueuer
 from .services.handoff import SlotHandOff
 from .services.lease import LeaseKeeper
-from .services.limits import GlobalRateLimit
+from .services.limits import GlobalRateLimit, KeyedRateLimit
 from .services.maintenance import Maintenance, Parts
 from .services.pauses import Pauses
 from .services.pauses import known as pauses_known
@@ -122,6 +122,7 @@ class Services:
                 LogTransitions(),
                 self.successors,
                 GlobalRateLimit(limiter),
+                KeyedRateLimit(limiter),
                 Reports(store, settings),
             ]
         )

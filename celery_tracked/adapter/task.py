@@ -70,10 +70,10 @@ class TrackedTask(Task[P, R_co]):
     ``tracked_queue``, ``tracked_priority``, ``job_type``, ``max_attempts``, ``backoff_ms``,
     ``idempotency_key`` (a template naming the call's arguments, or a callable; a key given
     per call is taken literally), ``key_lifetime`` (with ``throttle_s``/``debounce_s``),
-    ``validator``, ``rate_limit_global``, ``concurrency_key`` (with ``concurrency_limit``
-    and ``fairness_key``), ``retention`` (how long its ended jobs are kept),
-    ``retry_semantics`` (``"celery"`` or ``"tracked"``, default the app's
-    ``tracked_retry_semantics``: ``"celery"``),
+    ``validator``, ``rate_limit_global``, ``rate_limits`` (keyed), ``concurrency_key``
+    (with ``concurrency_limit`` and ``fairness_key``), ``tenant``, ``required``,
+    ``retention`` (how long its ended jobs are kept), ``retry_semantics`` (``"celery"``
+    or ``"tracked"``, default the app's ``tracked_retry_semantics``: ``"celery"``),
     ``deadline`` (a ``timedelta``/seconds: a job not started that long after its enqueue
     ends ``cancelled``); what each means and accepts: ``celery_tracked/core/options.py``.
     A running body reads its job's own deadline as ``self.job_deadline``.
@@ -106,6 +106,12 @@ class TrackedTask(Task[P, R_co]):
     concurrency_key: ClassVar[str | Callable[..., str] | None] = None
     concurrency_limit: ClassVar[int | None] = None
     fairness_key: ClassVar[str | Callable[..., str] | None] = None
+    #: keyed rate limits: ``(key, "N/s")``, a ``RateLimit`` or a list (``core/rates.py``)
+    rate_limits: ClassVar[Any] = None
+    #: the job's tenant: a template over the arguments or a callable (``core/tenants.py``)
+    tenant: ClassVar[str | Callable[..., str] | None] = None
+    #: the arguments every call must give (``core/tenants.py``)
+    required: ClassVar[tuple[str, ...] | None] = None
     _tracked_limits: ClassVar[Limits] = Limits()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -27,10 +27,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import replace
+from typing import Any
 
 import redis
 
 from ..core.limits import LimiterState, grant_start, release_slot, take_slot
+from ..core.rates import RateState, Turn, decide
 from .guard import translated
 
 logger = logging.getLogger("celery_tracked")
@@ -170,6 +173,99 @@ end
 )
 
 
+#: rates.decide over a delivery's turns: KEYS = per turn its hash (line, tat, late, seq),
+#: its grants and its plans (sorted sets of times, one member per unit); ARGV = per turn:
+#: count, window_ms, span_ms, cost_ms, units, slot (-1: none), seq (its place's first id)
+#: -> {wait_ms, then per turn its slot and seq}
+_DECIDE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local n = #KEYS / 3
+local T = {}
+local latest = -math.huge
+local function cap(zkey, count, units, window)
+  local idx = count - units
+  local r = redis.call('ZREVRANGE', zkey, idx, idx, 'WITHSCORES')
+  if r[2] then return tonumber(r[2]) + window end
+  return -math.huge
+end
+local function add(i, zkey, at)
+  local first = redis.call('HINCRBY', T[i].h, 'seq', T[i].units) - T[i].units + 1
+  for k = 0, T[i].units - 1 do
+    redis.call('ZADD', zkey, string.format('%.3f', at), first + k)
+  end
+  return first
+end
+for i = 1, n do
+  local b = (i - 1) * 7
+  local x = {h = KEYS[i * 3 - 2], g = KEYS[i * 3 - 1], p = KEYS[i * 3]}
+  x.count, x.window = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
+  x.span, x.cost, x.units = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])
+  x.slot, x.seq = tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])
+  if x.slot < 0 then x.slot = nil end
+  redis.call('ZREMRANGEBYSCORE', x.g, '-inf', string.format('%.3f', now - x.window))
+  redis.call('ZREMRANGEBYSCORE', x.p, '-inf', string.format('%.3f', now - x.window))
+  x.line = tonumber(redis.call('HGET', x.h, 'line')) or now
+  x.tat = tonumber(redis.call('HGET', x.h, 'tat')) or now
+  local at = cap(x.g, x.count, x.units, x.window)
+  if not x.slot then
+    at = math.max(at, math.max(x.tat, now) + x.cost - x.span)
+  end
+  x.at = at
+  if at > latest then latest = at end
+  T[i] = x
+end
+local function save(x)
+  redis.call('HSET', x.h, 'line', string.format('%.3f', x.line))
+  local ttl = math.ceil(math.max(x.line, latest, now) - now + x.window + 60000)
+  for _, k in ipairs({x.h, x.g, x.p}) do redis.call('PEXPIRE', k, ttl) end
+end
+if latest <= now then
+  for i = 1, n do
+    local x = T[i]
+    add(i, x.g, now)
+    redis.call('HSET', x.h, 'tat', string.format('%.3f', math.max(x.tat, now) + x.cost))
+    if not x.slot then
+      x.line = math.max(x.line, now) + x.cost
+      add(i, x.p, now)
+    end
+    save(x)
+  end
+  return {0}
+end
+local function place(x)
+  local base = math.max(x.line, now) + x.cost
+  return math.max(base - x.span, cap(x.p, x.count, x.units, x.window))
+end
+for i = 1, n do
+  if not T[i].slot then latest = math.max(latest, place(T[i])) end
+end
+latest = math.max(latest, now)
+local out, wait = {0}, -math.huge
+for i = 1, n do
+  local x = T[i]
+  if x.slot then
+    if x.at > now then
+      x.at = math.max(x.at, tonumber(redis.call('HGET', x.h, 'late')) or x.at)
+      redis.call('HSET', x.h, 'late', string.format('%.3f', x.at + x.cost))
+    end
+    out[i * 2], out[i * 2 + 1] = x.slot, x.seq
+    wait = math.max(wait, x.at - now)
+  else
+    local base = math.max(x.line, now) + x.cost
+    local slot = math.max(place(x), latest)
+    x.line = math.max(base, slot + x.cost)
+    local first = add(i, x.p, slot)
+    save(x)
+    out[i * 2], out[i * 2 + 1] = math.ceil(slot), first
+    wait = math.max(wait, slot - now)
+  end
+end
+out[1] = math.max(1, math.ceil(wait))
+return out
+"""
+
+
 class RedisLimiter:
     """The limiter on a real Redis (the guard's client)."""
 
@@ -178,6 +274,7 @@ class RedisLimiter:
         self._take = client.register_script(_TAKE)
         self._grant = client.register_script(_GRANT)
         self._release = client.register_script(_RELEASE)
+        self._decide = client.register_script(_DECIDE)
 
     def key(self, name: str) -> str:
         return f"{self.prefix}:limiter:{{{name}}}"
@@ -197,6 +294,28 @@ class RedisLimiter:
         with translated("rate limiter"):
             self._release(keys=[self.key(name)], args=[interval_ms, slot_ms])
 
+    def rate_key(self, key: str, part: str = "line") -> str:
+        """One of a keyed rate limit's Redis keys: its ``line`` (a hash), its ``grants``
+        and its ``plans`` (sorted sets); all share the hash tag ``{rate}`` so that the
+        keys of one delivery's limits are on one Redis Cluster node."""
+        return f"{self.prefix}:rate:{{rate}}:{part}:{key}"
+
+    def turns(self, turns: tuple[Turn, ...]) -> tuple[int, tuple[Turn, ...]]:
+        args: list[Any] = []
+        keys: list[str] = []
+        for turn in turns:
+            slot = -1 if turn.slot_ms is None else turn.slot_ms
+            args += [turn.count, f"{turn.window_ms:.3f}", f"{turn.span_ms:.3f}"]
+            args += [f"{turn.cost_ms:.3f}", turn.units, slot, turn.seq or 0]
+            keys += [self.rate_key(turn.key, p) for p in ("line", "grants", "plans")]
+        with translated("rate limiter"):
+            out = self._decide(keys=keys, args=args)
+        wait = int(out[0])
+        if wait == 0:
+            return 0, turns
+        places = zip(turns, out[1::2], out[2::2], strict=True)
+        return wait, tuple(replace(t, slot_ms=int(s), seq=int(q)) for t, s, q in places)
+
 
 class MemoryLimiter:
     """The in-process twin (embedded mode): the same decisions on this process's clock; its
@@ -204,6 +323,7 @@ class MemoryLimiter:
 
     def __init__(self) -> None:
         self._states: dict[str, LimiterState] = {}
+        self._rates: dict[str, RateState] = {}
         self._lock = threading.Lock()
 
     def take(self, name: str, interval_ms: int, reserved_ms: int | None) -> tuple[int, int]:
@@ -222,6 +342,14 @@ class MemoryLimiter:
         with self._lock:
             if name in self._states:
                 self._states[name] = release_slot(self._states[name], slot_ms)
+
+    def turns(self, turns: tuple[Turn, ...]) -> tuple[int, tuple[Turn, ...]]:
+        with self._lock:
+            states = [self._rates.get(t.key, RateState()) for t in turns]
+            wait, made, new = decide(states, turns, _now_ms())
+            for turn, state in zip(turns, new, strict=True):
+                self._rates[turn.key] = state
+        return wait, made
 
 
 def _now_ms() -> float:

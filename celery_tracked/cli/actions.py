@@ -11,8 +11,9 @@ import click
 from celery.bin.base import CeleryCommand
 
 from ..adapter.celery_tracker import Tracker
+from ..core.bulk import BulkReport
 from ..core.errors import JobNotFound, RetryRefused
-from ..core.finder import BulkReport, Filters
+from ..core.finder import Filters
 from ..core.jobs import JobStatus
 from ..services.bulk import DEFAULT_LIMIT, RETRIABLE, why_not
 from .common import (

@@ -189,6 +189,7 @@ _FILTER_OPTIONS: list[tuple[str, str, dict[str, Any]]] = [
     ("--task", "task_name", {"help": "Celery task name."}),
     ("--correlation-id", "correlation_id", {"help": "Correlation id (a pipeline)."}),
     ("--owner", "owner_id", {"help": "Owner id."}),
+    ("--tenant", "tenant", {"help": "Tenant (the task's tenant= option)."}),
     ("--error-type", "error_type", {"help": "Error type (e.g. TimeoutError)."}),
     ("--priority", "priority", {"type": int, "help": "Priority (the message's, 0-255)."}),
     ("--created-after", "created_after", {"help": "Created at or after: 2h, 3d, or ISO."}),

@@ -126,6 +126,7 @@ def _job_fields(
         ("correlation id", job.correlation_id or "-"),
         ("parent job", job.parent_job_id or "-"),
         ("owner", job.owner_id or "-"),
+        ("tenant", job.tenant or "-"),
         ("idempotency key", job.idempotency_key or "-"),
     ]
     if job.cancel_requested_at is not None:

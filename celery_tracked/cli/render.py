@@ -146,6 +146,7 @@ def job_dict(job: Job) -> dict[str, Any]:
         "correlation_id": job.correlation_id,
         "parent_job_id": job.parent_job_id,
         "owner_id": job.owner_id,
+        "tenant": job.tenant,
         "idempotency_key": job.idempotency_key,
         "worker": job.worker,
         "created_at": _iso(job.created_at),

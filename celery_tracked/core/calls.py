@@ -15,12 +15,13 @@ import inspect
 import string
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .codec import PAYLOAD_DEPTH, check_depth, encode
 from .errors import ArgumentsMismatch, InvalidPayload, InvalidTaskOption, PayloadNotSerializable
 from .redact import NO_KEYS, REDACTED, Redaction, encode_payload, error_type
+from .tenants import NO_TENANCY, TENANT_FIELD, Tenancy
 from .validation import unencodable_at
 
 #: Longest ``argsrepr``/``kwargsrepr``.
@@ -184,6 +185,7 @@ class CallRules:
     concurrency_key: str | Callable[..., str] | None = None
     #: the task's ``fairness_key`` (the same kinds; ``limits.py``)
     fairness_key: str | Callable[..., str] | None = None
+    tenancy: Tenancy = NO_TENANCY  # its ``tenant`` and ``required`` (``tenants.py``)
 
 
 @dataclass(frozen=True)
@@ -197,6 +199,7 @@ class PreparedCall:
     secrets: tuple[str, ...]
     concurrency_key: str | None = None
     fairness_key: str | None = None
+    tenant: str | None = None
 
 
 def prepare_call(
@@ -205,8 +208,10 @@ def prepare_call(
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     explicit_key: Any = None,
+    correlated: bool = False,
 ) -> PreparedCall:
-    """Bind, check (JSON, size, validator) and redact a call; build its idempotency key.
+    """Bind, check (required, JSON, size, validator) and redact a call; build its keys
+    and tenant (``correlated``: it has a correlation id, given or inherited).
 
     Raises:
         InvalidPayload: (or a subclass) the call was refused.
@@ -214,21 +219,27 @@ def prepare_call(
     try:
         shape.check_nesting(args, kwargs, rules.task_name)  # first: the passes below recurse
         named = shape.bind(args, kwargs, rules.task_name)
+        tenancy, tenant, keyed = rules.tenancy, None, explicit_key is not None or bool(rules.key)
+        tenancy.check(rules.task_name, named, keyed, correlated)  # MissingRequired
         encode_payload(args, kwargs, rules.max_payload_bytes)
         secrets = tuple(rules.redaction.secret_values([named, shape.unnamed(args)]))
         validate(rules, named, secrets)
         safe_args, safe_kwargs = shape.redacted(args, kwargs, rules.redaction)
         argsrepr, kwargsrepr = bounded_reprs(safe_args, safe_kwargs, shape.show)
         made = KeyCall(rules.task_name, args, kwargs, named, secrets, rules.redaction)
+        if tenancy.tenant is not None:  # ``{tenant}`` in the keys (an argument wins)
+            tenant = made.build("tenant", tenancy.tenant)
+            made = replace(made, named={TENANT_FIELD: tenant, **named})
         limited, fair = rules.concurrency_key, rules.fairness_key
         return PreparedCall(
-            key=idempotency_key(rules, explicit_key, args, kwargs, named, made),
+            key=idempotency_key(rules, explicit_key, args, kwargs, made.named, made),
             payload_json=encode({"args": safe_args, "kwargs": safe_kwargs}, PAYLOAD_DEPTH),
             argsrepr=argsrepr,
             kwargsrepr=kwargsrepr,
             secrets=secrets,
             concurrency_key=None if limited is None else made.build("concurrency_key", limited),
             fairness_key=None if fair is None else made.build("fairness_key", fair),
+            tenant=tenant,
         )
     except RecursionError:
         raise too_nested() from None

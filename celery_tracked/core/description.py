@@ -24,6 +24,7 @@ from .keys import KeyRule
 from .limits import Limits
 from .redact import Redaction
 from .retry_policy import RetryPolicy
+from .tenants import NO_TENANCY, Tenancy
 
 #: ``route(options, args, kwargs)``: the queue the framework's routing sends a call to.
 Route = Callable[[Mapping[str, Any], Sequence[Any], Mapping[str, Any]], str]
@@ -80,6 +81,8 @@ class TaskDescription:
     highest_priority: HighestPriority = field(compare=False, default=any_priority)
     #: its ``deadline`` option in seconds after the enqueue (None: none; ``deadlines.py``)
     deadline_s: float | None = None
+    #: its ``tenant`` and ``required`` options (``tenants.py``)
+    tenancy: Tenancy = NO_TENANCY
 
     def queue(
         self, options: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
@@ -100,6 +103,7 @@ class TaskDescription:
             key=self.idempotency_key,
             concurrency_key=self.limits.concurrency_key,
             fairness_key=self.limits.fairness_key,
+            tenancy=self.tenancy,
         )
 
     def priority_of(self, options: Mapping[str, Any], queue: str) -> int | None:

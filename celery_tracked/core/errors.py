@@ -11,6 +11,7 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
     │   ├── ArgumentsMismatch     the arguments do not fit the body (also a TypeError)
     │   ├── PayloadNotSerializable
     │   ├── PayloadTooLarge
+    │   ├── MissingRequired       a call without an argument the task requires (``required=``)
     │   ├── InvalidSuccessor      a successor a step declared was refused (also Unrecoverable)
     │   └── InvalidPriority       a priority that is not an int its queue's broker carries
     ├── EnqueueError              Redis, database or broker failed at enqueue (retryable)
@@ -93,6 +94,19 @@ class PayloadNotSerializable(InvalidPayload, TypeError):
 
 class PayloadTooLarge(InvalidPayload):
     """The JSON-encoded arguments exceed ``tracked_max_payload_bytes``."""
+
+
+class MissingRequired(InvalidPayload):
+    """A call without an argument its task's ``required=`` names (seed 004's rule); nothing
+    was created. ``missing``: the names (never a value)."""
+
+    def __init__(self, task_name: str, missing: tuple[str, ...]) -> None:
+        self.task_name = task_name
+        self.missing = missing
+        names = ", ".join(missing)
+        super().__init__(
+            f"{task_name}: the call must give {names} (required=); nothing was created"
+        )
 
 
 class EnqueueError(TrackedError):

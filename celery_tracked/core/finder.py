@@ -8,7 +8,7 @@ the next page starts strictly after it. Filters (all optional, combined with AND
 
 - ``status``: one status or several (any of them);
 - ``queue``, ``job_type``, ``task_name``, ``correlation_id``, ``owner_id``,
-  ``error_type``: equal to the value given;
+  ``error_type``, ``tenant``: equal to the value given;
 - ``priority``: the job's priority (an int 0-255; jobs without one never match);
 - ``created_after``/``created_before``, ``finished_after``/``finished_before``: an aware
   ``datetime``, or a ``timedelta`` meaning that long before now; ``*_after`` is inclusive,
@@ -22,8 +22,8 @@ from __future__ import annotations
 import base64
 import binascii
 import difflib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypedDict
 
@@ -54,6 +54,7 @@ class Filters(TypedDict, total=False):
     correlation_id: str | None
     owner_id: str | None
     error_type: str | None
+    tenant: str | None
     priority: int | None
     created_after: Bound
     created_before: Bound
@@ -63,7 +64,9 @@ class Filters(TypedDict, total=False):
     due_before: Bound
 
 
-_TEXT_FIELDS = ("queue", "job_type", "task_name", "correlation_id", "owner_id", "error_type")
+_TEXT_FIELDS = (
+    *("queue", "job_type", "task_name", "correlation_id", "owner_id", "error_type", "tenant"),
+)
 _RANGES = (
     ("created_after", "created_before"),
     ("finished_after", "finished_before"),
@@ -89,6 +92,7 @@ class JobFilter:
     correlation_id: str | None = None
     owner_id: str | None = None
     error_type: str | None = None
+    tenant: str | None = None
     priority: int | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
@@ -128,6 +132,7 @@ class JobFilter:
         correlation_id: str | None = None,
         owner_id: str | None = None,
         error_type: str | None = None,
+        tenant: str | None = None,
         priority: int | None = None,
         created_after: Bound = None,
         created_before: Bound = None,
@@ -149,6 +154,7 @@ class JobFilter:
             correlation_id=correlation_id,
             owner_id=owner_id,
             error_type=error_type,
+            tenant=tenant,
             priority=priority,
             created_after=_bound("created_after", created_after, now),
             created_before=_bound("created_before", created_before, now),
@@ -365,36 +371,3 @@ def page_of(rows: Sequence[Job], limit: int) -> JobPage:
         return JobPage(tuple(rows), None)
     shown = tuple(rows[:limit])
     return JobPage(shown, encode_cursor(Position.of(shown[-1])))
-
-
-@dataclass(frozen=True)
-class BulkReport:
-    """What ``Tracker.retry_many`` / ``cancel_many`` did.
-
-    ``changed``: the ids of the jobs it moved; ``refused``: job id → why it was not moved
-    (it moved meanwhile, a redacted argument is needed, the broker refused...);
-    ``more``: other jobs matched beyond ``limit`` (run it again to act on them);
-    ``skipped``: job id → why it was left alone on purpose (a bulk retry's ``Unrecoverable``
-    failures, unless asked to include them), not a refusal.
-    """
-
-    action: str
-    changed: tuple[str, ...] = ()
-    refused: Mapping[str, str] = field(default_factory=dict)
-    more: bool = False
-    skipped: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def matched(self) -> int:
-        return len(self.changed) + len(self.refused) + len(self.skipped)
-
-    def as_dict(self) -> dict[str, Any]:
-        """Stable JSON keys: action, matched, changed, refused, skipped, more."""
-        return {
-            "action": self.action,
-            "matched": self.matched,
-            "changed": list(self.changed),
-            "refused": dict(self.refused),
-            "skipped": dict(self.skipped),
-            "more": self.more,
-        }

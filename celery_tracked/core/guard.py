@@ -5,7 +5,10 @@ No I/O here."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .rates import Turn
 
 
 class Guard(Protocol):
@@ -47,3 +50,8 @@ class Limiter(Protocol):
 
     def release(self, name: str, interval_ms: int, slot_ms: int) -> None:
         """The delivery of slot ``slot_ms`` runs nothing: its turn and what it is owed go."""
+
+    def turns(self, turns: tuple[Turn, ...]) -> tuple[int, tuple[Turn, ...]]:
+        """Keyed rate limits (``rates.decide``, one round trip): ``(0, turns)`` when the
+        start is granted (recorded on every key), else the wait and the turns with their
+        places in line."""

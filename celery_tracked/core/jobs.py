@@ -162,6 +162,7 @@ NEW_JOB_COLUMNS: tuple[str, ...] = (
     "owner_id",
     "concurrency_key",
     "fairness_key",
+    "tenant",
     "secrets_sealed",
     "progress",
     "priority",
@@ -176,6 +177,7 @@ NEW_JOB_DEFAULTS: Mapping[str, Any] = {
     "revision": 0,
     "concurrency_key": None,
     "fairness_key": None,
+    "tenant": None,
     "secrets_sealed": None,
     "retries_exhausted": False,
     "priority": None,
@@ -258,6 +260,8 @@ class Job:
     priority: int | None = None
     #: a waiting job not started by then ends ``cancelled`` (``DeadlineExceeded``)
     deadline_at: datetime | None = None
+    #: its tenant (the task's ``tenant=`` option, ``tenants.py``); None: none declared
+    tenant: str | None = None
     payload_json: str | None = field(default=None, repr=False)
     #: the values under redacted names, encrypted (``tracked_secret_key``; never shown)
     secrets_sealed: str | None = field(default=None, repr=False)

@@ -33,13 +33,20 @@ from typing import TYPE_CHECKING, Any
 
 from .calls import KeyCall, check_template
 from .errors import InvalidPayload, InvalidTaskOption
+from .rates import HEADER_RATE_TURNS, RateLimit, Turn, rates_of, turns_of
 
 if TYPE_CHECKING:
     from .calls import CallShape
     from .settings import Settings
 
 #: The tracked options of this module.
-LIMIT_OPTIONS = ("rate_limit_global", "concurrency_key", "concurrency_limit", "fairness_key")
+LIMIT_OPTIONS = (
+    "rate_limit_global",
+    "concurrency_key",
+    "concurrency_limit",
+    "fairness_key",
+    "rate_limits",
+)
 #: The slot a delivery reserved, carried by the message it was re-published as:
 #: ``"<limiter name>@<slot, Redis milliseconds>"``.
 HEADER_RATE_SLOT = "tracked_rate_slot"
@@ -64,6 +71,18 @@ class Limits:
     concurrency_key: str | Callable[..., str] | None = None
     concurrency_limit: int | None = None
     fairness_key: str | Callable[..., str] | None = None
+    #: the keyed rate limits (``rates.py``)
+    rates: tuple[RateLimit, ...] = ()
+    #: the task's ``tenant`` option: ``{tenant}`` in the keys' templates (``tenants.py``)
+    tenant: str | Callable[..., str] | None = None
+
+    def named(self, shape: CallShape, args: Any, kwargs: Any) -> Mapping[str, Any]:
+        """The call's arguments by name (defaults applied, as at enqueue: ``calls.py``),
+        and its ``tenant`` when the task declares one (an argument of that name wins)."""
+        named = shape.bind(args, kwargs, "")
+        if self.tenant is None:
+            return named
+        return {"tenant": KeyCall("", args, kwargs, named).build("tenant", self.tenant), **named}
 
     def key_of(self, shape: CallShape, args: Any, kwargs: Any) -> str | None:
         """The call's concurrency key (stored in its row at enqueue).
@@ -74,8 +93,25 @@ class Limits:
         template = self.concurrency_key
         if template is None:
             return None
-        named = shape.bind(args, kwargs, "")  # defaults applied, as at enqueue (calls.py)
-        return concurrency_key(template, named, args, kwargs)
+        return concurrency_key(template, self.named(shape, args, kwargs), args, kwargs)
+
+    def turns_of(
+        self, shape: CallShape, args: Any, kwargs: Any, reserved: Any = None, strict: bool = False
+    ) -> tuple[Turn, ...]:
+        """The keyed rate limits' turns of one call; at a delivery none if the arguments
+        cannot make them (``strict``, at enqueue: such a call is refused).
+
+        Raises:
+            InvalidPayload: ``strict``: a key or the units cannot be made.
+        """
+        if not self.rates:
+            return ()
+        try:
+            return turns_of(self.rates, self.named(shape, args, kwargs), args, kwargs, reserved)
+        except InvalidPayload:
+            if strict:
+                raise
+            return ()
 
     def fairness_of(self, shape: CallShape, args: Any, kwargs: Any) -> str | None:
         """The call's fairness key (stored in its row at enqueue; None: not declared).
@@ -101,7 +137,7 @@ class Limits:
         ``tracked_rate_limit_ms``, ``tracked_concurrency_limit``), the slot its message
         reserved (a header of Celery's ``request``), its concurrency key (as at enqueue;
         None if the arguments cannot make it, which the enqueue would have refused)."""
-        if self.rate_name is None and self.concurrency_key is None:
+        if self.rate_name is None and self.concurrency_key is None and not self.rates:
             return None
         try:
             key = self.key_of(shape, args, kwargs)
@@ -109,6 +145,7 @@ class Limits:
         except InvalidPayload:
             key = fair = None
         return DeliveryLimits(
+            turns=self.turns_of(shape, args, kwargs, _header(request, HEADER_RATE_TURNS)),
             rate_name=self.rate_name,
             interval_ms=self.rate_interval_ms or settings.rate_limit_ms,
             reserved_ms=reserved_slot(_header(request, HEADER_RATE_SLOT), self.rate_name),
@@ -133,6 +170,8 @@ class DeliveryLimits:
     fairness_key: str | None = None
     #: its task hands its key's freed slots round-robin by fairness key
     fair: bool = False
+    #: the keyed rate limits' turns (``rates.py``)
+    turns: tuple[Turn, ...] = ()
 
 
 def limits_of(options: Mapping[str, Any]) -> Limits:
@@ -164,7 +203,7 @@ def limits_of(options: Mapping[str, Any]) -> Limits:
             raise InvalidTaskOption(
                 "fairness_key", "needs a concurrency_key (the jobs that take turns by it)"
             )
-    return Limits(name, interval, key, limit, fair)
+    return Limits(name, interval, key, limit, fair, rates_of(options.get("rate_limits")))
 
 
 def _rate(value: Any) -> tuple[str, int | None]:

@@ -41,6 +41,9 @@ The options (``None``: the default):
     deadline: a ``timedelta`` or seconds: a job of the task not started that long after its
         enqueue ends ``cancelled`` (``DeadlineExceeded``); a call's ``_deadline`` wins
         (``deadlines.py``).
+    tenant, required: the job's tenant (a template or callable, stored in ``tenant``) and
+        the arguments a call must give; see ``tenants.py``.
+    rate_limits: keyed rate limits, N per second/minute/hour per key; see ``rates.py``.
     validator: a pydantic model class (``model_validate`` of the named arguments) or a
         callable receiving the named arguments as one dict (``validator(arguments)``,
         the same dict pydantic gets) that raises to refuse them; a callable that cannot
@@ -51,6 +54,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from .calls import CallShape, Show, check_template, plain_repr
@@ -64,6 +68,7 @@ from .keys import KEY_OPTIONS, KeyRule, key_rule
 from .limits import LIMIT_OPTIONS, Limits, limits_of
 from .redact import short_repr
 from .retry_policy import RETRY_OPTIONS, RetryPolicy, declared, retry_policy
+from .tenants import TENANT_OPTIONS, tenancy_of
 from .validation import Bound, check_name, check_number
 
 #: The class attributes of ``TrackedTask`` that are tracked options.
@@ -81,6 +86,7 @@ TRACKED_OPTIONS = (
     *KEY_OPTIONS,
     *LIMIT_OPTIONS,
     *CIRCUIT_OPTIONS,
+    *TENANT_OPTIONS,
 )
 
 
@@ -163,6 +169,14 @@ def _validator(name: str, value: Any) -> None:
         ) from None
 
 
+def _tenant(name: str, value: Any) -> None:
+    check_template(value, "tenant")
+
+
+def _required(name: str, value: Any) -> None:
+    tenancy_of({"required": value})
+
+
 def _retention(name: str, value: Any) -> None:
     task_retention(value)
 
@@ -178,6 +192,8 @@ _CHECKS: dict[str, Callable[[str, Any], None]] = {
     "validator": _validator,
     "retention": _retention,
     "deadline": _deadline,
+    "tenant": _tenant,
+    "required": _required,
 }
 
 
@@ -244,6 +260,7 @@ def describe(
 
     retry, keys, limits = checked
     tracked_queue = static("tracked_queue")
+    tenancy = tenancy_of({"tenant": static("tenant"), "required": static("required")})
     return TaskDescription(
         name=name,
         job_type=str(static("job_type") or name),
@@ -252,7 +269,7 @@ def describe(
         send=framework[1],
         retry=retry,
         keys=keys,
-        limits=limits,
+        limits=replace(limits, tenant=tenancy.tenant) if tenancy.tenant else limits,
         validator=static("validator"),
         idempotency_key=static("idempotency_key"),
         retention=static("retention"),
@@ -264,4 +281,5 @@ def describe(
         highest_priority=highest_priority or any_priority,
         deadline_s=task_deadline(static("deadline")),
         circuit=circuit_rule({n: static(n) for n in CIRCUIT_OPTIONS}),
+        tenancy=tenancy,
     )

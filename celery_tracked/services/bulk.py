@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from ..core.bulk import BulkReport
 from ..core.errors import EnqueueError, InvalidPayload, JobNotFound, RetryRefused, StoreError
-from ..core.finder import BulkReport, JobFilter, Position
+from ..core.finder import JobFilter, Position
 from ..core.jobs import Job, JobStatus
 
 #: Jobs read per page while acting.

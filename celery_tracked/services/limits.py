@@ -33,6 +33,7 @@ from ..core.guard import Limiter
 from ..core.hooks import Delivery, Hooks, Wait
 from ..core.jobs import Claim
 from ..core.limits import slot_header
+from ..core.rates import turns_header
 
 logger = logging.getLogger("celery_tracked")
 
@@ -40,6 +41,8 @@ logger = logging.getLogger("celery_tracked")
 UNAVAILABLE_WAIT_S = 1.0
 #: A wait this short, before the claim, is slept in-process and asked again.
 SHORT_WAIT_S = 0.05
+#: A keyed limit's refusal this short, after the claim, is slept in-process.
+KEYED_SHORT_WAIT_S = 0.02
 
 
 class GlobalRateLimit(Hooks):
@@ -132,3 +135,42 @@ def _with_slot(wait: Wait, name: str, slot: int | None) -> Wait:
     if slot is None or wait.headers is not None:
         return wait
     return Wait(wait.seconds, wait.reason, slot_header(name, slot))
+
+
+class KeyedRateLimit(Hooks):
+    """Keyed rate limits (``rate_limits=``, ``core/rates.py``): the start is granted after
+    the claim, immediately before the body, in one Redis round trip over every limit of
+    the delivery (``before_body``): nothing is asked before the claim. A refused delivery
+    gives its claim back and is re-published for its place in line, carried in its
+    message (``tracked_rate_turns``): no attempt used, one re-publish per wait (a delivery
+    that came back late and finds its key's window full waits for room, keeping its
+    place). A refusal shorter than :data:`SHORT_WAIT_S` is slept in-process, holding the
+    claim, and asked again, at most :attr:`SHORT_WAITS` times. A place whose delivery
+    never runs (its job cancelled or ended) is not given back: one start of its key is
+    lost. If Redis is unreachable the delivery is postponed (fails closed)."""
+
+    SHORT_WAITS = 2
+
+    def __init__(self, limiter: Limiter, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.limiter = limiter
+        self._sleep = sleep
+
+    def before_body(self, delivery: Delivery, claim: Claim) -> float | Wait | None:
+        turns = delivery.limits.turns if delivery.limits is not None else ()
+        if not turns:
+            return None
+        slept = 0
+        while True:
+            try:
+                wait_ms, turns = self.limiter.turns(turns)
+            except GuardError as exc:
+                return Wait(UNAVAILABLE_WAIT_S, f"rate limiter unavailable: {exc}")
+            if wait_ms <= 0:
+                return None
+            short = wait_ms <= KEYED_SHORT_WAIT_S * 1000 and slept < self.SHORT_WAITS
+            if delivery.inline or short:
+                slept += 1
+                self._sleep(wait_ms / 1000)
+                continue
+            why = f"rate limits: its turn comes in {wait_ms} ms"  # keys unshown: arguments
+            return Wait(wait_ms / 1000, why, turns_header(turns))

@@ -102,6 +102,7 @@ class NewJob:
             "owner_id": self.owner_id,
             "concurrency_key": self.concurrency_key,
             "fairness_key": self.fairness_key,
+            "tenant": self.call.tenant,
             "secrets_sealed": self.sealed,
             "created_at": now,
             "updated_at": now,
@@ -169,7 +170,9 @@ def new_job(
     """
     control, options = facts.control, facts.options
     rules = task.call_rules(settings.masking, settings.max_payload_bytes)
-    call = prepare_call(task.shape, rules, args, kwargs, control.idempotency_key)
+    correlated = control.correlation_id is not None or facts.correlation_id != facts.job_id
+    call = prepare_call(task.shape, rules, args, kwargs, control.idempotency_key, correlated)
+    task.limits.turns_of(task.shape, args, kwargs, strict=True)  # refused now, not at a start
     queue = check_text(task.queue(options, args, kwargs), "queue", 200)
     if "queue" not in options and task.pins_queue:
         options["queue"] = queue

@@ -142,6 +142,9 @@ jobs = Table(
     # the job must start by then (the database's clock), else it ends ``cancelled``;
     # NULL: no deadline
     Column("deadline_at", UTCDateTime),  # nullable
+    # the job's tenant (the task's ``tenant=`` option, ``core/tenants.py``), written once
+    # at the insert; NULL: the task declares none
+    Column("tenant", String(255)),  # nullable
     UniqueConstraint(
         "job_type", "idempotency_key", "key_round", name="uq_background_jobs_idempotency"
     ),
@@ -182,6 +185,13 @@ jobs = Table(
         **_only("error_type IS NOT NULL"),
     ),
     Index("ix_background_jobs_finished_at", "finished_at", **_only("finished_at IS NOT NULL")),
+    # ``Tracker.jobs(tenant=...)``, newest first, as the owner's (migration 0012)
+    Index(
+        "ix_background_jobs_tenant_created_at",
+        "tenant",
+        "created_at",
+        **_only("tenant IS NOT NULL"),
+    ),
     # the rows with a due time, for the pass publishing the jobs held in the database; its
     # condition names ``not_before`` only, so the enqueue's hand-over mark stays a HOT
     # update (migration 0011)

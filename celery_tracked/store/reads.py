@@ -52,6 +52,7 @@ _TEXT_COLUMNS = {
     "correlation_id": jobs.c.correlation_id,
     "owner_id": jobs.c.owner_id,
     "error_type": jobs.c.error_type,
+    "tenant": jobs.c.tenant,
 }
 
 

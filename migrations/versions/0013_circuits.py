@@ -9,7 +9,7 @@ last closed). Each change is one conditional ``UPDATE`` (``store/circuits.py``).
 open circuit holds is a waiting row with ``locked_by = 'circuit:<name>'`` (no column).
 
 Revision ID: 0013_circuits
-Revises: 0011_control
+Revises: 0012_tenants
 Create Date: 2026-11-28
 """
 
@@ -20,7 +20,7 @@ from alembic import op
 from sqlalchemy.dialects import mysql
 
 revision = "0013_circuits"
-down_revision = "0011_control"
+down_revision = "0012_tenants"
 branch_labels = None
 depends_on = None
 

@@ -6,8 +6,12 @@
 its start, first thing in the body: ``RPUSH limited:starts "<time> <pid> <job_id> <grant>"``,
 ``<grant>`` being the limiter's latest granted start read from its Redis hash right after
 (the body's own grant: no other start comes within the interval), or -1 if unreadable.
-``acc.one_per_group`` runs at most one job per ``group`` at a time (``spans:<job_id>``);
-run 1 of a job whose ``hang`` is set publishes its pid and hangs (the test SIGKILLs it).
+``acc.per_tenant`` (tenant ``{tenant_id}``, keyed limit ``acc-t:{tenant}`` at
+``PER_TENANT_S`` per second) records, first thing,
+``RPUSH keyed:starts "<time> <tenant> <job_id> <pid> <grant>"`` (``<grant>``: the newest
+grant of its key, read right after: its own). ``acc.one_per_group`` runs at most one job
+per ``group`` at a time (``spans:<job_id>``); run 1 of a job whose ``hang`` is set
+publishes its pid and hangs (the test SIGKILLs it).
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from celery_tracked import Tracker, tracked_task
 LIMIT_MS = 200
 #: The same for ``acc.limited_slow``.
 SLOW_LIMIT_MS = 1000
+#: ``acc.per_tenant``'s keyed limit: starts per second per tenant (``TRACKED_TEST_PER_TENANT_S``:
+#: a measurement on a machine too loaded for 100 starts a second).
+PER_TENANT_S = int(os.environ.get("TRACKED_TEST_PER_TENANT_S", "20"))
 
 
 def _record_start(task: Any, limiter: str, at: float, begin: Callable[[Any], Any]) -> Any:
@@ -73,6 +80,26 @@ def add_limit_tasks(
     def limited_slow(self: Any, n: int) -> dict[str, Any]:
         at = time.time()
         r, job_id, run, started = _record_start(self, "acc-limiter-slow", at, begin)
+        end(r, job_id, started)
+        return {"n": n, "run": run}
+
+    @tracked_task(
+        app=app,
+        bind=True,
+        shared=False,
+        name="acc.per_tenant",
+        queue=queue,
+        tenant="{tenant_id}",
+        rate_limits=("acc-t:{tenant}", f"{PER_TENANT_S}/s"),
+    )
+    def per_tenant(self: Any, tenant_id: str, n: int) -> dict[str, Any]:
+        at = time.time()
+        r, job_id, run, started = begin(self)
+        tracker = Tracker.for_app(self.app)
+        grants = f"{tracker.settings.key_prefix}:rate:{{rate}}:grants:acc-t:{tenant_id}"
+        newest = r.zrevrange(grants, 0, 0, withscores=True)  # its own grant, or a later one
+        grant = newest[0][1] / 1000 if newest else -1.0
+        r.rpush("keyed:starts", f"{at:.6f} {tenant_id} {job_id} {os.getpid()} {grant:.6f}")
         end(r, job_id, started)
         return {"n": n, "run": run}
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
+from celery_tracked.core.bulk import BulkReport
 from celery_tracked.core.errors import InvalidFilter, TrackedError
 from celery_tracked.core.finder import (
-    BulkReport,
     JobFilter,
     Position,
     check_limit,
