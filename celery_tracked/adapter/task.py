@@ -67,15 +67,10 @@ class TrackedTask(Task[P, R_co]):
     generic like Celery's ``Task``: ``TrackedTask[P, R]`` for a body ``Callable[P, R]``.
 
     Tracked options (class attributes, or keywords of ``tracked_task`` / ``app.task``):
-    ``tracked_queue``, ``tracked_priority``, ``job_type``, ``max_attempts``, ``backoff_ms``,
-    ``idempotency_key`` (a template naming the call's arguments, or a callable; a key given
-    per call is taken literally), ``key_lifetime`` (with ``throttle_s``/``debounce_s``),
-    ``validator``, ``rate_limit_global``, ``rate_limits`` (keyed), ``concurrency_key``
-    (with ``concurrency_limit`` and ``fairness_key``), ``tenant``, ``required``,
-    ``retention`` (how long its ended jobs are kept), ``retry_semantics`` (``"celery"``
-    or ``"tracked"``, default the app's ``tracked_retry_semantics``: ``"celery"``),
-    ``deadline`` (a ``timedelta``/seconds: a job not started that long after its enqueue
-    ends ``cancelled``); what each means and accepts: ``celery_tracked/core/options.py``.
+    the attributes below (``tracked_queue`` and ``tracked_priority`` are ``queue`` and
+    ``priority`` of ``tracked_task``; the circuit's are ``core/circuits.py``'s), each
+    checked when the class is made; what each means and accepts:
+    ``celery_tracked/core/options.py`` and docs/usage.md.
     A running body reads its job's own deadline as ``self.job_deadline``.
     """
 

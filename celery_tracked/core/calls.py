@@ -1,12 +1,10 @@
 """Call preparation: bind a call's arguments once, then derive everything else from them.
 
 Pure functions over a :class:`CallShape` (the body's signature, computed once per task):
-the validated payload, the redacted payload, the ``argsrepr``/``kwargsrepr`` Flower shows,
-the secret values to mask in errors, and the idempotency key. Positional arguments are
-named in exactly one place (:meth:`CallShape.named`), so the payload, the reprs and the
-error masks always agree. No Redis, SQL or Celery here: the text of ``argsrepr``/
-``kwargsrepr`` comes from the shape's ``show`` function, which the Celery adapter sets to
-Celery's own ``saferepr`` (so the reprs are exactly the ones Celery makes).
+the validated payload, the redacted payload, the ``argsrepr``/``kwargsrepr`` (the shape's
+``show``: Celery's own ``saferepr``, set by the adapter), the secret values to mask in
+errors, the keys and the tenant. Positional arguments are named in exactly one place
+(:meth:`CallShape.named`), so the payload, the reprs and the error masks always agree.
 """
 
 from __future__ import annotations
@@ -160,12 +158,9 @@ class CallShape:
 
 
 def too_nested() -> PayloadNotSerializable:
-    """What a recursive pass over arguments that ran out of stack (the caller was already
-    deep in it) raises instead of a bare ``RecursionError`` (caught by a plain ``try``:
-    a context manager would need frames of its own)."""
-    return PayloadNotSerializable(
-        "arguments too deeply nested to process here (Python's recursion limit)"
-    )
+    """Raised instead of a bare ``RecursionError`` by a pass over arguments that ran out
+    of stack (caught by a plain ``try``: a context manager would need frames of its own)."""
+    return PayloadNotSerializable("arguments too deeply nested (Python's recursion limit)")
 
 
 @dataclass(frozen=True)

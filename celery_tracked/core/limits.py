@@ -1,25 +1,20 @@
-"""Global rate limits and per-key concurrency limits: the task options and the pure decisions.
+"""Rate and concurrency limits: the task options and the pure decisions.
 
-Two tracked options, checked when the task is declared (``InvalidTaskOption``):
+Options checked when the task is declared (``InvalidTaskOption``):
 
-``rate_limit_global=("ai-provider", 2000)`` (a limiter name and a minimum interval in
-    milliseconds), or just ``"ai-provider"`` (the interval is then
-    ``tracked_rate_limit_ms``). Every task
-    naming one limiter shares it, across all workers: their bodies start at least the
-    interval apart. A delivery that must wait reserves its slot and is re-published for it
-    (``limiter.py``), without using an attempt or holding a pool process; the start itself
-    is granted after the claim, just before the body (``grant_start``).
-``concurrency_key="course:{course_id}"`` (a template over the call's arguments like
-    ``idempotency_key``, or a callable) with ``concurrency_limit=N`` (default
-    ``tracked_concurrency_limit``): at
-    most N jobs with that key are ``processing`` under a live lease at any time, across
-    all workers and task types. The slot is the job's own fenced lease, not a counter: a
-    worker that dies frees it when its lease lapses. When a keyed job ends, its slot is
+``rate_limit_global=("ai-provider", 2000)`` (a limiter name and a minimum interval in ms;
+    or just the name: ``tracked_rate_limit_ms``): every task naming one limiter shares it
+    across all workers; their bodies start at least the interval apart. A delivery that
+    must wait reserves its slot and is re-published for it (``limiter.py``), using no
+    attempt; the start is granted after the claim (``grant_start``).
+``rate_limits``: keyed rate limits, N per window per key (``rates.py``).
+``concurrency_key="course:{course_id}"`` (a template like ``idempotency_key``, or a
+    callable) with ``concurrency_limit=N`` (default ``tracked_concurrency_limit``): at most
+    N jobs with that key are ``processing`` under a live lease, across all workers. The
+    slot is the job's own fenced lease, not a counter; when a keyed job ends its slot is
     handed to the key's next due waiting job (``services/handoff.py``).
-``fairness_key="tenant:{tenant_id}"`` (with a ``concurrency_key``; the same kinds): the
-    jobs of one concurrency key take its slots in turn by fairness key (round-robin): a
-    slot freed by a job of one fairness key is handed to the next fairness key that has a
-    due job waiting, in the keys' order, oldest job first within one.
+``fairness_key="tenant:{tenant_id}"`` (with a ``concurrency_key``): the key's slots go
+    round-robin by fairness key, oldest job first within one.
 
 Pure: no Redis, SQL or Celery here.
 """
@@ -122,7 +117,7 @@ class Limits:
         template = self.fairness_key
         if template is None:
             return None
-        named = shape.bind(args, kwargs, "")
+        named = self.named(shape, args, kwargs)  # ``{tenant}`` too, as at enqueue
         return KeyCall("", args, kwargs, named).build("fairness_key", template)
 
     def for_delivery(
@@ -187,22 +182,17 @@ def limits_of(options: Mapping[str, Any]) -> Limits:
     if key is not None:
         check_template(key, "concurrency_key")
     limit = options.get("concurrency_limit")
-    if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise InvalidTaskOption(
-                "concurrency_limit", f"must be a positive integer, got {limit!r}"
-            )
-        if key is None:
-            raise InvalidTaskOption(
-                "concurrency_limit", "needs a concurrency_key (the jobs it limits)"
-            )
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidTaskOption("concurrency_limit", f"must be a positive integer, got {limit!r}")
     fair = options.get("fairness_key")
     if fair is not None:
         check_template(fair, "fairness_key")
-        if key is None:
-            raise InvalidTaskOption(
-                "fairness_key", "needs a concurrency_key (the jobs that take turns by it)"
-            )
+    for option, needs in (
+        ("concurrency_limit", "it limits"),
+        ("fairness_key", "that take turns by it"),
+    ):
+        if options.get(option) is not None and key is None:
+            raise InvalidTaskOption(option, f"needs a concurrency_key (the jobs {needs})")
     return Limits(name, interval, key, limit, fair, rates_of(options.get("rate_limits")))
 
 
