@@ -4,12 +4,12 @@ It holds one app's services, built by the composition root (``wiring.py``'s ``bu
 settings, job store, guard and notifier, hooks, the ``Producer``, the ``Runner``, the
 maintenance plugins of ``wiring.MAINTENANCE``), privately, and offers only methods: the
 read side ``get_job``, ``history``, ``wait``, ``stats``, ``jobs``, ``pipeline``; the
-operations ``cancel``, ``retry``, ``retry_many``, ``cancel_many``; one pass of each plugin:
-``relay``, ``reap``, ``cleanup`` (``run_maintenance(name)``); ``add_hook`` and ``close``.
-What it needs of Celery (the tasks' descriptions, publishing a job's message, the
-broker's view, stopping a run) comes through the platform port (``core/platform.py``);
-the public :class:`~celery_tracked.Tracker` (``adapter/celery_tracker.py``) is this class
-with Celery's implementation of that port.
+operations ``cancel``, ``retry``, ``retry_many``, ``cancel_many``, their log
+(``record_action``, ``actions``); a pass of each plugin (``run_maintenance(name)``, ``relay``,
+``reap``, ``cleanup``); ``add_hook``, ``close``. What it needs of Celery (the tasks'
+descriptions, publishing a job's message, the broker's view, stopping a run) comes through
+the platform port (``core/platform.py``); the public :class:`~celery_tracked.Tracker`
+(``adapter/celery_tracker.py``) is this class with Celery's implementation of that port.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
+from .core.actions import Action, Done
 from .core.errors import JobNotFound
 from .core.finder import (
     DEFAULT_PAGE,
@@ -39,7 +40,7 @@ from .core.pipelines import Pipeline
 from .core.platform import Platform
 from .core.ports import Store
 from .core.settings import Settings
-from .services import bulk, pauses, waiting
+from .services import actions, bulk, pauses, waiting
 from .services.cancelling import Shown
 from .services.cleanup import Cleanup, CleanupReport
 from .services.maintenance import Maintenance, Report
@@ -263,10 +264,9 @@ class BaseTracker:
         return plugin.run(now)
 
     def relay(self, *, now: datetime | None = None) -> RelayReport:
-        """Publish the pending jobs whose producer died before handing their message to the
-        broker: one pass of the relay (``services/relay.py``; the task
-        ``celery_tracked.relay`` runs it on Beat). ``now``: the time a row's age is judged
-        at (default: the database's clock). Raises ``StoreError``: the database failed."""
+        """Publish the pending jobs whose producer died before the hand-over: one relay pass
+        (``services/relay.py``; Beat: ``celery_tracked.relay``); ``now``: when a row's age is
+        judged (default: the database's clock). Raises ``StoreError``."""
         return self._plugin(Relay).run(now)
 
     def schedule(self, *, now: datetime | None = None) -> RelayReport:
@@ -363,6 +363,14 @@ class BaseTracker:
         """Every pause in force: ``scope``, ``name``, ``paused_by``, ``paused_at``,
         ``reason``."""
         return self._services.pauses.paused()
+
+    def record_action(self, done: Done) -> int:
+        """Log ``done`` (who did what) and an ``action`` event on each job it changed."""
+        return actions.record(self._services.store, self.settings.masking, done)
+
+    def actions(self, *, before: int | None = None, limit: int = DEFAULT_PAGE) -> list[Action]:
+        """The action log, newest first: the entries with an id below ``before``."""
+        return actions.page(self._services.store, before, check_limit(limit))
 
     @overload
     def wait(self, job_id: EnqueueResult[R], timeout: float = 30.0) -> R: ...

@@ -42,7 +42,8 @@ class Event(str, enum.Enum):
     Transitions only: ``deduplicated``, ``debounced``, ``processing``, ``retrying``,
     ``cancel_requested``, ``skipped``, ``busy``, ``lease_lost``, ``error`` (their status is
     the delivery's fate for the last four). Stored only: ``started``, ``redelivered``,
-    ``relayed``, ``given_back``, ``retry_undone``, ``log``, ``missing``, ``found``; both:
+    ``relayed``, ``given_back``, ``retry_undone``, ``log``, ``missing``, ``found``,
+    ``action``; both:
     ``paused``.
     """
 
@@ -80,6 +81,8 @@ class Event(str, enum.Enum):
     FOUND = "found"
     RETRIED = "retried"
     RETRY_UNDONE = "retry_undone"
+    #: an action done by hand (the dashboard's), naming its actor (``core/actions.py``)
+    ACTION = "action"
 
     __str__ = JobStatus.__str__  # the value, as a status
 

@@ -29,7 +29,8 @@ Roles (who calls them): :class:`EnqueueStore` (``Enqueuer``), :class:`RunStore` 
 :class:`RerunStore` (``Tracker.retry``, cancels), :class:`ReadStore` (``Tracker``'s reads,
 bulk actions, statistics, metrics), :class:`PauseStore` (``Pauses``:
 ``Tracker.pause``/``resume``/``paused`` and the worker's gate; a held delivery's move is
-``ClaimStore.hold``).
+``ClaimStore.hold``), :class:`ActionStore` (``Tracker.record_action``/``actions``: the
+dashboard's action log).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from .actions import Action
 from .cleanup import Boundary, Sweep
 from .fences import (
     AttemptError,
@@ -350,6 +352,20 @@ class PauseStore(Protocol):
         """Every pause in force, oldest first."""
 
 
+class ActionStore(Protocol):
+    """The action log (``core/actions.py``): one row per action done by hand, and an
+    ``action`` event on each job it changed."""
+
+    def record_action(self, row: Mapping[str, Any], job_ids: Sequence[str]) -> int:
+        """Insert the action (``row``: ``actor``, ``role``, ``action``, ``target``,
+        ``changed``, ``refused``, ``detail``; ``created_at``: the database's clock) and,
+        for each of ``job_ids`` that exists, an ``action`` event (message
+        ``row["message"]``), in one transaction; the action's id."""
+
+    def actions(self, before: int | None, limit: int) -> list[Action]:
+        """The actions newest first (by id), those with an id below ``before`` only."""
+
+
 class Store(
     EnqueueStore,
     RunStore,
@@ -363,6 +379,7 @@ class Store(
     CancelStore,
     ReadStore,
     PauseStore,
+    ActionStore,
     Protocol,
 ):
     """The whole store, as ``Tracker`` wires it."""

@@ -20,6 +20,8 @@ names):
 - ``rerun``: ``Tracker.retry`` and ``Tracker.cancel`` (``RerunStore``).
 - ``pauses``: what is paused, and a delivery a pause holds (``PauseStore``,
   ``ClaimStore.hold``).
+- ``actions``: the action log, and the ``action`` event on each job an action changed
+  (``ActionStore``).
 - ``reads``: one job, a job by key, a history, statistics, listings, gauges
   (``Reader``, ``KeyReader``, ``ReadStore``).
 
@@ -42,6 +44,7 @@ Shared by them:
 
 from __future__ import annotations
 
+from .actions import Actions
 from .apply import Apply
 from .claims import Claims
 from .cleanup import Cleanup
@@ -73,6 +76,7 @@ class JobStore(
     Rerun,
     Reads,
     Pauses,
+    Actions,
 ):
     """The tracking database of one app; engines are created per process."""
 

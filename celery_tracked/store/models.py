@@ -211,3 +211,20 @@ pauses = Table(
     Column("paused_by", String(255), nullable=True),
     Column("reason", Text, nullable=True),
 )
+
+# the action log: one row per action done by hand (the dashboard's retry, cancel, bulk
+# actions, pause, resume, cleanup dry-run), its actor and role; read newest first by id
+# (the primary key: no other index) (migration 0015)
+actions = Table(
+    "background_job_actions",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("actor", String(255), nullable=False),
+    Column("role", String(32), nullable=False),
+    Column("action", String(32), nullable=False),
+    Column("target", String(255), nullable=False),
+    Column("changed", Integer, nullable=False),
+    Column("refused", Integer, nullable=False),
+    Column("detail", Text, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+)

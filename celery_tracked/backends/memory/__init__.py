@@ -21,6 +21,7 @@ one ``move`` helper).
 from __future__ import annotations
 
 from ...core.ports import Store
+from .actions import MemoryActions
 from .claims import MemoryClaims
 from .cleanup import MemoryCleanup
 from .enqueue import MemoryEnqueue
@@ -48,6 +49,7 @@ class MemoryStore(
     MemoryRerun,
     MemoryReads,
     MemoryPauses,
+    MemoryActions,
 ):
     """The store contract in memory (see the module's docstring)."""
 

@@ -16,6 +16,7 @@ from dataclasses import fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from ...core.actions import Action
 from ...core.errors import DuplicateJob, Refused, StoreError
 from ...core.jobs import (
     CLAIM_EARLY_S,
@@ -102,6 +103,8 @@ class MemoryCore:
         self._event_ids = 0
         #: ``background_job_pauses``, by (scope, name) (``pauses.py``)
         self.paused: dict[tuple[str, str], Pause] = {}
+        #: ``background_job_actions``, oldest first (``actions.py``)
+        self.action_log: list[Action] = []
 
     def clock(self) -> datetime:
         """The store's current time: the clock leases and backoffs are judged on."""
