@@ -1,0 +1,208 @@
+"""The dashboard's pages and their JSON (``/api/...``): overview, job list, a job, a
+pipeline, the action log, and the login page (``TokenAuth``). Reads only, each through
+the tracker; the live parts are fragments that htmx polls (``.../live``)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from ..core.errors import InvalidFilter, JobNotFound, StoreError, TrackedError
+from ..core.jobs import Job
+from .app import Dash, failure
+from .auth import CSRF_FIELD, SESSION_COOKIE, Identity, TokenAuth, csrf_ok
+from .filters import NAMES, STATUSES, filters_of, given, query_of
+from .views import arguments, event_view, job_view, pause_view, queue_rows
+
+logger = logging.getLogger("celery_tracked.web")
+PAGE = 50
+
+
+class Pages:
+    """The read routes (see the module's docstring)."""
+
+    def __init__(self, dash: Dash) -> None:
+        self.dash = dash
+        self.masking = dash.tracker.settings.masking
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/", self.overview, name="overview"),
+            Route("/overview/live", self.overview, name="overview_live"),
+            Route("/login", self.login, methods=["GET", "POST"], name="login"),
+            Route("/logout", self.logout, methods=["POST"], name="logout"),
+            Route("/jobs", self.jobs, name="jobs"),
+            Route("/jobs/{job_id}", self.job, name="job"),
+            Route("/jobs/{job_id}/live", self.job, name="job_live"),
+            Route("/pipelines/{cid}", self.pipeline, name="pipeline"),
+            Route("/actions", self.actions, name="actions"),
+            Route("/api/overview", self.overview, name="api_overview"),
+            Route("/api/jobs", self.jobs, name="api_jobs"),
+            Route("/api/jobs/{job_id}", self.job, name="api_job"),
+            Route("/api/actions", self.actions, name="api_actions"),
+        ]
+
+    # -- the gate ---------------------------------------------------------------------
+
+    async def _reader(self, request: Request) -> Identity | Response:
+        who = await self.dash.who(request)
+        if who is None:
+            return self.dash.refuse(request, None, 401, "sign in to see the dashboard")
+        return who
+
+    def _show(self, request: Request, who: Identity, name: str, data: dict[str, Any]) -> Response:
+        if "/api/" in request.url.path:
+            return JSONResponse(data)
+        live = request.url.path.endswith("/live")
+        page = name.replace(".html", "_live.html") if live else name
+        return self.dash.render(request, who, page, **data)
+
+    async def crashed(self, request: Request, exc: Exception) -> Response:
+        """Any error as a page without its details (a store failure: one masked line)."""
+        if isinstance(exc, StoreError | TrackedError):
+            return self.dash.refuse(request, None, 503, failure(exc))
+        logger.exception("dashboard error on %s", request.url.path)
+        return self.dash.refuse(request, None, 500, "internal error (logged)")
+
+    # -- pages ------------------------------------------------------------------------
+
+    async def overview(self, request: Request) -> Response:
+        who = await self._reader(request)
+        if isinstance(who, Response):
+            return who
+        if self.dash.scoped(who) is not False:  # a tenant sees no other tenant's counts
+            data: dict[str, Any] = {"queues": [], "pauses": [], "scoped": True}
+        else:
+            data = self.dash.cached(self._overview)
+        return self._show(request, who, "overview.html", data)
+
+    def _overview(self) -> dict[str, Any]:
+        tracker = self.dash.tracker
+        circuits = getattr(tracker, "circuits", None)  # issue 27 (keyed limits): wired at merge
+        return {
+            "queues": queue_rows(tracker.stats()),
+            "pauses": [pause_view(p) for p in tracker.paused()],
+            "circuits": None if circuits is None else list(circuits()),
+            "scoped": False,
+        }
+
+    async def jobs(self, request: Request) -> Response:
+        who = await self._reader(request)
+        if isinstance(who, Response):
+            return who
+        shown = given(request.query_params)
+        owner = self.dash.scoped(who)
+        if owner is not False:
+            shown["owner_id"] = owner
+        cursor = request.query_params.get("cursor") or None
+        try:
+            if owner is None:
+                found, next_cursor = [], None
+            else:
+                page = self.dash.tracker.jobs(limit=PAGE, cursor=cursor, **filters_of(shown))
+                found, next_cursor = list(page.jobs), page.next_cursor
+        except InvalidFilter as exc:
+            return self.dash.refuse(request, who, 400, str(exc))
+        data = {
+            "jobs": [job_view(j, self.masking) for j in found],
+            "next_cursor": next_cursor,
+            "filters": shown,
+            "query": query_of(shown),
+            "next_query": None if next_cursor is None else query_of(shown, cursor=next_cursor),
+            "statuses": STATUSES,
+            "names": NAMES,
+        }
+        return self._show(request, who, "jobs.html", data)
+
+    def _visible(self, who: Identity, job: Job | None) -> Job | None:
+        owner = self.dash.scoped(who)
+        return job if job is None or owner is False or job.owner_id == owner else None
+
+    async def job(self, request: Request) -> Response:
+        who = await self._reader(request)
+        if isinstance(who, Response):
+            return who
+        job_id = request.path_params["job_id"]
+        tracker = self.dash.tracker
+        try:
+            job = self._visible(who, tracker.get_job(job_id))
+        except (TypeError, TrackedError):
+            job = None
+        if job is None:
+            return self.dash.refuse(request, who, 404, "no such job")
+        children = []
+        if job.correlation_id:
+            family = tracker.jobs(correlation_id=job.correlation_id, limit=200)
+            children = [job_view(j, self.masking) for j in family if j.parent_job_id == job.id]
+        data = {
+            "job": job_view(job, self.masking),
+            "arguments": arguments(job, self.masking),
+            "history": [event_view(e, self.masking) for e in tracker.history(job.id)],
+            "children": children,
+        }
+        return self._show(request, who, "job.html", data)
+
+    async def pipeline(self, request: Request) -> Response:
+        who = await self._reader(request)
+        if isinstance(who, Response):
+            return who
+        try:
+            found = self.dash.tracker.pipeline(request.path_params["cid"])
+        except (JobNotFound, TypeError, TrackedError):
+            return self.dash.refuse(request, who, 404, "no such pipeline")
+        tree = [(depth, self._visible(who, job)) for depth, job in found.tree()]
+        rows = [{"depth": d, "job": job_view(j, self.masking)} for d, j in tree if j is not None]
+        if not rows:
+            return self.dash.refuse(request, who, 404, "no such pipeline")
+        data: dict[str, Any] = {"cid": found.correlation_id, "state": found.state, "rows": rows}
+        data["counts"] = found.counts
+        return self._show(request, who, "pipeline.html", data)
+
+    async def actions(self, request: Request) -> Response:
+        who = await self._reader(request)
+        if isinstance(who, Response):
+            return who
+        raw = request.query_params.get("before")
+        try:
+            before = None if not raw else int(raw)
+            found = self.dash.tracker.actions(before=before, limit=PAGE)
+        except (ValueError, InvalidFilter):
+            return self.dash.refuse(request, who, 400, "before: an action id")
+        if self.dash.scoped(who) is not False:
+            found = []  # the log names every tenant's jobs
+        entries = [a.as_dict() for a in found]
+        more = len(found) == PAGE
+        data = {"entries": entries, "before": found[-1].id if more and found else None}
+        return self._show(request, who, "actions.html", data)
+
+    # -- signing in (TokenAuth) -------------------------------------------------------
+
+    async def login(self, request: Request) -> Response:
+        dash = self.dash
+        if not isinstance(dash.auth, TokenAuth):
+            return dash.refuse(request, None, 404, "sign in through your application")
+        if request.method == "GET":
+            return dash.render(request, None, "login.html", error=None)
+        form = await request.form()
+        if not csrf_ok(dash.signer, None, request, _text(form.get(CSRF_FIELD))):
+            return dash.refuse(request, None, 403, "the form's CSRF token is missing or wrong")
+        who = dash.auth.identity(_text(form.get("token")) or "")
+        if who is None:
+            logger.warning("dashboard: a sign-in with a wrong token")
+            return dash.render(request, None, "login.html", 401, error="wrong token")
+        response = RedirectResponse(dash.base(request) + "/", status_code=303)
+        dash.set_cookie(request, response, SESSION_COOKIE, dash.signer.session(who))
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        response = RedirectResponse(self.dash.base(request) + "/login", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path=self.dash.base(request) or "/")
+        return response
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

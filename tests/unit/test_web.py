@@ -1,0 +1,209 @@
+"""The dashboard (issue 28) over the memory store, through Starlette's TestClient: auth
+(401 anonymous, 403 read-only on every action), CSRF refusal, the canary secret of a
+redacted argument in no page, no JSON and no log line, the security headers, the owner
+mode, and each action reported and logged with its actor."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from celery import Celery
+from starlette.testclient import TestClient
+
+from celery_tracked import Tracker, tracked_task
+from celery_tracked.core.errors import ConfigurationError
+from celery_tracked.web import Identity, TokenAuth, dashboard
+
+CANARY = "CANARY-7f3a9c-do-not-show"
+ADMIN_TOKEN = "admin-token-0123456789abcdef"
+READ_TOKEN = "read-token-0123456789abcdef"
+ACTIONS = [
+    ("/jobs/{job}/retry", {}),
+    ("/jobs/{job}/cancel", {}),
+    ("/jobs/{job}/cancel", {"running": "yes"}),
+    ("/bulk/retry", {"queue": "billing", "confirm": "yes"}),
+    ("/bulk/cancel", {"queue": "billing", "confirm": "yes"}),
+    ("/pauses/pause", {"scope": "queue", "name": "billing"}),
+    ("/pauses/resume", {"scope": "queue", "name": "billing"}),
+    ("/cleanup/dry-run", {}),
+]
+
+
+@pytest.fixture
+def app(tracked_app: Celery) -> Celery:
+    tracked_app.conf.task_always_eager = True
+
+    @tracked_task(app=tracked_app, shared=False, name="web.charge", queue="billing", max_attempts=1)
+    def charge(amount: int, api_password: str) -> None:
+        raise ValueError(f"card declined for {amount}")
+
+    @tracked_task(app=tracked_app, shared=False, name="web.mail", queue="mail")
+    def mail(to: str) -> str:
+        return f"result-{to}"
+
+    return tracked_app
+
+
+@pytest.fixture
+def jobs(app: Celery) -> dict[str, str]:
+    failed = app.tasks["web.charge"].delay(12, api_password=CANARY)
+    done = app.tasks["web.mail"].delay("bob@example.com")
+    return {"failed": failed.id, "done": done.id}
+
+
+def _client(app: Celery, **options: Any) -> TestClient:
+    options.setdefault("auth", TokenAuth(admin=ADMIN_TOKEN, read_only=READ_TOKEN))
+    return TestClient(dashboard(app, **options), base_url="http://testserver")
+
+
+@pytest.fixture
+def client(app: Celery) -> Iterator[TestClient]:
+    with _client(app) as c:
+        yield c
+
+
+def _login(client: TestClient, token: str) -> str:
+    page = client.get("/login")
+    csrf = _csrf(page.text)
+    reply = client.post("/login", data={"token": token, "csrf_token": csrf}, follow_redirects=False)
+    assert reply.status_code == 303, reply.text
+    page = client.get("/")
+    token = re.search(r'"X-CSRF-Token": "([^"]+)"', page.text)
+    assert token and token.group(1) == client.cookies.get("ct_csrf")  # the double submit
+    return token.group(1)
+
+
+def _csrf(html: str) -> str:
+    found = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    assert found, html
+    return found.group(1)
+
+
+def test_it_refuses_to_start_without_an_authentication_choice(app: Celery) -> None:
+    with pytest.raises(ConfigurationError, match="authentication choice"):
+        dashboard(app)
+    with pytest.raises(ConfigurationError, match="shorter"):
+        TokenAuth(admin="short")
+
+
+def test_an_anonymous_request_is_401_everywhere(client: TestClient, jobs: dict[str, str]) -> None:
+    for path in ("/", "/jobs", f"/jobs/{jobs['failed']}", "/actions", "/api/jobs"):
+        assert client.get(path).status_code == 401, path
+    for path, form in ACTIONS:
+        reply = client.post(path.format(job=jobs["failed"]), data=form)
+        assert reply.status_code == 401, path
+
+
+def test_a_read_only_user_reads_and_gets_403_on_every_action(
+    client: TestClient, app: Celery, jobs: dict[str, str]
+) -> None:
+    csrf = _login(client, READ_TOKEN)
+    assert client.get("/jobs").status_code == 200
+    for path, form in ACTIONS:
+        reply = client.post(path.format(job=jobs["failed"]), data={**form, "csrf_token": csrf})
+        assert reply.status_code == 403, path
+    assert Tracker.for_app(app).get_job(jobs["failed"]).status.value == "failed"  # type: ignore[union-attr]
+    bearer = {"Authorization": f"Bearer {READ_TOKEN}"}
+    assert client.post(f"/jobs/{jobs['failed']}/retry", headers=bearer).status_code == 403
+
+
+def test_an_action_without_its_csrf_token_is_refused(
+    client: TestClient, app: Celery, jobs: dict[str, str]
+) -> None:
+    csrf = _login(client, ADMIN_TOKEN)
+    url = f"/jobs/{jobs['failed']}/cancel"
+    assert client.post(url, data={}).status_code == 403
+    assert client.post(url, data={"csrf_token": "forged.token"}).status_code == 403
+    other = _client(app)  # a token of another session (another secret) is refused too
+    forged = _csrf(other.get("/login").text)
+    assert client.post(url, data={"csrf_token": forged}).status_code == 403
+    assert Tracker.for_app(app).actions() == []  # nothing was done, nothing logged
+    assert client.post(url, data={"csrf_token": csrf}).status_code == 200
+
+
+def test_the_canary_of_a_redacted_argument_is_in_no_page_json_or_log_line(
+    client: TestClient, jobs: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    csrf = _login(client, ADMIN_TOKEN)
+    job = jobs["failed"]
+    bodies = [
+        client.get(path).text
+        for path in (
+            "/", "/overview/live", "/jobs", "/jobs?status=failed&queue=billing", f"/jobs/{job}",
+            f"/jobs/{job}/live", f"/pipelines/{job}", "/actions", "/api/overview", "/api/jobs",
+            f"/api/jobs/{job}", f"/api/jobs/{jobs['done']}", "/api/actions",
+        )
+    ]  # fmt: skip
+    page = client.get(f"/jobs/{job}").text
+    assert "[redacted]" in page and "api_password" in page and "card declined" in page
+    bodies.append(client.post(f"/jobs/{job}/retry", data={"csrf_token": csrf}).text)
+    bodies.append(client.get("/actions").text)
+    for body in bodies:
+        assert CANARY not in body
+        assert "result-bob" not in body  # no result either
+    assert all(
+        CANARY not in r.getMessage() and CANARY not in str(r.__dict__) for r in caplog.records
+    )
+
+
+def test_every_response_carries_the_security_headers(client: TestClient) -> None:
+    for path in ("/login", "/", "/static/htmx.min.js"):
+        headers = client.get(path).headers
+        csp = headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+        assert "frame-ancestors 'none'" in csp
+        assert headers["x-frame-options"] == "DENY"
+        assert headers["x-content-type-options"] == "nosniff"
+        assert headers["referrer-policy"] == "no-referrer"
+
+
+def test_each_action_is_reported_and_logged_with_its_actor(
+    client: TestClient, app: Celery, jobs: dict[str, str]
+) -> None:
+    csrf = _login(client, ADMIN_TOKEN)
+    tracker = Tracker.for_app(app)
+    reply = client.post(f"/jobs/{jobs['done']}/retry", data={"csrf_token": csrf})
+    assert "0 changed, 1 refused" in reply.text and "it is completed" in reply.text
+    reply = client.post(
+        "/pauses/pause", data={"csrf_token": csrf, "scope": "queue", "name": "mail"}
+    )
+    assert reply.status_code == 200 and [p.name for p in tracker.paused()] == ["mail"]
+    assert (
+        client.post(
+            "/pauses/resume", data={"csrf_token": csrf, "scope": "queue", "name": "mail"}
+        ).status_code
+        == 200
+    )
+    assert tracker.paused() == []
+    ask = client.post("/bulk/cancel", data={"csrf_token": csrf, "queue": "billing"})
+    assert "Yes, cancel them" in ask.text  # a confirmation first: nothing done yet
+    assert client.post("/cleanup/dry-run", data={"csrf_token": csrf}).status_code == 200
+    logged = [(a.actor, a.role, a.action, a.target) for a in reversed(tracker.actions())]
+    assert logged == [
+        ("admin (token)", "admin", "retry", jobs["done"]),
+        ("admin (token)", "admin", "pause", "queue:mail"),
+        ("admin (token)", "admin", "resume", "queue:mail"),
+        ("admin (token)", "admin", "cleanup_dry_run", "retention"),
+    ]
+    assert "admin (token)" in client.get("/actions").text
+
+
+def test_the_owner_mode_shows_a_non_admin_only_their_jobs(app: Celery) -> None:
+    def auth(request: Any) -> Identity | None:
+        name = request.headers.get("x-user")
+        return None if name is None else Identity(name, "read_only", owner_id=name)
+
+    mine = app.tasks["web.mail"].apply_async(("a@x",), owner_id="alice")
+    theirs = app.tasks["web.mail"].apply_async(("b@x",), owner_id="bob")
+    with _client(app, auth=auth, owner_scoped=True) as client:
+        alice = {"x-user": "alice"}
+        listed = client.get("/api/jobs", headers=alice).json()["jobs"]
+        assert [j["id"] for j in listed] == [mine.id]
+        assert client.get(f"/jobs/{theirs.id}", headers=alice).status_code == 404
+        assert client.get(f"/jobs/{mine.id}", headers=alice).status_code == 200
+        assert client.get("/api/overview", headers=alice).json()["queues"] == []
