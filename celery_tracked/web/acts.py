@@ -29,8 +29,8 @@ from ..core.errors import (
     StoreError,
 )
 from ..core.finder import BulkReport
-from .app import Dash, failure
 from .auth import CSRF_FIELD, Identity, csrf_ok
+from .dash import Dash, failure
 from .filters import filters_of, given, query_of
 
 #: a bulk action acts on at most this many jobs at once (the report says when more match)
@@ -76,6 +76,7 @@ class Acts:
     ) -> Response:
         """Record ``done`` and show its report (a fragment for htmx, else a page)."""
         self.dash.tracker.record_action(done)
+        self.dash.forget()
         data = {
             "action": done.action,
             "target": done.target,

@@ -13,8 +13,8 @@ from starlette.routing import Route
 
 from ..core.errors import InvalidFilter, JobNotFound, StoreError, TrackedError
 from ..core.jobs import Job
-from .app import Dash, failure
 from .auth import CSRF_FIELD, SESSION_COOKIE, Identity, TokenAuth, csrf_ok
+from .dash import Dash, failure
 from .filters import NAMES, STATUSES, filters_of, given, query_of
 from .views import arguments, event_view, job_view, pause_view, queue_rows
 
