@@ -1,7 +1,7 @@
 """``celery tracked web``: serve the dashboard (the ``web`` extra; docs/dashboard.md).
 
 It refuses to start without an authentication choice: tokens from the environment
-(``CELERY_TRACKED_WEB_ADMIN_TOKEN``, ``CELERY_TRACKED_WEB_READ_TOKEN``: never on the
+(``TRACKED_WEB_ADMIN_TOKEN``, ``TRACKED_WEB_READ_TOKEN``: never on the
 command line, where ``ps`` shows them) or ``--auth module:callable``.
 """
 
@@ -19,9 +19,9 @@ from ..core.printable import visible
 from .common import Failed, tracker_of
 from .group import tracked
 
-ADMIN_ENV = "CELERY_TRACKED_WEB_ADMIN_TOKEN"
-READ_ENV = "CELERY_TRACKED_WEB_READ_TOKEN"
-SECRET_ENV = "CELERY_TRACKED_WEB_SECRET_KEY"
+ADMIN_ENV = "TRACKED_WEB_ADMIN_TOKEN"
+READ_ENV = "TRACKED_WEB_READ_TOKEN"
+SECRET_ENV = "TRACKED_WEB_SECRET_KEY"
 NO_AUTH = (
     f"the dashboard needs an authentication choice: set {ADMIN_ENV} (and/or {READ_ENV}) to "
     "a token of 16 characters or more, or give --auth module:callable (a callable "

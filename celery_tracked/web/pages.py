@@ -20,6 +20,8 @@ from .views import arguments, event_view, job_view, pause_view, queue_rows
 
 logger = logging.getLogger("celery_tracked.web")
 PAGE = 50
+#: a job's page shows its pipeline's tree up to this many jobs (the pipeline page: all)
+TREE = 100
 
 
 class Pages:
@@ -134,17 +136,27 @@ class Pages:
             job = None
         if job is None:
             return self.dash.refuse(request, who, 404, "no such job")
-        children = []
-        if job.correlation_id:
-            family = tracker.jobs(correlation_id=job.correlation_id, limit=200)
-            children = [job_view(j, self.masking) for j in family if j.parent_job_id == job.id]
         data = {
             "job": job_view(job, self.masking),
             "arguments": arguments(job, self.masking),
             "history": [event_view(e, self.masking) for e in tracker.history(job.id)],
-            "children": children,
+            **self._family(who, job),
         }
         return self._show(request, who, "job.html", data)
+
+    def _family(self, who: Identity, job: Job) -> dict[str, Any]:
+        """The job's pipeline as a tree (the first :data:`TREE` jobs) and its children."""
+        if not job.correlation_id:
+            return {"tree": [], "children": [], "more": False}
+        try:
+            found = self.dash.tracker.pipeline(job.correlation_id)
+        except JobNotFound:
+            return {"tree": [], "children": [], "more": False}
+        rows = [(d, self._visible(who, j)) for d, j in found.tree()]
+        tree = [{"depth": d, "job": job_view(j, self.masking)} for d, j in rows if j is not None]
+        children = [job_view(j, self.masking) for j in found.children(job.id)]
+        return {"tree": tree[:TREE] if len(tree) > 1 else [], "children": children,
+                "more": len(tree) > TREE}  # fmt: skip
 
     async def pipeline(self, request: Request) -> Response:
         who = await self._reader(request)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from conftest import ROOT, Env
+from conftest import CELERY, HERE, ROOT, Env, worker_environ
 from cryptography.fernet import Fernet
 from tracked_app import QUEUE, create_app
 from web_tasks import IDLE, REPORTS
@@ -171,3 +172,31 @@ def test_a_user_finds_retries_bulk_cancels_and_pauses_in_a_browser(
         SHOTS.mkdir(parents=True, exist_ok=True)
         for path in shots:
             shutil.copy(path, SHOTS / path.name)
+
+
+#: the dashboard's variables removed from the environment the command inherits
+UNSET: dict[str, str | None] = {"TRACKED_WEB_ADMIN_TOKEN": None, "TRACKED_WEB_READ_TOKEN": None}
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ({}, "needs an authentication choice"),
+        ({"TRACKED_WEB_ADMIN_TOKEN": "short"}, "shorter than 16"),
+    ],
+)
+def test_the_command_refuses_to_start_without_authentication(
+    env: Env, given: dict[str, str | None], expected: str
+) -> None:
+    """``celery tracked web`` with no token and no ``--auth`` (or a guessable token):
+    exit 2, one line saying what to set, and no server."""
+    done = subprocess.run(
+        [CELERY, "-A", "tracked_app", "tracked", "web", "--port", str(_free_port())],
+        cwd=str(HERE),
+        env=worker_environ(env.config, None, {**UNSET, **given}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert expected in done.stderr and "Traceback" not in done.stderr

@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 
 from celery_tracked import Tracker, tracked_task
 from celery_tracked.core.errors import ConfigurationError
-from celery_tracked.web import Identity, TokenAuth, dashboard
+from celery_tracked.web import Identity, TokenAuth, dashboard, pages
 
 CANARY = "CANARY-7f3a9c-do-not-show"
 ADMIN_TOKEN = "admin-token-0123456789abcdef"
@@ -207,3 +207,51 @@ def test_the_owner_mode_shows_a_non_admin_only_their_jobs(app: Celery) -> None:
         assert client.get(f"/jobs/{theirs.id}", headers=alice).status_code == 404
         assert client.get(f"/jobs/{mine.id}", headers=alice).status_code == 200
         assert client.get("/api/overview", headers=alice).json()["queues"] == []
+
+
+def test_the_list_pages_by_cursor_with_its_filters_in_shareable_urls(
+    client: TestClient, app: Celery
+) -> None:
+    for n in range(7):
+        app.tasks["web.mail"].delay(f"user{n}@x")
+    _login(client, READ_TOKEN)
+    page = client.get("/jobs?queue=mail&status=completed&created_after=1h")
+    assert page.status_code == 200 and page.text.count('class="status-completed"') == 7
+    original, pages.PAGE = pages.PAGE, 3
+    try:
+        seen: list[str] = []
+        path = "/jobs?queue=mail&status=completed"
+        while path:
+            html = client.get(path).text
+            seen += re.findall(r'href="/jobs/([0-9a-f-]{36})"', html)
+            found = re.search(r'href="(/jobs\?[^"]+)" id="next-page"', html)
+            path = found.group(1).replace("&amp;", "&") if found else ""
+            if path:
+                assert "queue=mail" in path and "status=completed" in path and "cursor=" in path
+        assert len(seen) == len(set(seen)) == 7  # no repeat, no gap
+    finally:
+        pages.PAGE = original
+    bad = client.get("/jobs?created_after=yesterday-ish")
+    assert bad.status_code == 400 and "created_after" in bad.text
+    assert client.get("/api/jobs?status=nope").status_code == 400
+
+
+def test_a_job_page_shows_its_pipeline_parent_and_children(client: TestClient, app: Celery) -> None:
+    @tracked_task(app=app, bind=True, shared=False, name="web.step", queue="mail")
+    def step(self: Any, n: int) -> int:
+        if n < 3:
+            self.then(step, n + 1)
+        return n
+
+    first = step.delay(1).id
+    tracker = Tracker.for_app(app)
+    jobs = {j.id: j for j in tracker.pipeline(first).jobs}
+    second = next(j.id for j in jobs.values() if j.parent_job_id == first)
+    _login(client, READ_TOKEN)
+    html = client.get(f"/jobs/{second}").text
+    assert f'href="/jobs/{first}"' in html  # its parent
+    assert 'id="children"' in html and 'id="tree"' in html
+    assert html.count("web.step") >= 3
+    tree = client.get(f"/pipelines/{first}")
+    assert tree.status_code == 200 and tree.text.count('<li class="depth-') == 3
+    assert client.get("/pipelines/00000000-0000-0000-0000-000000000000").status_code == 404
