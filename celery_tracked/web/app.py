@@ -7,21 +7,24 @@ response carries :data:`SECURITY_HEADERS`.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..adapter.celery_tracker import Tracker
-from ..core.errors import ConfigurationError
+from ..core.errors import ConfigurationError, TrackedError
 from .acts import Acts
 from .dash import Dash
 from .pages import Pages
 
 HERE = Path(__file__).resolve().parent
+logger = logging.getLogger("celery_tracked.web")
 
 #: The headers of every response (docs/dashboard.md, "Security"): no inline script or
 #: style, no framing, no sniffing, no referrer leaving the site.
@@ -39,7 +42,8 @@ SECURITY_HEADERS = {
 
 
 class SecurityHeaders:
-    """ASGI middleware: :data:`SECURITY_HEADERS` on every response."""
+    """ASGI middleware: :data:`SECURITY_HEADERS` on every response, an unexpected error's
+    500 included (logged here; the page says nothing of it)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -57,7 +61,21 @@ class SecurityHeaders:
                 message["headers"] = headers
             await send(message)
 
-        await self.app(scope, receive, sending)
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await sending(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception:
+            logger.exception("dashboard error on %s", scope.get("path"))
+            if started:
+                raise
+            response = PlainTextResponse("internal error (logged)", status_code=500)
+            await response(scope, receive, sending)
 
 
 def dashboard(
@@ -88,7 +106,7 @@ def dashboard(
     pages, acts = Pages(dash), Acts(dash)
     routes: list[BaseRoute] = [*pages.routes(), *acts.routes()]
     routes.append(Mount("/static", StaticFiles(directory=HERE / "static"), name="static"))
-    web = Starlette(routes=routes, exception_handlers={Exception: pages.crashed})
+    web = Starlette(routes=routes, exception_handlers={TrackedError: pages.failed})
     web.state.dash = dash
     web.add_middleware(SecurityHeaders)
     return web

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ..core.errors import InvalidFilter, JobNotFound, StoreError, TrackedError
+from ..core.errors import InvalidFilter, InvalidPayload, JobNotFound
 from ..core.jobs import Job
 from .auth import CSRF_FIELD, SESSION_COOKIE, Identity, TokenAuth, csrf_ok
 from .dash import Dash, failure
@@ -63,12 +63,13 @@ class Pages:
         page = name.replace(".html", "_live.html") if live else name
         return self.dash.render(request, who, page, **data)
 
-    async def crashed(self, request: Request, exc: Exception) -> Response:
-        """Any error as a page without its details (a store failure: one masked line)."""
-        if isinstance(exc, StoreError | TrackedError):
-            return self.dash.refuse(request, None, 503, failure(exc))
-        logger.exception("dashboard error on %s", request.url.path)
-        return self.dash.refuse(request, None, 500, "internal error (logged)")
+    async def failed(self, request: Request, exc: Exception) -> Response:
+        """A failure of the library (the database, Redis, the broker, a setting) as a 503
+        page of one masked line, logged as one line too."""
+        logger.warning(
+            "dashboard: %s failed: %s", request.url.path, self.masking.mask(failure(exc))
+        )
+        return self.dash.refuse(request, None, 503, failure(exc))
 
     # -- pages ------------------------------------------------------------------------
 
@@ -132,7 +133,7 @@ class Pages:
         tracker = self.dash.tracker
         try:
             job = self._visible(who, tracker.get_job(job_id))
-        except (TypeError, TrackedError):
+        except (TypeError, InvalidPayload):  # not a job id at all
             job = None
         if job is None:
             return self.dash.refuse(request, who, 404, "no such job")
@@ -164,7 +165,7 @@ class Pages:
             return who
         try:
             found = self.dash.tracker.pipeline(request.path_params["cid"])
-        except (JobNotFound, TypeError, TrackedError):
+        except (JobNotFound, TypeError, InvalidPayload):
             return self.dash.refuse(request, who, 404, "no such pipeline")
         tree = [(depth, self._visible(who, job)) for depth, job in found.tree()]
         rows = [{"depth": d, "job": job_view(j, self.masking)} for d, j in tree if j is not None]

@@ -255,3 +255,29 @@ def test_a_job_page_shows_its_pipeline_parent_and_children(client: TestClient, a
     tree = client.get(f"/pipelines/{first}")
     assert tree.status_code == 200 and tree.text.count('<li class="depth-') == 3
     assert client.get("/pipelines/00000000-0000-0000-0000-000000000000").status_code == 404
+
+
+def test_failures_are_one_safe_line_with_the_headers(
+    client: TestClient, app: Celery, jobs: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from celery_tracked.core.errors import StoreError
+
+    _login(client, READ_TOKEN)
+    tracker = Tracker.for_app(app)
+
+    def down(job_id: Any) -> None:
+        raise StoreError("connection to postgresql://app:hunter2-secret@db:5432/x refused")
+
+    monkeypatch.setattr(tracker, "get_job", down)
+    reply = client.get(f"/jobs/{jobs['failed']}")
+    assert reply.status_code == 503 and "refused" in reply.text
+    assert "hunter2-secret" not in reply.text
+    assert reply.headers["x-frame-options"] == "DENY"
+
+    def broken(job_id: Any) -> None:
+        raise RuntimeError(f"a bug holding {CANARY}")
+
+    monkeypatch.setattr(tracker, "get_job", broken)
+    reply = client.get(f"/jobs/{jobs['failed']}")
+    assert reply.status_code == 500 and CANARY not in reply.text
+    assert "script-src 'self'" in reply.headers["content-security-policy"]
