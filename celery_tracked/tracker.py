@@ -3,12 +3,12 @@
 It holds one app's services, built by the composition root (``wiring.py``'s ``build``:
 settings, job store, guard and notifier, hooks, the ``Producer``, the ``Runner``, the
 maintenance plugins of ``wiring.MAINTENANCE``), privately, and offers only methods: the
-read side ``get_job``, ``history``, ``wait``, ``stats``, ``jobs``, ``pipeline``; the
-operations ``cancel``, ``retry``, ``retry_many``, ``cancel_many``, their log
-(``record_action``, ``actions``); a pass of each plugin (``run_maintenance(name)``, ``relay``,
-``reap``, ``cleanup``); ``add_hook``, ``close``. What it needs of Celery (the tasks'
-descriptions, publishing a job's message, the broker's view, stopping a run) comes through
-the platform port (``core/platform.py``); the public :class:`~celery_tracked.Tracker`
+read side ``get_job``, ``history``, ``wait``, ``stats``, ``throughput``, ``jobs``,
+``pipeline``; the operations ``cancel``, ``retry``, ``retry_many``, ``cancel_many``, their
+log (``record_action``, ``actions``); a pass of each plugin (``run_maintenance(name)``,
+``relay``, ``reap``, ``cleanup``); ``add_hook``, ``close``. What it needs of Celery (the
+tasks' descriptions, publishing a job's message, the broker's view, stopping a run) comes
+through the platform port (``core/platform.py``); the public ``Tracker``
 (``adapter/celery_tracker.py``) is this class with Celery's implementation of that port.
 """
 
@@ -40,6 +40,7 @@ from .core.pipelines import Pipeline
 from .core.platform import Platform
 from .core.ports import Store
 from .core.settings import Settings
+from .core.throughput import SAMPLE, WINDOW_S, summarize
 from .services import actions, bulk, pauses, waiting
 from .services.cancelling import Shown
 from .services.cleanup import Cleanup, CleanupReport
@@ -90,8 +91,7 @@ class BaseTracker:
 
     @property
     def celery_side(self) -> CelerySide:
-        """What the Celery adapter and the CLI use of the services (``wiring.py``); not
-        part of the user's API."""
+        """The services the Celery adapter and the CLI use (``wiring.py``); not for users."""
         return self._celery_side
 
     def add_hook(self, hook: Hooks) -> None:
@@ -101,11 +101,9 @@ class BaseTracker:
     # -- reads ------------------------------------------------------------------------
 
     def get_job(self, job_id: str | UUID) -> Job | None:
-        """The job's row, or None. Raises ``StoreError`` if the database fails.
-
-        Every method taking a ``job_id`` accepts a ``str`` or a ``uuid.UUID``; another type
-        is a ``TypeError``, a string holding a NUL byte ``InvalidPayload``.
-        """
+        """The job's row, or None (``StoreError``: the database failed). Every method taking
+        a ``job_id`` accepts a ``str`` or a ``uuid.UUID``; another type is a ``TypeError``, a
+        string holding a NUL byte ``InvalidPayload``."""
         return self._services.store.get(as_job_id(job_id))
 
     def history(self, job_id: str | UUID) -> list[JobEvent]:
@@ -258,9 +256,8 @@ class BaseTracker:
         """
         plugin = self._services.maintenance.get(name)
         if plugin is None:
-            raise KeyError(
-                f"no maintenance plugin {name!r}: one of {sorted(self._services.maintenance)}"
-            )
+            known = sorted(self._services.maintenance)
+            raise KeyError(f"no maintenance plugin {name!r}: one of {known}")
         return plugin.run(now)
 
     def relay(self, *, now: datetime | None = None) -> RelayReport:
@@ -316,10 +313,9 @@ class BaseTracker:
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per queue: ``counts`` per status, ``total``, ``scheduled`` (pending jobs not due
         yet: a countdown/eta, held ones among them; ready = pending - scheduled),
-        ``oldest_pending_age_s`` (of the due ones),
-        ``failed_last_hour`` (jobs that ended ``failed`` in the last hour) and
-        ``expired_leases`` (``processing`` jobs no live run holds), ``paused`` (the pause
-        holding the queue, or None; job types: :meth:`paused`).
+        ``oldest_pending_age_s`` (of the due ones), ``failed_last_hour`` (jobs that ended
+        ``failed`` in the last hour) and ``expired_leases`` (``processing`` jobs no live run
+        holds), ``paused`` (the pause holding the queue, or None; job types: :meth:`paused`).
 
         Counts are exact, except on a PostgreSQL table of 1M rows or more, where the
         ``completed``/``failed``/``cancelled`` groups over 100,000 rows (and so ``total``)
@@ -329,6 +325,11 @@ class BaseTracker:
         for queue, entry in stats.items():
             entry.update(health.get(queue, {"failed_last_hour": 0, "expired_leases": 0}))
         return self._services.pauses.marked(stats)  # each queue's ``paused``
+
+    def throughput(self, *, window_s: float = WINDOW_S, sample: int = SAMPLE) -> dict[str, Any]:
+        """Per queue: ended jobs' rate, buckets, run-time percentiles (``core/throughput.py``)."""
+        runs = self._services.store.ended_runs(window_s, check_limit(sample, 100_000, "sample"))
+        return summarize(runs, self._services.store.clock(), sample, window_s)
 
     def pause(
         self,
@@ -360,8 +361,7 @@ class BaseTracker:
         return resumed
 
     def paused(self) -> list[Pause]:
-        """Every pause in force: ``scope``, ``name``, ``paused_by``, ``paused_at``,
-        ``reason``."""
+        """Every pause in force (``Pause``: scope, name, paused_by, paused_at, reason)."""
         return self._services.pauses.paused()
 
     def record_action(self, done: Done) -> int:

@@ -56,6 +56,7 @@ from .finder import JobFilter, Position
 from .jobs import Batch, Claim, Job, JobEvent
 from .keys import UndoneReplace
 from .pauses import Pause
+from .throughput import EndedRun
 
 __all__ = [
     "CancelStore",
@@ -334,6 +335,10 @@ class ReadStore(Reader, Protocol):
     def stats(self, now: datetime | None = None) -> dict[str, dict[str, Any]]: ...
 
     def queue_health(self, since_s: float = 3600.0) -> dict[str, dict[str, int]]: ...
+
+    def ended_runs(self, since_s: float, limit: int) -> list[EndedRun]:
+        """The newest jobs that ended in the last ``since_s`` seconds (the store's clock),
+        at most ``limit`` (``core/throughput.py``)."""
 
     def backlog(self, *, cutoff: datetime) -> int: ...
 

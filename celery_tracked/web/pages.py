@@ -86,9 +86,11 @@ class Pages:
     def _overview(self) -> dict[str, Any]:
         tracker = self.dash.tracker
         circuits = getattr(tracker, "circuits", None)  # issue 27 (keyed limits): wired at merge
+        throughput = tracker.throughput()
         return {
-            "queues": queue_rows(tracker.stats()),
+            "queues": queue_rows(tracker.stats(), throughput),
             "pauses": [pause_view(p) for p in tracker.paused()],
+            "flow": {k: v for k, v in throughput.items() if k != "queues"},
             "circuits": None if circuits is None else list(circuits()),
             "scoped": False,
         }

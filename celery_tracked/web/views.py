@@ -96,11 +96,28 @@ def event_view(event: JobEvent, masking: Redaction) -> dict[str, Any]:
     }
 
 
-def queue_rows(stats: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The overview's rows, one per queue, by name."""
+#: a bucket's count drawn as one of these, scaled to the queue's busiest bucket
+BARS = "▁▂▃▄▅▆▇█"
+
+
+def spark(counts: list[int]) -> str:
+    """``counts`` as a line of bars (empty buckets as a space)."""
+    top = max(counts, default=0)
+    if top == 0:
+        return ""
+    return "".join(" " if n == 0 else BARS[min(7, n * 8 // (top + 1))] for n in counts)
+
+
+def queue_rows(
+    stats: dict[str, dict[str, Any]], throughput: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The overview's rows, one per queue, by name, each with its throughput (ended
+    jobs per minute, per bucket as bars, run-time percentiles)."""
     rows = []
-    for name in sorted(stats):
-        entry = stats[name]
+    ended = throughput.get("queues", {})
+    for name in sorted(set(stats) | set(ended)):
+        entry = stats.get(name, {})
+        flow = ended.get(name, {})
         rows.append(
             {
                 "queue": name,
@@ -111,6 +128,9 @@ def queue_rows(stats: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                 "failed_last_hour": entry.get("failed_last_hour", 0),
                 "expired_leases": entry.get("expired_leases", 0),
                 "paused": entry.get("paused"),
+                "per_minute": flow.get("per_minute", 0.0),
+                "spark": spark(flow.get("buckets", [])),
+                "run_ms": flow.get("run_ms", {}),
             }
         )
     return rows

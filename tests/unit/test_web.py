@@ -281,3 +281,16 @@ def test_failures_are_one_safe_line_with_the_headers(
     reply = client.get(f"/jobs/{jobs['failed']}")
     assert reply.status_code == 500 and CANARY not in reply.text
     assert "script-src 'self'" in reply.headers["content-security-policy"]
+
+
+def test_the_overview_shows_counts_throughput_and_run_times(
+    client: TestClient, jobs: dict[str, str]
+) -> None:
+    _login(client, READ_TOKEN)
+    found = {q["queue"]: q for q in client.get("/api/overview").json()["queues"]}
+    billing, mail = found["billing"], found["mail"]
+    assert billing["counts"]["failed"] == 1 and billing["failed_last_hour"] == 1
+    assert mail["counts"]["completed"] == 1 and mail["per_minute"] > 0
+    assert mail["spark"].strip() and set(mail["run_ms"]) == {"p50", "p95", "p99"}
+    page = client.get("/").text
+    assert "ended/min" in page and 'data-queue="billing"' in page
