@@ -36,7 +36,6 @@ class Dash:
             loader=PackageLoader("celery_tracked.web", "templates"),
             autoescape=select_autoescape(default=True),
         )
-        self.env.filters["ms"] = shown_ms
         self._cache: tuple[float, Any] | None = None
         self._lock = threading.Lock()
 
@@ -115,13 +114,3 @@ class Dash:
 def failure(exc: BaseException) -> str:
     """A store or broker failure as one safe line."""
     return first_line(str(exc), type(exc).__name__)
-
-
-def shown_ms(value: Any) -> str:
-    """A run time: ``850 ms``, ``12.3 s``, ``4.0 min``."""
-    if value is None:
-        return "-"
-    ms = float(value)
-    if ms < 1000:
-        return f"{ms:.0f} ms"
-    return f"{ms / 1000:.1f} s" if ms < 60_000 else f"{ms / 60_000:.1f} min"
