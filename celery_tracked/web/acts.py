@@ -10,7 +10,7 @@ A bulk action asks first: its form shows the filters and how many jobs they matc
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -33,6 +33,8 @@ from .auth import CSRF_FIELD, Identity, csrf_ok
 from .dash import Dash, failure
 from .filters import filters_of, given, query_of
 
+Action = Callable[[Request, Identity, FormData], Response]
+Endpoint = Callable[[Request], Awaitable[Response]]
 #: a bulk action acts on at most this many jobs at once (the report says when more match)
 BULK_LIMIT = 1000
 _WAITING = ("pending", "retrying")
@@ -45,14 +47,26 @@ class Acts:
         self.dash = dash
 
     def routes(self) -> list[Route]:
-        post = ["POST"]
+        post, act = ["POST"], self._act
         return [
-            Route("/jobs/{job_id}/retry", self.retry, methods=post, name="retry"),
-            Route("/jobs/{job_id}/cancel", self.cancel, methods=post, name="cancel"),
-            Route("/bulk/{action}", self.bulk, methods=post, name="bulk"),
-            Route("/pauses/{action}", self.pause, methods=post, name="pause"),
-            Route("/cleanup/dry-run", self.cleanup, methods=post, name="cleanup"),
+            Route("/jobs/{job_id}/retry", act(self.retry), methods=post, name="retry"),
+            Route("/jobs/{job_id}/cancel", act(self.cancel), methods=post, name="cancel"),
+            Route("/bulk/{action}", act(self.bulk), methods=post, name="bulk"),
+            Route("/pauses/{action}", act(self.pause), methods=post, name="pause"),
+            Route("/cleanup/dry-run", act(self.cleanup), methods=post, name="cleanup"),
         ]
+
+    def _act(self, action: Action) -> Endpoint:
+        """The endpoint of ``action``: refused unless :meth:`_admin` lets it through, then
+        run in the thread pool (the tracker's moves block; the event loop never does)."""
+
+        async def endpoint(request: Request) -> Response:
+            gate = await self._admin(request)
+            if isinstance(gate, Response):
+                return gate
+            return await run_in_threadpool(action, request, *gate)
+
+        return endpoint
 
     async def _admin(self, request: Request) -> tuple[Identity, FormData] | Response:
         """The admin who posted ``request`` with its CSRF token, and the form; else the
@@ -89,15 +103,11 @@ class Acts:
 
     # -- one job ----------------------------------------------------------------------
 
-    async def retry(self, request: Request) -> Response:
-        gate = await self._admin(request)
-        if isinstance(gate, Response):
-            return gate
-        who, _ = gate
+    def retry(self, request: Request, who: Identity, form: FormData) -> Response:
         job_id = request.path_params["job_id"]
         refused: dict[str, str] = {}
         try:
-            moved = await run_in_threadpool(self.dash.tracker.retry, job_id)
+            moved = self.dash.tracker.retry(job_id)
             if not moved:
                 refused[job_id] = self._why_not(job_id, "retried", ("failed", "cancelled"))
         except JobNotFound:
@@ -108,11 +118,7 @@ class Acts:
         done = Done(who.name, who.role, "retry", job_id, changed, refused)
         return self._report(request, who, done)
 
-    async def cancel(self, request: Request) -> Response:
-        gate = await self._admin(request)
-        if isinstance(gate, Response):
-            return gate
-        who, form = gate
+    def cancel(self, request: Request, who: Identity, form: FormData) -> Response:
         job_id = request.path_params["job_id"]
         running = form.get("running") == "yes"
         tracker = self.dash.tracker
@@ -121,7 +127,7 @@ class Acts:
         reason = f"cancelled from the dashboard by {who.name}"
         refused: dict[str, str] = {}
         try:
-            moved = await run_in_threadpool(lambda: tracker.cancel(job_id, reason, running=running))
+            moved = tracker.cancel(job_id, reason, running=running)
             allowed = (*_WAITING, "processing") if running else _WAITING
             if not moved:
                 refused[job_id] = self._why_not(job_id, "cancelled", allowed)
@@ -139,11 +145,7 @@ class Acts:
 
     # -- many jobs --------------------------------------------------------------------
 
-    async def bulk(self, request: Request) -> Response:
-        gate = await self._admin(request)
-        if isinstance(gate, Response):
-            return gate
-        who, form = gate
+    def bulk(self, request: Request, who: Identity, form: FormData) -> Response:
         action = request.path_params["action"]
         if action not in ("retry", "cancel"):
             return self.dash.refuse(request, who, 404, "no such bulk action")
@@ -154,14 +156,10 @@ class Acts:
             if form.get("confirm") != "yes":
                 return self._confirm(request, who, action, shown, filters)
             if action == "retry":
-                report = await run_in_threadpool(
-                    lambda: tracker.retry_many(limit=BULK_LIMIT, **filters)
-                )
+                report = tracker.retry_many(limit=BULK_LIMIT, **filters)
             else:
                 reason = f"cancelled from the dashboard by {who.name}"
-                report = await run_in_threadpool(
-                    lambda: tracker.cancel_many(limit=BULK_LIMIT, reason=reason, **filters)
-                )
+                report = tracker.cancel_many(limit=BULK_LIMIT, reason=reason, **filters)
         except InvalidFilter as exc:
             return self.dash.refuse(request, who, 400, str(exc))
         return self._bulk_report(request, who, action, shown, report)
@@ -199,11 +197,7 @@ class Acts:
 
     # -- pauses and cleanup -----------------------------------------------------------
 
-    async def pause(self, request: Request) -> Response:
-        gate = await self._admin(request)
-        if isinstance(gate, Response):
-            return gate
-        who, form = gate
+    def pause(self, request: Request, who: Identity, form: FormData) -> Response:
         action = request.path_params["action"]
         scope, name = str(form.get("scope") or "queue"), str(form.get("name") or "")
         scope_args: dict[str, Any] = {"everything": True} if scope == "all" else {scope: name}
@@ -216,7 +210,7 @@ class Acts:
                 tracker.pause(**scope_args, reason=reason, by=who.name)
                 moved = True
             else:
-                moved = await run_in_threadpool(lambda: tracker.resume(**scope_args))
+                moved = tracker.resume(**scope_args)
                 if not moved:
                     refused[f"{scope}:{name}"] = "it was not paused"
         except InvalidPause as exc:
@@ -225,12 +219,8 @@ class Acts:
         done = Done(who.name, who.role, action, target, (), refused)
         return self._report(request, who, done, {"done": moved})
 
-    async def cleanup(self, request: Request) -> Response:
-        gate = await self._admin(request)
-        if isinstance(gate, Response):
-            return gate
-        who, _ = gate
-        report = await run_in_threadpool(lambda: self.dash.tracker.cleanup(dry_run=True))
+    def cleanup(self, request: Request, who: Identity, form: FormData) -> Response:
+        report = self.dash.tracker.cleanup(dry_run=True)
         done = Done(who.name, who.role, "cleanup_dry_run", "retention", (), {})
         return self._report(request, who, done, {"would_remove": dict(report.removed)})
 

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias, cast
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from ..core.errors import ConfigurationError
@@ -171,14 +172,17 @@ def _name(who: Identity | None) -> str:
 
 async def identify(auth: Auth, signer: Signer, request: Request) -> Identity | None:
     """Who sent ``request``: the bearer token or the session cookie (``TokenAuth``), or
-    what the callable says."""
+    what the callable says (a sync one run in the thread pool: it may read a database)."""
     if isinstance(auth, TokenAuth):
         header = request.headers.get("authorization", "")
         if header.lower().startswith("bearer "):
             return auth.identity(header[7:].strip())
         return signer.from_session(request.cookies.get(SESSION_COOKIE))
-    found = auth(request)
-    if inspect.isawaitable(found):
+    asynchronous = inspect.iscoroutinefunction(auth) or inspect.iscoroutinefunction(
+        getattr(auth, "__call__", None)  # noqa: B004 - an instance with an async __call__
+    )
+    found = auth(request) if asynchronous else await run_in_threadpool(auth, request)
+    if inspect.isawaitable(found):  # a sync_to_async wrapper, a partial of a coroutine
         found = await found
     if found is not None and not isinstance(found, Identity):
         raise ConfigurationError("auth", f"returned a {type(found).__name__}, not an Identity")

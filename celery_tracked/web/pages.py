@@ -5,8 +5,10 @@ the tracker; the live parts are fragments that htmx polls (``.../live``)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -20,6 +22,7 @@ from .views import arguments, event_view, job_view, pause_view, queue_rows
 
 logger = logging.getLogger("celery_tracked.web")
 PAGE = 50
+Endpoint = Callable[[Request], Awaitable[Response]]
 #: a job's page shows its pipeline's tree up to this many jobs (the pipeline page: all)
 TREE = 100
 
@@ -32,29 +35,37 @@ class Pages:
         self.masking = dash.tracker.settings.masking
 
     def routes(self) -> list[Route]:
+        overview, jobs, job = self._read(self.overview), self._read(self.jobs), self._read(self.job)
+        pipeline, actions = self._read(self.pipeline), self._read(self.actions)
         return [
-            Route("/", self.overview, name="overview"),
-            Route("/overview/live", self.overview, name="overview_live"),
+            Route("/", overview, name="overview"),
+            Route("/overview/live", overview, name="overview_live"),
             Route("/login", self.login, methods=["GET", "POST"], name="login"),
             Route("/logout", self.logout, methods=["POST"], name="logout"),
-            Route("/jobs", self.jobs, name="jobs"),
-            Route("/jobs/{job_id}", self.job, name="job"),
-            Route("/jobs/{job_id}/live", self.job, name="job_live"),
-            Route("/pipelines/{cid}", self.pipeline, name="pipeline"),
-            Route("/actions", self.actions, name="actions"),
-            Route("/api/overview", self.overview, name="api_overview"),
-            Route("/api/jobs", self.jobs, name="api_jobs"),
-            Route("/api/jobs/{job_id}", self.job, name="api_job"),
-            Route("/api/actions", self.actions, name="api_actions"),
+            Route("/jobs", jobs, name="jobs"),
+            Route("/jobs/{job_id}", job, name="job"),
+            Route("/jobs/{job_id}/live", job, name="job_live"),
+            Route("/pipelines/{cid}", pipeline, name="pipeline"),
+            Route("/actions", actions, name="actions"),
+            Route("/api/overview", overview, name="api_overview"),
+            Route("/api/jobs", jobs, name="api_jobs"),
+            Route("/api/jobs/{job_id}", job, name="api_job"),
+            Route("/api/actions", actions, name="api_actions"),
         ]
 
     # -- the gate ---------------------------------------------------------------------
 
-    async def _reader(self, request: Request) -> Identity | Response:
-        who = await self.dash.who(request)
-        if who is None:
-            return self.dash.refuse(request, None, 401, "sign in to see the dashboard")
-        return who
+    def _read(self, page: Callable[[Request, Identity], Response]) -> Endpoint:
+        """The endpoint of ``page``: 401 without an identity, else ``page`` run in the
+        thread pool (its reads block on the database, never the event loop)."""
+
+        async def endpoint(request: Request) -> Response:
+            who = await self.dash.who(request)
+            if who is None:
+                return self.dash.refuse(request, None, 401, "sign in to see the dashboard")
+            return await run_in_threadpool(page, request, who)
+
+        return endpoint
 
     def _show(self, request: Request, who: Identity, name: str, data: dict[str, Any]) -> Response:
         if "/api/" in request.url.path:
@@ -73,10 +84,7 @@ class Pages:
 
     # -- pages ------------------------------------------------------------------------
 
-    async def overview(self, request: Request) -> Response:
-        who = await self._reader(request)
-        if isinstance(who, Response):
-            return who
+    def overview(self, request: Request, who: Identity) -> Response:
         if self.dash.scoped(who) is not False:  # a tenant sees no other tenant's counts
             data: dict[str, Any] = {"queues": [], "pauses": [], "scoped": True}
         else:
@@ -95,10 +103,7 @@ class Pages:
             "scoped": False,
         }
 
-    async def jobs(self, request: Request) -> Response:
-        who = await self._reader(request)
-        if isinstance(who, Response):
-            return who
+    def jobs(self, request: Request, who: Identity) -> Response:
         shown = given(request.query_params)
         owner = self.dash.scoped(who)
         if owner is not False:
@@ -127,10 +132,7 @@ class Pages:
         owner = self.dash.scoped(who)
         return job if job is None or owner is False or job.owner_id == owner else None
 
-    async def job(self, request: Request) -> Response:
-        who = await self._reader(request)
-        if isinstance(who, Response):
-            return who
+    def job(self, request: Request, who: Identity) -> Response:
         job_id = request.path_params["job_id"]
         tracker = self.dash.tracker
         try:
@@ -161,10 +163,7 @@ class Pages:
         return {"tree": tree[:TREE] if len(tree) > 1 else [], "children": children,
                 "more": len(tree) > TREE}  # fmt: skip
 
-    async def pipeline(self, request: Request) -> Response:
-        who = await self._reader(request)
-        if isinstance(who, Response):
-            return who
+    def pipeline(self, request: Request, who: Identity) -> Response:
         try:
             found = self.dash.tracker.pipeline(request.path_params["cid"])
         except (JobNotFound, TypeError, InvalidPayload):
@@ -177,10 +176,7 @@ class Pages:
         data["counts"] = found.counts
         return self._show(request, who, "pipeline.html", data)
 
-    async def actions(self, request: Request) -> Response:
-        who = await self._reader(request)
-        if isinstance(who, Response):
-            return who
+    def actions(self, request: Request, who: Identity) -> Response:
         raw = request.query_params.get("before")
         try:
             before = None if not raw else int(raw)

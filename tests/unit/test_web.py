@@ -294,3 +294,23 @@ def test_the_overview_shows_counts_throughput_and_run_times(
     assert mail["spark"].strip() and set(mail["run_ms"]) == {"p50", "p95", "p99"}
     page = client.get("/").text
     assert "ended/min" in page and 'data-queue="billing"' in page
+
+
+def test_an_async_callable_names_the_actor_and_csrf_still_applies(
+    app: Celery, jobs: dict[str, str]
+) -> None:
+    async def auth(request: Any) -> Identity | None:
+        return Identity("alice@example.com", "admin") if request.headers.get("x-sso") else None
+
+    with _client(app, auth=auth) as client:
+        assert client.get("/").status_code == 401
+        sso = {"x-sso": "1"}
+        page = client.get(f"/jobs/{jobs['failed']}", headers=sso)
+        csrf = _csrf(page.text)
+        url = f"/jobs/{jobs['failed']}/cancel"
+        assert client.post(url, headers=sso, data={}).status_code == 403  # no token
+        reply = client.post(url, headers=sso, data={"csrf_token": csrf})
+        assert reply.status_code == 200 and "1 refused" in reply.text  # failed: not waiting
+        [entry] = Tracker.for_app(app).actions()
+        assert (entry.actor, entry.action, entry.refused) == ("alice@example.com", "cancel", 1)
+        assert "it is failed" in (entry.detail or "")
