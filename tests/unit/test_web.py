@@ -314,3 +314,28 @@ def test_an_async_callable_names_the_actor_and_csrf_still_applies(
         [entry] = Tracker.for_app(app).actions()
         assert (entry.actor, entry.action, entry.refused) == ("alice@example.com", "cancel", 1)
         assert "it is failed" in (entry.detail or "")
+
+
+def test_a_job_type_or_everything_is_paused_from_the_form(
+    client: TestClient, app: Celery, jobs: dict[str, str]
+) -> None:
+    csrf = _login(client, ADMIN_TOKEN)
+    assert 'id="pause-form"' in client.get("/").text
+    tracker = Tracker.for_app(app)
+    form = {"csrf_token": csrf, "scope": "job_type", "name": "web.mail", "reason": "smtp down"}
+    assert client.post("/pauses/pause", data=form).status_code == 200
+    assert (
+        client.post("/pauses/pause", data={"csrf_token": csrf, "scope": "all"}).status_code == 200
+    )
+    assert {(p.scope, p.name, p.reason) for p in tracker.paused()} == {
+        ("job_type", "web.mail", "smtp down"),
+        ("all", "*", None),
+    }
+    unknown = client.post("/pauses/pause", data={**form, "name": "no.such.type"})
+    assert unknown.status_code == 400
+    for scope, name in (("job_type", "web.mail"), ("all", "*")):
+        data = {"csrf_token": csrf, "scope": scope, "name": name}
+        assert client.post("/pauses/resume", data=data).status_code == 200
+    assert tracker.paused() == []
+    again = client.post("/pauses/resume", data={"csrf_token": csrf, "scope": "all"})
+    assert "it was not paused" in again.text
