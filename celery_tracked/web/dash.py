@@ -38,6 +38,7 @@ class Dash:
         )
         self._cache: tuple[float, Any] | None = None
         self._lock = threading.Lock()
+        self._reading = threading.Lock()
 
     @property
     def tokens(self) -> bool:
@@ -45,14 +46,25 @@ class Dash:
         return isinstance(self.auth, TokenAuth)
 
     def cached(self, read: Callable[[], Any]) -> Any:
-        """``read()``'s value, read again once :attr:`OVERVIEW_S` have passed."""
+        """``read()``'s value, read again once :attr:`OVERVIEW_S` have passed, by one
+        request at a time (the others wait for its value: many tabs, one read)."""
+        found = self._fresh()
+        if found is not None:
+            return found[0]
+        with self._reading:
+            found = self._fresh()  # another request read it meanwhile
+            if found is not None:
+                return found[0]
+            value = read()
+            with self._lock:
+                self._cache = (time.monotonic(), value)
+        return value
+
+    def _fresh(self) -> tuple[Any] | None:
         with self._lock:
             if self._cache is not None and time.monotonic() - self._cache[0] < self.OVERVIEW_S:
-                return self._cache[1]
-        value = read()
-        with self._lock:
-            self._cache = (time.monotonic(), value)
-        return value
+                return (self._cache[1],)
+        return None
 
     def forget(self) -> None:
         """Drop the cached overview (an action changed what it shows)."""

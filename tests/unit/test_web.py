@@ -339,3 +339,31 @@ def test_a_job_type_or_everything_is_paused_from_the_form(
     assert tracker.paused() == []
     again = client.post("/pauses/resume", data={"csrf_token": csrf, "scope": "all"})
     assert "it was not paused" in again.text
+
+
+def test_many_tabs_cost_one_overview_read(app: Celery, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    tracker = Tracker.for_app(app)
+    reads: list[int] = []
+    real = tracker.stats
+
+    def slow_stats() -> Any:
+        reads.append(1)
+        time.sleep(0.3)  # a slow read, so the other requests arrive while it runs
+        return real()
+
+    monkeypatch.setattr(tracker, "stats", slow_stats)
+    with _client(app) as client:
+        _login(client, READ_TOKEN)
+        replies: list[int] = []
+        threads = [
+            threading.Thread(target=lambda: replies.append(client.get("/api/overview").status_code))
+            for _ in range(8)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert replies == [200] * 8 and len(reads) == 1
