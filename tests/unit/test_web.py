@@ -367,3 +367,36 @@ def test_many_tabs_cost_one_overview_read(app: Celery, monkeypatch: pytest.Monke
         for t in threads:
             t.join()
     assert replies == [200] * 8 and len(reads) == 1
+
+
+def test_mounted_in_fastapi_its_links_and_cookies_live_under_the_mount(
+    app: Celery, jobs: dict[str, str]
+) -> None:
+    from fastapi import FastAPI
+
+    api = FastAPI()
+    api.mount("/ops/jobs", dashboard(app, auth=TokenAuth(admin=ADMIN_TOKEN)))
+
+    @api.get("/health")
+    def health() -> dict[str, str]:
+        return {"ok": "yes"}
+
+    with TestClient(api) as client:
+        assert client.get("/health").json() == {"ok": "yes"}
+        login = client.get("/ops/jobs/login")
+        assert 'action="/ops/jobs/login"' in login.text
+        assert 'src="/ops/jobs/static/htmx.min.js"' in login.text
+        reply = client.post(
+            "/ops/jobs/login",
+            data={"token": ADMIN_TOKEN, "csrf_token": _csrf(login.text)},
+            follow_redirects=False,
+        )
+        assert reply.status_code == 303 and reply.headers["location"] == "/ops/jobs/"
+        assert "Path=/ops/jobs" in reply.headers["set-cookie"]
+        assert (
+            "HttpOnly" in reply.headers["set-cookie"]
+            and "SameSite=strict" in reply.headers["set-cookie"]
+        )
+        page = client.get("/ops/jobs/jobs?status=failed")
+        assert page.status_code == 200 and f'href="/ops/jobs/jobs/{jobs["failed"]}"' in page.text
+        assert client.get("/ops/jobs/static/htmx.min.js").text.startswith("/*! htmx 2.0.11")
