@@ -6,8 +6,9 @@ Signed in with the admin token, a user filters the failed jobs of one queue, ope
 sees its history and its redacted arguments (the canary secret nowhere), retries it and
 watches it complete without a reload; bulk-cancels 100 pending jobs through the
 confirmation; pauses and resumes a queue; and finds each action in the action log with
-its actor. Screenshots are kept in the test's tmp dir (and in ``docs/images/dashboard/``
-when ``DASHBOARD_SCREENSHOTS=1``, for docs/dashboard.md).
+its actor. Screenshots are kept in ``test-artifacts/dashboard/`` (``TRACKED_TEST_ARTIFACTS``
+to move it), and copied to ``docs/images/dashboard/`` with ``DASHBOARD_SCREENSHOTS=1`` (for
+docs/dashboard.md).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ CANARY = "CANARY-5e1d-never-on-a-page"
 ADMIN_TOKEN = "admin-token-for-the-browser-test"
 SECRET = Fernet.generate_key().decode()
 SHOTS = ROOT / "docs" / "images" / "dashboard"
+ARTIFACTS = Path(os.environ.get("TRACKED_TEST_ARTIFACTS", ROOT / "test-artifacts")) / "dashboard"
 
 
 def _chromium() -> str:
@@ -76,7 +78,7 @@ def served(env: Env) -> Iterator[tuple[str, Any]]:
 
 
 def test_a_user_finds_retries_bulk_cancels_and_pauses_in_a_browser(
-    env: Env, start_worker: Any, served: tuple[str, Any], tmp_path: Path
+    env: Env, start_worker: Any, served: tuple[str, Any]
 ) -> None:
     chromium = _chromium()
     from playwright.sync_api import expect, sync_playwright
@@ -95,8 +97,10 @@ def test_a_user_finds_retries_bulk_cancels_and_pauses_in_a_browser(
     env.redis.delete("web:fail")
     shots: list[Path] = []
 
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+
     def shot(page: Any, name: str) -> None:
-        path = tmp_path / f"{name}.png"
+        path = ARTIFACTS / f"{name}.png"
         page.screenshot(path=str(path), full_page=True)
         shots.append(path)
 
