@@ -82,6 +82,12 @@ class TokenAuth:
         if admin and admin == read_only:
             raise ConfigurationError("auth", "the admin and read_only tokens are the same")
 
+    def stamp(self, role: str) -> str:
+        """A fingerprint of ``role``'s token, carried by its sessions: replacing the token
+        ends the sessions signed in with the old one."""
+        token = self._tokens.get(role, "")
+        return hashlib.sha256(b"celery-tracked-session|" + token.encode()).hexdigest()[:16]
+
     def identity(self, token: str) -> Identity | None:
         """The identity ``token`` stands for (compared in constant time), or None."""
         found = None
@@ -133,14 +139,17 @@ class Signer:
     def valid(self, text: str, signature: str) -> bool:
         return hmac.compare_digest(self.sign(text), signature)
 
-    def session(self, who: Identity) -> str:
-        """A session cookie's value for ``who`` (expires after :data:`SESSION_S`)."""
-        body = {"n": who.name, "r": who.role, "o": who.owner_id, "e": int(time.time()) + SESSION_S}
+    def session(self, who: Identity, stamp: str = "") -> str:
+        """A session cookie's value for ``who`` (expires after :data:`SESSION_S`;
+        ``stamp``: :meth:`TokenAuth.stamp`, checked on every request)."""
+        expires = int(time.time()) + SESSION_S
+        body = {"n": who.name, "r": who.role, "o": who.owner_id, "e": expires, "s": stamp}
         text = base64.urlsafe_b64encode(json.dumps(body).encode()).decode()
         return f"{text}.{self.sign(text)}"
 
-    def from_session(self, value: str | None) -> Identity | None:
-        """The identity of a session cookie, if it is one this signer made and unexpired."""
+    def from_session(self, value: str | None, auth: TokenAuth) -> Identity | None:
+        """The identity of a session cookie, if it is one this signer made, unexpired, and
+        signed in with the token ``auth`` holds now for its role."""
         if not value or value.count(".") != 1:
             return None
         text, signature = value.split(".")
@@ -148,7 +157,7 @@ class Signer:
             return None
         try:
             body = json.loads(base64.urlsafe_b64decode(text))
-            if int(body["e"]) < time.time():
+            if int(body["e"]) < time.time() or body.get("s") != auth.stamp(body["r"]):
                 return None
             return Identity(body["n"], body["r"], body["o"])
         except (ValueError, KeyError, TypeError, ConfigurationError):
@@ -177,7 +186,7 @@ async def identify(auth: Auth, signer: Signer, request: Request) -> Identity | N
         header = request.headers.get("authorization", "")
         if header.lower().startswith("bearer "):
             return auth.identity(header[7:].strip())
-        return signer.from_session(request.cookies.get(SESSION_COOKIE))
+        return signer.from_session(request.cookies.get(SESSION_COOKIE), auth)
     asynchronous = inspect.iscoroutinefunction(auth) or inspect.iscoroutinefunction(
         getattr(auth, "__call__", None)  # noqa: B004 - an instance with an async __call__
     )

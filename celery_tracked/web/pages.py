@@ -206,7 +206,9 @@ class Pages:
             logger.warning("dashboard: a sign-in with a wrong token")
             return dash.render(request, None, "login.html", 401, error="wrong token")
         response = RedirectResponse(dash.base(request) + "/", status_code=303)
-        dash.set_cookie(request, response, SESSION_COOKIE, dash.signer.session(who))
+        dash.set_cookie(
+            request, response, SESSION_COOKIE, dash.signer.session(who, dash.auth.stamp(who.role))
+        )
         return response
 
     async def logout(self, request: Request) -> Response:

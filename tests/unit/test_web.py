@@ -400,3 +400,23 @@ def test_mounted_in_fastapi_its_links_and_cookies_live_under_the_mount(
         page = client.get("/ops/jobs/jobs?status=failed")
         assert page.status_code == 200 and f'href="/ops/jobs/jobs/{jobs["failed"]}"' in page.text
         assert client.get("/ops/jobs/static/htmx.min.js").text.startswith("/*! htmx 2.0.11")
+
+
+def test_a_session_survives_a_restart_but_not_a_new_token(app: Celery) -> None:
+    secret = "a-shared-secret-key-0123456789"
+    with _client(app, secret_key=secret) as first:
+        _login(first, ADMIN_TOKEN)
+        cookie = first.cookies.get("ct_session")
+    assert cookie
+    same = TokenAuth(admin=ADMIN_TOKEN, read_only=READ_TOKEN)
+    with _client(app, auth=same, secret_key=secret) as restarted:
+        restarted.cookies.set("ct_session", cookie)
+        assert restarted.get("/").status_code == 200  # another process, the same secret
+    rotated = TokenAuth(admin="a-brand-new-admin-token-42", read_only=READ_TOKEN)
+    with _client(app, auth=rotated, secret_key=secret) as after:
+        after.cookies.set("ct_session", cookie)
+        assert after.get("/").status_code == 401  # the old token's sessions ended
+    tampered = cookie[:-3] + ("AAA" if not cookie.endswith("AAA") else "BBB")
+    with _client(app, auth=same, secret_key=secret) as forged:
+        forged.cookies.set("ct_session", tampered)
+        assert forged.get("/").status_code == 401
