@@ -23,6 +23,7 @@ import hmac
 import inspect
 import json
 import secrets
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -173,6 +174,37 @@ class Signer:
             return False
         nonce, signature = token.split(".")
         return self.valid("csrf|" + _name(who) + "|" + nonce, signature)
+
+
+class Throttle:
+    """Wrong sign-ins per client address: after :attr:`LIMIT` within :attr:`WINDOW_S`
+    seconds, that address is refused (429) until the oldest of them is that old. Per
+    process; behind a proxy the address is the proxy's unless uvicorn trusts it
+    (``--forwarded-allow-ips``)."""
+
+    LIMIT = 5
+    WINDOW_S = 300.0
+
+    def __init__(self) -> None:
+        self._failures: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+
+    def _recent(self, key: str, now: float) -> list[float]:
+        kept = [t for t in self._failures.get(key, []) if now - t < self.WINDOW_S]
+        if kept:
+            self._failures[key] = kept
+        else:
+            self._failures.pop(key, None)
+        return kept
+
+    def allowed(self, key: str) -> bool:
+        with self._lock:
+            return len(self._recent(key, time.monotonic())) < self.LIMIT
+
+    def failed(self, key: str) -> None:
+        with self._lock:
+            now = time.monotonic()
+            self._failures[key] = [*self._recent(key, now), now]
 
 
 def _name(who: Identity | None) -> str:

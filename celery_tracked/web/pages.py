@@ -15,7 +15,7 @@ from starlette.routing import Route
 
 from ..core.errors import InvalidFilter, InvalidPayload, JobNotFound
 from ..core.jobs import Job
-from .auth import CSRF_FIELD, SESSION_COOKIE, Identity, TokenAuth, csrf_ok
+from .auth import CSRF_FIELD, SESSION_COOKIE, Identity, Throttle, TokenAuth, csrf_ok
 from .dash import Dash, failure
 from .filters import NAMES, STATUSES, filters_of, given, query_of
 from .views import arguments, event_view, job_view, pause_view, queue_rows
@@ -33,6 +33,7 @@ class Pages:
     def __init__(self, dash: Dash) -> None:
         self.dash = dash
         self.masking = dash.tracker.settings.masking
+        self.throttle = Throttle()
 
     def routes(self) -> list[Route]:
         overview, jobs, job = self._read(self.overview), self._read(self.jobs), self._read(self.job)
@@ -201,9 +202,13 @@ class Pages:
         form = await request.form()
         if not csrf_ok(dash.signer, None, request, _text(form.get(CSRF_FIELD))):
             return dash.refuse(request, None, 403, "the form's CSRF token is missing or wrong")
+        client = request.client.host if request.client else "?"
+        if not self.throttle.allowed(client):
+            return dash.refuse(request, None, 429, "too many wrong tokens: try again later")
         who = dash.auth.identity(_text(form.get("token")) or "")
         if who is None:
-            logger.warning("dashboard: a sign-in with a wrong token")
+            self.throttle.failed(client)
+            logger.warning("dashboard: a sign-in with a wrong token from %s", client)
             return dash.render(request, None, "login.html", 401, error="wrong token")
         response = RedirectResponse(dash.base(request) + "/", status_code=303)
         dash.set_cookie(

@@ -420,3 +420,14 @@ def test_a_session_survives_a_restart_but_not_a_new_token(app: Celery) -> None:
     with _client(app, auth=same, secret_key=secret) as forged:
         forged.cookies.set("ct_session", tampered)
         assert forged.get("/").status_code == 401
+
+
+def test_wrong_tokens_are_throttled_per_client(client: TestClient) -> None:
+    page = client.get("/login")
+    csrf = _csrf(page.text)
+    for _ in range(5):
+        wrong = client.post("/login", data={"token": "x" * 20, "csrf_token": csrf})
+        assert wrong.status_code == 401 and "wrong token" in wrong.text
+    right = client.post("/login", data={"token": ADMIN_TOKEN, "csrf_token": csrf})
+    assert right.status_code == 429  # even the right token, for a while
+    assert client.cookies.get("ct_session") is None
