@@ -156,7 +156,10 @@ class Acts:
             if form.get("confirm") != "yes":
                 return self._confirm(request, who, action, shown, filters)
             if action == "retry":
-                report = tracker.retry_many(limit=BULK_LIMIT, **filters)
+                everything = form.get("include_unrecoverable") == "yes"  # as the CLI's flag
+                report = tracker.retry_many(
+                    limit=BULK_LIMIT, include_unrecoverable=everything, **filters
+                )
             else:
                 reason = f"cancelled from the dashboard by {who.name}"
                 report = tracker.cancel_many(limit=BULK_LIMIT, reason=reason, **filters)

@@ -431,3 +431,21 @@ def test_wrong_tokens_are_throttled_per_client(client: TestClient) -> None:
     right = client.post("/login", data={"token": ADMIN_TOKEN, "csrf_token": csrf})
     assert right.status_code == 429  # even the right token, for a while
     assert client.cookies.get("ct_session") is None
+
+
+def test_a_bulk_retry_confirms_then_reports_what_it_refused_and_why(
+    client: TestClient, app: Celery, jobs: dict[str, str]
+) -> None:
+    csrf = _login(client, ADMIN_TOKEN)
+    filters = {"csrf_token": csrf, "queue": "billing", "status": "failed"}
+    ask = client.post("/bulk/retry", data=filters)
+    assert "Retry 1 job(s)?" in ask.text and 'name="include_unrecoverable"' in ask.text
+    assert Tracker.for_app(app).actions() == []  # asked, nothing done
+    done = client.post("/bulk/retry", data={**filters, "confirm": "yes"})
+    assert "0 changed, 1 refused" in done.text and "redacted values" in done.text
+    assert CANARY not in done.text
+    wrong = client.post("/bulk/cancel", data={**filters, "confirm": "yes"})
+    assert wrong.status_code == 400 and "not failed" in wrong.text  # cancel: waiting jobs only
+    [entry] = Tracker.for_app(app).actions()
+    assert (entry.action, entry.changed, entry.refused) == ("retry_many", 0, 1)
+    assert entry.target == '{"queue": "billing", "status": ["failed"]}'
