@@ -69,7 +69,7 @@ class Pages:
         return endpoint
 
     def _show(self, request: Request, who: Identity, name: str, data: dict[str, Any]) -> Response:
-        if "/api/" in request.url.path:
+        if request.url.path.startswith(self.dash.base(request) + "/api/"):
             return JSONResponse(data)
         live = request.url.path.endswith("/live")
         page = name.replace(".html", "_live.html") if live else name

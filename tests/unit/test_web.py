@@ -400,6 +400,11 @@ def test_mounted_in_fastapi_its_links_and_cookies_live_under_the_mount(
         page = client.get("/ops/jobs/jobs?status=failed")
         assert page.status_code == 200 and f'href="/ops/jobs/jobs/{jobs["failed"]}"' in page.text
         assert client.get("/ops/jobs/static/htmx.min.js").text.startswith("/*! htmx 2.0.11")
+    api = FastAPI()  # mounted under a path holding "/api/": pages stay pages
+    api.mount("/api/jobs", dashboard(app, auth=TokenAuth(admin=ADMIN_TOKEN)))
+    with TestClient(api, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as client:
+        assert client.get("/api/jobs/jobs").headers["content-type"].startswith("text/html")
+        assert client.get("/api/jobs/api/jobs").json()["jobs"]
 
 
 def test_a_session_survives_a_restart_but_not_a_new_token(app: Celery) -> None:
