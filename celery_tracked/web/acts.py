@@ -54,6 +54,7 @@ class Acts:
             Route("/bulk/{action}", act(self.bulk), methods=post, name="bulk"),
             Route("/pauses/{action}", act(self.pause), methods=post, name="pause"),
             Route("/cleanup/dry-run", act(self.cleanup), methods=post, name="cleanup"),
+            Route("/circuits/{action}", act(self.circuit), methods=post, name="circuit"),
         ]
 
     def _act(self, action: Action) -> Endpoint:
@@ -226,6 +227,26 @@ class Acts:
         report = self.dash.tracker.cleanup(dry_run=True)
         done = Done(who.name, who.role, "cleanup_dry_run", "retention", (), {})
         return self._report(request, who, done, {"would_remove": dict(report.removed)})
+
+    def circuit(self, request: Request, who: Identity, form: FormData) -> Response:
+        """Open or close a circuit breaker by hand (``Tracker.open_circuit`` /
+        ``close_circuit``, issue 27): 404 on a tracker without circuits."""
+        action, name = request.path_params["action"], str(form.get("name") or "")
+        tracker = self.dash.tracker
+        move = getattr(tracker, f"{action}_circuit", None) if action in ("open", "close") else None
+        if move is None:
+            return self.dash.refuse(request, who, 404, "no such circuit action")
+        refused: dict[str, str] = {}
+        try:
+            if action == "open":
+                reason = str(form.get("reason") or "") or None
+                move(name, reason=reason, by=who.name)
+            elif not move(name):
+                refused[name] = "it was closed"
+        except ValueError as exc:  # InvalidCircuit: an unknown name, a bad reason
+            return self.dash.refuse(request, who, 400, str(exc))
+        done = Done(who.name, who.role, f"{action}_circuit", f"circuit:{name}", (), refused)
+        return self._report(request, who, done)
 
 
 def _listed(value: Any) -> list[Any]:

@@ -18,7 +18,7 @@ from ..core.jobs import Job
 from .auth import CSRF_FIELD, SESSION_COOKIE, Identity, Throttle, TokenAuth, csrf_ok
 from .dash import Dash, failure
 from .filters import NAMES, STATUSES, filters_of, given, query_of
-from .views import arguments, event_view, job_view, pause_view, queue_rows
+from .views import arguments, circuit_view, event_view, job_view, pause_view, queue_rows
 
 logger = logging.getLogger("celery_tracked.web")
 PAGE = 50
@@ -94,13 +94,13 @@ class Pages:
 
     def _overview(self) -> dict[str, Any]:
         tracker = self.dash.tracker
-        circuits = getattr(tracker, "circuits", None)  # issue 27 (keyed limits): wired at merge
+        circuits = getattr(tracker, "circuits", None)  # issue 27's circuit breakers, if there
         throughput = tracker.throughput()
         return {
             "queues": queue_rows(tracker.stats(), throughput),
             "pauses": [pause_view(p) for p in tracker.paused()],
             "flow": {k: v for k, v in throughput.items() if k != "queues"},
-            "circuits": None if circuits is None else list(circuits()),
+            "circuits": None if circuits is None else [circuit_view(c) for c in circuits()],
             "scoped": False,
         }
 

@@ -9,6 +9,7 @@ wrote (error summary, stage, log lines) is masked again on the way out.
 from __future__ import annotations
 
 import json
+from dataclasses import fields, is_dataclass
 from datetime import datetime
 from typing import Any
 
@@ -144,3 +145,14 @@ def pause_view(pause: Any) -> dict[str, Any]:
         "paused_at": when(pause.paused_at),
         "reason": pause.reason,
     }
+
+
+def circuit_view(circuit: Any) -> dict[str, Any]:
+    """A circuit breaker's fields (``Tracker.circuits()``: issue 27), times ISO 8601."""
+    if not is_dataclass(circuit):
+        return {"name": str(circuit)}
+    out = {}
+    for f in fields(circuit):
+        value = getattr(circuit, f.name)
+        out[f.name] = when(value) if isinstance(value, datetime) else value
+    return out
