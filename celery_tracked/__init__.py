@@ -8,6 +8,7 @@ from .adapter import signals as _signals  # noqa: F401 (connects the worker's ha
 from .adapter.celery_tracker import Tracker
 from .adapter.decorator import tracked_task
 from .adapter.task import TrackedTask
+from .core.circuits import Circuit
 from .core.finder import BulkReport, JobPage
 from .core.jobs import EnqueueResult, Job, JobEvent, JobStatus
 from .core.keys import KeyLifetime
@@ -23,6 +24,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BulkReport",
+    "Circuit",
     "CleanupReport",
     "EnqueueResult",
     "Job",

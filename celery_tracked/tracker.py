@@ -4,11 +4,11 @@ It holds one app's services, built by the composition root (``wiring.py``'s ``bu
 settings, job store, guard and notifier, hooks, the ``Producer``, the ``Runner``, the
 maintenance plugins of ``wiring.MAINTENANCE``), privately, and offers only methods: the
 read side ``get_job``, ``history``, ``wait``, ``stats``, ``throughput``, ``jobs``,
-``pipeline``; the operations ``cancel``, ``retry``, ``retry_many``, ``cancel_many``, their
-log (``record_action``, ``actions``); a pass of each plugin (``run_maintenance(name)``,
-``relay``, ``reap``, ``cleanup``); ``add_hook``, ``close``. What it needs of Celery (the
-tasks' descriptions, publishing a job's message, the broker's view, stopping a run) comes
-through the platform port (``core/platform.py``); the public ``Tracker``
+``pipeline``; the operations ``cancel``, ``retry``, ``retry_many``, ``cancel_many``, pauses
+and circuits, their log (``record_action``, ``actions``); a pass of each plugin
+(``run_maintenance(name)``); ``add_hook``, ``close``. What it needs of Celery (the tasks'
+descriptions, publishing a job's message, the broker's view, stopping a run) comes through
+the platform port (``core/platform.py``); the public ``Tracker``
 (``adapter/celery_tracker.py``) is this class with Celery's implementation of that port.
 """
 
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
 from .core.actions import Action, Done
+from .core.circuits import Circuit
 from .core.errors import JobNotFound
 from .core.finder import (
     DEFAULT_PAGE,
@@ -40,9 +41,10 @@ from .core.pipelines import Pipeline
 from .core.platform import Platform
 from .core.ports import Store
 from .core.settings import Settings
-from .core.throughput import SAMPLE, WINDOW_S, summarize
-from .services import actions, bulk, pauses, waiting
+from .core.throughput import SAMPLE, WINDOW_S
+from .services import actions, bulk, pauses, throughput, waiting
 from .services.cancelling import Shown
+from .services.circuits import ProbePass, ProbeReport
 from .services.cleanup import Cleanup, CleanupReport
 from .services.maintenance import Maintenance, Report
 from .services.reaper import Reaper, ReapReport
@@ -122,16 +124,14 @@ class BaseTracker:
         revision: int | None = None,
         running: bool = False,
     ) -> bool:
-        """pending | retrying → cancelled; False if the job is in any other status.
-
-        Never interrupts a running job, unless ``running=True``: then a ``processing``
-        job's run is asked to stop (terminated where the pool can, and the body's
-        ``self.cancelled()`` turns True) and the job ends ``cancelled`` once its run is
-        gone, whatever the body did (``stopping.py``); True once asked.
-        A cancelled job's message, when delivered, runs no body. ``reason`` is stored in
-        ``error_message`` (URL credentials and secret ``key=value`` pairs masked);
-        ``revision``: only while the job's message is that one (an expired message a
-        debounce replaced cancels nothing); the other keywords only shape the log.
+        """pending | retrying → cancelled; False if the job is in any other status. Never
+        interrupts a running job, unless ``running=True``: then a ``processing`` job's run is asked
+        to stop (terminated where the pool can, and the body's ``self.cancelled()`` turns True) and
+        the job ends ``cancelled`` once its run is gone, whatever the body did (``stopping.py``);
+        True once asked. A cancelled job's message, when delivered, runs no body. ``reason`` is
+        stored in ``error_message`` (URL credentials and secret ``key=value`` pairs masked);
+        ``revision``: only while the job's message is that one (an expired message a debounce
+        replaced cancels nothing); the other keywords only shape the log.
         """
         job_id = as_job_id(job_id)
         reason = self.settings.masking.mask(reason)  # stored, logged, shown: no secret
@@ -148,11 +148,10 @@ class BaseTracker:
         attempts: int | None = None,
     ) -> bool:
         """failed | cancelled → pending, and its message sent again: the same job (same
-        id), its history kept. False if the job is in any other status.
-
-        ``arguments``: the values of the arguments stored redacted (by parameter name),
-        required for such a job and refused for any other argument. ``attempts``: how many
-        more attempts it gets (default: the task's ``max_attempts``).
+        id), its history kept. False if the job is in any other status. ``arguments``: the values of
+        the arguments stored redacted (by parameter name), required for such a job and refused for
+        any other argument. ``attempts``: how many more attempts it gets (default: the task's
+        ``max_attempts``).
 
         Raises:
             JobNotFound: no job has this id.
@@ -201,8 +200,7 @@ class BaseTracker:
         Raises:
             InvalidFilter: a bad filter or limit, or a status that is never retried.
         """
-        limit = check_limit(limit, None)
-        chosen = filter_of(filters, self._services.store.clock)
+        limit, chosen = check_limit(limit, None), filter_of(filters, self._services.store.clock)
         return bulk.retry_many(
             self, self._services.store.find, chosen, limit, include_unrecoverable
         )
@@ -222,15 +220,8 @@ class BaseTracker:
         Raises:
             InvalidFilter: a bad filter or limit, or a status that is never cancelled.
         """
-        limit = check_limit(limit, None)
-        return bulk.cancel_many(
-            self,
-            self._services.store.find,
-            filter_of(filters, self._services.store.clock),
-            limit,
-            reason,
-            running,
-        )
+        limit, chosen = check_limit(limit, None), filter_of(filters, self._services.store.clock)
+        return bulk.cancel_many(self, self._services.store.find, chosen, limit, reason, running)
 
     def pipeline(self, correlation_id: str | UUID) -> Pipeline:
         """The jobs sharing ``correlation_id`` (a pipeline: its first job's id), oldest
@@ -254,11 +245,10 @@ class BaseTracker:
             KeyError: no plugin of that name.
             StoreError: the database failed (the next pass starts over).
         """
-        plugin = self._services.maintenance.get(name)
-        if plugin is None:
-            known = sorted(self._services.maintenance)
-            raise KeyError(f"no maintenance plugin {name!r}: one of {known}")
-        return plugin.run(now)
+        plugins = self._services.maintenance
+        if name not in plugins:
+            raise KeyError(f"no maintenance plugin {name!r}: one of {sorted(plugins)}")
+        return plugins[name].run(now)
 
     def relay(self, *, now: datetime | None = None) -> RelayReport:
         """Publish the pending jobs whose producer died before the hand-over: one relay pass
@@ -274,14 +264,10 @@ class BaseTracker:
 
     def reap(self, *, now: datetime | None = None) -> ReapReport:
         """Rescue (or abandon) the jobs nothing will move any more: one pass of the reaper
-        (``services/reaper.py``; the task ``celery_tracked.reap`` runs it on Beat).
-
-        ``now`` judges how long ago a job's last sign of life was (default: the database's
-        clock); whether a lease lapsed (no live holder) is judged on the database's only.
-
-        Raises:
-            StoreError: the database failed (nothing half-done: each move is atomic).
-        """
+        (``services/reaper.py``; the task ``celery_tracked.reap`` runs it on Beat). ``now``
+        judges how long ago a job's last sign of life was (default: the database's clock);
+        whether a lease lapsed (no live holder) is judged on the database's only. Raises
+        ``StoreError``: the database failed (nothing half-done: each move is atomic)."""
         return self._plugin(Reaper).run(now)
 
     def cleanup(
@@ -292,13 +278,12 @@ class BaseTracker:
         now: datetime | None = None,
     ) -> CleanupReport:
         """Remove the ended jobs past their retention, with their events and guard entries
-        (``dry_run``: only count them); see docs/operations.md, "Retention and cleanup".
-
-        Ages: ``tracked_retention_completed_days``, ``tracked_retention_failed_days``
-        (failed and cancelled), a task's ``retention=`` (read from the tasks this process
-        has imported); ``tracked_retention_keep_newest`` per queue and status. Batches of
-        ``tracked_cleanup_batch_size`` rows, one transaction each; ``on_batch(n)`` after
-        each. ``now``: the time ages are judged at (default: the database's clock).
+        (``dry_run``: only count them); see docs/operations.md, "Retention and cleanup". Ages:
+        ``tracked_retention_completed_days``, ``tracked_retention_failed_days`` (failed and
+        cancelled), a task's ``retention=`` (read from the tasks this process has imported);
+        ``tracked_retention_keep_newest`` per queue and status. Batches of
+        ``tracked_cleanup_batch_size`` rows, one transaction each; ``on_batch(n)`` after each.
+        ``now``: the time ages are judged at (default: the database's clock).
 
         Raises:
             StoreError: the database failed (the batches before it stay removed).
@@ -316,7 +301,6 @@ class BaseTracker:
         ``oldest_pending_age_s`` (of the due ones), ``failed_last_hour`` (jobs that ended
         ``failed`` in the last hour) and ``expired_leases`` (``processing`` jobs no live run
         holds), ``paused`` (the pause holding the queue, or None; job types: :meth:`paused`).
-
         Counts are exact, except on a PostgreSQL table of 1M rows or more, where the
         ``completed``/``failed``/``cancelled`` groups over 100,000 rows (and so ``total``)
         are estimated from a block sample (docs/operations.md, "Statistics")."""
@@ -328,8 +312,7 @@ class BaseTracker:
 
     def throughput(self, *, window_s: float = WINDOW_S, sample: int = SAMPLE) -> dict[str, Any]:
         """Per queue: ended jobs' rate, buckets, run-time percentiles (``core/throughput.py``)."""
-        runs = self._services.store.ended_runs(window_s, check_limit(sample, 100_000, "sample"))
-        return summarize(runs, self._services.store.clock(), sample, window_s)
+        return throughput.read(self._services.store, window_s, sample)
 
     def pause(
         self,
@@ -345,8 +328,7 @@ class BaseTracker:
         user@host.
 
         Raises:
-            InvalidPause: not exactly one scope, or an unknown queue or job type (nothing
-                written).
+            InvalidPause: not exactly one scope, or an unknown queue or job type (none written).
             StoreError: the database failed.
         """
         return self._services.pauses.pause(queue, job_type, everything, reason=reason, by=by)
@@ -364,6 +346,25 @@ class BaseTracker:
         """Every pause in force (``Pause``: scope, name, paused_by, paused_at, reason)."""
         return self._services.pauses.paused()
 
+    def probe(self, *, now: datetime | None = None) -> ProbeReport:
+        """One pass of the circuit breakers' plugin (``services/circuits.py``)."""
+        return self._plugin(ProbePass).run(now)
+
+    def circuits(self) -> list[Circuit]:
+        """Every circuit, its state, counts, history and held jobs (docs/limits.md)."""
+        return self._services.circuits.circuits()
+
+    def open_circuit(
+        self, name: str, *, reason: str | None = None, by: str | None = None
+    ) -> Circuit:
+        """Open ``name`` by hand: its jobs are held until :meth:`close_circuit`. Raises
+        ``InvalidCircuit`` (an unknown name, a bad ``reason``/``by``), ``StoreError``."""
+        return self._services.circuits.open(name, reason=reason, by=by)
+
+    def close_circuit(self, name: str) -> bool:
+        """Close ``name`` (False: it was closed); publish its held jobs, oldest first."""
+        return self._services.circuits.close(name)
+
     def record_action(self, done: Done) -> int:
         """Log ``done`` (who did what) and an ``action`` event on each job it changed."""
         return actions.record(self._services.store, self.settings.masking, done)
@@ -379,11 +380,10 @@ class BaseTracker:
     def wait(self, job_id: str | UUID, timeout: float = 30.0) -> Any: ...
 
     def wait(self, job_id: str | UUID | EnqueueResult[Any], timeout: float = 30.0) -> Any:
-        """Block until the job ends; return its result (decoded ``result_json``).
-
-        Given what ``enqueue`` returned, the result is typed as the body's return type.
-        Subscribes first, then reads the row, so a transition between the two is never
-        missed. No Celery result backend is needed.
+        """Block until the job ends; return its result (decoded ``result_json``). Given what
+        ``enqueue`` returned, the result is typed as the body's return type. Subscribes first, then
+        reads the row, so a transition between the two is never missed. No Celery result backend is
+        needed.
 
         Raises:
             JobNotFound: no job has this id.

@@ -28,6 +28,7 @@ from .core.ports import Store
 from .core.redact import mask_url
 from .core.settings import Settings
 from .services.cancelling import Canceller, Stopper
+from .services.circuits import Circuits, ProbePass, names_of, probe_seconds, rules_of
 from .services.cleanup import Cleanup
 from .services.enqueue import Enqueuer
 from .services.lease import LeaseKeeper
@@ -53,7 +54,7 @@ GuardBackend = RedisGuard | MemoryGuard
 #: The maintenance plugins (``services/maintenance.py``), each built once per app by
 #: :func:`build`; each gets a shared task and a default Beat entry (``adapter/beat.py``)
 #: and a CLI command (``cli/maintenance.py``). A new plugin is its file and one line here.
-MAINTENANCE: tuple[type[Maintenance], ...] = (Relay, Scheduler, Reaper, Cleanup)
+MAINTENANCE: tuple[type[Maintenance], ...] = (Relay, Scheduler, Reaper, Cleanup, ProbePass)
 
 
 @dataclass(frozen=True)
@@ -104,9 +105,18 @@ class Services:
         )
         self.successors = Successors(store, settings, platform)
         self.pauses = Pauses(store, lambda: pauses_known(platform), redaction=settings.masking)
+        self.circuits = Circuits(
+            store,
+            rules_of(platform),
+            lambda: names_of(platform),
+            lambda: self._probe_pass().release_held(),
+            probe_seconds(settings),
+            settings.masking,
+        )
         self.hooks = HookChain(
             [
                 self.pauses,  # first: a held delivery takes no rate-limit slot
+                self.circuits,
                 NotifyTerminal(self.notifier),
                 LogTransitions(),
                 self.successors,
@@ -133,6 +143,11 @@ class Services:
         self.maintenance: dict[str, Maintenance] = {
             plugin.name: plugin.build(parts) for plugin in MAINTENANCE
         }
+
+    def _probe_pass(self) -> ProbePass:
+        found = self.maintenance[ProbePass.name]
+        assert isinstance(found, ProbePass)
+        return found
 
     def celery_side(self) -> CelerySide:
         """The narrow part the Celery adapter and the CLI use."""

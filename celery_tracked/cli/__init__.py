@@ -14,6 +14,7 @@ from __future__ import annotations
 from . import (  # noqa: F401
     actions,
     by_name,
+    circuits,
     listing,
     maintenance,
     metrics,

@@ -32,7 +32,9 @@ def metrics(ctx: click.Context, port: int, addr: str, cache: float) -> None:
     tracker = tracker_of(ctx)
     with friendly("starting the metrics server"):
         prom.require()
-        read = prom.table_reader(tracker.stats, tracker.celery_side.relay_backlog, tracker.paused)
+        read = prom.table_reader(
+            tracker.stats, tracker.celery_side.relay_backlog, tracker.paused, tracker.circuits
+        )
         stop = prom.serve(prom.registry(prom.TableCollector(read, cache)), port, addr)
     multiproc = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     counters = f"counters from {multiproc}" if multiproc else "no PROMETHEUS_MULTIPROC_DIR"

@@ -81,6 +81,7 @@ BOUNDS: dict[str, Bound] = {
     "relay_interval_seconds": Bound(1, _DAY_S, zero="no Beat entry"),
     "schedule_horizon_seconds": Bound(1, 7 * _DAY_S),
     "schedule_interval_seconds": Bound(0.5, _DAY_S / 2, zero="no Beat entry"),
+    "circuit_interval_seconds": Bound(0.5, _DAY_S, zero="no Beat entry"),
     "progress_interval_ms": Bound(0, 3_600_000),
     "log_lines_per_job": Bound(0, 100_000),
     "rate_limit_ms": Bound(1, _DAY_S * 1000),

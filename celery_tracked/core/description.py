@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .calls import CallRules, CallShape
+from .circuits import CircuitRule
 from .errors import InvalidPriority
 from .keys import KeyRule
 from .limits import Limits
@@ -73,6 +74,8 @@ class TaskDescription:
     pins_queue: bool = False
     #: its messages' priority (Celery's ``priority`` task option); None: the broker's default
     priority: int | None = None
+    #: the circuit breaker it names (``circuits.py``); None: none
+    circuit: CircuitRule | None = None
     #: the broker's range, asked only of a job with a priority (the adapter's)
     highest_priority: HighestPriority = field(compare=False, default=any_priority)
     #: its ``deadline`` option in seconds after the enqueue (None: none; ``deadlines.py``)

@@ -30,6 +30,8 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
     ├── InvalidFilter             ``Tracker.jobs``/bulk actions: a bad filter, limit or cursor
     ├── InvalidPause              ``Tracker.pause``/``resume``: not one scope, or an unknown
     │                             queue or job type (nothing was written)
+    ├── InvalidCircuit            ``Tracker.open_circuit``/``close_circuit``: an unknown
+    │                             circuit, a bad reason (nothing was written)
     ├── InvalidProgress           ``set_progress``/``log`` given a value it cannot record
     ├── NotInAStep                ``then``/``otherwise``/``transaction`` outside a running
     │                             tracked task
@@ -303,3 +305,8 @@ class InvalidPause(TrackedError, ValueError):
     """``Tracker.pause``/``resume`` was not given exactly one scope (``queue=``,
     ``job_type=``, ``everything=True``), or named a queue or job type the app does not
     know. Nothing was written."""
+
+
+class InvalidCircuit(TrackedError, ValueError):
+    """``Tracker.open_circuit``/``close_circuit``: a circuit no tracked task names (and no
+    row), or a bad ``reason``/``by``; nothing was written."""

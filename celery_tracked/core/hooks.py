@@ -135,6 +135,8 @@ class Wait:
     #: attempt used; the relay publishes it once nothing holds it: a pause, ``pauses.py``);
     #: ``seconds`` then only applies when the row cannot be held
     hold: bool = False
+    #: the open circuit that holds it (``circuits.py``), not a pause
+    circuit: str = ""
 
 
 class Hooks:

@@ -66,6 +66,10 @@ class Event(str, enum.Enum):
     GIVEN_BACK = "given_back"
     #: a delivery of a paused queue or job type, its row held in the database
     PAUSED = "paused"
+    #: a delivery of a task whose circuit is open, its row held in the database, and the
+    #: held job a half-open circuit's pass published as its probe (``circuits.py``)
+    CIRCUIT_OPEN = "circuit_open"
+    CIRCUIT_PROBE = "circuit_probe"
     # an attempt's end
     COMPLETED = "completed"
     RETRYING = "retrying"

@@ -30,6 +30,9 @@ The options (``None``: the default):
         (optionally ``debounce_s``); see ``keys.py``.
     rate_limit_global, concurrency_key, concurrency_limit: a global rate limiter shared by
         every worker, and at most N jobs ``processing`` per key; see ``limits.py``.
+    circuit, circuit_threshold, circuit_window_s, circuit_cooldown_s, circuit_errors,
+        circuit_ignore: the circuit breaker the task's jobs share with every task naming
+        it; see ``circuits.py``.
     retention: how long this task's ended jobs are kept before the cleanup removes them:
         a ``timedelta`` or a number of days for every ended status, or a mapping of
         ``"completed"``/``"failed"``/``"cancelled"`` to those (``None``: kept forever; a
@@ -50,6 +53,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .calls import CallShape, Show, check_template, plain_repr
+from .circuits import CIRCUIT_OPTIONS, circuit_rule
 from .cleanup import task_retention
 from .conversions import BOUNDS
 from .deadlines import task_deadline
@@ -75,6 +79,7 @@ TRACKED_OPTIONS = (
     "deadline",
     *KEY_OPTIONS,
     *LIMIT_OPTIONS,
+    *CIRCUIT_OPTIONS,
 )
 
 
@@ -187,6 +192,8 @@ def check_task_options(options: Mapping[str, Any]) -> None:
         if value is not None:
             check(name, value)
     _numbers(options)
+    if _unwrap(options.get("circuit")) is not None:
+        circuit_rule({n: _unwrap(options.get(n)) for n in CIRCUIT_OPTIONS})
     if "base" in options:  # the decorator's keywords: the base class declares the rest
         base = options["base"]
         key_rule({n: _unwrap(options.get(n, getattr(base, n, None))) for n in KEY_OPTIONS})
@@ -255,4 +262,5 @@ def describe(
         else static("priority"),
         highest_priority=highest_priority or any_priority,
         deadline_s=task_deadline(static("deadline")),
+        circuit=circuit_rule({n: static(n) for n in CIRCUIT_OPTIONS}),
     )

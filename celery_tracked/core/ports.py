@@ -29,8 +29,8 @@ Roles (who calls them): :class:`EnqueueStore` (``Enqueuer``), :class:`RunStore` 
 :class:`RerunStore` (``Tracker.retry``, cancels), :class:`ReadStore` (``Tracker``'s reads,
 bulk actions, statistics, metrics), :class:`PauseStore` (``Pauses``:
 ``Tracker.pause``/``resume``/``paused`` and the worker's gate; a held delivery's move is
-``ClaimStore.hold``), :class:`ActionStore` (``Tracker.record_action``/``actions``: the
-dashboard's action log).
+``ClaimStore.hold``), :class:`CircuitStore` (``Circuits``, the circuit breakers),
+:class:`ActionStore` (``Tracker.record_action``/``actions``: the dashboard's action log).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from .actions import Action
+from .circuits import Circuit, CircuitRule
 from .cleanup import Boundary, Sweep
 from .fences import (
     AttemptError,
@@ -60,6 +61,7 @@ from .throughput import EndedRun
 
 __all__ = [
     "CancelStore",
+    "CircuitStore",
     "ClaimStore",
     "CleanupStore",
     "DeadRunStore",
@@ -168,11 +170,13 @@ class ClaimStore(Reader, EndsDeadRuns, Expires, Protocol):
         """A postponed delivery of a waiting job handed its message to the broker again
         (recorded if the last record is older than ``refresh_s``)."""
 
-    def hold(self, job_id: str, revision: int, *, now: datetime, message: str) -> bool:
-        """A delivery of a paused queue or job type: the waiting row (``pending`` or
-        ``retrying``, at ``revision``, nobody's) held in the database: no message
-        (``published_at`` NULL, a new revision), held by the pause, a ``paused`` event; no
-        attempt used. The relay publishes it once no pause covers it."""
+    def hold(
+        self, job_id: str, revision: int, *, now: datetime, message: str, circuit: str = ""
+    ) -> bool:
+        """A delivery a pause (or an open ``circuit``) holds: the waiting row (at
+        ``revision``, nobody's) held in the database, no message (a new revision), a
+        ``paused`` (``circuit_open``) event, no attempt used; the relay publishes it once
+        nothing holds it."""
 
 
 class OutcomeStore(Reader, Protocol):
@@ -336,9 +340,7 @@ class ReadStore(Reader, Protocol):
 
     def queue_health(self, since_s: float = 3600.0) -> dict[str, dict[str, int]]: ...
 
-    def ended_runs(self, since_s: float, limit: int) -> list[EndedRun]:
-        """The newest jobs that ended in the last ``since_s`` seconds (the store's clock),
-        at most ``limit`` (``core/throughput.py``)."""
+    def ended_runs(self, since_s: float, limit: int) -> list[EndedRun]: ...
 
     def backlog(self, *, cutoff: datetime) -> int: ...
 
@@ -358,17 +360,36 @@ class PauseStore(Protocol):
 
 
 class ActionStore(Protocol):
-    """The action log (``core/actions.py``): one row per action done by hand, and an
-    ``action`` event on each job it changed."""
+    """The action log (``core/actions.py``, ``store/actions.py``): an entry per action done
+    by hand, with an ``action`` event on each job of ``job_ids`` (in one transaction)."""
 
-    def record_action(self, row: Mapping[str, Any], job_ids: Sequence[str]) -> int:
-        """Insert the action (``row``: ``actor``, ``role``, ``action``, ``target``,
-        ``changed``, ``refused``, ``detail``; ``created_at``: the database's clock) and,
-        for each of ``job_ids`` that exists, an ``action`` event (message
-        ``row["message"]``), in one transaction; the action's id."""
+    def record_action(self, row: Mapping[str, Any], job_ids: Sequence[str]) -> int: ...
 
-    def actions(self, before: int | None, limit: int) -> list[Action]:
-        """The actions newest first (by id), those with an id below ``before`` only."""
+    def actions(self, before: int | None, limit: int) -> list[Action]: ...
+
+
+class CircuitStore(RelayStore, Protocol):
+    """The circuit breakers, and the jobs an open one holds (``store/circuits.py``)."""
+
+    def circuit(self, name: str) -> Circuit | None: ...
+
+    def circuits(self) -> list[Circuit]: ...
+
+    def circuit_failed(self, rule: CircuitRule, reason: str) -> Circuit | None: ...
+
+    def half_open(self, name: str) -> bool: ...
+
+    def take_probe(self, name: str, job_id: str, *, lease_s: float) -> bool: ...
+
+    def probe_ended(self, rule: CircuitRule, job_id: str, failed: str | None) -> bool: ...
+
+    def by_hand(self, name: str, opened_by: str | None, reason: str | None) -> bool: ...
+
+    def circuit_held(self, name: str, limit: int = 100) -> list[str]: ...
+
+    def probe_claim(self, job_id: str, circuit: str, owner: str, lease_s: float) -> bool: ...
+
+    def probe_sent(self, job_id: str, owner: str, revision: int, message: str) -> bool: ...
 
 
 class Store(
@@ -385,6 +406,7 @@ class Store(
     ReadStore,
     PauseStore,
     ActionStore,
+    CircuitStore,
     Protocol,
 ):
     """The whole store, as ``Tracker`` wires it."""

@@ -109,6 +109,8 @@ class Settings:
     #: how often the default Beat entry runs the scheduler pass (0: no Beat entry);
     #: at most half the horizon
     schedule_interval_seconds: float = 30.0
+    #: how often the default Beat entry runs the circuit pass (0: no Beat entry)
+    circuit_interval_seconds: float = 5.0
     #: a running body's progress is written at most once per this many ms (0: every call)
     progress_interval_ms: int = 500
     #: ``self.log`` lines kept per job (then one marker line, then none)
@@ -370,6 +372,7 @@ _CONVERTERS: dict[str, Callable[[str, Any], Any]] = {
     "relay_interval_seconds": real("relay_interval_seconds"),
     "schedule_horizon_seconds": real("schedule_horizon_seconds"),
     "schedule_interval_seconds": real("schedule_interval_seconds"),
+    "circuit_interval_seconds": real("circuit_interval_seconds"),
     "progress_interval_ms": integer("progress_interval_ms"),
     "log_lines_per_job": integer("log_lines_per_job"),
     "rate_limit_ms": integer("rate_limit_ms"),

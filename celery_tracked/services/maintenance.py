@@ -13,7 +13,9 @@ the wiring's list, ``celery_tracked.wiring.MAINTENANCE``:
 - ``relay`` (``relay.py``): publishes the rows whose producer died before its publish;
 - ``schedule`` (``schedule.py``): publishes the held jobs as they come due;
 - ``reap`` (``reaper.py``): rescues or abandons the jobs nothing will move any more;
-- ``cleanup`` (``cleanup.py``): removes the ended jobs past their retention.
+- ``cleanup`` (``cleanup.py``): removes the ended jobs past their retention;
+- ``probe`` (``circuits.py``): half-opens the circuit breakers whose cool-down ended and
+  publishes their probes, and the jobs of closed circuits still held.
 
 Adding a plugin is its file (a :class:`Maintenance` subclass) and one line: its class in
 ``MAINTENANCE`` (with its import). Every pass may run in many processes at once.

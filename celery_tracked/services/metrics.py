@@ -159,6 +159,8 @@ class TableSnapshot:
     expired_leases: int = 0
     #: the pauses in force: (scope, name)
     paused: tuple[tuple[str, str], ...] = ()
+    #: the circuit breakers: (name, state, failures in the window, jobs held, times opened)
+    circuits: tuple[tuple[str, str, int, int, int], ...] = ()
 
     @classmethod
     def from_stats(cls, stats: Mapping[str, Mapping[str, Any]], **extra: Any) -> TableSnapshot:
@@ -206,7 +208,32 @@ def families(snapshot: TableSnapshot) -> list[Any]:
     )
     for scope, name in snapshot.paused:
         paused.add_metric([scope, name], 1)
-    return [jobs, oldest, backlog, expired, paused]
+    return [jobs, oldest, backlog, expired, paused, *_circuit_families(snapshot)]
+
+
+def _circuit_families(snapshot: TableSnapshot) -> list[Any]:
+    """``celery_tracked_circuit_state`` (1 for the state it is in), ``_failures``,
+    ``_held`` and ``_opened`` (times opened) per circuit."""
+    state = GaugeMetricFamily(
+        f"{PREFIX}_circuit_state",
+        "1 for each circuit's state (closed, open, half_open).",
+        labels=["circuit", "state"],
+    )
+    failures = GaugeMetricFamily(
+        f"{PREFIX}_circuit_failures", "Failures in a closed circuit's window.", labels=["circuit"]
+    )
+    held = GaugeMetricFamily(
+        f"{PREFIX}_circuit_held", "Jobs a circuit holds in the database.", labels=["circuit"]
+    )
+    opened = GaugeMetricFamily(
+        f"{PREFIX}_circuit_opened", "Times a circuit opened.", labels=["circuit"]
+    )
+    for name, now, count, holding, times in snapshot.circuits:
+        state.add_metric([name, now], 1)
+        failures.add_metric([name], count)
+        held.add_metric([name], holding)
+        opened.add_metric([name], times)
+    return [state, failures, held, opened]
 
 
 class TableCollector:
@@ -319,16 +346,23 @@ def table_reader(
     stats: Callable[[], Mapping[str, Mapping[str, Any]]],
     backlog: Callable[[], int],
     paused: Callable[[], Sequence[Any]] = tuple,
+    circuits: Callable[[], Sequence[Any]] = tuple,
 ) -> Callable[[], TableSnapshot]:
     """What a :class:`TableCollector` reads: ``Tracker.stats()`` (its per-queue
-    ``expired_leases`` summed), the store's relay ``backlog`` and ``Tracker.paused()``."""
+    ``expired_leases`` summed), the store's relay ``backlog``, ``Tracker.paused()`` and
+    ``Tracker.circuits()``."""
 
     def read() -> TableSnapshot:
         per_queue = stats()
         expired = sum(int(entry.get("expired_leases", 0)) for entry in per_queue.values())
         held = tuple((p.scope, p.name) for p in paused())
+        breakers = tuple((c.name, c.state, c.failures, c.held, c.opened_count) for c in circuits())
         return TableSnapshot.from_stats(
-            per_queue, relay_backlog=backlog(), expired_leases=expired, paused=held
+            per_queue,
+            relay_backlog=backlog(),
+            expired_leases=expired,
+            paused=held,
+            circuits=breakers,
         )
 
     return read

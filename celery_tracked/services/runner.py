@@ -221,8 +221,12 @@ class Runner:
             return self._still_waiting(run, Postponed(asked.seconds, why, asked.headers))
         message = f"job {job_id} held: {asked.reason}"
         try:
-            if self.store.hold(job_id, revision, now=utcnow(), message=message):
-                self.teller.tell(run, Event.PAUSED, message)
+            if self.store.hold(
+                job_id, revision, now=utcnow(), message=message, circuit=asked.circuit
+            ):
+                self.teller.tell(
+                    run, Event.CIRCUIT_OPEN if asked.circuit else Event.PAUSED, message
+                )
                 return Skipped(f"held: {asked.reason}")
             job = self.store.get(job_id)
         except StoreError as exc:

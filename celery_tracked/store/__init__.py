@@ -22,6 +22,8 @@ names):
   ``ClaimStore.hold``).
 - ``actions``: the action log, and the ``action`` event on each job an action changed
   (``ActionStore``).
+- ``circuits``: the circuit breakers' rows, and the jobs an open circuit holds
+  (``CircuitStore``).
 - ``reads``: one job, a job by key, a history, statistics, listings, gauges
   (``Reader``, ``KeyReader``, ``ReadStore``).
 
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 from .actions import Actions
 from .apply import Apply
+from .circuits import Circuits
 from .claims import Claims
 from .cleanup import Cleanup
 from .engines import Engines
@@ -77,6 +80,7 @@ class JobStore(
     Reads,
     Pauses,
     Actions,
+    Circuits,
 ):
     """The tracking database of one app; engines are created per process."""
 

@@ -228,3 +228,27 @@ actions = Table(
     Column("detail", Text, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
 )
+
+# one row per circuit breaker (``core/circuits.py``, migration 0013): its state, the failures
+# of the current window, when it opened and until when it cools down (the database's
+# clock), who opened it by hand and why, its probe, and its history. The columns a
+# counted failure's one UPDATE reads (``failures``, ``window_started_at``) come last: MySQL
+# and MariaDB assign SET clauses left to right, and SQLAlchemy renders them in this order.
+circuits = Table(
+    "background_job_circuits",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("state", String(16), nullable=False),
+    Column("opened_at", UTCDateTime, nullable=True),
+    Column("reopen_at", UTCDateTime, nullable=True),
+    Column("opened_by", String(255), nullable=True),
+    Column("reason", Text, nullable=True),
+    Column("opened_count", Integer, nullable=False),
+    Column("probes", Integer, nullable=False),
+    Column("probe_job_id", String(255), nullable=True),
+    Column("probe_until", UTCDateTime, nullable=True),
+    Column("closed_at", UTCDateTime, nullable=True),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("failures", Integer, nullable=False),
+    Column("window_started_at", UTCDateTime, nullable=True),
+)

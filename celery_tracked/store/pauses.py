@@ -9,6 +9,7 @@ from datetime import datetime
 
 from sqlalchemy import String, Text, bindparam, delete, insert, select
 
+from ..core.circuits import held_by
 from ..core.pauses import Pause
 from . import transitions as moves
 from .clock import db_time
@@ -54,7 +55,14 @@ class Pauses(Applying):
             return [Pause.from_row(row) for row in conn.execute(SELECT_PAUSES).mappings()]
 
     @reconnecting
-    def hold(self, job_id: str, revision: int, *, now: datetime, message: str) -> bool:
-        """``HOLD``: the waiting row at ``revision`` held by a pause (module text)."""
+    def hold(
+        self, job_id: str, revision: int, *, now: datetime, message: str, circuit: str = ""
+    ) -> bool:
+        """``HOLD``: the waiting row at ``revision`` held by a pause (module text); with
+        ``circuit``, ``CIRCUIT_HOLD``: held by that open circuit (``circuits.py``)."""
         params = {"job_id": job_id, "at_revision": revision, "now": now, "message": message}
+        if circuit:
+            return (
+                self.apply(moves.CIRCUIT_HOLD, {**params, "held_by": held_by(circuit)}) is not None
+            )
         return self.apply(moves.HOLD, params) is not None

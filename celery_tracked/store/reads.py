@@ -39,7 +39,7 @@ from . import selects
 from .clock import db_time
 from .engines import Engines
 from .models import UTCDateTime, jobs
-from .statements import CUTOFF, DUE, PAUSE_HELD, param
+from .statements import CUTOFF, DUE, HELD_ON_PURPOSE, param
 from .translate import reconnecting, translated
 
 #: PostgreSQL tables estimated at this many rows or more get estimated ended counts.
@@ -152,7 +152,7 @@ COUNT_UNPUBLISHED = (
         jobs.c.status == JobStatus.PENDING.value,
         jobs.c.published_at.is_(None),
         jobs.c.updated_at < CUTOFF,
-        or_(jobs.c.locked_by.is_(None), ~PAUSE_HELD),  # a pause's hold is on purpose
+        or_(jobs.c.locked_by.is_(None), ~HELD_ON_PURPOSE),  # a pause's or a circuit's hold
         *DUE,  # a held job (not due yet) is the scheduler's, not a lost publish
     )
 )

@@ -9,7 +9,16 @@ from sqlalchemy import Delete, Integer, String, TextClause, delete, func, or_, s
 from ..core.jobs import JobStatus
 from .clock import db_time
 from .models import UTCDateTime, events, jobs
-from .statements import DUE, JOB_ID, NOW, PAUSE_HELD, UNPAUSED, UNPUBLISHED, param
+from .statements import (
+    DUE,
+    HELD_ON_PURPOSE,
+    JOB_ID,
+    NOW,
+    UNPAUSED,
+    UNPUBLISHED,
+    UNTRIPPED,
+    param,
+)
 
 #: The statuses of jobs not ended yet.
 ACTIVE = (JobStatus.PENDING, JobStatus.PROCESSING, JobStatus.RETRYING)
@@ -104,11 +113,12 @@ SELECT_UNPUBLISHED = (
     .order_by(jobs.c.created_at)
     .limit(100)
 )
-#: The retrying rows a pause held, now free of it (``UNPUBLISHED``): the relay's too, due or
-#: not (published with the rest of their backoff, as a retry's message waits in the broker).
+#: The retrying rows a pause or a circuit held, now free of it (``UNPUBLISHED``): the relay's
+#: too, due or not (published with the rest of their backoff, as a retry's message waits in
+#: the broker).
 SELECT_HELD_RETRYING = (
     select(jobs.c.id, jobs.c.created_at)
-    .where(jobs.c.status == JobStatus.RETRYING.value, PAUSE_HELD, *UNPUBLISHED)
+    .where(jobs.c.status == JobStatus.RETRYING.value, HELD_ON_PURPOSE, *UNPUBLISHED)
     .order_by(jobs.c.created_at)
     .limit(100)
 )
@@ -124,6 +134,7 @@ HELD_DUE = (
         jobs.c.status == JobStatus.PENDING.value,
         or_(jobs.c.locked_until.is_(None), jobs.c.locked_until < db_time()),
         UNPAUSED,
+        UNTRIPPED,
     )
     .order_by(jobs.c.not_before)
     .limit(param("limit", Integer))

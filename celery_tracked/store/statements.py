@@ -43,10 +43,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import BindParameter
 
+from ..core.circuits import CLOSED, HELD_BY_CIRCUIT
 from ..core.jobs import CLAIM_EARLY_S, JobStatus
 from ..core.pauses import ALL, HELD_BY_PAUSE, JOB_TYPE, QUEUE
 from .clock import db_time
-from .models import UTCDateTime, events, jobs, pauses
+from .models import UTCDateTime, circuits, events, jobs, pauses
 
 
 def param(name: str, type_: Any, optional: bool = False) -> BindParameter[Any]:
@@ -132,14 +133,30 @@ UNPAUSED = ~exists().where(
 )
 #: A waiting row a pause held in the database (``hold``): no message, no lease.
 PAUSE_HELD = jobs.c.locked_by == HELD_BY_PAUSE
+#: A waiting row an open circuit held in the database (``locked_by = 'circuit:<name>'``).
+CIRCUIT_HELD = jobs.c.locked_by.like(HELD_BY_CIRCUIT + "%")
+#: The circuit holding a row (``circuits.held_by``), and a held row no pass holds now.
+HELD_BY = param("held_by", String)
+UNSENT_HELD = (
+    jobs.c.published_at.is_(None),
+    or_(jobs.c.locked_until.is_(None), jobs.c.locked_until < db_time()),
+)
+#: Held on purpose, by a pause or a circuit: no message, no lease.
+HELD_ON_PURPOSE = or_(PAUSE_HELD, CIRCUIT_HELD)
+#: No circuit holding the row is open or half-open (``background_job_circuits``).
+UNTRIPPED = ~exists().where(
+    circuits.c.state != CLOSED,
+    literal(HELD_BY_CIRCUIT, String) + circuits.c.name == jobs.c.locked_by,
+)
 #: A waiting row whose message was never handed to the broker, old enough to be relayed
 #: (created, or its message last replaced, before the cutoff) or held by a pause now
-#: lifted, not held by a relay now, and no pause covers it.
+#: lifted or a circuit now closed, not held by a relay now, and no pause covers it.
 UNPUBLISHED = (
     jobs.c.published_at.is_(None),
-    or_(jobs.c.updated_at < CUTOFF, PAUSE_HELD),
+    or_(jobs.c.updated_at < CUTOFF, HELD_ON_PURPOSE),
     or_(jobs.c.locked_until.is_(None), jobs.c.locked_until < db_time()),
     UNPAUSED,
+    UNTRIPPED,
 )
 #: A run is stalled once its last sign of life (its lease's expiry, or the release of its
 #: lease) is older than this: the reaper's patience, after the takeover grace.

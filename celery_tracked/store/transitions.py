@@ -182,6 +182,14 @@ HOLD = Move(
 )
 #: The scheduler pass published a held row it claimed (``RELAY_CLAIM``) as it came due.
 SCHEDULED = replace(RELAYED, name="scheduled", sources=_PENDING, event="scheduled")
+#: An open circuit's delivery held in the database, as a pause's (``core/circuits.py``).
+_CIRCUIT_HELD = {**sql.NEW_MESSAGE, "locked_by": sql.HELD_BY}
+CIRCUIT_HOLD = replace(HOLD, name="circuit_hold", values=_CIRCUIT_HELD, event="circuit_open")
+#: A half-open circuit's pass takes one row it held, to publish it as the probe.
+PROBE_CLAIM = replace(
+    RELAY_CLAIM, name="probe_claim", fence=(jobs.c.locked_by == sql.HELD_BY, *sql.UNSENT_HELD)
+)
+PROBE_SENT = replace(RELAYED, name="probe_sent", event="circuit_probe")  # its hand-over
 
 # -- a cancel of a running job --------------------------------------------------------
 
@@ -194,19 +202,14 @@ REQUEST_CANCEL = Move(
     (jobs.c.cancel_requested_at.is_(None),),
     "cancel_requested",
 )
+#: A run asked to stop ends ``cancelled`` (its own end, or the reaper's of a stalled one).
+_AS_ASKED = {**sql.DEAD_CANCELLED, "error_type": None}
 #: The run asked to stop ended (its body returned or raised): processing → cancelled.
 CANCEL_RUN = Move(
     "cancel_run",
     _PROCESSING,
     JobStatus.CANCELLED,
-    {
-        "updated_at": sql.NOW,
-        "locked_by": None,
-        "locked_until": None,
-        "finished_at": sql.NOW,
-        "error_type": None,
-        "error_message": sql.MESSAGE,
-    },
+    _AS_ASKED,
     (*sql.HELD, jobs.c.cancel_requested_at.is_not(None)),
     "cancelled",
 )
@@ -375,14 +378,7 @@ CANCEL_STALLED_RUN = Move(
     "cancel_stalled_run",
     _PROCESSING,
     JobStatus.CANCELLED,
-    {
-        "locked_by": None,
-        "locked_until": None,
-        "updated_at": sql.NOW,
-        "finished_at": sql.NOW,
-        "error_type": None,
-        "error_message": sql.MESSAGE,
-    },
+    _AS_ASKED,
     _RUN_FENCE,
     "cancelled",
     extra_where=(jobs.c.cancel_requested_at.is_not(None),),

@@ -22,6 +22,7 @@ from starlette.routing import Route
 from ..core.actions import Done
 from ..core.errors import (
     EnqueueError,
+    InvalidCircuit,
     InvalidFilter,
     InvalidPause,
     JobNotFound,
@@ -230,20 +231,18 @@ class Acts:
 
     def circuit(self, request: Request, who: Identity, form: FormData) -> Response:
         """Open or close a circuit breaker by hand (``Tracker.open_circuit`` /
-        ``close_circuit``, issue 27): 404 on a tracker without circuits."""
+        ``close_circuit``)."""
         action, name = request.path_params["action"], str(form.get("name") or "")
-        tracker = self.dash.tracker
-        move = getattr(tracker, f"{action}_circuit", None) if action in ("open", "close") else None
-        if move is None:
+        if action not in ("open", "close"):
             return self.dash.refuse(request, who, 404, "no such circuit action")
-        refused: dict[str, str] = {}
+        tracker, refused = self.dash.tracker, {}
         try:
             if action == "open":
                 reason = str(form.get("reason") or "") or None
-                move(name, reason=reason, by=who.name)
-            elif not move(name):
+                tracker.open_circuit(name, reason=reason, by=who.name)
+            elif not tracker.close_circuit(name):
                 refused[name] = "it was closed"
-        except ValueError as exc:  # InvalidCircuit: an unknown name, a bad reason
+        except InvalidCircuit as exc:  # an unknown name, a bad reason
             return self.dash.refuse(request, who, 400, str(exc))
         done = Done(who.name, who.role, f"{action}_circuit", f"circuit:{name}", (), refused)
         return self._report(request, who, done)

@@ -94,13 +94,12 @@ class Pages:
 
     def _overview(self) -> dict[str, Any]:
         tracker = self.dash.tracker
-        circuits = getattr(tracker, "circuits", None)  # issue 27's circuit breakers, if there
         throughput = tracker.throughput()
         return {
             "queues": queue_rows(tracker.stats(), throughput),
             "pauses": [pause_view(p) for p in tracker.paused()],
             "flow": {k: v for k, v in throughput.items() if k != "queues"},
-            "circuits": None if circuits is None else [circuit_view(c) for c in circuits()],
+            "circuits": [circuit_view(c) for c in tracker.circuits()],
             "scoped": False,
         }
 

@@ -282,7 +282,9 @@ def test_a_task_enqueueing_another_runs_it_inline_and_records_the_lineage(
     child_id = parent.get()
     assert child_id != parent.id
     child = tracker.get_job(child_id)
-    assert child is not None and child.status is JobStatus.COMPLETED
+    seen = [(j.id, j.status.value, j.idempotency_key) for j in tracker.jobs(limit=20).jobs]
+    assert child is not None, (child_id, parent.id, seen, events(tracker, parent.id))
+    assert child.status is JobStatus.COMPLETED
     assert child.result == {"document_id": document, "pages": 3}
     assert (child.parent_job_id, child.correlation_id) == (parent.id, parent.id)
     job = tracker.get_job(parent.id)

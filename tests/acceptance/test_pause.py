@@ -4,7 +4,7 @@ processes, PostgreSQL and Redis; the CLI as a second process.
 A paused job type's deliveries are held in the database (no message left in the broker,
 no attempt used, one ``paused`` event per job) while another type flows; resuming
 publishes them and each runs once. A worker started while paused honours it; a pause and
-a resume through the CLI reach a running worker within 5 s.
+a resume through the CLI reach every running worker (two) within 5 s.
 """
 
 from __future__ import annotations
@@ -106,36 +106,47 @@ def _fate(env: Any, job_id: str) -> str | None:
     return str(rows[0][0]) if rows else None
 
 
-def _probe_until(env: Any, held: bool, timeout: float = 5.0) -> float:
-    """Enqueue an ``ocr`` probe every 0.3 s until one is held (``held``) or runs; the
-    seconds it took (a pause or resume seen by the running worker)."""
+def _receiver(workers: list[Any], job_id: str) -> str:
+    """The name of the worker that received the job's message (its log says so)."""
+    line = f"acc.ocr_page[{job_id}] received"
+    found = [w.name for w in workers if line in w.log()]
+    assert len(found) == 1, f"{job_id} received by {found}"
+    return found[0]
+
+
+def _probe_until(env: Any, workers: list[Any], held: bool, timeout: float = 5.0) -> float:
+    """Enqueue an ``ocr`` probe every 0.2 s until each worker has held one (``held``) or
+    run one: the seconds it took (a pause or a resume seen by every running worker)."""
     start = time.monotonic()
+    seen: set[str] = set()
     while time.monotonic() - start < timeout:
         job_id = env.task("acc.ocr_page").enqueue(n=0).job_id
         fate = wait_for(lambda j=job_id: _fate(env, j), timeout=10, what="the probe's fate")
         if (fate == "paused") == held:
-            return time.monotonic() - start
-        time.sleep(0.3)
-    raise AssertionError(f"not {'held' if held else 'running'} within {timeout} s")
+            seen.add(wait_for(lambda j=job_id: _receiver(workers, j), what="its receiver"))
+            if seen == {w.name for w in workers}:
+                return time.monotonic() - start
+        time.sleep(0.2)
+    raise AssertionError(f"not {'held' if held else 'running'} by every worker within {timeout} s")
 
 
-def test_a_pause_and_a_resume_through_the_cli_reach_a_running_worker(
+def test_a_pause_and_a_resume_through_the_cli_reach_every_running_worker(
     env: Any, start_worker: Any
 ) -> None:
-    start_worker("w1", concurrency=1)
+    workers = [start_worker("w1", concurrency=1), start_worker("w2", concurrency=1)]
     env.wait_status(env.task("acc.ocr_page").enqueue(n=1).job_id, "completed")
     out = _cli(env, "pause", "--job-type", "ocr", "--reason", "maintenance", "--by", "cli")
     assert out.returncode == 0, out.stderr
     assert "job type 'ocr' paused by cli" in out.stdout
-    seen = _probe_until(env, held=True)
-    print(f"the pause seen by the running worker after {seen:.2f} s")
+    seen = _probe_until(env, workers, held=True)
+    print(f"the pause seen by both running workers after {seen:.2f} s")
     listed = _cli(env, "paused")
     assert "job_type" in listed.stdout and "maintenance" in listed.stdout, listed.stdout
     out = _cli(env, "resume", "--job-type", "ocr")
     assert out.returncode == 0 and "resumed" in out.stdout, out.stderr
-    seen = _probe_until(env, held=False)
-    print(f"the resume seen by the running worker after {seen:.2f} s")
-    assert _held_count(env) == 0
+    seen = _probe_until(env, workers, held=False)
+    print(f"the resume seen by both running workers after {seen:.2f} s")
+    wait_for(lambda: _held_count(env) == 0, timeout=30, what="the held probes published")
     assert _cli(env, "paused").stdout.strip() == "nothing is paused"
 
 

@@ -129,3 +129,21 @@ def test_high_priority_jobs_start_first_and_keep_their_priority_when_re_sent(
     assert seen[rescued, 1] == str(RESCUED)  # the reaper's publish kept it
     assert {seen[j, 1] for j in high} == {str(HIGH)} and {seen[j, 1] for j in low} == {str(LOW)}
     assert [j.id for j in tracker.jobs(priority=RESCUED).jobs] == [rescued]
+
+
+def test_a_priority_beyond_the_queues_x_max_priority_writes_nothing(prio: dict[str, Any]) -> None:
+    app, tracker = prio["app"], prio["tracker"]
+    client = redis.Redis.from_url(prio["config"]["redis_url"])
+    keys = set(client.keys("*"))
+    work = app.tasks["prio.work"]
+    for priority in (TOP + 1, 255):  # above the queue's x-max-priority, within AMQP's 0-255
+        with pytest.raises(InvalidPriority, match=f"0 to {TOP}"):
+            work.apply_async(kwargs={"n": 0}, priority=priority)
+        with pytest.raises(InvalidPriority, match=f"0 to {TOP}"):
+            work.with_options(options={"priority": priority})(n=0)
+    assert list(tracker.jobs().jobs) == []  # no row
+    with app.connection_for_write() as conn:  # no message
+        declared = app.conf.task_queues[0].bind(conn.default_channel).queue_declare(passive=True)
+    assert declared.message_count == 0
+    assert set(client.keys("*")) == keys  # no guard key
+    client.close()

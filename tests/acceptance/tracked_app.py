@@ -15,7 +15,9 @@ Importable as ``tracked_app`` (``celery -A tracked_app worker ...`` with this fo
     TRACKED_TEST_LEASE_SECONDS     tracked_lease_seconds (default 5)
     TRACKED_TEST_LOG_JSONL         if set: a JSON-lines file receiving every record of the
                                    ``celery_tracked`` logger, with its ``extra`` fields
-    TRACKED_TEST_VISIBILITY_TIMEOUT  if set: the Redis transport's ``visibility_timeout``
+    TRACKED_TEST_VISIBILITY_TIMEOUT  if set: the Redis transport's ``visibility_timeout``,
+                                   its unacked messages swept every second (kombu 5.7
+                                   sweeps every 10 x 10 s by default)
 
 The tests build the same app in-process with :func:`create_app` (same task names), so
 they can enqueue and read the tracker without touching the environment.
@@ -41,6 +43,7 @@ from typing import Any
 import redis
 from celery import Celery
 from celery.exceptions import Ignore, Reject
+from circuit_tasks import add_circuit_tasks
 from compat_tasks import add_compat_tasks
 from control_tasks import add_control_tasks
 from converted_tasks import add_by_name_tasks, add_converted_tasks
@@ -145,7 +148,12 @@ def create_app(config: Mapping[str, Any]) -> Celery:
         app.conf.broker_write_url = config["broker_write"]
     if config.get("visibility_timeout"):
         timeout = float(config["visibility_timeout"])
-        app.conf.broker_transport_options = {"visibility_timeout": timeout}
+        app.conf.broker_transport_options = {
+            "visibility_timeout": timeout,
+            # a message unacknowledged longer than the timeout given back within a second
+            "unacked_restore_interval": 1,
+            "unacked_restore_throttle": 1,
+        }
     if config.get("result_backend"):  # a Redis result backend storing the request's arguments
         app.conf.update(
             result_backend=config["result_backend"], result_extended=True, task_ignore_result=False
@@ -162,6 +170,7 @@ def create_app(config: Mapping[str, Any]) -> Celery:
     add_effects_tasks(app, QUEUE, _begin, _end)
     add_sealed_tasks(app, QUEUE, _begin, _end)
     add_control_tasks(app, QUEUE, _begin, _end)
+    add_circuit_tasks(app, QUEUE, _begin, _end)
     add_converted_tasks(app, QUEUE, _begin, _end)
     add_web_tasks(app, QUEUE, _begin, _end)
     add_by_name_tasks(app, QUEUE)

@@ -4,6 +4,7 @@ import celery_tracked.errors
 EXPECTED = {
     "ArgumentsMismatch",
     "BulkReport",
+    "Circuit",
     "CleanupReport",
     "ConfigurationError",
     "DeadlineExceeded",
@@ -11,6 +12,7 @@ EXPECTED = {
     "EnqueueError",
     "EnqueueResult",
     "GuardError",
+    "InvalidCircuit",
     "InvalidFilter",
     "InvalidPause",
     "InvalidPayload",
@@ -52,6 +54,7 @@ EXPECTED = {
 #: What a user writes daily: the top level's ``__all__``.
 DAILY = {
     "BulkReport",
+    "Circuit",
     "CleanupReport",
     "EnqueueResult",
     "Job",

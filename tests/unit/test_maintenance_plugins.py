@@ -121,6 +121,6 @@ def test_the_three_plugins_share_the_shape() -> None:
     from celery_tracked.wiring import MAINTENANCE
 
     names = [plugin.name for plugin in MAINTENANCE]
-    assert names == ["relay", "schedule", "reap", "cleanup"]
+    assert names == ["relay", "schedule", "reap", "cleanup", "probe"]
     assert set(TASKS) == set(names) and set(names) <= set(tracked.commands)
     assert all(callable(getattr(Tracker, name)) for name in names)

@@ -171,3 +171,13 @@ def test_a_missing_multiprocess_directory_is_a_configuration_error(
     check_multiprocess_dir()
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR")
     check_multiprocess_dir()
+
+
+def test_the_circuits_gauges() -> None:
+    snapshot = TableSnapshot(circuits=(("stripe", "open", 5, 12, 2), ("ocr", "closed", 1, 0, 0)))
+    samples = _samples(snapshot)
+    assert samples["celery_tracked_circuit_state", ("stripe", "open")] == 1
+    assert samples["celery_tracked_circuit_state", ("ocr", "closed")] == 1
+    assert samples["celery_tracked_circuit_failures", ("stripe",)] == 5
+    assert samples["celery_tracked_circuit_held", ("stripe",)] == 12
+    assert samples["celery_tracked_circuit_opened", ("stripe",)] == 2

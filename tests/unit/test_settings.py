@@ -150,6 +150,7 @@ def test_every_setting_has_its_celery_tracked_environment_name() -> None:
         "relay_interval_seconds": "13",
         "schedule_horizon_seconds": "600",
         "schedule_interval_seconds": "60",
+        "circuit_interval_seconds": "7",
         "progress_interval_ms": "14",
         "log_lines_per_job": "15",
         "rate_limit_ms": "16",

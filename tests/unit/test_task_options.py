@@ -26,6 +26,9 @@ BAD = [
     ("validator", "not callable"),
     ("validator", int),
     ("validator", lambda **named: None),
+    # issue 27 item 4: a circuit's name
+    ("circuit", ""),
+    ("circuit", 5),
     # issue 12 item 10: numeric options have ranges (docs/configuration.md, "Ranges")
     ("max_attempts", 2**31),
     ("max_attempts", 1.0),

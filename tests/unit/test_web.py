@@ -458,62 +458,36 @@ def test_a_bulk_retry_confirms_then_reports_what_it_refused_and_why(
     assert entry.target == '{"queue": "billing", "status": ["failed"]}'
 
 
-def test_circuits_show_and_act_only_on_a_tracker_that_has_them(
-    client: TestClient, app: Celery, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Issue 27's ``Tracker.circuits``/``open_circuit``/``close_circuit``, faked here: the
-    panel and its actions appear with them, and are absent (404) without."""
-    from dataclasses import dataclass
+def test_circuits_are_shown_opened_and_closed_by_hand(client: TestClient, app: Celery) -> None:
+    """Issue 27's circuit breakers (``Tracker.circuits``/``open_circuit``/``close_circuit``)
+    on the overview: opened and closed by an admin, each recorded with its actor."""
+
+    @tracked_task(app=app, shared=False, name="web.smtp", queue="mail", circuit="smtp")
+    def smtp(to: str) -> str:
+        return to
 
     csrf = _login(client, ADMIN_TOKEN)
-    assert 'id="circuits"' not in client.get("/").text and "Circuits" not in client.get("/").text
-    assert (
-        client.post("/circuits/open", data={"csrf_token": csrf, "name": "smtp"}).status_code == 404
-    )
-
-    @dataclass
-    class Circuit:
-        name: str
-        state: str = "closed"
-        failures: int = 0
-        held: int = 0
-        opened_by: str | None = None
-        reason: str | None = None
-
-    state = {"smtp": Circuit("smtp")}
-    tracker = Tracker.for_app(app)
-
-    def open_circuit(name: str, *, reason: str | None = None, by: str | None = None) -> Circuit:
-        if name not in state:
-            raise ValueError(f"no circuit {name!r}")
-        state[name] = Circuit(name, "open", 0, 3, by, reason)
-        return state[name]
-
-    def close_circuit(name: str) -> bool:
-        was = state[name].state != "closed"
-        state[name] = Circuit(name)
-        return was
-
-    monkeypatch.setattr(tracker, "circuits", lambda: list(state.values()), raising=False)
-    monkeypatch.setattr(tracker, "open_circuit", open_circuit, raising=False)
-    monkeypatch.setattr(tracker, "close_circuit", close_circuit, raising=False)
-    client.app.state.dash.forget()
-    assert 'data-circuit="smtp"' in client.get("/").text
+    page = client.get("/").text
+    assert "Circuits" in page and 'id="circuit-form"' in page
     opened = client.post(
-        "/circuits/open", data={"csrf_token": csrf, "name": "smtp", "reason": "down"}
+        "/circuits/open", data={"csrf_token": csrf, "name": "smtp", "reason": "provider down"}
     )
-    assert opened.status_code == 200 and state["smtp"].opened_by == "admin (token)"
-    assert (
-        client.post("/circuits/open", data={"csrf_token": csrf, "name": "nope"}).status_code == 400
-    )
+    assert opened.status_code == 200 and "open_circuit" in opened.text
+    tracker = Tracker.for_app(app)
+    [circuit] = tracker.circuits()
+    assert (circuit.name, circuit.state, circuit.opened_by) == ("smtp", "open", "admin (token)")
+    assert 'data-circuit="smtp"' in client.get("/").text
+    unknown = client.post("/circuits/open", data={"csrf_token": csrf, "name": "nope"})
+    assert unknown.status_code == 400
     assert (
         client.post("/circuits/close", data={"csrf_token": csrf, "name": "smtp"}).status_code == 200
     )
+    assert tracker.circuits()[0].state == "closed"
     again = client.post("/circuits/close", data={"csrf_token": csrf, "name": "smtp"})
     assert "it was closed" in again.text
-    logged = [(a.action, a.target) for a in reversed(tracker.actions())]
+    logged = [(a.action, a.target, a.actor) for a in reversed(tracker.actions())]
     assert logged == [
-        ("open_circuit", "circuit:smtp"),
-        ("close_circuit", "circuit:smtp"),
-        ("close_circuit", "circuit:smtp"),
+        ("open_circuit", "circuit:smtp", "admin (token)"),
+        ("close_circuit", "circuit:smtp", "admin (token)"),
+        ("close_circuit", "circuit:smtp", "admin (token)"),
     ]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from ...core.ports import Store
 from .actions import MemoryActions
+from .circuits import MemoryCircuits
 from .claims import MemoryClaims
 from .cleanup import MemoryCleanup
 from .enqueue import MemoryEnqueue
@@ -50,6 +51,7 @@ class MemoryStore(
     MemoryReads,
     MemoryPauses,
     MemoryActions,
+    MemoryCircuits,
 ):
     """The store contract in memory (see the module's docstring)."""
 

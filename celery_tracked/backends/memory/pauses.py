@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from ...core.circuits import held_by
 from ...core.jobs import CLAIMABLE, Job
 from ...core.pauses import HELD_BY_PAUSE, Pause
 from .rows import MemoryCore
@@ -35,8 +36,11 @@ class MemoryPauses(MemoryCore):
             found = list(self.paused.values())
         return sorted(found, key=lambda p: (p.paused_at, p.scope, p.name))
 
-    def hold(self, job_id: str, revision: int, *, now: datetime, message: str) -> bool:
-        """``HOLD``: a waiting row of ``revision`` that nobody holds."""
+    def hold(
+        self, job_id: str, revision: int, *, now: datetime, message: str, circuit: str = ""
+    ) -> bool:
+        """``HOLD`` (``CIRCUIT_HOLD`` for a ``circuit``): a waiting row of ``revision`` that
+        nobody holds."""
 
         def check(job: Job) -> bool:
             return job.revision == revision and self.free(job.locked_until)
@@ -45,10 +49,11 @@ class MemoryPauses(MemoryCore):
             return {
                 "revision": job.revision + 1,
                 "published_at": None,
-                "locked_by": HELD_BY_PAUSE,
+                "locked_by": held_by(circuit) if circuit else HELD_BY_PAUSE,
                 "locked_until": None,
                 "updated_at": now,
             }
 
-        moved = self.move(job_id, CLAIMABLE, check, change, "paused", now=now, message=message)
+        event = "circuit_open" if circuit else "paused"
+        moved = self.move(job_id, CLAIMABLE, check, change, event, now=now, message=message)
         return moved is not None

@@ -12,7 +12,6 @@ from typing import Any
 
 from ...core.finder import JobFilter, Position
 from ...core.jobs import Job, JobEvent, JobStatus, utcnow
-from ...core.pauses import HELD_BY_PAUSE
 from ...core.throughput import EndedRun
 from .rows import MemoryCore
 
@@ -118,6 +117,6 @@ class MemoryReads(MemoryCore):
                 if j.status is JobStatus.PENDING
                 and j.published_at is None
                 and j.updated_at < cutoff
-                and j.locked_by != HELD_BY_PAUSE
+                and not self.on_purpose(j)
                 and self.free(j.not_before)
             )

@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import Any
 
 from ...core.jobs import CLAIMABLE, Job, JobStatus
-from ...core.pauses import HELD_BY_PAUSE
 from .rows import MemoryCore
 
 
@@ -23,9 +22,9 @@ class MemoryRelay(MemoryCore):
         """``statements.UNPUBLISHED``."""
         until = job.locked_until
         unheld = until is None or until < self.time()
-        held = job.locked_by == HELD_BY_PAUSE
-        old = job.updated_at < cutoff or held
-        return job.published_at is None and old and unheld and self.unpaused(job)
+        old = job.updated_at < cutoff or self.on_purpose(job)
+        free = unheld and self.unpaused(job) and self.untripped(job)
+        return job.published_at is None and old and free
 
     def unpublished(self, *, cutoff: datetime, now: datetime) -> list[str]:
         """``SELECT_UNPUBLISHED`` and ``SELECT_HELD_RETRYING``: oldest first, at most 100."""
@@ -38,7 +37,7 @@ class MemoryRelay(MemoryCore):
                         j.status is JobStatus.PENDING
                         and (j.not_before is None or j.not_before <= now)
                     )
-                    or (j.status is JobStatus.RETRYING and j.locked_by == HELD_BY_PAUSE)
+                    or (j.status is JobStatus.RETRYING and self.on_purpose(j))
                 )
                 and self._unpublished(j, cutoff)
             ]

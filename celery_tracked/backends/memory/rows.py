@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ...core.actions import Action
+from ...core.circuits import CLOSED, HELD_BY_CIRCUIT, Circuit
 from ...core.errors import DuplicateJob, Refused, StoreError
 from ...core.jobs import (
     CLAIM_EARLY_S,
@@ -29,7 +30,7 @@ from ...core.jobs import (
     NewRow,
     utcnow,
 )
-from ...core.pauses import Pause, holding
+from ...core.pauses import HELD_BY_PAUSE, Pause, holding
 
 _JOB_FIELDS = frozenset(f.name for f in fields(Job))
 #: The producer's columns of a new row (the SQL insert binds every one of them).
@@ -105,6 +106,8 @@ class MemoryCore:
         self.paused: dict[tuple[str, str], Pause] = {}
         #: ``background_job_actions``, oldest first (``actions.py``)
         self.action_log: list[Action] = []
+        #: ``background_job_circuits``, by name (``circuits.py``)
+        self.breakers: dict[str, Circuit] = {}
 
     def clock(self) -> datetime:
         """The store's current time: the clock leases and backoffs are judged on."""
@@ -186,6 +189,18 @@ class MemoryCore:
     def unpaused(self, job: Job) -> bool:
         """``statements.UNPAUSED``: no pause covers the row's queue or job type."""
         return holding(self.paused.values(), job.queue_name, job.job_type) is None
+
+    def untripped(self, job: Job) -> bool:
+        """``statements.UNTRIPPED``: no open or half-open circuit holds the row."""
+        held = (job.locked_by or "").startswith(HELD_BY_CIRCUIT)
+        breaker = self.breakers.get((job.locked_by or "")[len(HELD_BY_CIRCUIT) :])
+        return not held or breaker is None or breaker.state == CLOSED
+
+    @staticmethod
+    def on_purpose(job: Job) -> bool:
+        """``statements.HELD_ON_PURPOSE``: held by a pause or a circuit."""
+        by = job.locked_by or ""
+        return by == HELD_BY_PAUSE or by.startswith(HELD_BY_CIRCUIT)
 
     def due_time(self, due_in_s: float | None, due_at: datetime | None) -> datetime | None:
         """``inserts.DUE_AT``: at ``due_at``, else ``due_in_s`` from now, else None."""

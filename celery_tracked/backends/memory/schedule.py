@@ -28,6 +28,7 @@ class MemorySchedule(MemoryCore):
                 and j.not_before <= until
                 and (j.locked_until is None or j.locked_until < self.time())
                 and self.unpaused(j)
+                and self.untripped(j)
             ]
         found.sort(key=lambda j: j.not_before or until)
         return found[:limit]
