@@ -4,24 +4,25 @@ It holds one app's services, built by the composition root (``wiring.py``'s ``bu
 settings, job store, guard and notifier, hooks, the ``Producer``, the ``Runner``, the
 maintenance plugins of ``wiring.MAINTENANCE``), privately, and offers only methods: the
 read side ``get_job``, ``history``, ``wait``, ``stats``, ``throughput``, ``jobs``,
-``pipeline``; the operations ``cancel``, ``retry``, ``retry_many``, ``cancel_many``, pauses
-and circuits, their log (``record_action``, ``actions``); a pass of each plugin
-(``run_maintenance(name)``); ``add_hook``, ``close``. What it needs of Celery (the tasks'
-descriptions, publishing a job's message, the broker's view, stopping a run) comes through
-the platform port (``core/platform.py``); the public ``Tracker``
-(``adapter/celery_tracker.py``) is this class with Celery's implementation of that port.
+``pipeline``; the operations ``cancel``, ``retry``, ``retry_many``, ``cancel_many`` and
+their log (``record_action``, ``actions``); pauses and circuits (``controls.py``); one
+pass of each plugin (``run_maintenance(name)``); ``add_hook`` and ``close``.
+What it needs of Celery (the tasks' descriptions, publishing a job's message, the
+broker's view, stopping a run) comes through the platform port (``core/platform.py``);
+the public :class:`~celery_tracked.Tracker` (``adapter/celery_tracker.py``) is this class
+with Celery's implementation of that port.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
+from .controls import Controls
 from .core.actions import Action, Done
-from .core.circuits import Circuit
 from .core.errors import JobNotFound
 from .core.finder import (
     DEFAULT_PAGE,
@@ -36,15 +37,13 @@ from .core.finder import (
 from .core.hooks import Hooks
 from .core.jobs import EnqueueResult, Job, JobEvent
 from .core.messages import as_job_id
-from .core.pauses import Pause
 from .core.pipelines import Pipeline
 from .core.platform import Platform
 from .core.ports import Store
 from .core.settings import Settings
 from .core.throughput import SAMPLE, WINDOW_S
-from .services import actions, bulk, pauses, throughput, waiting
+from .services import actions, bulk, throughput, waiting
 from .services.cancelling import Shown
-from .services.circuits import ProbePass, ProbeReport
 from .services.cleanup import Cleanup, CleanupReport
 from .services.maintenance import Maintenance, Report
 from .services.reaper import Reaper, ReapReport
@@ -62,7 +61,7 @@ R = TypeVar("R")
 M = TypeVar("M", bound=Maintenance)
 
 
-class BaseTracker:
+class BaseTracker(Controls):
     """The tracking side of one app, given its settings and its platform (``platform.py``).
 
     It has methods only: its services are private (``_services``, the :class:`Services`
@@ -93,7 +92,8 @@ class BaseTracker:
 
     @property
     def celery_side(self) -> CelerySide:
-        """The services the Celery adapter and the CLI use (``wiring.py``); not for users."""
+        """What the Celery adapter and the CLI use of the services (``wiring.py``); not
+        part of the user's API."""
         return self._celery_side
 
     def add_hook(self, hook: Hooks) -> None:
@@ -103,9 +103,11 @@ class BaseTracker:
     # -- reads ------------------------------------------------------------------------
 
     def get_job(self, job_id: str | UUID) -> Job | None:
-        """The job's row, or None (``StoreError``: the database failed). Every method taking
-        a ``job_id`` accepts a ``str`` or a ``uuid.UUID``; another type is a ``TypeError``, a
-        string holding a NUL byte ``InvalidPayload``."""
+        """The job's row, or None. Raises ``StoreError`` if the database fails.
+
+        Every method taking a ``job_id`` accepts a ``str`` or a ``uuid.UUID``; another type
+        is a ``TypeError``, a string holding a NUL byte ``InvalidPayload``.
+        """
         return self._services.store.get(as_job_id(job_id))
 
     def history(self, job_id: str | UUID) -> list[JobEvent]:
@@ -124,14 +126,16 @@ class BaseTracker:
         revision: int | None = None,
         running: bool = False,
     ) -> bool:
-        """pending | retrying → cancelled; False if the job is in any other status. Never
-        interrupts a running job, unless ``running=True``: then a ``processing`` job's run is asked
-        to stop (terminated where the pool can, and the body's ``self.cancelled()`` turns True) and
-        the job ends ``cancelled`` once its run is gone, whatever the body did (``stopping.py``);
-        True once asked. A cancelled job's message, when delivered, runs no body. ``reason`` is
-        stored in ``error_message`` (URL credentials and secret ``key=value`` pairs masked);
-        ``revision``: only while the job's message is that one (an expired message a debounce
-        replaced cancels nothing); the other keywords only shape the log.
+        """pending | retrying → cancelled; False if the job is in any other status.
+
+        Never interrupts a running job, unless ``running=True``: then a ``processing``
+        job's run is asked to stop (terminated where the pool can, and the body's
+        ``self.cancelled()`` turns True) and the job ends ``cancelled`` once its run is
+        gone, whatever the body did (``stopping.py``); True once asked.
+        A cancelled job's message, when delivered, runs no body. ``reason`` is stored in
+        ``error_message`` (URL credentials and secret ``key=value`` pairs masked);
+        ``revision``: only while the job's message is that one (an expired message a
+        debounce replaced cancels nothing); the other keywords only shape the log.
         """
         job_id = as_job_id(job_id)
         reason = self.settings.masking.mask(reason)  # stored, logged, shown: no secret
@@ -146,20 +150,27 @@ class BaseTracker:
         *,
         arguments: Mapping[str, Any] | None = None,
         attempts: int | None = None,
+        deadline: datetime | timedelta | float | None = None,
     ) -> bool:
         """failed | cancelled → pending, and its message sent again: the same job (same
-        id), its history kept. False if the job is in any other status. ``arguments``: the values of
-        the arguments stored redacted (by parameter name), required for such a job and refused for
-        any other argument. ``attempts``: how many more attempts it gets (default: the task's
-        ``max_attempts``).
+        id), its history kept. False if the job is in any other status.
+
+        ``arguments``: the values of the arguments stored redacted (by parameter name),
+        required for such a job and refused for any other argument. ``attempts``: how many
+        more attempts it gets (default: the task's ``max_attempts``). ``deadline``: a new
+        deadline (an aware ``datetime``, or a ``timedelta``/seconds from now on the
+        database's clock), replacing the job's; without one its own is kept, and a job
+        whose deadline has passed (one cancelled ``DeadlineExceeded``) is refused.
 
         Raises:
             JobNotFound: no job has this id.
-            RetryRefused: redacted arguments not given (or others given), or a newer job
-                holds its idempotency key; nothing was changed.
+            RetryRefused: redacted arguments not given (or others given), a newer job
+                holds its idempotency key, or its deadline has passed and no new one was
+                given; nothing was changed.
+            InvalidPayload: a bad ``attempts`` or ``deadline`` (TypeError: of another type).
             EnqueueError: the broker refused the message; the job is back as it was.
         """
-        return self._services.resender.retry(as_job_id(job_id), arguments, attempts)
+        return self._services.resender.retry(as_job_id(job_id), arguments, attempts, deadline)
 
     def jobs(
         self, *, limit: int = DEFAULT_PAGE, cursor: str | None = None, **filters: Unpack[Filters]
@@ -251,9 +262,10 @@ class BaseTracker:
         return plugins[name].run(now)
 
     def relay(self, *, now: datetime | None = None) -> RelayReport:
-        """Publish the pending jobs whose producer died before the hand-over: one relay pass
-        (``services/relay.py``; Beat: ``celery_tracked.relay``); ``now``: when a row's age is
-        judged (default: the database's clock). Raises ``StoreError``."""
+        """Publish the pending jobs whose producer died before handing their message to the
+        broker: one pass of the relay (``services/relay.py``; the task
+        ``celery_tracked.relay`` runs it on Beat). ``now``: the time a row's age is judged
+        at (default: the database's clock). Raises ``StoreError``: the database failed."""
         return self._plugin(Relay).run(now)
 
     def schedule(self, *, now: datetime | None = None) -> RelayReport:
@@ -278,12 +290,13 @@ class BaseTracker:
         now: datetime | None = None,
     ) -> CleanupReport:
         """Remove the ended jobs past their retention, with their events and guard entries
-        (``dry_run``: only count them); see docs/operations.md, "Retention and cleanup". Ages:
-        ``tracked_retention_completed_days``, ``tracked_retention_failed_days`` (failed and
-        cancelled), a task's ``retention=`` (read from the tasks this process has imported);
-        ``tracked_retention_keep_newest`` per queue and status. Batches of
-        ``tracked_cleanup_batch_size`` rows, one transaction each; ``on_batch(n)`` after each.
-        ``now``: the time ages are judged at (default: the database's clock).
+        (``dry_run``: only count them); see docs/operations.md, "Retention and cleanup".
+
+        Ages: ``tracked_retention_completed_days``, ``tracked_retention_failed_days``
+        (failed and cancelled), a task's ``retention=`` (read from the tasks this process
+        has imported); ``tracked_retention_keep_newest`` per queue and status. Batches of
+        ``tracked_cleanup_batch_size`` rows, one transaction each; ``on_batch(n)`` after
+        each. ``now``: the time ages are judged at (default: the database's clock).
 
         Raises:
             StoreError: the database failed (the batches before it stay removed).
@@ -298,9 +311,11 @@ class BaseTracker:
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per queue: ``counts`` per status, ``total``, ``scheduled`` (pending jobs not due
         yet: a countdown/eta, held ones among them; ready = pending - scheduled),
-        ``oldest_pending_age_s`` (of the due ones), ``failed_last_hour`` (jobs that ended
-        ``failed`` in the last hour) and ``expired_leases`` (``processing`` jobs no live run
-        holds), ``paused`` (the pause holding the queue, or None; job types: :meth:`paused`).
+        ``oldest_pending_age_s`` (of the due ones),
+        ``failed_last_hour`` (jobs that ended ``failed`` in the last hour) and
+        ``expired_leases`` (``processing`` jobs no live run holds), ``paused`` (the pause
+        holding the queue, or None; job types: :meth:`paused`).
+
         Counts are exact, except on a PostgreSQL table of 1M rows or more, where the
         ``completed``/``failed``/``cancelled`` groups over 100,000 rows (and so ``total``)
         are estimated from a block sample (docs/operations.md, "Statistics")."""
@@ -311,62 +326,14 @@ class BaseTracker:
         return self._services.pauses.marked(stats)  # each queue's ``paused``
 
     def throughput(self, *, window_s: float = WINDOW_S, sample: int = SAMPLE) -> dict[str, Any]:
-        """Per queue: ended jobs' rate, buckets, run-time percentiles (``core/throughput.py``)."""
+        """Per queue: the jobs ended in the last ``window_s`` (by status, per minute, per
+        bucket) and run-time percentiles, from the newest ``sample`` of them
+        (``core/throughput.py``: exact below the sample size, ``sampled`` at it)."""
         return throughput.read(self._services.store, window_s, sample)
 
-    def pause(
-        self,
-        queue: str | None = None,
-        job_type: str | None = None,
-        *,
-        everything: bool = False,
-        reason: str | None = None,
-        by: str | None = None,
-    ) -> Pause:
-        """Pause one scope: ``queue=``, ``job_type=`` or ``everything=True``
-        (``services/pauses.py``; docs/scheduling.md): the pause in force. ``by`` defaults to
-        user@host.
-
-        Raises:
-            InvalidPause: not exactly one scope, or an unknown queue or job type (none written).
-            StoreError: the database failed.
-        """
-        return self._services.pauses.pause(queue, job_type, everything, reason=reason, by=by)
-
-    def resume(
-        self, queue: str | None = None, job_type: str | None = None, *, everything: bool = False
-    ) -> bool:
-        """Lift a pause (False: it was not paused) and publish the jobs it held, oldest
-        first (a relay pass at once; Beat's relay covers a resumer that died)."""
-        resumed = self._services.pauses.resume(queue, job_type, everything)
-        pauses.release(self._plugin(Relay))
-        return resumed
-
-    def paused(self) -> list[Pause]:
-        """Every pause in force (``Pause``: scope, name, paused_by, paused_at, reason)."""
-        return self._services.pauses.paused()
-
-    def probe(self, *, now: datetime | None = None) -> ProbeReport:
-        """One pass of the circuit breakers' plugin (``services/circuits.py``)."""
-        return self._plugin(ProbePass).run(now)
-
-    def circuits(self) -> list[Circuit]:
-        """Every circuit, its state, counts, history and held jobs (docs/limits.md)."""
-        return self._services.circuits.circuits()
-
-    def open_circuit(
-        self, name: str, *, reason: str | None = None, by: str | None = None
-    ) -> Circuit:
-        """Open ``name`` by hand: its jobs are held until :meth:`close_circuit`. Raises
-        ``InvalidCircuit`` (an unknown name, a bad ``reason``/``by``), ``StoreError``."""
-        return self._services.circuits.open(name, reason=reason, by=by)
-
-    def close_circuit(self, name: str) -> bool:
-        """Close ``name`` (False: it was closed); publish its held jobs, oldest first."""
-        return self._services.circuits.close(name)
-
     def record_action(self, done: Done) -> int:
-        """Log ``done`` (who did what) and an ``action`` event on each job it changed."""
+        """Write ``done`` (who did what to what: the dashboard's actions) to the action log,
+        with an ``action`` event on each job it changed (``services/actions.py``); its id."""
         return actions.record(self._services.store, self.settings.masking, done)
 
     def actions(self, *, before: int | None = None, limit: int = DEFAULT_PAGE) -> list[Action]:
@@ -380,10 +347,11 @@ class BaseTracker:
     def wait(self, job_id: str | UUID, timeout: float = 30.0) -> Any: ...
 
     def wait(self, job_id: str | UUID | EnqueueResult[Any], timeout: float = 30.0) -> Any:
-        """Block until the job ends; return its result (decoded ``result_json``). Given what
-        ``enqueue`` returned, the result is typed as the body's return type. Subscribes first, then
-        reads the row, so a transition between the two is never missed. No Celery result backend is
-        needed.
+        """Block until the job ends; return its result (decoded ``result_json``).
+
+        Given what ``enqueue`` returned, the result is typed as the body's return type.
+        Subscribes first, then reads the row, so a transition between the two is never
+        missed. No Celery result backend is needed.
 
         Raises:
             JobNotFound: no job has this id.

@@ -20,6 +20,7 @@ from ..core.errors import UnknownTask
 from ..core.jobs import EnqueueResult, Job
 from ..core.platform import Keywords, TaskRef
 from ..core.settings import Settings
+from ..services.cancelling import Shown
 from ..tracker import BaseTracker
 from .broker import CeleryBroker
 from .celery_state import settings_for
@@ -135,6 +136,22 @@ class Tracker(BaseTracker):
                     tracker = cls(app, settings_for(app))
                     setattr(app, _ATTR, tracker)
         return tracker
+
+    def cancel_unknown(self, job_id: str, revision: int, task_name: str, worker: str) -> bool:
+        """A worker received this message of the job and has no task ``task_name``
+        registered: Celery discarded it (``task_unknown``). Cancel the job (only while that
+        message is its current one), ``error_type`` ``UnknownTask``; False if it is not
+        waiting (any more)."""
+        reason = self.settings.masking.mask(
+            f"not run: worker {worker} received it but has no task {task_name!r} registered "
+            "(renamed or removed since it was enqueued?), and Celery discarded its message; "
+            "register the task and retry the job, or enqueue it again under the task's "
+            "new name"
+        )
+        shown = Shown(f"job {job_id} cancelled: {reason}", level=logging.ERROR)
+        return self._services.canceller(
+            job_id, reason, revision=revision, shown=shown, error_type=UnknownTask.__name__
+        )
 
     def enqueue(self, task_name: str, /, *args: Any, **kwargs: Any) -> EnqueueResult[Any]:
         """Enqueue a job of the tracked task registered as ``task_name``, by name: what

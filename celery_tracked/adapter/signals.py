@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from celery.signals import celeryd_after_setup, task_revoked, worker_init
+from celery.signals import celeryd_after_setup, task_revoked, task_unknown, worker_init
 
 from ..core.errors import ConfigurationError, GuardError, StoreError, TrackedError
 from ..core.messages import TrackedHeaders
@@ -58,6 +58,24 @@ def cancel_revoked(sender: Any = None, request: Any = None, **info: Any) -> None
             sender.tracker.celery_side.time_limits.terminated(str(job_id))
     except TrackedError as exc:
         logger.error("job %s: could not record its revocation: %s", job_id, exc)
+
+
+@task_unknown.connect(weak=False)
+def cancel_unknown(sender: Any = None, message: Any = None, name: Any = None, **_: Any) -> None:
+    """A worker received a tracked job's message for a task it has not registered (renamed
+    or removed after the job was enqueued or held): Celery discards the message, so the job
+    would wait until the reaper gave up on it. It ends ``cancelled`` now, ``error_type``
+    ``UnknownTask``, with why (worker main process; only while that message is the job's
+    current one)."""
+    headers = TrackedHeaders.read(getattr(message, "headers", None))
+    app = getattr(sender, "app", None)
+    if headers is None or app is None:
+        return
+    worker = str(getattr(sender, "hostname", None) or "?")
+    try:
+        Tracker.for_app(app).cancel_unknown(headers.job_id, headers.revision, str(name), worker)
+    except TrackedError as exc:
+        logger.error("job %s: could not record that its task is unknown: %s", headers.job_id, exc)
 
 
 @worker_init.connect(weak=False)

@@ -159,7 +159,9 @@ class TrackedTask(Task[P, R_co]):
             InvalidPayload: the arguments were refused (nothing was created).
             EnqueueError: Redis, the database or the broker failed (nothing left behind).
         """
-        return self.with_options(**Control.underscored(kwargs))(*args, **kwargs)
+        chosen = Control.underscored(kwargs)
+        options = chosen.pop("options", None)
+        return self._enqueue_with(Control(**chosen), options)(*args, **kwargs)
 
     def enqueue_in(self, conn: Any, *args: P.args, **kwargs: P.kwargs) -> EnqueueResult[R_co]:
         """``enqueue`` inside the caller's transaction (a SQLAlchemy ``Session`` or
@@ -183,6 +185,12 @@ class TrackedTask(Task[P, R_co]):
         control = Control(
             idempotency_key, correlation_id, parent_job_id, owner_id, max_attempts, deadline
         )
+        return self._enqueue_with(control, options)
+
+    def _enqueue_with(
+        self, control: Control, options: Mapping[str, Any] | None
+    ) -> Callable[P, EnqueueResult[R_co]]:
+        """``enqueue`` with ``control`` and Celery's ``options``."""
 
         def enqueue(*args: P.args, **kwargs: P.kwargs) -> EnqueueResult[R_co]:
             opts = dict(options or {})

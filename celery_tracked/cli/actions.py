@@ -4,6 +4,7 @@ job was refused (the report says which and why)."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 import click
@@ -22,6 +23,7 @@ from .common import (
     filters_from,
     friendly,
     json_option,
+    parse_time,
     tracker_of,
 )
 from .common import style as output_style
@@ -80,6 +82,13 @@ def _finish(report: BulkReport, as_json: bool, done: str) -> None:
     help="Also retry the jobs failed by an error that is not retried (Unrecoverable, or "
     "not in their task's autoretry_for); skipped otherwise.",
 )
+@click.option(
+    "--deadline",
+    metavar="VALUE",
+    help="A new deadline for the one JOB_ID, replacing its own: a duration from now on the "
+    "database's clock (10m, 2h) or an ISO 8601 date/time (no zone: UTC). Needed to retry a "
+    "job whose deadline has passed (one cancelled DeadlineExceeded).",
+)
 @json_option
 @click.pass_context
 def retry(
@@ -89,6 +98,7 @@ def retry(
     everything: bool,
     limit: int,
     include_unrecoverable: bool,
+    deadline: str | None,
     as_json: bool,
     **options: Any,
 ) -> None:
@@ -96,8 +106,15 @@ def retry(
     ones unless --status says otherwise; those failed by an error that is not retried are
     skipped unless --include-unrecoverable). Jobs with redacted arguments are retried from
     their sealed copy (tracked_secret_key); without one they are refused: retry them from
-    Python with ``tracker.retry(job_id, arguments={...})``."""
+    Python with ``tracker.retry(job_id, arguments={...})``. A job whose deadline has passed
+    is refused unless --deadline gives it a new one."""
     filters = _selection(job_id, everything, options)
+    if deadline is not None and job_id is None:
+        raise click.UsageError("--deadline applies to one job: give its JOB_ID")
+    try:
+        new_deadline = parse_time(deadline, ahead=True)
+    except click.BadParameter as exc:
+        raise click.BadParameter(exc.message, param_hint="--deadline") from None
     tracker = tracker_of(ctx)
     with friendly("retrying"):
         if job_id is None:
@@ -105,13 +122,15 @@ def retry(
                 limit=limit, include_unrecoverable=include_unrecoverable, **filters
             )
         else:
-            report = _retry_one(tracker, job_id)
+            report = _retry_one(tracker, job_id, new_deadline)
     _finish(report, as_json, "retried")
 
 
-def _retry_one(tracker: Tracker, job_id: str) -> BulkReport:
+def _retry_one(
+    tracker: Tracker, job_id: str, deadline: datetime | timedelta | None = None
+) -> BulkReport:
     try:
-        if tracker.retry(job_id):
+        if tracker.retry(job_id, deadline=deadline):
             return BulkReport("retry", (job_id,))
     except RetryRefused as exc:
         return BulkReport("retry", (), {job_id: str(exc)})

@@ -122,9 +122,11 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
-def parse_time(value: str | None, now: datetime | None = None) -> datetime | timedelta | None:
-    """An option's time: a duration ago ("90s", "15m", "2h", "3d", "1w") or an ISO 8601
-    date or datetime (without a zone: UTC).
+def parse_time(
+    value: str | None, now: datetime | None = None, ahead: bool = False
+) -> datetime | timedelta | None:
+    """An option's time: a duration ago ("90s", "15m", "2h", "3d", "1w"; ``ahead``: from
+    now, "in 2h" too) or an ISO 8601 date or datetime (without a zone: UTC).
 
     Raises:
         click.BadParameter: neither.
@@ -132,21 +134,25 @@ def parse_time(value: str | None, now: datetime | None = None) -> datetime | tim
     if value is None:
         return None
     text = check_text("time", value).strip()
-    match = _DURATION.match(text.lower())
+    when_word = "from now" if ahead else "ago"
+    spoken = text.lower()
+    if ahead and spoken.startswith("in "):
+        spoken = spoken[3:].strip()
+    match = _DURATION.match(spoken)
     if match:
         seconds = float(match.group(1)) * _UNITS[match.group(2)]
         if seconds > MAX_AGO_S:
             raise click.BadParameter(
                 f"{value!r}: a duration of at most {MAX_AGO_S // _UNITS['w']}w "
-                f"(about {MAX_AGO_S // (365 * 86400)} years) ago"
+                f"(about {MAX_AGO_S // (365 * 86400)} years) {when_word}"
             )
         return timedelta(seconds=seconds)
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
         raise click.BadParameter(
-            f"{visible(repr(value))}: give a duration ago (90s, 15m, 2h, 3d, 1w) or an ISO "
-            "date/time"
+            f"{visible(repr(value))}: give a duration {when_word} (90s, 15m, 2h, 3d, 1w) or "
+            "an ISO 8601 date/time (no zone: UTC)"
         ) from None
     return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
 
@@ -171,6 +177,11 @@ def check_text(name: str, value: str) -> str:
     return value
 
 
+#: How a due bound is given (``--due-after``/``--due-before``).
+_AHEAD = (
+    "a duration from now on the database's clock (30m, 2h, 3d; also 'in 2h') or an ISO "
+    "8601 date/time (2026-12-01T09:00, no zone: UTC). Jobs without a due time never match."
+)
 _FILTER_OPTIONS: list[tuple[str, str, dict[str, Any]]] = [
     ("--status", "status", {"multiple": True, "help": "A status (repeat, or a,b for several)."}),
     ("--queue", "queue", {"help": "Queue name."}),
@@ -184,8 +195,12 @@ _FILTER_OPTIONS: list[tuple[str, str, dict[str, Any]]] = [
     ("--created-before", "created_before", {"help": "Created before: 2h, 3d, or ISO."}),
     ("--finished-after", "finished_after", {"help": "Ended at or after: 1h, or ISO."}),
     ("--finished-before", "finished_before", {"help": "Ended before: 1h, or ISO."}),
-    ("--due-after", "due_after", {"help": "Due (countdown/eta) at or after: in 1h, or ISO."}),
-    ("--due-before", "due_before", {"help": "Due before: in 2h (held jobs), or ISO."}),
+    (
+        "--due-after",
+        "due_after",
+        {"help": f"Due (countdown/eta) at or after: {_AHEAD}"},
+    ),
+    ("--due-before", "due_before", {"help": f"Due (countdown/eta) before: {_AHEAD}"}),
 ]
 
 
@@ -211,7 +226,7 @@ def filters_from(options: dict[str, Any]) -> Filters:
             out[name] = value
         elif name.endswith(("_after", "_before")):
             try:
-                out[name] = parse_time(value)
+                out[name] = parse_time(value, ahead=name.startswith("due_"))
             except click.BadParameter as exc:
                 raise click.BadParameter(visible(exc.message), param_hint=flag) from None
         else:

@@ -9,7 +9,8 @@ from typing import Any
 import click
 from celery.bin.base import CeleryCommand
 
-from ..core.jobs import Job, JobEvent, JobStatus
+from ..core.jobs import CLAIMABLE, Job, JobEvent, JobStatus
+from ..core.pauses import HELD_BY_PAUSE, Pause, holding
 from . import common, notes
 from .common import NotFound, check_text, emit_json, friendly, reader_of
 from .common import style as output_style
@@ -72,16 +73,20 @@ def show(ctx: click.Context, job_id: str, history: bool, as_json: bool) -> None:
         job = tracker.get_job(job_id)
         events = tracker.history(job_id) if job is not None else []  # the note reads them
         now = tracker.celery_side.clock()  # the database's: ages are judged on it
-    if job is None:
-        raise NotFound(f"no job {job_id}")  # shown escaped (``common._Shown``)
+        if job is None:
+            raise NotFound(f"no job {job_id}")  # shown escaped (``common._Shown``)
+        paused = _paused_hold(job)
+        pause = holding(tracker.paused(), job.queue_name, job.job_type) if paused else None
+    held = _hold_text(job, paused, pause)
     if as_json:
         out = job_dict(job)
+        out["held"] = held
         out["history"] = [event_dict(e) for e in events] if history else None
         emit_json(out)
         return
     style = output_style()
     note = notes.retry_note(job, ctx.obj.app, events)
-    click.echo(fields(_job_fields(job, note, now), style))
+    click.echo(fields(_job_fields(job, note, now, held), style))
     if history:
         click.echo("")
         click.echo(table(EVENT_HEADERS, _event_rows(events), style))
@@ -90,8 +95,11 @@ def show(ctx: click.Context, job_id: str, history: bool, as_json: bool) -> None:
 EVENT_HEADERS = ("AT", "EVENT", "STATUS", "ATTEMPT", "DURATION", "MESSAGE")
 
 
-def _job_fields(job: Job, retry_note: str | None, now: datetime) -> list[tuple[str, Cell]]:
-    """The job's fields, ages seen at ``now`` (the database's clock)."""
+def _job_fields(
+    job: Job, retry_note: str | None, now: datetime, held: str | None = None
+) -> list[tuple[str, Cell]]:
+    """The job's fields, ages seen at ``now`` (the database's clock); ``held``: why it
+    waits in the database without a message (a pause, or its due time), if it does."""
 
     def at(when: Any) -> str:
         return "-" if when is None else f"{when.isoformat()}  ({relative(when, now)})"
@@ -108,7 +116,7 @@ def _job_fields(job: Job, retry_note: str | None, now: datetime) -> list[tuple[s
         ("progress", f"{job.progress}%" + (f"  {job.stage}" if job.stage else "")),
         ("error", (error, "failed" if job.error_type else None)),
         ("created", at(job.created_at)),
-        ("due", at(job.not_before) + _held(job)),
+        *_due_fields(job, at(job.due_at), held),
         ("deadline", at(job.deadline_at)),
         ("started", at(job.started_at)),
         ("finished", at(job.finished_at)),
@@ -125,10 +133,30 @@ def _job_fields(job: Job, retry_note: str | None, now: datetime) -> list[tuple[s
     return pairs
 
 
-def _held(job: Job) -> str:
-    """A pending job due later without a message: held in the database (``schedule.py``)."""
+def _due_fields(job: Job, due: str, held: str | None) -> list[tuple[str, Cell]]:
+    """Its due time, and whether it is held in the database: by a pause (a row of its
+    own: which pause, who, since when, why), or until due (after the due time)."""
+    if held is None:
+        return [("due", due)]
+    if _paused_hold(job):
+        return [("due", due), ("held", (held, "pending"))]
+    return [("due", f"{due}  held: {held}")]
+
+
+def _paused_hold(job: Job) -> bool:
+    """A waiting job a pause held in the database (``HOLD``: no message, marked)."""
+    return job.status in CLAIMABLE and job.locked_by == HELD_BY_PAUSE and not job.published_at
+
+
+def _hold_text(job: Job, paused: bool, pause: Pause | None) -> str | None:
+    """Why the job waits in the database without a message: a pause (which one, who, when,
+    why; or lifted, the relay publishing it), or its due time (the scheduler pass)."""
+    if paused:
+        if pause is None:
+            return "by a pause, now lifted: the relay publishes it (resume, or its next pass)"
+        return f"by a pause ({pause.describe()}): published on resume"
     waiting = job.status is JobStatus.PENDING and job.not_before is not None
-    return "  held: published by the scheduler pass" if waiting and not job.published_at else ""
+    return "published by the scheduler pass" if waiting and not job.published_at else None
 
 
 def _event_rows(events: list[JobEvent]) -> list[list[Cell]]:

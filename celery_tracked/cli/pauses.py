@@ -23,6 +23,18 @@ def _scope_options(func: Any) -> Any:
 
 
 def _scope(queue: str | None, job_type: str | None, everything: bool) -> dict[str, Any]:
+    """The scope's keywords; exactly one of --queue, --job-type, --all (named as flags).
+
+    Raises:
+        click.UsageError: none or several given.
+    """
+    given = [f for f, v in (("--queue", queue), ("--job-type", job_type)) if v is not None]
+    given += ["--all"] if everything else []
+    if len(given) != 1:
+        got = " and ".join(given) or "none"
+        raise click.UsageError(
+            f"give exactly one of --queue NAME, --job-type NAME or --all (got {got})"
+        )
     return {"queue": queue, "job_type": job_type, "everything": everything}
 
 

@@ -149,7 +149,7 @@ def job_dict(job: Job) -> dict[str, Any]:
         "idempotency_key": job.idempotency_key,
         "worker": job.worker,
         "created_at": _iso(job.created_at),
-        "due_at": _iso(job.not_before),
+        "due_at": _iso(job.due_at),
         "deadline_at": _iso(job.deadline_at),
         "started_at": _iso(job.started_at),
         "finished_at": _iso(job.finished_at),
@@ -185,6 +185,7 @@ def job_rows(jobs: Sequence[Job], now: datetime) -> list[list[Cell]]:
                 "-" if job.priority is None else str(job.priority),
                 f"{job.attempts_made}/{job.max_attempts}",
                 relative(job.created_at, now),
+                relative(job.due_at, now),
                 relative(job.finished_at, now),
                 clip(error, 60),
             ]
@@ -200,6 +201,7 @@ JOB_HEADERS = (
     "PRIORITY",
     "ATTEMPTS",
     "CREATED",
+    "DUE",
     "ENDED",
     "ERROR",
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 #: The longest ``detail`` stored (the refusals' summary).
 MAX_DETAIL = 2000
@@ -87,3 +87,13 @@ def refusals(refused: Mapping[str, str], shown: int = 20) -> str | None:
     if len(refused) > shown:
         lines.append(f"... and {len(refused) - shown} more")
     return clipped("\n".join(lines), MAX_DETAIL)
+
+
+class ActionStore(Protocol):
+    """The action log's store role (``store/actions.py``; in :class:`~.ports.Store`): an
+    entry per action done by hand, with an ``action`` event on each job of ``job_ids``, in
+    one transaction (``created_at``: the database's clock); the entries newest first."""
+
+    def record_action(self, row: Mapping[str, Any], job_ids: Sequence[str]) -> int: ...
+
+    def actions(self, before: int | None, limit: int) -> list[Action]: ...

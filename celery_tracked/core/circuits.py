@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import InvalidTaskOption, TrackedError
 from .redact import short_repr
@@ -168,3 +168,28 @@ class Circuit:
             value = getattr(self, name)
             out[name] = value.isoformat() if isinstance(value, datetime) else value
         return out
+
+
+class CircuitMoves(Protocol):
+    """The circuit breakers' own store methods (``ports.CircuitStore`` adds the relay's:
+    ``store/circuits.py``)."""
+
+    def circuit(self, name: str) -> Circuit | None: ...
+
+    def circuits(self) -> list[Circuit]: ...
+
+    def circuit_failed(self, rule: CircuitRule, reason: str) -> Circuit | None: ...
+
+    def half_open(self, name: str) -> bool: ...
+
+    def take_probe(self, name: str, job_id: str, *, lease_s: float) -> bool: ...
+
+    def probe_ended(self, rule: CircuitRule, job_id: str, failed: str | None) -> bool: ...
+
+    def by_hand(self, name: str, opened_by: str | None, reason: str | None) -> bool: ...
+
+    def circuit_held(self, name: str, limit: int = 100) -> list[str]: ...
+
+    def probe_claim(self, job_id: str, circuit: str, owner: str, lease_s: float) -> bool: ...
+
+    def probe_sent(self, job_id: str, owner: str, revision: int, message: str) -> bool: ...

@@ -98,10 +98,15 @@ def task_deadline(value: Any) -> float | None:
 
 
 def check_deadline(
-    deadline: Deadline, due_in_s: float | None, due_at: datetime | None, now: datetime
+    deadline: Deadline,
+    due_in_s: float | None,
+    due_at: datetime | None,
+    now: datetime,
+    name: str = "_deadline",
 ) -> None:
     """Refuse a deadline before the job's due time (``now``: this host's clock, the
-    enqueue's; an absolute deadline must also be ahead of it).
+    enqueue's; an absolute deadline must also be ahead of it). ``name``: the option as the
+    caller gave it, named by the error.
 
     Raises:
         InvalidPayload: the deadline comes before the job could start.
@@ -112,7 +117,7 @@ def check_deadline(
     ends = deadline.at if deadline.at is not None else now + timedelta(seconds=deadline.in_s or 0)
     if ends <= due:
         raise InvalidPayload(
-            f"_deadline ({ends.isoformat()}) is not after the job's due time ({due.isoformat()})"
+            f"{name} ({ends.isoformat()}) is not after the job's due time ({due.isoformat()})"
         )
 
 

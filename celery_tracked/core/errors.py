@@ -12,7 +12,7 @@ never catch ``psycopg``, ``sqlalchemy`` or ``redis`` exceptions::
     │   ├── PayloadNotSerializable
     │   ├── PayloadTooLarge
     │   ├── InvalidSuccessor      a successor a step declared was refused (also Unrecoverable)
-    │   └── InvalidPriority       a priority the app's broker cannot carry on that queue
+    │   └── InvalidPriority       a priority that is not an int its queue's broker carries
     ├── EnqueueError              Redis, database or broker failed at enqueue (retryable)
     │   ├── DuplicateInCanvas     a canvas member's idempotency key is taken (not retryable)
     │   ├── NotInTrackingDatabase ``enqueue_in`` given another database's connection
@@ -49,7 +49,7 @@ enqueuer raises the error it carries).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .jobs import Job  # a pure leaf (values only): no circle
@@ -234,7 +234,9 @@ class JobNotFound(TrackedError, LookupError):
 class UnknownTask(TrackedError, LookupError):
     """``Tracker.enqueue(name, ...)`` (``celery tracked call``) names no tracked task
     registered in this process: its module was never imported here, or the task is a
-    plain Celery one. Nothing was created.
+    plain Celery one. Nothing was created. Its name is also the ``error_type`` of a job
+    cancelled because a worker received its message without having its task registered
+    (never raised then: the job ends ``cancelled``).
 
     Attributes:
         task_name: the name given.
@@ -283,22 +285,35 @@ class InvalidSuccessor(InvalidPayload, Unrecoverable):
 
 
 class InvalidPriority(InvalidPayload):
-    """A job's priority (the call's ``priority=``, else its task's) is outside what the
-    app's broker carries on its queue: 0-9 on Redis and the other kombu virtual
-    transports (the highest of ``priority_steps`` when set), 0-255 on RabbitMQ, or the
-    queue's ``x-max-priority`` (its ``queue_arguments`` in ``task_queues``, else
-    ``task_queue_max_priority``). Nothing was created.
+    """A job's priority (the call's ``priority=``, else its task's) is not an int the
+    app's broker carries on its queue: not an int (a bool, a float, a string), negative,
+    above 255 (one byte, any broker), or above what the queue takes: 0-9 on Redis and the
+    other kombu virtual transports (the highest of ``priority_steps`` when set), 0-255 on
+    RabbitMQ, or the queue's ``x-max-priority`` (its ``queue_arguments`` in
+    ``task_queues``, else ``task_queue_max_priority``). Every bad priority given at enqueue
+    raises it, before anything is created. (A task's own ``priority`` outside 0-255 is
+    refused when the task is declared: ``InvalidTaskOption``, as every task option.)
 
     Attributes:
-        priority: the value given; highest: the highest the queue takes; queue: its name.
+        priority: the value given; highest: the highest allowed; queue: the job's queue
+        (None: refused before its queue was known, for any queue).
     """
 
-    def __init__(self, priority: int, highest: int, queue: str) -> None:
+    def __init__(self, priority: Any, highest: int, queue: str | None = None) -> None:
         self.priority, self.highest, self.queue = priority, highest, queue
-        super().__init__(
-            f"priority {priority} is out of range for queue {queue!r}: its broker takes "
-            f"0 to {highest}"
-        )
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            text = (
+                f"priority must be an int from 0 to {highest}, got "
+                f"{type(priority).__name__} {priority!r}"
+            )
+        elif queue is None:
+            text = f"priority {priority} is out of range: a message priority is 0 to {highest}"
+        else:
+            text = (
+                f"priority {priority} is out of range for queue {queue!r}: its broker takes "
+                f"0 to {highest}"
+            )
+        super().__init__(text)
 
 
 class InvalidPause(TrackedError, ValueError):

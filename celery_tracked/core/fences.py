@@ -181,3 +181,5 @@ class RetryUndo:
     secrets_sealed: str | None = None
     #: the arguments it had, when the retry replaced them (a re-sent job id); None: kept
     payload_json: str | None = None
+    #: the deadline it had (the retry may have given a new one)
+    deadline_at: datetime | None = None

@@ -280,6 +280,14 @@ class Job:
         return None if self.payload_json is None else decode(self.payload_json)
 
     @property
+    def due_at(self) -> datetime | None:
+        """When the job is due (UTC): a pending job's ``countdown``/``eta`` or debounce
+        delay, a retrying one's backoff; None: at once. The public name of its column,
+        ``not_before`` (the same value; ``tracked show --json`` and the ``due_after``/
+        ``due_before`` filters say ``due`` too)."""
+        return self.not_before
+
+    @property
     def duration_ms(self) -> int | None:
         if self.started_at is None or self.finished_at is None:
             return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any
 
 from .deadlines import deadline_of
@@ -166,6 +166,8 @@ class Control:
     #: by when the job must have started: an aware ``datetime``, or a ``timedelta``/seconds
     #: after the enqueue (``deadlines.py``); None: the task's ``deadline`` option
     deadline: Any = None
+    #: how the caller spelled the deadline (``_deadline`` or ``deadline``): errors name it
+    deadline_name: str = field(default="deadline", compare=False, metadata={"spelling": True})
 
     def __post_init__(self) -> None:
         for name, limit in _LIMITS.items():
@@ -173,27 +175,36 @@ class Control:
             if value is not None:
                 object.__setattr__(self, name, check_text(value, name, limit))
         positive(self.max_attempts, "max_attempts")
-        deadline_of(self.deadline)  # TypeError, InvalidPayload: before anything is made
+        # TypeError, InvalidPayload: before anything is made
+        deadline_of(self.deadline, self.deadline_name)
 
     @classmethod
     def pop_from(cls, options: dict[str, Any]) -> Control:
         """Take the control options out of ``apply_async``'s keyword options (the deadline
         as ``_deadline=``, as ``enqueue`` spells it, or ``deadline=``)."""
+        name = "deadline"
         if "_deadline" in options:
-            options["deadline"] = options.pop("_deadline")
-        return cls(**{f.name: options.pop(f.name, None) for f in fields(cls)})
+            options["deadline"], name = options.pop("_deadline"), "_deadline"
+        return cls(**{f.name: options.pop(f.name, None) for f in _options()}, deadline_name=name)
 
     @classmethod
     def underscored(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
         """``enqueue``'s untyped control keywords of 0.1 (``_idempotency_key=``, ...,
-        ``_options=``), kept working: taken out of ``kwargs``, by their names."""
-        return {name[1:]: kwargs.pop(name) for name in cls.keywords() if name in kwargs}
+        ``_options=``), kept working: taken out of ``kwargs``, by their names (and the
+        deadline's spelling, ``deadline_name``)."""
+        chosen = {name[1:]: kwargs.pop(name) for name in cls.keywords() if name in kwargs}
+        return {**chosen, "deadline_name": "_deadline"}
 
     @classmethod
     def keywords(cls) -> list[str]:
         """The names of ``enqueue``'s untyped control keywords (``_idempotency_key``...)."""
-        return [f"_{f.name}" for f in fields(cls)] + ["_options"]
+        return [f"_{f.name}" for f in _options()] + ["_options"]
+
+
+def _options() -> list[Field[Any]]:
+    """The control options a caller passes (not how they were spelled)."""
+    return [f for f in fields(Control) if not f.metadata.get("spelling")]
 
 
 #: ``apply_async`` keywords that are control options, not Celery's.
-CONTROL_OPTIONS = tuple(f.name for f in fields(Control))
+CONTROL_OPTIONS = tuple(f.name for f in _options())

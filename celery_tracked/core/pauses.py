@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import InvalidPause
 
@@ -73,37 +73,75 @@ def holding(pauses: Iterable[Pause], queue: str, job_type: str) -> Pause | None:
     return None
 
 
-def scope_of(queue: str | None, job_type: str | None, everything: bool) -> tuple[str, str]:
-    """``(scope, name)`` of ``pause``/``resume``'s keywords: exactly one of them.
+def scope_of(
+    queue: str | None, job_type: str | None, everything: bool, action: str = "pause"
+) -> tuple[str, str]:
+    """``(scope, name)`` of ``pause``/``resume``'s keywords (``action``): exactly one of them.
 
     Raises:
-        InvalidPause: none or several given, or a name that is not text a row can hold.
+        InvalidPause: none or several given, or a name that is not text a row can hold;
+            the message says what was given and what is allowed.
     """
     given = [(QUEUE, queue), (JOB_TYPE, job_type)]
     chosen = [(scope, name) for scope, name in given if name is not None]
     if everything is not False and everything is not True:
-        raise InvalidPause(f"everything must be True or False, not {everything!r}")
+        raise InvalidPause(
+            f"{action}: everything must be True or False, not {type(everything).__name__} "
+            f"{everything!r}"
+        )
     if everything:
         chosen.append((ALL, EVERYTHING))
     if len(chosen) != 1:
+        got = " and ".join(f"{s}=True" if s == ALL else f"{s}={n!r}" for s, n in chosen) or "none"
         raise InvalidPause(
-            "give exactly one scope: queue=..., job_type=... or everything=True "
-            f"(got {', '.join(s for s, _ in chosen) or 'none'})"
+            f"{action} takes exactly one scope, got {got}: give queue='NAME', "
+            f"job_type='NAME' or everything=True ({action} each one by its own call)"
         )
     scope, name = chosen[0]
     if not isinstance(name, str) or not name.strip() or len(name) > _LONGEST_NAME:
-        raise InvalidPause(f"{scope}: a name of 1 to {_LONGEST_NAME} characters, not {name!r}")
+        raise InvalidPause(
+            f"{action}: the {scope.replace('_', ' ')} must be a name of 1 to "
+            f"{_LONGEST_NAME} characters (not only spaces), got {_shown(name)}"
+        )
     return scope, name
+
+
+def _shown(name: object) -> str:
+    """A refused name as the error shows it: a long one by its length."""
+    if isinstance(name, str) and len(name) > _LONGEST_NAME:
+        return f"{len(name)} characters"
+    return repr(name) if isinstance(name, str) else f"a {type(name).__name__}"
 
 
 def check_note(value: str | None, what: str, longest: int = _LONGEST_REASON) -> str | None:
     """``reason``/``by``: None, or text of at most ``longest`` characters.
 
     Raises:
-        InvalidPause: another type, or too long.
+        InvalidPause: anything else (the message says what was given).
     """
     if value is None:
         return None
-    if not isinstance(value, str) or len(value) > longest:
-        raise InvalidPause(f"{what}: text of at most {longest} characters")
+    if not isinstance(value, str):
+        raise InvalidPause(
+            f"{what} must be text (or None) of at most {longest} characters, "
+            f"got a {type(value).__name__}"
+        )
+    if len(value) > longest:
+        raise InvalidPause(
+            f"{what} must be at most {longest} characters, got {len(value)}: shorten it"
+        )
     return value
+
+
+class PauseStore(Protocol):
+    """What is paused: one row per paused queue, job type, or everything."""
+
+    def pause(self, scope: str, name: str, *, by: str | None, reason: str | None) -> bool:
+        """Record the pause (``paused_at``: the database's clock); False if that scope and
+        name were paused already (the first pause's row is kept)."""
+
+    def resume(self, scope: str, name: str) -> bool:
+        """Delete the pause; False if there was none."""
+
+    def pauses(self) -> list[Pause]:
+        """Every pause in force, oldest first."""

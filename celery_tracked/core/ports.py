@@ -39,9 +39,10 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from .actions import Action
-from .circuits import Circuit, CircuitRule
+from .actions import ActionStore
+from .circuits import CircuitMoves
 from .cleanup import Boundary, Sweep
+from .deadlines import Deadline
 from .fences import (
     AttemptError,
     Completion,
@@ -56,10 +57,11 @@ from .fences import (
 from .finder import JobFilter, Position
 from .jobs import Batch, Claim, Job, JobEvent
 from .keys import UndoneReplace
-from .pauses import Pause
+from .pauses import PauseStore
 from .throughput import EndedRun
 
 __all__ = [
+    "ActionStore",
     "CancelStore",
     "CircuitStore",
     "ClaimStore",
@@ -231,7 +233,14 @@ class RelayStore(Reader, Handing, Expires, Protocol):
     def unpublished(self, *, cutoff: datetime, now: datetime) -> list[str]: ...
 
     def relay_claim(
-        self, job_id: str, *, owner: str, now: datetime, lease_s: float, cutoff: datetime
+        self,
+        job_id: str,
+        *,
+        owner: str,
+        now: datetime,
+        lease_s: float,
+        cutoff: datetime,
+        moved_due: datetime | None = None,
     ) -> bool: ...
 
     def relayed(
@@ -307,6 +316,7 @@ class RerunStore(Reader, Handing, KeyReader, Protocol):
         completed_too: bool = False,
         due_in_s: float | None = None,
         due_at: datetime | None = None,
+        deadline: Deadline | None = None,
     ) -> bool: ...
 
     def undo_retry(self, job_id: str, undo: RetryUndo, *, now: datetime, message: str) -> bool:
@@ -317,7 +327,13 @@ class RerunStore(Reader, Handing, KeyReader, Protocol):
     def fail_soft_successor(self, step: Job, note: str) -> Job | None: ...
 
     def cancel(
-        self, job_id: str, *, now: datetime, reason: str, revision: int | None = None
+        self,
+        job_id: str,
+        *,
+        now: datetime,
+        reason: str,
+        revision: int | None = None,
+        error_type: str | None = None,
     ) -> bool: ...
 
     def request_cancel(self, job_id: str, *, now: datetime, message: str) -> bool: ...
@@ -345,51 +361,8 @@ class ReadStore(Reader, Protocol):
     def backlog(self, *, cutoff: datetime) -> int: ...
 
 
-class PauseStore(Protocol):
-    """What is paused: one row per paused queue, job type, or everything."""
-
-    def pause(self, scope: str, name: str, *, by: str | None, reason: str | None) -> bool:
-        """Record the pause (``paused_at``: the database's clock); False if that scope and
-        name were paused already (the first pause's row is kept)."""
-
-    def resume(self, scope: str, name: str) -> bool:
-        """Delete the pause; False if there was none."""
-
-    def pauses(self) -> list[Pause]:
-        """Every pause in force, oldest first."""
-
-
-class ActionStore(Protocol):
-    """The action log (``core/actions.py``, ``store/actions.py``): an entry per action done
-    by hand, with an ``action`` event on each job of ``job_ids`` (in one transaction)."""
-
-    def record_action(self, row: Mapping[str, Any], job_ids: Sequence[str]) -> int: ...
-
-    def actions(self, before: int | None, limit: int) -> list[Action]: ...
-
-
-class CircuitStore(RelayStore, Protocol):
+class CircuitStore(RelayStore, CircuitMoves, Protocol):
     """The circuit breakers, and the jobs an open one holds (``store/circuits.py``)."""
-
-    def circuit(self, name: str) -> Circuit | None: ...
-
-    def circuits(self) -> list[Circuit]: ...
-
-    def circuit_failed(self, rule: CircuitRule, reason: str) -> Circuit | None: ...
-
-    def half_open(self, name: str) -> bool: ...
-
-    def take_probe(self, name: str, job_id: str, *, lease_s: float) -> bool: ...
-
-    def probe_ended(self, rule: CircuitRule, job_id: str, failed: str | None) -> bool: ...
-
-    def by_hand(self, name: str, opened_by: str | None, reason: str | None) -> bool: ...
-
-    def circuit_held(self, name: str, limit: int = 100) -> list[str]: ...
-
-    def probe_claim(self, job_id: str, circuit: str, owner: str, lease_s: float) -> bool: ...
-
-    def probe_sent(self, job_id: str, owner: str, revision: int, message: str) -> bool: ...
 
 
 class Store(

@@ -28,7 +28,13 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from .errors import InvalidFilter, InvalidPayload, InvalidProgress, InvalidTaskOption
+from .errors import (
+    InvalidFilter,
+    InvalidPayload,
+    InvalidPriority,
+    InvalidProgress,
+    InvalidTaskOption,
+)
 from .redact import short_repr
 
 #: The largest value of an ``Integer`` column on every backend.
@@ -195,7 +201,8 @@ def check_options(options: Mapping[str, Any]) -> None:
     would accept some bad ones and fail later, in the worker or the publish.
 
     Raises:
-        TypeError: ``countdown``, ``eta``, ``expires`` or ``priority`` of the wrong type.
+        TypeError: ``countdown``, ``eta`` or ``expires`` of the wrong type.
+        InvalidPriority: a ``priority`` that is not an int from 0 to 255.
         InvalidPayload: a value of the right type no message can carry.
     """
     _seconds(options.get("countdown"), "countdown")
@@ -212,10 +219,10 @@ def check_options(options: Mapping[str, Any]) -> None:
             kinds = "a datetime" + (", a number" if name == "expires" else "")
             raise TypeError(f"{name} must be {kinds} or an ISO 8601 string, not {type(value)}")
     priority = options.get("priority")
-    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
-        raise TypeError(f"priority must be an int, not {type(priority).__name__}")
-    if priority is not None and not 0 <= priority <= 255:
-        raise InvalidPayload(f"priority must be from 0 to 255, got {priority}")
+    if priority is not None and (
+        isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 255
+    ):
+        raise InvalidPriority(priority, 255)  # one byte on any broker; the queue's: later
 
 
 def _seconds(value: Any, name: str) -> None:

@@ -54,9 +54,13 @@ class Canceller:
         *,
         revision: int | None = None,
         shown: Shown | None = None,
+        error_type: str | None = None,
     ) -> bool:
-        """False if the job is in any other status; ``revision`` as ``Tracker.cancel``'s."""
-        cancelled = self.store.cancel(job_id, now=utcnow(), reason=reason, revision=revision)
+        """False if the job is in any other status; ``revision`` as ``Tracker.cancel``'s;
+        ``error_type``: why, when the library cancels it (``UnknownTask``)."""
+        cancelled = self.store.cancel(
+            job_id, now=utcnow(), reason=reason, revision=revision, error_type=error_type
+        )
         if cancelled:
             message, queue, job_type, level = Shown() if shown is None else shown
             message = message or f"job {job_id} cancelled: {reason}"

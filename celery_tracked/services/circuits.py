@@ -332,8 +332,8 @@ class ProbePass(Relay):
                 if job is not None:
                     self._relay(job, owner, report, now)
 
-    def _handed(self, job: Job, owner: str, sent: datetime) -> bool:
-        """Mark the probe published (its event, ``circuit_probe``)."""
+    def _handed(self, job: Job, owner: str, sent: datetime, why: str | None = None) -> bool:
+        """Mark the probe published (its event, ``circuit_probe``; ``why`` is the relay's)."""
         logger.warning("job %s %s", job.id, PROBE_MESSAGE)
         return self.store.probe_sent(job.id, owner, job.revision, PROBE_MESSAGE)
 

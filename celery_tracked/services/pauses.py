@@ -138,11 +138,12 @@ class Pauses(Hooks):
                 nor paused (nothing was written).
             StoreError: the database failed.
         """
-        scope, name = scope_of(queue, job_type, everything)
+        scope, name = scope_of(queue, job_type, everything, "resume")
         lifted = self.store.resume(scope, name)
         self._read_at = float("-inf")
         if not lifted:
-            self._check_known(scope, name)  # an unknown name is an error, a known one a no-op
+            # an unknown name is an error, a known one a no-op
+            self._check_known(scope, name, "resume")
             return False
         what = "everything" if scope == ALL else f"{scope.replace('_', ' ')} {name!r}"
         logger.warning("%s resumed by %s", visible(what), default_by())
@@ -162,7 +163,7 @@ class Pauses(Hooks):
         """Every pause in force, oldest first (read now, not the snapshot)."""
         return self.store.pauses()
 
-    def _check_known(self, scope: str, name: str) -> None:
+    def _check_known(self, scope: str, name: str, action: str = "pause") -> None:
         if scope == ALL:
             return
         queues, job_types = self.known()
@@ -175,8 +176,9 @@ class Pauses(Hooks):
                 else "the job_type of a tracked task registered here"
             )
             raise InvalidPause(
-                f"unknown {what} {name!r}: not in the app's {where} "
-                f"(known: {', '.join(sorted(names)) or 'none'})"
+                f"cannot {action} unknown {what} {name!r}: not in the app's {where}; "
+                f"{action} one of the known ones ({', '.join(sorted(names)) or 'none'}), "
+                "or everything"
             )
 
 

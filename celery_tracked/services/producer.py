@@ -194,11 +194,13 @@ def new_job(
     )
     debounce(job, options)
     job = due(job, options)
-    deadline = deadline_of(control.deadline) if control.deadline is not None else None
+    name = control.deadline_name
+    deadline = deadline_of(control.deadline, name) if control.deadline is not None else None
     if deadline is None and task.deadline_s is not None:
         deadline = Deadline(in_s=task.deadline_s)
+        name = f"the task's deadline option of {task.name}"
     if deadline is not None:
-        check_deadline(deadline, job.due_in_s, job.due_at, utcnow())
+        check_deadline(deadline, job.due_in_s, job.due_at, utcnow(), name)
         job = replace(job, deadline=deadline)
     return job
 

@@ -37,9 +37,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import ClassVar
 
+from ..core.circuits import HELD_BY_CIRCUIT
 from ..core.deadlines import deadline_message, past_deadline
 from ..core.hooks import Hooks, Transition
 from ..core.jobs import Event, Job, JobStatus, utcnow
+from ..core.pauses import HELD_BY_PAUSE
 from ..core.ports import RelayStore
 from ..core.redact import mask_url
 from ..core.settings import Settings
@@ -52,6 +54,16 @@ logger = logging.getLogger("celery_tracked")
 #: How long a relay holds a row it publishes; if it dies, another relay retries after it.
 CLAIM_S = 30.0
 RELAYED_MESSAGE = "published by the relay: its producer never handed it to the broker"
+#: The event of a row a pause held in the database, published once no pause covers it.
+RESUMED_MESSAGE = (
+    "published on resume: it was held in the database by a pause (see its paused event), "
+    "and no pause covers it any more"
+)
+#: The ``relayed`` event of a job an open circuit held, published once it closed.
+CLOSED_MESSAGE = (
+    "published as its circuit closed: it was held in the database while the circuit was "
+    "open (see its circuit_open event)"
+)
 REDACTED_REASON = (
     "its producer died before publishing it and its arguments were redacted, so it "
     "cannot be re-sent as called: run it again with tracker.retry(job_id, "
@@ -122,17 +134,24 @@ class Relay(Maintenance):
 
         A row's age is judged on the database's clock (``store.clock()``), never on this
         host's: a relay host whose clock runs ahead takes no row early. ``now=`` stands for
-        another time to judge by (tests, a fast-forward).
+        another time to judge ages and deadlines by (tests, a fast-forward); whether a row
+        is due is judged on the database's clock only (a held job is the scheduler pass's,
+        which fast-forwards it: ``schedule.py``), so the relay never sends a message that
+        waits long in the broker.
 
         Raises:
             StoreError: the database failed (the next pass starts over).
         """
-        now = now or self.store.clock()
+        clock = self.store.clock()
+        now = now or clock
         owner = f"relay:{owner_id()}:{uuid.uuid4().hex[:8]}"
         cutoff = now - timedelta(seconds=self.grace_s)
         report = RelayReport()
-        for job_id in self.store.unpublished(cutoff=cutoff, now=now):
-            if not self.keyed and self._sealed(job_id):
+        for job_id in self.store.unpublished(cutoff=cutoff, now=min(now, clock)):
+            seen = self.store.get(job_id)
+            if seen is None:
+                continue
+            if not self.keyed and seen.secrets_sealed is not None:
                 report.left.append(job_id)  # not even claimed: a keyed relay takes it
                 continue
             claimed = self.store.relay_claim(
@@ -140,7 +159,7 @@ class Relay(Maintenance):
             )
             job = self.store.get(job_id) if claimed else None
             if job is not None:  # else published, taken by another relay, or moved meanwhile
-                self._relay(job, owner, report, now)
+                self._relay(job, owner, report, now, held_why(seen.locked_by))
         if report.left:
             logger.warning(
                 "relay: %d job(s) with sealed arguments left alone: %s",
@@ -149,13 +168,12 @@ class Relay(Maintenance):
             )
         return report
 
-    def _sealed(self, job_id: str) -> bool:
-        job = self.store.get(job_id)
-        return job is not None and job.secrets_sealed is not None
-
-    def _relay(self, job: Job, owner: str, report: RelayReport, now: datetime) -> None:
+    def _relay(
+        self, job: Job, owner: str, report: RelayReport, now: datetime, why: str | None = None
+    ) -> None:
         """Send the claimed ``job``'s message (``now``: the pass's time, the database's
-        clock): cancelled instead past its deadline, or when it cannot be sent as called."""
+        clock): cancelled instead past its deadline, or when it cannot be sent as called.
+        ``why``: its event's text (None: the pass's own)."""
         if past_deadline(job, now) and self._expire(job):
             report.cancelled.append(job.id)
             return
@@ -182,15 +200,20 @@ class Relay(Maintenance):
             report.failed.append(job.id)
             return
         sent, revision = utcnow(), job.revision
-        if not self._handed(job, owner, sent):  # claimed already, or a newer message
+        if not self._handed(job, owner, sent, why):  # claimed already, or a newer message
             self.store.handed_over(job.id, sent, revision)
         report.published.append(job.id)
 
-    def _handed(self, job: Job, owner: str, sent: datetime) -> bool:
-        """Mark the claimed row published (its event, ``relayed``)."""
-        logger.warning("job %s %s", job.id, RELAYED_MESSAGE)
+    def _handed(self, job: Job, owner: str, sent: datetime, why: str | None = None) -> bool:
+        """Mark the claimed row published (its event, ``relayed``, says ``why``: a pause
+        lifted, else its producer never published it)."""
+        if why is None:
+            logger.warning("job %s %s", job.id, RELAYED_MESSAGE)
+        else:
+            logger.info("job %s %s", job.id, why)
+        message = why or RELAYED_MESSAGE
         return self.store.relayed(
-            job.id, owner=owner, now=sent, message=RELAYED_MESSAGE, revision=job.revision
+            job.id, owner=owner, now=sent, message=message, revision=job.revision
         )
 
     def _expire(self, job: Job) -> bool:
@@ -215,3 +238,13 @@ def rest_of_wait(job: Job, now: datetime) -> Job:
     if job.not_before is None:
         return job
     return replace(job, not_before=job.not_before + (utcnow() - now))
+
+
+def held_why(locked_by: str | None) -> str | None:
+    """The ``relayed`` event's text of a row held in the database (a pause's or a circuit's
+    mark in ``locked_by``, read before the claim replaced it); None: the relay's own."""
+    if locked_by == HELD_BY_PAUSE:
+        return RESUMED_MESSAGE
+    if locked_by is not None and locked_by.startswith(HELD_BY_CIRCUIT):
+        return CLOSED_MESSAGE
+    return None

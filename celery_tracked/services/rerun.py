@@ -32,22 +32,34 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from functools import partial
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
-from ..core.calls import Show, bounded_reprs, plain_repr
-from ..core.codec import PAYLOAD_DEPTH, check_depth, decode, encode
+from ..core.codec import PAYLOAD_DEPTH, check_depth
+from ..core.deadlines import Deadline, check_deadline, deadline_of
 from ..core.description import TaskDescription
 from ..core.errors import EnqueueError, JobNotFound, RetryRefused, StoreError
 from ..core.fences import RetryUndo
 from ..core.hooks import Hooks, Transition
-from ..core.jobs import RETRY_UNDONE, EnqueueResult, Event, Job, JobStatus, utcnow
+from ..core.jobs import EnqueueResult, Event, Job, JobStatus, utcnow
 from ..core.messages import TrackedHeaders, positive
 from ..core.platform import Platform
 from ..core.ports import RerunStore
-from ..core.redact import Redaction, holds_redacted
+from ..core.redact import Redaction
 from .pipelines import fail_soft_note
 from .producer import NewJob, Publish
+from .rerun_arguments import Shape, granted, retry_arguments, stored_arguments, stored_reprs
 from .sealing import SealBroken, Sealer, seal_call, unsealed
+
+__all__ = [  # the argument helpers' old home (tests and callers import them from here)
+    "RETRIABLE",
+    "Resender",
+    "granted",
+    "publisher",
+    "retry_arguments",
+    "send_job",
+    "stored_arguments",
+    "stored_reprs",
+]
 
 logger = logging.getLogger("celery_tracked")
 
@@ -68,107 +80,8 @@ class Round(NamedTuple):
     secrets: Sequence[str]
     due_in_s: float | None = None
     due_at: datetime | None = None
-
-
-class Shape(Protocol):
-    """What ``retry_arguments`` needs of a task's call shape (``calls.CallShape``)."""
-
-    def names(self, count: int) -> list[str | None]: ...
-
-    def redacted(
-        self, args: Sequence[Any], kwargs: Mapping[str, Any], redaction: Redaction
-    ) -> tuple[list[Any], dict[str, Any]]: ...
-
-
-class _Unnamed:
-    """The call shape of a task this process does not know: its positional arguments have
-    no names (a redacted one cannot be given again), its keyword arguments are redacted by
-    their names as usual."""
-
-    def names(self, count: int) -> list[str | None]:
-        return [None] * count
-
-    def redacted(
-        self, args: Sequence[Any], kwargs: Mapping[str, Any], redaction: Redaction
-    ) -> tuple[list[Any], dict[str, Any]]:
-        return list(args), redaction.redact(dict(kwargs))
-
-
-def stored_arguments(job: Job) -> tuple[list[Any], dict[str, Any]]:
-    """The job's arguments as stored (redacted values included)."""
-    payload = job.payload or {}
-    return list(payload.get("args", ())), dict(payload.get("kwargs", {}))
-
-
-def stored_reprs(job: Job, show: Show = plain_repr) -> tuple[str, str]:
-    """``argsrepr``/``kwargsrepr`` of ``job``'s message, from its row's redacted payload:
-    what Flower and task events show, whoever publishes it (even a process that never
-    imported the task); ``show`` is the platform's repr."""
-    return bounded_reprs(*stored_arguments(job), show)
-
-
-def granted(max_attempts: int, rounds: Sequence[tuple[str, int]]) -> int:
-    """The attempts the job's latest round was given: ``max_attempts`` less the attempts
-    made before that round began (at its enqueue: 0; at its latest retry not undone).
-    ``rounds``: its ``retried``/``retry_undone`` events in order, with the attempts made
-    before each."""
-    starts = [0]
-    for event, attempt in rounds:
-        if event == RETRY_UNDONE:
-            if len(starts) > 1:
-                starts.pop()
-        else:
-            starts.append(attempt)
-    return max(1, max_attempts - starts[-1])
-
-
-def retry_arguments(
-    job: Job, shape: Shape | None, given: Mapping[str, Any], redaction: Redaction
-) -> tuple[list[Any], dict[str, Any]]:
-    """The arguments ``job`` runs again with: as stored, with each top-level argument whose
-    stored value holds a redacted value taken from ``given`` (by parameter name).
-
-    Raises:
-        RetryRefused: a redacted argument is missing from ``given``, ``given`` names an
-            argument that was not redacted, or a given value differs from the stored one
-            beyond its secret values.
-    """
-    args, kwargs = stored_arguments(job)
-    known = shape is not None
-    shape = shape if shape is not None else _Unnamed()
-    names = shape.names(len(args))
-    wanted: list[str] = []
-    for index, (name, value) in enumerate(zip(names, args, strict=True)):
-        if holds_redacted(value):
-            wanted.append(name or f"<positional argument {index}>")
-            if name is not None and name in given:
-                args[index] = given[name]
-    for name, value in kwargs.items():
-        if holds_redacted(value):
-            wanted.append(name)
-            if name in given:
-                kwargs[name] = given[name]
-    missing = [name for name in wanted if name not in given]
-    if missing:
-        raise RetryRefused(
-            f"job {job.id}: its stored arguments hold redacted values; pass them again: "
-            f"tracker.retry(job_id, arguments={{...}}) with {', '.join(missing)}"
-            + ("" if known else f" (and register task {job.task_name} here)")
-        )
-    extra = sorted(set(given) - set(wanted))
-    if extra:
-        raise RetryRefused(
-            f"job {job.id} re-runs with its stored arguments; only redacted ones may be "
-            f"given again ({', '.join(wanted) or 'none'}), not {', '.join(extra)}"
-        )
-    if wanted:
-        safe_args, safe_kwargs = shape.redacted(args, kwargs, redaction)
-        if decode(encode({"args": safe_args, "kwargs": safe_kwargs})) != job.payload:
-            raise RetryRefused(
-                f"job {job.id}: the values given differ from its stored arguments beyond "
-                "their redacted parts"
-            )
-    return args, kwargs
+    #: its deadline from now on (None: the job's own kept; ``NO_DEADLINE``: none)
+    deadline: Deadline | None = None
 
 
 def send_job(platform: Platform, job: Job, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
@@ -221,19 +134,31 @@ class Resender:
         self.redaction = redaction
         self.sealer = sealer
 
-    def retry(self, job_id: str, arguments: Mapping[str, Any] | None, attempts: int | None) -> bool:
+    def retry(
+        self,
+        job_id: str,
+        arguments: Mapping[str, Any] | None,
+        attempts: int | None,
+        deadline: Any = None,
+    ) -> bool:
         """True once the job was sent again, False if it is not ``failed``/``cancelled``
-        (any more).
+        (any more). ``deadline``: a new one (as a call's), else its own is kept.
 
         Raises:
-            JobNotFound, RetryRefused, InvalidPayload (``attempts``), EnqueueError (the
-            publish failed: undone), StoreError.
+            JobNotFound, RetryRefused (also: its deadline has passed and no new one was
+            given), InvalidPayload (``attempts``, ``deadline``), TypeError (``deadline``),
+            EnqueueError (the publish failed: undone), StoreError.
         """
+        new_deadline = None if deadline is None else deadline_of(deadline, "deadline")
+        if new_deadline is not None:
+            check_deadline(new_deadline, None, None, utcnow(), "deadline")
         job = self.store.get(job_id)
         if job is None:
             raise JobNotFound(f"no job {job_id}")
         if job.status not in RETRIABLE:
             return False
+        if new_deadline is None:
+            self._refuse_past_deadline(job)
         task = self.platform.description(job.task_name)
         shape = None if task is None else task.shape
         args, kwargs = self._arguments(job, shape, arguments)
@@ -247,7 +172,8 @@ class Resender:
         )
         secrets = self.redaction.secret_values([dict(arguments or {}), kwargs])
         send = partial(send_job, self.platform, args=args, kwargs=kwargs)
-        if not self._new_round(job, Round(budget, message, sealed, secrets), send):
+        made = Round(budget, message, sealed, secrets, deadline=new_deadline)
+        if not self._new_round(job, made, send):
             self._refuse_if_key_taken(job)
             return False
         return True
@@ -274,8 +200,14 @@ class Resender:
             f"{found.attempts_made})"
         )
         task_id = job.celery_task_id or job.job_id
-        made = Round(
-            job.max_attempts, message, job.sealed, job.call.secrets, job.due_in_s, job.due_at
+        made = Round(  # the call's deadline (or none), as Celery runs each apply again
+            job.max_attempts,
+            message,
+            job.sealed,
+            job.call.secrets,
+            job.due_in_s,
+            job.due_at,
+            job.deadline,
         )
         try:
             self._refuse_after_fail_soft(found)
@@ -319,6 +251,7 @@ class Resender:
             completed_too=resent,
             due_in_s=made.due_in_s,
             due_at=made.due_at,
+            deadline=made.deadline,
         ):
             return False
         revision = job.revision + 1
@@ -335,7 +268,7 @@ class Resender:
             old_payload = job.payload_json if resent else None
             store.undo_retry(
                 job.id,
-                RetryUndo(revision, *ended, job.secrets_sealed, old_payload),
+                RetryUndo(revision, *ended, job.secrets_sealed, old_payload, job.deadline_at),
                 now=utcnow(),
                 message=f"retry undone: its message could not be published: {detail}",
             )
@@ -385,6 +318,18 @@ class Resender:
                 "pipeline went on from that failure, and running the step again would run "
                 "both of its branches; retry the successor instead, or start the pipeline again"
             )
+
+    def _refuse_past_deadline(self, job: Job) -> None:
+        """A job whose deadline has passed (the database's clock) would be cancelled again
+        at once (``DeadlineExceeded``): refused unless the retry gives a new one."""
+        if job.deadline_at is None or job.deadline_at > self.store.clock():
+            return
+        raise RetryRefused(
+            f"job {job.id}: its deadline ({job.deadline_at.isoformat()}) has passed, so it "
+            "would be cancelled again at once (DeadlineExceeded); give a new one: "
+            "tracker.retry(job_id, deadline=timedelta(minutes=10)) (or an aware datetime), "
+            "celery tracked retry JOB_ID --deadline 10m"
+        )
 
     def _refuse_if_key_taken(self, job: Job) -> None:
         if job.idempotency_key is None:

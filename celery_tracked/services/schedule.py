@@ -72,16 +72,22 @@ class Scheduler(Relay):
 
     def run(self, now: datetime | None = None) -> RelayReport:
         """One pass: publish every held row due before ``now`` + the horizon (at most 100,
-        due first), each with the rest of its countdown from ``now``.
+        due first), each with the rest of its countdown.
 
-        ``now`` is the database's clock (``store.clock()``), never this host's; ``now=``
-        stands for another time to judge by (tests, a fast-forward): a message published
-        early waits the rest of its due time in the worker (the claim is fenced by it).
+        ``now`` is the database's clock (``store.clock()``), never this host's. ``now=``
+        judges at another time: one *ahead* of the database's clock fast-forwards (tests,
+        a dry run of tomorrow): each row it publishes is moved as far forward, its due time
+        by ``now`` less the database's clock (in the claim's ``UPDATE``), and its message
+        waits the rest of that; one behind it publishes less, never late (the rest of the
+        wait is counted on the database's clock). So no message ever waits in the broker
+        longer than the horizon.
 
         Raises:
             StoreError: the database failed (the next pass starts over).
         """
-        now = now or self.store.clock()
+        clock = self.store.clock()
+        now = now or clock
+        ahead = max(now - clock, timedelta(0))  # a fast-forward's span
         owner = f"schedule:{owner_id()}:{uuid.uuid4().hex[:8]}"
         recent = now - timedelta(seconds=self.grace_s)
         until = now + timedelta(seconds=self.horizon_s)
@@ -95,14 +101,16 @@ class Scheduler(Relay):
             if not self.keyed and seen.secrets_sealed is not None:
                 report.left.append(seen.id)  # a pass with the key sends it
                 continue
+            moved = seen.not_before - ahead if ahead and seen.not_before is not None else None
             if not self.store.relay_claim(
-                seen.id, owner=owner, now=now, lease_s=CLAIM_S, cutoff=until
+                seen.id, owner=owner, now=now, lease_s=CLAIM_S, cutoff=until, moved_due=moved
             ):
                 continue  # taken by another pass, or moved meanwhile
             job = self.store.get(seen.id)
             if self._unchanged(seen, job, until):
                 assert job is not None
-                self._relay(job, owner, report, now)
+                why = None if moved is None else fast_forwarded(seen, moved, now)
+                self._relay(job, owner, report, clock, why)  # the wait: on the database's clock
         return report
 
     @staticmethod
@@ -113,9 +121,20 @@ class Scheduler(Relay):
             return False
         return job.not_before is not None and job.not_before <= until
 
-    def _handed(self, job: Job, owner: str, sent: datetime) -> bool:
-        """Mark the claimed row published (its event, ``scheduled``)."""
-        logger.info("job %s %s", job.id, SCHEDULED_MESSAGE)
+    def _handed(self, job: Job, owner: str, sent: datetime, why: str | None = None) -> bool:
+        """Mark the claimed row published (its event, ``scheduled``; ``why``: a fast-forward's
+        text)."""
+        message = why or SCHEDULED_MESSAGE
+        logger.info("job %s %s", job.id, message)
         return self.store.scheduled(
-            job.id, owner=owner, now=sent, message=SCHEDULED_MESSAGE, revision=job.revision
+            job.id, owner=owner, now=sent, message=message, revision=job.revision
         )
+
+
+def fast_forwarded(job: Job, moved: datetime, now: datetime) -> str:
+    """The ``scheduled`` event of a row a fast-forwarded pass published."""
+    was = "?" if job.not_before is None else job.not_before.isoformat()
+    return (
+        f"published by the scheduler pass fast-forwarded to {now.isoformat()} (now=): its "
+        f"due time moved from {was} to {moved.isoformat()}"
+    )

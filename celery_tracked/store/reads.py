@@ -38,8 +38,9 @@ from ..core.throughput import EndedRun
 from . import selects
 from .clock import db_time
 from .engines import Engines
+from .holds import HELD_ON_PURPOSE
 from .models import UTCDateTime, jobs
-from .statements import CUTOFF, DUE, HELD_ON_PURPOSE, param
+from .statements import CUTOFF, DUE, param
 from .translate import reconnecting, translated
 
 #: PostgreSQL tables estimated at this many rows or more get estimated ended counts.

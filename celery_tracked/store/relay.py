@@ -32,13 +32,22 @@ class Relay(Applying):
 
     @reconnecting
     def relay_claim(
-        self, job_id: str, *, owner: str, now: datetime, lease_s: float, cutoff: datetime
+        self,
+        job_id: str,
+        *,
+        owner: str,
+        now: datetime,
+        lease_s: float,
+        cutoff: datetime,
+        moved_due: datetime | None = None,
     ) -> bool:
         """Take an unpublished pending row (created or replaced before ``cutoff``) for the relay
-        ``owner``, for ``lease_s`` seconds of the database's clock; False if it was
+        ``owner``, for ``lease_s`` seconds of the database's clock (its due time moved to
+        ``moved_due`` when given: a fast-forwarded scheduler pass); False if it was
         published, taken or moved meanwhile."""
         params = {"job_id": job_id, "owner": owner, "now": now, "lease_s": lease_s}
-        return self.apply(moves.RELAY_CLAIM, {**params, "cutoff": cutoff}) is not None
+        params.update(cutoff=cutoff, moved_due=moved_due)
+        return self.apply(moves.RELAY_CLAIM, params) is not None
 
     @reconnecting
     def relayed(

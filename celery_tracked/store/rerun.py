@@ -29,6 +29,7 @@ from typing import Any
 
 from sqlalchemy import String, Text, or_, select
 
+from ..core.deadlines import NO_DEADLINE, Deadline
 from ..core.fences import RetryUndo
 from ..core.jobs import RETRY_UNDONE, Job
 from . import transitions as moves
@@ -79,16 +80,19 @@ class Rerun(Applying):
         completed_too: bool = False,
         due_in_s: float | None = None,
         due_at: datetime | None = None,
+        deadline: Deadline | None = None,
     ) -> bool:
         """failed | cancelled (and completed, ``completed_too``) → pending at revision
         ``seen_revision + 1``, with ``budget`` more attempts, the values it is sent with
         sealed (``secrets_sealed``) and its arguments replaced by ``payload_json`` (None:
         kept); due when its message is (``due_in_s`` from now on the database's clock, or
-        at ``due_at``; neither: at once). False if it moved meanwhile or a newer job holds
-        its key."""
+        at ``due_at``; neither: at once), by ``deadline`` (None: its own kept; ``NO_DEADLINE``:
+        none). False if it moved meanwhile or a newer job holds its key."""
         params = {"job_id": job_id, "at_revision": seen_revision, "budget": budget, "now": now}
         params.update(message=message, secrets_sealed=secrets_sealed, payload_json=payload_json)
-        params.update(due_in_s=due_in_s, due_at=due_at)
+        params.update(due_in_s=due_in_s, due_at=due_at, keep_deadline=deadline is None)
+        given = deadline or NO_DEADLINE
+        params.update(deadline_in_s=given.in_s, deadline_at=given.at)
         return self.apply(moves.RETRY_ENDED if completed_too else moves.RETRY, params) is not None
 
     @reconnecting
@@ -99,7 +103,7 @@ class Rerun(Applying):
         params["old_payload_json"] = undo.payload_json
         params.update(old_max_attempts=undo.max_attempts, old_finished_at=undo.finished_at)
         params.update(old_retries_exhausted=undo.retries_exhausted)
-        params.update(old_secrets_sealed=undo.secrets_sealed)
+        params.update(old_secrets_sealed=undo.secrets_sealed, old_deadline_at=undo.deadline_at)
         return self.apply(moves.UNDO_RETRY[undo.status], params) is not None
 
     @reconnecting
@@ -122,11 +126,19 @@ class Rerun(Applying):
 
     @reconnecting
     def cancel(
-        self, job_id: str, *, now: datetime, reason: str, revision: int | None = None
+        self,
+        job_id: str,
+        *,
+        now: datetime,
+        reason: str,
+        revision: int | None = None,
+        error_type: str | None = None,
     ) -> bool:
         """pending | retrying → cancelled (with ``revision``: only while the job's message
-        is that one). A running job is never interrupted."""
+        is that one; ``error_type``: why, when not a plain cancel). A running job is never
+        interrupted."""
         params: dict[str, Any] = {"job_id": job_id, "now": now, "message": reason}
+        params["error_type"] = error_type
         if revision is None:
             return self.apply(moves.CANCEL, params) is not None
         return self.apply(moves.CANCEL_CURRENT, {**params, "at_revision": revision}) is not None

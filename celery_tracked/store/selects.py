@@ -8,17 +8,9 @@ from sqlalchemy import Delete, Integer, String, TextClause, delete, func, or_, s
 
 from ..core.jobs import JobStatus
 from .clock import db_time
+from .holds import HELD_ON_PURPOSE, UNPAUSED, UNPUBLISHED, UNTRIPPED
 from .models import UTCDateTime, events, jobs
-from .statements import (
-    DUE,
-    HELD_ON_PURPOSE,
-    JOB_ID,
-    NOW,
-    UNPAUSED,
-    UNPUBLISHED,
-    UNTRIPPED,
-    param,
-)
+from .statements import DUE, JOB_ID, NOW, param
 
 #: The statuses of jobs not ended yet.
 ACTIVE = (JobStatus.PENDING, JobStatus.PROCESSING, JobStatus.RETRYING)

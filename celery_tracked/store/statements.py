@@ -43,11 +43,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import BindParameter
 
-from ..core.circuits import CLOSED, HELD_BY_CIRCUIT
 from ..core.jobs import CLAIM_EARLY_S, JobStatus
-from ..core.pauses import ALL, HELD_BY_PAUSE, JOB_TYPE, QUEUE
 from .clock import db_time
-from .models import UTCDateTime, circuits, events, jobs, pauses
+from .models import UTCDateTime, events, jobs
 
 
 def param(name: str, type_: Any, optional: bool = False) -> BindParameter[Any]:
@@ -123,41 +121,6 @@ KEY_FREE = (param("concurrency_limit", Integer) > HOLDERS,)
 
 # -- fences shared by reads and moves ---------------------------------------------------
 
-#: No pause covers the row's queue or job type (``background_job_pauses``).
-UNPAUSED = ~exists().where(
-    or_(
-        and_(pauses.c.scope == QUEUE, pauses.c.name == jobs.c.queue_name),
-        and_(pauses.c.scope == JOB_TYPE, pauses.c.name == jobs.c.job_type),
-        pauses.c.scope == ALL,
-    )
-)
-#: A waiting row a pause held in the database (``hold``): no message, no lease.
-PAUSE_HELD = jobs.c.locked_by == HELD_BY_PAUSE
-#: A waiting row an open circuit held in the database (``locked_by = 'circuit:<name>'``).
-CIRCUIT_HELD = jobs.c.locked_by.like(HELD_BY_CIRCUIT + "%")
-#: The circuit holding a row (``circuits.held_by``), and a held row no pass holds now.
-HELD_BY = param("held_by", String)
-UNSENT_HELD = (
-    jobs.c.published_at.is_(None),
-    or_(jobs.c.locked_until.is_(None), jobs.c.locked_until < db_time()),
-)
-#: Held on purpose, by a pause or a circuit: no message, no lease.
-HELD_ON_PURPOSE = or_(PAUSE_HELD, CIRCUIT_HELD)
-#: No circuit holding the row is open or half-open (``background_job_circuits``).
-UNTRIPPED = ~exists().where(
-    circuits.c.state != CLOSED,
-    literal(HELD_BY_CIRCUIT, String) + circuits.c.name == jobs.c.locked_by,
-)
-#: A waiting row whose message was never handed to the broker, old enough to be relayed
-#: (created, or its message last replaced, before the cutoff) or held by a pause now
-#: lifted or a circuit now closed, not held by a relay now, and no pause covers it.
-UNPUBLISHED = (
-    jobs.c.published_at.is_(None),
-    or_(jobs.c.updated_at < CUTOFF, HELD_ON_PURPOSE),
-    or_(jobs.c.locked_until.is_(None), jobs.c.locked_until < db_time()),
-    UNPAUSED,
-    UNTRIPPED,
-)
 #: A run is stalled once its last sign of life (its lease's expiry, or the release of its
 #: lease) is older than this: the reaper's patience, after the takeover grace.
 RUN_CUTOFF = param("run_cutoff", UTCDateTime)
@@ -191,7 +154,17 @@ SENT_PAYLOAD = func.coalesce(param("payload_json", Text, optional=True), jobs.c.
 SEALED = param("secrets_sealed", Text, optional=True)
 #: Attempts the retried job may make from now on.
 BUDGET = param("budget", Integer)
+#: The relay's (and the scheduler pass's) claim of an unpublished row; a pass judging at
+#: a time ahead of the database's clock moves a held row's due time as far forward
+#: (``moved_due``; None: kept).
+RELAY_CLAIMED = {
+    "locked_by": OWNER,
+    "locked_until": db_time(LEASE_S),
+    "not_before": func.coalesce(param("moved_due", UTCDateTime, optional=True), jobs.c.not_before),
+}
 OLD_MAX = param("old_max_attempts", Integer)
+#: A retry keeps the job's deadline (else sets the one given: ``inserts.DEADLINE_AT``).
+KEEP_DEADLINE = param("keep_deadline", Boolean)
 OLD_FINISHED = param("old_finished_at", UTCDateTime, optional=True)
 #: The revision the undone move made.
 MADE = param("made", Integer)
@@ -227,7 +200,7 @@ CANCELLED = {
     **END_RUN,
     "not_before": None,
     "finished_at": NOW,
-    "error_type": None,
+    "error_type": param("error_type", String, optional=True),  # None: a plain cancel
     "error_message": MESSAGE,
 }
 RETRY_RUN = {**END_RUN, **ERROR, "not_before": db_time(DELAY_S)}  # after the backoff
@@ -262,6 +235,7 @@ UNDONE_RETRY = {
     "finished_at": OLD_FINISHED,
     "retries_exhausted": param("old_retries_exhausted", Boolean),
     "secrets_sealed": param("old_secrets_sealed", Text, optional=True),
+    "deadline_at": param("old_deadline_at", UTCDateTime, optional=True),
     "updated_at": NOW,
 }
 #: A rescue's new message revision: a delivery of an older one runs nothing (``CLAIM`` is

@@ -17,9 +17,10 @@ from sqlalchemy import ColumnElement, Text, case, func, null, or_
 from ..core.deadlines import DEADLINE_EXCEEDED
 from ..core.jobs import CLAIMABLE, RETRY_UNDONE, JobStatus
 from ..core.pauses import HELD_BY_PAUSE
+from . import holds
 from . import statements as sql
 from .clock import db_time
-from .inserts import DUE_AT
+from .inserts import DEADLINE_AT, DUE_AT
 from .models import jobs
 from .statements import Move, param
 
@@ -159,8 +160,8 @@ RELAY_CLAIM = Move(
     "relay_claim",
     CLAIMABLE,
     None,
-    {"locked_by": sql.OWNER, "locked_until": db_time(sql.LEASE_S)},
-    sql.UNPUBLISHED,
+    sql.RELAY_CLAIMED,
+    holds.UNPUBLISHED,
 )
 #: The relay published the row it claimed (its status kept).
 RELAYED = Move(
@@ -183,11 +184,11 @@ HOLD = Move(
 #: The scheduler pass published a held row it claimed (``RELAY_CLAIM``) as it came due.
 SCHEDULED = replace(RELAYED, name="scheduled", sources=_PENDING, event="scheduled")
 #: An open circuit's delivery held in the database, as a pause's (``core/circuits.py``).
-_CIRCUIT_HELD = {**sql.NEW_MESSAGE, "locked_by": sql.HELD_BY}
+_CIRCUIT_HELD = {**sql.NEW_MESSAGE, "locked_by": holds.HELD_BY}
 CIRCUIT_HOLD = replace(HOLD, name="circuit_hold", values=_CIRCUIT_HELD, event="circuit_open")
 #: A half-open circuit's pass takes one row it held, to publish it as the probe.
 PROBE_CLAIM = replace(
-    RELAY_CLAIM, name="probe_claim", fence=(jobs.c.locked_by == sql.HELD_BY, *sql.UNSENT_HELD)
+    RELAY_CLAIM, name="probe_claim", fence=(jobs.c.locked_by == holds.HELD_BY, *holds.UNSENT_HELD)
 )
 PROBE_SENT = replace(RELAYED, name="probe_sent", event="circuit_probe")  # its hand-over
 
@@ -298,6 +299,7 @@ RETRY = Move(
         "cancel_requested_at": None,  # an old run's request does not cancel the new one
         "secrets_sealed": sql.SEALED,  # the values it is sent with, sealed again
         "not_before": DUE_AT,
+        "deadline_at": case((sql.KEEP_DEADLINE, jobs.c.deadline_at), else_=DEADLINE_AT),
     },
     (jobs.c.revision == sql.REVISION,),
     "retried",

@@ -41,7 +41,7 @@ FIELDS = (
     "started_at",
     "finished_at",
     "updated_at",
-    "not_before",
+    "due_at",
     "deadline_at",
     "published_at",
     "cancel_requested_at",

@@ -68,7 +68,8 @@ def test_jobs_lists_filters_and_pages(
     lines = table.stdout.splitlines()
     header = lines[0]
     assert header.split() == [
-        "ID", "STATUS", "QUEUE", "JOB", "TYPE", "PRIORITY", "ATTEMPTS", "CREATED", "ENDED", "ERROR"
+        "ID", "STATUS", "QUEUE", "JOB", "TYPE", "PRIORITY", "ATTEMPTS", "CREATED", "DUE", "ENDED",
+        "ERROR",
     ]  # fmt: skip
     rows = lines[1:]
     assert [row.split()[0] for row in rows] == everything[::-1]  # newest first
@@ -125,7 +126,7 @@ def test_show_and_pipeline(populated: dict[str, Any], cli_in_process: Any) -> No
     assert "status           failed" in table.stdout
     assert "AT" in table.stdout and "enqueued" in table.stdout
     shown = ok_json(cli_in_process("show", job_id, "--json"))
-    assert set(shown) == JOB_KEYS | {"history"}
+    assert set(shown) == JOB_KEYS | {"history", "held"}  # held: why it waits unsent
     assert [e["event"] for e in shown["history"]] == ["enqueued", "started", "failed"]
     assert set(shown["history"][0]) == {
         "id", "event", "status", "attempt", "message", "duration_ms", "created_at"

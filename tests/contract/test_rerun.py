@@ -149,3 +149,54 @@ def test_a_resent_rounds_countdown_or_eta_is_its_due_time(store: Store) -> None:
     assert hand_job is not None and hand_job.not_before is None
     lease = Lease(owner=OWNER, worker=WORKER, now=utcnow(), lease_s=60)
     assert store.claim(by_countdown, lease) is None  # not due yet
+
+
+def test_a_retry_keeps_replaces_or_clears_the_deadline_and_its_undo_restores_it(
+    store: Store,
+) -> None:
+    """``Tracker.retry(deadline=...)`` (the new-user trial, F1): one ``RETRY`` move sets
+    the new deadline on the database's clock, or keeps the job's own."""
+    from celery_tracked.core.deadlines import NO_DEADLINE, Deadline
+
+    job_id = new_job(store, deadline_in_s=60)
+    assert store.cancel(job_id, now=utcnow(), reason="stop")
+    own = store.get(job_id)
+    assert own is not None and own.deadline_at is not None
+    assert store.retry(job_id, seen_revision=0, budget=1, now=utcnow(), message="kept")
+    kept = store.get(job_id)
+    assert kept is not None and kept.deadline_at == own.deadline_at
+    assert store.cancel(job_id, now=utcnow(), reason="stop")
+    new = Deadline(in_s=3600)
+    assert store.retry(job_id, seen_revision=1, budget=1, now=utcnow(), message="new", deadline=new)
+    moved = store.get(job_id)
+    assert moved is not None and moved.deadline_at is not None
+    assert 3500 < (moved.deadline_at - store.clock()).total_seconds() <= 3600
+    undo = RetryUndo(2, JobStatus.CANCELLED, 3, None, deadline_at=own.deadline_at)
+    assert store.undo_retry(job_id, undo, now=utcnow(), message="publish failed")
+    back = store.get(job_id)
+    assert back is not None and back.deadline_at == own.deadline_at
+    at = utcnow() + timedelta(hours=5)
+    assert store.retry(
+        job_id, seen_revision=2, budget=1, now=utcnow(), message="at", deadline=Deadline(at=at)
+    )
+    fixed = store.get(job_id)
+    assert fixed is not None and fixed.deadline_at is not None
+    assert abs((fixed.deadline_at - at).total_seconds()) < 0.001
+    assert store.cancel(job_id, now=utcnow(), reason="stop")
+    assert store.retry(
+        job_id, seen_revision=3, budget=1, now=utcnow(), message="none", deadline=NO_DEADLINE
+    )
+    cleared = store.get(job_id)
+    assert cleared is not None and cleared.deadline_at is None
+
+
+def test_a_cancel_may_say_why_in_its_error_type(store: Store) -> None:
+    """The worker's cancel of a job whose task it does not know (``UnknownTask``)."""
+    plain, unknown = new_job(store), new_job(store)
+    assert store.cancel(plain, now=utcnow(), reason="by hand")
+    assert not store.cancel(unknown, now=utcnow(), reason="x", revision=1, error_type="E")
+    assert store.cancel(unknown, now=utcnow(), reason="gone", revision=0, error_type="UnknownTask")
+    ended = store.get(plain), store.get(unknown)
+    assert ended[0] is not None and ended[0].error_type is None
+    assert ended[1] is not None and ended[1].error_type == "UnknownTask"
+    assert ended[1].status is JobStatus.CANCELLED and ended[1].error_message == "gone"

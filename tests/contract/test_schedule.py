@@ -150,3 +150,21 @@ def test_a_pause_keeps_held_rows_from_the_pass_and_the_relay(store: Store) -> No
     assert _ids(store, 4000) == [near, held]
     assert store.unpublished(cutoff=utcnow(), now=utcnow()) == []  # neither is due yet
     assert store.unpublished(cutoff=ago(3600), now=later(120)) == [near]  # no grace, once due
+
+
+def test_a_fast_forwarded_claim_moves_the_due_time_once(store: Store) -> None:
+    """A scheduler pass judging ahead of the database's clock moves the row's due time in
+    its claim (``moved_due``), so the delivery's claim fence agrees with its message."""
+    job_id = new_job(store, due_in_s=7200)
+    soon = later(30)
+    assert store.relay_claim(
+        job_id, owner=PASS_A, now=utcnow(), lease_s=30, cutoff=later(8000), moved_due=soon
+    )
+    job = store.get(job_id)
+    assert job is not None and job.not_before is not None
+    assert abs((job.not_before - soon).total_seconds()) < 0.001
+    kept = new_job(store, due_in_s=7200)
+    before = store.get(kept)
+    assert store.relay_claim(kept, owner=PASS_B, now=utcnow(), lease_s=30, cutoff=later(8000))
+    after = store.get(kept)
+    assert before is not None and after is not None and after.not_before == before.not_before

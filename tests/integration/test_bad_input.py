@@ -14,6 +14,7 @@ import redis
 from celery_tracked import (
     ConfigurationError,
     InvalidPayload,
+    InvalidPriority,
     JobFailed,
     JobStatus,
     PayloadNotSerializable,
@@ -82,7 +83,8 @@ REFUSED: list[tuple[dict[str, Any], dict[str, Any], type[Exception]]] = [
     ({}, {"eta": 5}, TypeError),
     ({}, {"expires": "soon"}, InvalidPayload),
     ({}, {"expires": [1]}, TypeError),
-    ({}, {"priority": "high"}, TypeError),
+    ({}, {"priority": "high"}, InvalidPriority),  # every bad priority (the new-user trial)
+    ({}, {"priority": -1}, InvalidPriority),
 ]
 
 

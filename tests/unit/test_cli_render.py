@@ -156,5 +156,10 @@ def test_the_json_form_of_a_job_never_holds_its_payload_or_result() -> None:
     assert out["duration_ms"] == 3000 and out["created_at"] == NOW.isoformat()
     assert set(out) >= {"id", "status", "queue", "job_type", "cancel_requested_at"}
     row = job_rows([job], NOW + timedelta(minutes=5))[0]
-    assert row[1] == ("failed", "failed") and row[6] == "5m ago" and row[7] == "4m ago"
+    assert (
+        row[1] == ("failed", "failed")
+        and row[6] == "5m ago"
+        and row[7] == "-"
+        and row[8] == "4m ago"
+    )  # DUE: none
     assert row[4] == "-" and out["priority"] is None  # no priority: the broker's default

@@ -60,7 +60,7 @@ def test_exactly_one_scope_with_a_name(given: dict[str, Any]) -> None:
 def test_unknown_names_are_refused_and_nothing_is_written() -> None:
     store = Counted()
     gate = Pauses(store, known)
-    with pytest.raises(InvalidPause, match=r"unknown queue 'nope'.*known: emails, q"):
+    with pytest.raises(InvalidPause, match=r"unknown queue 'nope'.*known ones \(emails, q\)"):
         gate.pause(queue="nope")
     with pytest.raises(InvalidPause, match="unknown job type 'nope'"):
         gate.pause(job_type="nope")

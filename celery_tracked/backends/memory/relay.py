@@ -45,15 +45,23 @@ class MemoryRelay(MemoryCore):
         return [j.id for j in found[:100]]
 
     def relay_claim(
-        self, job_id: str, *, owner: str, now: datetime, lease_s: float, cutoff: datetime
+        self,
+        job_id: str,
+        *,
+        owner: str,
+        now: datetime,
+        lease_s: float,
+        cutoff: datetime,
+        moved_due: datetime | None = None,
     ) -> bool:
-        """``RELAY_CLAIM``: no event, ``updated_at`` kept."""
+        """``RELAY_CLAIM``: no event, ``updated_at`` kept; ``moved_due``: its new due time."""
 
         def check(job: Job) -> bool:
             return self._unpublished(job, cutoff)
 
-        def change(_: Job) -> Mapping[str, Any]:
-            return {"locked_by": owner, "locked_until": self.at(lease_s)}
+        def change(job: Job) -> Mapping[str, Any]:
+            due = job.not_before if moved_due is None else moved_due
+            return {"locked_by": owner, "locked_until": self.at(lease_s), "not_before": due}
 
         return self.move(job_id, CLAIMABLE, check, change) is not None
 

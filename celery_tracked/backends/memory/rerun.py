@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from ...core.deadlines import Deadline
 from ...core.fences import RetryUndo
 from ...core.jobs import CLAIMABLE, RETRY_UNDONE, Job, JobStatus
 from .rows import MemoryCore, at_revision, new_message
@@ -25,7 +26,13 @@ class MemoryRerun(MemoryCore):
     """The memory store's rerun (see the module's docstring)."""
 
     def cancel(
-        self, job_id: str, *, now: datetime, reason: str, revision: int | None = None
+        self,
+        job_id: str,
+        *,
+        now: datetime,
+        reason: str,
+        revision: int | None = None,
+        error_type: str | None = None,
     ) -> bool:
         """``CANCEL`` (``CANCEL_CURRENT`` with ``revision``)."""
         check = (lambda _: True) if revision is None else at_revision(revision)
@@ -36,7 +43,7 @@ class MemoryRerun(MemoryCore):
             "locked_until": None,
             "not_before": None,
             "finished_at": now,
-            "error_type": None,
+            "error_type": error_type,
             "error_message": reason,
         }
         moved = self.move(
@@ -68,6 +75,7 @@ class MemoryRerun(MemoryCore):
         completed_too: bool = False,
         due_in_s: float | None = None,
         due_at: datetime | None = None,
+        deadline: Deadline | None = None,
     ) -> bool:
         """``RETRY`` (``RETRY_ENDED``: from completed too): failed | cancelled → pending,
         unless a newer round holds the key; due when its message is."""
@@ -87,6 +95,9 @@ class MemoryRerun(MemoryCore):
                 "secrets_sealed": secrets_sealed,
                 "payload_json": job.payload_json if payload_json is None else payload_json,
                 "not_before": self.due_time(due_in_s, due_at),
+                "deadline_at": job.deadline_at
+                if deadline is None
+                else self.due_time(deadline.in_s, deadline.at),
             }
 
         sources = (JobStatus.COMPLETED, *_ENDED) if completed_too else _ENDED
@@ -103,6 +114,7 @@ class MemoryRerun(MemoryCore):
             "finished_at": undo.finished_at,
             "retries_exhausted": undo.retries_exhausted,
             "secrets_sealed": undo.secrets_sealed,
+            "deadline_at": undo.deadline_at,
             "updated_at": now,
         }
         if undo.payload_json is not None:
