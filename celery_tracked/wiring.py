@@ -31,6 +31,7 @@ from .services.cancelling import Canceller, Stopper
 from .services.circuits import Circuits, ProbePass, names_of, probe_seconds, rules_of
 from .services.cleanup import Cleanup
 from .services.enqueue import Enqueuer
+from .services.handoff import SlotHandOff
 from .services.lease import LeaseKeeper
 from .services.limits import GlobalRateLimit
 from .services.maintenance import Maintenance, Parts
@@ -138,6 +139,7 @@ class Services:
         self.canceller = Canceller(store, self.hooks)
         self.stopper = Stopper(store, self.hooks, self.leases, self.canceller, platform.terminate)
         publish = publisher(platform, self.sealer)  # the relay's and the reaper's
+        self.hooks.add(SlotHandOff(store, publish))  # a freed concurrency slot handed on
         parts = Parts(settings, store, self.guard, self.hooks, platform, publish, self.canceller)
         #: the maintenance plugins by name, built once
         self.maintenance: dict[str, Maintenance] = {

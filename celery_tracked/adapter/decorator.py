@@ -46,10 +46,10 @@ def tracked_task(
     Tracked options: ``queue``, ``priority`` (its messages', checked against the broker's
     range at enqueue), ``job_type``, ``max_attempts``, ``backoff_ms``,
     ``idempotency_key`` (a template or callable), ``validator``, ``rate_limit_global``,
-    ``concurrency_key``, ``concurrency_limit``, ``retention`` and ``retry_semantics``
-    (see ``TrackedTask``). Unlike ``@app.task(base=TrackedTask)``, whose semantics are the
-    app's (``tracked_retry_semantics``, default ``"celery"``), a ``tracked_task`` has the
-    library's unless it says otherwise: every exception is retried, up to
+    ``concurrency_key``, ``concurrency_limit``, ``fairness_key``, ``retention`` and
+    ``retry_semantics`` (see ``TrackedTask``). Unlike ``@app.task(base=TrackedTask)``,
+    whose semantics are the app's (``tracked_retry_semantics``, default ``"celery"``), a
+    ``tracked_task`` has the library's unless it says otherwise: every exception is retried, up to
     ``tracked_default_attempts``, with backoff (``docs/converting.md``).
     Without ``app`` it is a ``shared_task`` (bound to every app, like Celery's own);
     other keywords are Celery task options (``bind``, ``name``, ``acks_late``...).
@@ -59,7 +59,7 @@ def tracked_task(
             template using attribute or index access...).
     """
     opts: dict[str, Any] = {}
-    for name in ("idempotency_key", "validator", "concurrency_key"):
+    for name in ("idempotency_key", "validator", "concurrency_key", "fairness_key"):
         value = options.pop(name, None)
         if value is not None:  # a function stays a plain function on the task class
             opts[name] = (

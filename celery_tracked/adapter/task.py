@@ -70,9 +70,10 @@ class TrackedTask(Task[P, R_co]):
     ``tracked_queue``, ``tracked_priority``, ``job_type``, ``max_attempts``, ``backoff_ms``,
     ``idempotency_key`` (a template naming the call's arguments, or a callable; a key given
     per call is taken literally), ``key_lifetime`` (with ``throttle_s``/``debounce_s``),
-    ``validator``, ``rate_limit_global``, ``concurrency_key`` (with ``concurrency_limit``),
-    ``retention`` (how long its ended jobs are kept), ``retry_semantics`` (``"celery"``
-    or ``"tracked"``, default the app's ``tracked_retry_semantics``: ``"celery"``),
+    ``validator``, ``rate_limit_global``, ``concurrency_key`` (with ``concurrency_limit``
+    and ``fairness_key``), ``retention`` (how long its ended jobs are kept),
+    ``retry_semantics`` (``"celery"`` or ``"tracked"``, default the app's
+    ``tracked_retry_semantics``: ``"celery"``),
     ``deadline`` (a ``timedelta``/seconds: a job not started that long after its enqueue
     ends ``cancelled``); what each means and accepts: ``celery_tracked/core/options.py``.
     A running body reads its job's own deadline as ``self.job_deadline``.
@@ -104,6 +105,7 @@ class TrackedTask(Task[P, R_co]):
     rate_limit_global: ClassVar[str | tuple[str, int] | None] = None
     concurrency_key: ClassVar[str | Callable[..., str] | None] = None
     concurrency_limit: ClassVar[int | None] = None
+    fairness_key: ClassVar[str | Callable[..., str] | None] = None
     _tracked_limits: ClassVar[Limits] = Limits()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

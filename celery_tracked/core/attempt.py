@@ -44,8 +44,8 @@ class Attempt:
     given_up: BaseException | None = None
     #: when the body's own retry published the next attempt's message
     retry_sent: datetime | None = None
-    #: the status its outcome write recorded (``completed``, ``retrying``, ``failed``),
-    #: once that write committed; None while none did
+    #: the status its outcome write recorded (``completed``, ``retrying``, ``failed``,
+    #: ``cancelled`` as asked), once that write committed; None while none did
     recorded: str | None = None
     #: the body's own transaction, parked at the end of its ``transaction()`` block: the
     #: completion commits it, any other outcome rolls it back

@@ -182,6 +182,8 @@ class CallRules:
     key: str | Callable[..., str] | None = None
     #: the task's ``concurrency_key`` (the same kinds; ``limits.py``)
     concurrency_key: str | Callable[..., str] | None = None
+    #: the task's ``fairness_key`` (the same kinds; ``limits.py``)
+    fairness_key: str | Callable[..., str] | None = None
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,7 @@ class PreparedCall:
     kwargsrepr: str
     secrets: tuple[str, ...]
     concurrency_key: str | None = None
+    fairness_key: str | None = None
 
 
 def prepare_call(
@@ -217,7 +220,7 @@ def prepare_call(
         safe_args, safe_kwargs = shape.redacted(args, kwargs, rules.redaction)
         argsrepr, kwargsrepr = bounded_reprs(safe_args, safe_kwargs, shape.show)
         made = KeyCall(rules.task_name, args, kwargs, named, secrets, rules.redaction)
-        limited = rules.concurrency_key
+        limited, fair = rules.concurrency_key, rules.fairness_key
         return PreparedCall(
             key=idempotency_key(rules, explicit_key, args, kwargs, named, made),
             payload_json=encode({"args": safe_args, "kwargs": safe_kwargs}, PAYLOAD_DEPTH),
@@ -225,6 +228,7 @@ def prepare_call(
             kwargsrepr=kwargsrepr,
             secrets=secrets,
             concurrency_key=None if limited is None else made.build("concurrency_key", limited),
+            fairness_key=None if fair is None else made.build("fairness_key", fair),
         )
     except RecursionError:
         raise too_nested() from None

@@ -99,6 +99,7 @@ class TaskDescription:
             validator=self.validator,
             key=self.idempotency_key,
             concurrency_key=self.limits.concurrency_key,
+            fairness_key=self.limits.fairness_key,
         )
 
     def priority_of(self, options: Mapping[str, Any], queue: str) -> int | None:

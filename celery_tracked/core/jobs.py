@@ -42,8 +42,8 @@ class Event(str, enum.Enum):
     Transitions only: ``deduplicated``, ``debounced``, ``processing``, ``retrying``,
     ``cancel_requested``, ``skipped``, ``busy``, ``lease_lost``, ``error`` (their status is
     the delivery's fate for the last four). Stored only: ``started``, ``redelivered``,
-    ``relayed``, ``given_back``, ``retry_undone``, ``log``, ``missing``, ``found``,
-    ``action``; both:
+    ``relayed``, ``slot_handed``, ``given_back``, ``retry_undone``, ``log``, ``missing``,
+    ``found``, ``action``; both:
     ``paused``.
     """
 
@@ -56,6 +56,8 @@ class Event(str, enum.Enum):
     RELAYED = "relayed"
     #: the scheduler pass published a held job as it came due (``schedule.py``)
     SCHEDULED = "scheduled"
+    #: a freed concurrency slot was handed to the waiting job (``handoff.py``)
+    SLOT_HANDED = "slot_handed"
     STARTED = "started"
     REDELIVERED = "redelivered"
     PROCESSING = "processing"
@@ -161,6 +163,7 @@ NEW_JOB_COLUMNS: tuple[str, ...] = (
     "parent_job_id",
     "owner_id",
     "concurrency_key",
+    "fairness_key",
     "secrets_sealed",
     "progress",
     "priority",
@@ -174,6 +177,7 @@ NEW_JOB_DEFAULTS: Mapping[str, Any] = {
     "key_round": 0,
     "revision": 0,
     "concurrency_key": None,
+    "fairness_key": None,
     "secrets_sealed": None,
     "retries_exhausted": False,
     "priority": None,
@@ -243,6 +247,8 @@ class Job:
     revision: int = 0
     #: the jobs sharing it are limited in how many run at once (``limits.py``)
     concurrency_key: str | None = None
+    #: the jobs of its concurrency key take its slots in turn by it (``limits.py``)
+    fairness_key: str | None = None
     #: failed after using up its retries (else stopped: ``Unrecoverable``, not retried)
     retries_exhausted: bool = False
     #: ``Tracker.cancel(running=True)`` asked its run to stop (it ends ``cancelled``)

@@ -14,7 +14,12 @@ Two tracked options, checked when the task is declared (``InvalidTaskOption``):
     ``tracked_concurrency_limit``): at
     most N jobs with that key are ``processing`` under a live lease at any time, across
     all workers and task types. The slot is the job's own fenced lease, not a counter: a
-    worker that dies frees it when its lease lapses.
+    worker that dies frees it when its lease lapses. When a keyed job ends, its slot is
+    handed to the key's next due waiting job (``services/handoff.py``).
+``fairness_key="tenant:{tenant_id}"`` (with a ``concurrency_key``; the same kinds): the
+    jobs of one concurrency key take its slots in turn by fairness key (round-robin): a
+    slot freed by a job of one fairness key is handed to the next fairness key that has a
+    due job waiting, in the keys' order, oldest job first within one.
 
 Pure: no Redis, SQL or Celery here.
 """
@@ -34,10 +39,16 @@ if TYPE_CHECKING:
     from .settings import Settings
 
 #: The tracked options of this module.
-LIMIT_OPTIONS = ("rate_limit_global", "concurrency_key", "concurrency_limit")
+LIMIT_OPTIONS = ("rate_limit_global", "concurrency_key", "concurrency_limit", "fairness_key")
 #: The slot a delivery reserved, carried by the message it was re-published as:
 #: ``"<limiter name>@<slot, Redis milliseconds>"``.
 HEADER_RATE_SLOT = "tracked_rate_slot"
+#: The ``locked_by`` of a waiting row a freed concurrency slot was handed to
+#: (``services/handoff.py``): it holds that slot until its delivery claims it, or until
+#: ``HANDOFF_S`` seconds (the database's clock) have passed.
+SLOT_HANDED = "slot-handed"
+#: How long a handed slot waits for its job's delivery before any waiting job may take it.
+HANDOFF_S = 30.0
 #: Width of the ``concurrency_key`` column.
 MAX_CONCURRENCY_KEY = 255
 #: A limiter name's longest length (it is part of a Redis key).
@@ -52,6 +63,7 @@ class Limits:
     rate_interval_ms: int | None = None
     concurrency_key: str | Callable[..., str] | None = None
     concurrency_limit: int | None = None
+    fairness_key: str | Callable[..., str] | None = None
 
     def key_of(self, shape: CallShape, args: Any, kwargs: Any) -> str | None:
         """The call's concurrency key (stored in its row at enqueue).
@@ -64,6 +76,18 @@ class Limits:
             return None
         named = shape.bind(args, kwargs, "")  # defaults applied, as at enqueue (calls.py)
         return concurrency_key(template, named, args, kwargs)
+
+    def fairness_of(self, shape: CallShape, args: Any, kwargs: Any) -> str | None:
+        """The call's fairness key (stored in its row at enqueue; None: not declared).
+
+        Raises:
+            InvalidPayload: the arguments cannot make a key.
+        """
+        template = self.fairness_key
+        if template is None:
+            return None
+        named = shape.bind(args, kwargs, "")
+        return KeyCall("", args, kwargs, named).build("fairness_key", template)
 
     def for_delivery(
         self,
@@ -81,14 +105,17 @@ class Limits:
             return None
         try:
             key = self.key_of(shape, args, kwargs)
+            fair = self.fairness_of(shape, args, kwargs)
         except InvalidPayload:
-            key = None
+            key = fair = None
         return DeliveryLimits(
             rate_name=self.rate_name,
             interval_ms=self.rate_interval_ms or settings.rate_limit_ms,
             reserved_ms=reserved_slot(_header(request, HEADER_RATE_SLOT), self.rate_name),
             key=key,
             limit=self.concurrency_limit or settings.concurrency_limit,
+            fairness_key=fair,
+            fair=self.fairness_key is not None,
         )
 
 
@@ -102,11 +129,15 @@ class DeliveryLimits:
     reserved_ms: int | None = None
     key: str | None = None
     limit: int = 1
+    #: the job's fairness key (None: none, or its task is not fair)
+    fairness_key: str | None = None
+    #: its task hands its key's freed slots round-robin by fairness key
+    fair: bool = False
 
 
 def limits_of(options: Mapping[str, Any]) -> Limits:
     """The limits ``options`` declare (``rate_limit_global``, ``concurrency_key``,
-    ``concurrency_limit``; None: not declared), checked.
+    ``concurrency_limit``, ``fairness_key``; None: not declared), checked.
 
     Raises:
         InvalidTaskOption: names the option and what it must be.
@@ -126,7 +157,14 @@ def limits_of(options: Mapping[str, Any]) -> Limits:
             raise InvalidTaskOption(
                 "concurrency_limit", "needs a concurrency_key (the jobs it limits)"
             )
-    return Limits(name, interval, key, limit)
+    fair = options.get("fairness_key")
+    if fair is not None:
+        check_template(fair, "fairness_key")
+        if key is None:
+            raise InvalidTaskOption(
+                "fairness_key", "needs a concurrency_key (the jobs that take turns by it)"
+            )
+    return Limits(name, interval, key, limit, fair)
 
 
 def _rate(value: Any) -> tuple[str, int | None]:
@@ -303,21 +341,29 @@ def started(state: LimiterState, now_ms: float, interval_ms: int) -> LimiterStat
 
 
 #: How often, together, the deliveries waiting on one full concurrency key look for a
-#: free slot (per second), however many they are.
-BUSY_KEY_LOOKS_PER_S = 40.0
-#: The longest a waiting delivery stays away (with hundreds of jobs waiting on one key).
-BUSY_KEY_MAX_WAIT_S = 30.0
+#: free slot (per second), however many they are: a freed slot is handed on at once
+#: (``services/handoff.py``), these looks only find a slot no hand-off took.
+BUSY_KEY_LOOKS_PER_S = 4.0
+#: The longest a waiting delivery stays away (with hundreds of jobs waiting on one key),
+#: unless the reaper's thresholds are shorter (``longest``: the runner's, three quarters
+#: of the smaller one, so a waiting job never looks stalled).
+BUSY_KEY_MAX_WAIT_S = 240.0
 
 
-def busy_key_countdown(fraction: float, waiting: int = 1) -> float:
+def busy_key_countdown(
+    fraction: float, waiting: int = 1, longest: float = BUSY_KEY_MAX_WAIT_S
+) -> float:
     """Seconds until a delivery whose concurrency key is full looks again, ``waiting``
     jobs of the key waiting with it (``fraction`` in [0, 1): a random jitter, so they do
     not come back together).
 
-    Each waits about ``waiting / BUSY_KEY_LOOKS_PER_S`` seconds, at least 0.5 s (up to 20
+    Each waits about ``waiting / BUSY_KEY_LOOKS_PER_S`` seconds, at least 0.5 s (up to 2
     waiting, as when each looked twice a second): beyond that the key's waiting
-    deliveries together come back about 40 times a second whether 50 or 1,000 wait, so
-    the broker's traffic stops growing with the line behind a key, and a freed slot is
-    still found within about 25 ms."""
+    deliveries together come back about 4 times a second whether 3 or 1,000 wait, so the
+    broker's traffic stops growing with the line behind a key. A freed slot does not wait
+    for these looks: the run that frees it hands it to the key's next due waiting job
+    (``services/handoff.py``); a look finds a slot no hand-off took (none could, or it
+    failed) within about 250 ms. Beyond ``longest`` seconds (about 1,000 waiting with the
+    default thresholds) each still looks once per ``longest``."""
     mean = max(0.5, waiting / BUSY_KEY_LOOKS_PER_S)
-    return min(BUSY_KEY_MAX_WAIT_S, mean * (0.5 + fraction))
+    return min(longest, BUSY_KEY_MAX_WAIT_S, mean * (0.5 + fraction))

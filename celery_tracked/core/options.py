@@ -28,8 +28,9 @@ The options (``None``: the default):
     key_lifetime, throttle_s, debounce_s: how long a key keeps new jobs out: ``"row"``
         (the default), ``"ended"``, ``"throttle"`` (with ``throttle_s``) or ``"debounce"``
         (optionally ``debounce_s``); see ``keys.py``.
-    rate_limit_global, concurrency_key, concurrency_limit: a global rate limiter shared by
-        every worker, and at most N jobs ``processing`` per key; see ``limits.py``.
+    rate_limit_global, concurrency_key, concurrency_limit, fairness_key: a global rate
+        limiter shared by every worker, and at most N jobs ``processing`` per key, whose
+        freed slots go round-robin by fairness key; see ``limits.py``.
     circuit, circuit_threshold, circuit_window_s, circuit_cooldown_s, circuit_errors,
         circuit_ignore: the circuit breaker the task's jobs share with every task naming
         it; see ``circuits.py``.

@@ -22,15 +22,14 @@ The contract every implementation keeps:
 
 Roles (who calls them): :class:`EnqueueStore` (``Enqueuer``), :class:`RunStore` (``Runner``:
 :class:`ClaimStore`, and :class:`OutcomeStore` for its ``OutcomeWriter`` and ``CarriedOver``),
-:class:`ReportStore` (``Reporter``), :class:`LeaseStore` (``LeaseKeeper``),
-:class:`DeadRunStore` (``TimeLimits``), :class:`RelayStore` (``Relay``),
-:class:`ScheduleStore` (``Scheduler``), :class:`ReapingStore` (``Reaper``),
-:class:`CleanupStore` (``Cleanup``), :class:`SuccessorStore` (``Successors``),
-:class:`RerunStore` (``Tracker.retry``, cancels), :class:`ReadStore` (``Tracker``'s reads,
-bulk actions, statistics, metrics), :class:`PauseStore` (``Pauses``:
+:class:`ReportStore` (``Reporter``), :class:`LeaseStore` (``LeaseKeeper``), :class:`DeadRunStore`
+(``TimeLimits``), :class:`RelayStore` (``Relay``), :class:`ScheduleStore` (``Scheduler``),
+:class:`ReapingStore` (``Reaper``), :class:`CleanupStore` (``Cleanup``), :class:`SuccessorStore`
+(``Successors``), :class:`RerunStore` (``Tracker.retry``, cancels), :class:`ReadStore`
+(``Tracker``'s reads, bulk actions, statistics, metrics), :class:`PauseStore` (``Pauses``:
 ``Tracker.pause``/``resume``/``paused`` and the worker's gate; a held delivery's move is
 ``ClaimStore.hold``), :class:`CircuitStore` (``Circuits``, the circuit breakers),
-:class:`ActionStore` (``Tracker.record_action``/``actions``: the dashboard's action log).
+:class:`HandOffStore` (``SlotHandOff``), :class:`ActionStore` (the action log).
 """
 
 from __future__ import annotations
@@ -58,10 +57,9 @@ from .finder import JobFilter, Position
 from .jobs import Batch, Claim, Job, JobEvent
 from .keys import UndoneReplace
 from .pauses import PauseStore
-from .throughput import EndedRun
+from .throughput import ThroughputStore
 
 __all__ = [
-    "ActionStore",
     "CancelStore",
     "CircuitStore",
     "ClaimStore",
@@ -110,8 +108,7 @@ class KeyReader(Protocol):
 
 
 class EnqueueStore(Reader, Handing, KeyReader, Protocol):
-    """The producer: insert, deduplicate, a debounce's replacement, the undo of a failed
-    publish."""
+    """The producer: insert, deduplicate, replace (a debounce), undo a failed publish."""
 
     def insert(self, row: Mapping[str, Any]) -> None:
         """A pending job and its ``enqueued`` event (raises ``DuplicateJob``)."""
@@ -343,7 +340,7 @@ class CancelStore(RerunStore, EndsDeadRuns, Protocol):
     """``Tracker.cancel(job_id, running=True)``: a cancel request, a run already gone."""
 
 
-class ReadStore(Reader, Protocol):
+class ReadStore(Reader, ThroughputStore, Protocol):
     """The read side: listings, history, pipelines, statistics and gauges."""
 
     def find(self, filt: JobFilter, after: Position | None, limit: int) -> list[Job]: ...
@@ -356,13 +353,26 @@ class ReadStore(Reader, Protocol):
 
     def queue_health(self, since_s: float = 3600.0) -> dict[str, dict[str, int]]: ...
 
-    def ended_runs(self, since_s: float, limit: int) -> list[EndedRun]: ...
-
     def backlog(self, *, cutoff: datetime) -> int: ...
 
 
 class CircuitStore(RelayStore, CircuitMoves, Protocol):
     """The circuit breakers, and the jobs an open one holds (``store/circuits.py``)."""
+
+
+class HandOffStore(Protocol):
+    """A freed concurrency slot handed to its key's next due job (``services/handoff.py``)."""
+
+    def next_waiting(
+        self, key: str, after: str, *, fair: bool = False, fairness_key: str | None = None
+    ) -> list[Job]:
+        """The jobs of ``key`` that may take the slot ``after`` freed, in the order they
+        get it (``store/handoff.py``)."""
+
+    def hand_slot(self, job: Job, limit: int, *, now: datetime) -> Job | None:
+        """Give ``job`` a free slot of its key (``HAND_SLOT``): the job as changed, or None."""
+
+    def handed_over(self, job_id: str, now: datetime, revision: int = 0) -> bool: ...
 
 
 class Store(
@@ -379,6 +389,7 @@ class Store(
     ReadStore,
     PauseStore,
     ActionStore,
+    HandOffStore,
     CircuitStore,
     Protocol,
 ):

@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 #: The overview's defaults: the last hour, in 12 buckets of 5 minutes, from at most 2,000
 #: ended jobs.
@@ -99,3 +99,11 @@ def summarize(
         "covered_s": round(covered_s, 1),
         "queues": {name: queues[name].as_dict() for name in sorted(queues)},
     }
+
+
+class ThroughputStore(Protocol):
+    """The throughput's read (``store/reads.py``'s ``ENDED_RUNS``; part of ``ReadStore``):
+    the newest jobs that ended in the last ``since_s`` seconds (the store's clock), at most
+    ``limit``, newest first."""
+
+    def ended_runs(self, since_s: float, limit: int) -> list[EndedRun]: ...

@@ -9,9 +9,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..core.actions import MAX_EVENTS, MAX_NAME, Action, Done, clipped, event_message, refusals
+from ..core.actions import (
+    MAX_EVENTS,
+    MAX_NAME,
+    Action,
+    ActionStore,
+    Done,
+    clipped,
+    event_message,
+    refusals,
+)
 from ..core.errors import InvalidFilter
-from ..core.ports import ActionStore
 from ..core.redact import Redaction
 
 logger = logging.getLogger("celery_tracked")

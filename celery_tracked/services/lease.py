@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from ..core.jobs import CLAIMABLE, Claim, Job, JobStatus
+from ..core.limits import SLOT_HANDED
 from ..core.ports import LeaseStore
 
 logger = logging.getLogger("celery_tracked")
@@ -149,7 +150,8 @@ def waiting_hold(job: Job, now: datetime, keyed: bool = False) -> Hold | None:
     took it)."""
     if job.status not in CLAIMABLE:
         return None
-    if job.locked_until is not None and job.locked_until > now:
+    handed = keyed and job.locked_by == SLOT_HANDED  # its concurrency key decides
+    if job.locked_until is not None and job.locked_until > now and not handed:
         left = (job.locked_until - now).total_seconds()
         why = f"the relay is publishing its message (its claim ends in {left:.1f} s at most)"
         return Hold(RELAY_RECHECK_S, why)

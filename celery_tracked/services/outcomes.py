@@ -288,6 +288,7 @@ class OutcomeWriter:
         except StoreError as exc:  # the row keeps its request: a redelivery ends it
             return Postponed(1.0, f"cancel not recorded: {exc}")
         if ended:
+            attempt.recorded = JobStatus.CANCELLED.value
             said = f"job {claim.job_id} {message}"
             self.teller.tell_attempt(attempt, Event.CANCELLED, said, duration_ms, logging.WARNING)
         return Skipped(f"attempt {claim.attempt} was cancelled while running")

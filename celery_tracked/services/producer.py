@@ -57,6 +57,8 @@ class NewJob:
     key_rule: KeyRule = _ONE_JOB
     #: the jobs sharing it run at most the task's limit at once (``limits.py``)
     concurrency_key: str | None = None
+    #: its concurrency key's slots go round-robin by it (``limits.py``)
+    fairness_key: str | None = None
     #: the id was made for this call (no task id given): nobody else can hold it
     fresh_id: bool = False
     sealed: str | None = None  #: the redacted values, encrypted (``sealing.py``)
@@ -99,6 +101,7 @@ class NewJob:
             "parent_job_id": self.parent_job_id,
             "owner_id": self.owner_id,
             "concurrency_key": self.concurrency_key,
+            "fairness_key": self.fairness_key,
             "secrets_sealed": self.sealed,
             "created_at": now,
             "updated_at": now,
@@ -187,6 +190,7 @@ def new_job(
         canvas=facts.in_canvas,
         key_rule=task.keys,
         concurrency_key=call.concurrency_key,
+        fairness_key=call.fairness_key,
         fresh_id=facts.fresh,
         sealed=seal_call(sealer_for(settings.secret_key), args, kwargs, call.payload_json),
         priority=priority,

@@ -206,7 +206,7 @@ class Runner:
         except StoreError:
             waiting = 1
         return Postponed(
-            busy_key_countdown(random.random(), waiting),
+            busy_key_countdown(random.random(), waiting, 3 * self._refresh_s),
             f"concurrency key {keyed[0]!r} has no free slot (limit {keyed[1]})",
         )
 

@@ -8,6 +8,8 @@ names):
   replacement (``EnqueueStore``, ``Handing``).
 - ``claims``: claim, takeover, a lost last attempt, a claim given back, a postponed
   delivery's refresh, a concurrency key's reads (``ClaimStore``).
+- ``handoff``: a freed concurrency slot handed to the key's next due waiting job, oldest
+  first or round-robin by fairness key (``HandOffStore``).
 - ``outcomes``: how a run ends (completed, retrying, failed, cancelled as asked), fenced by
   its claim or, for a run that died outside its call path, like a takeover; its lease's
   renewal and release (``OutcomeStore``, ``LeaseStore``, ``EndsDeadRuns``).
@@ -53,6 +55,7 @@ from .claims import Claims
 from .cleanup import Cleanup
 from .engines import Engines
 from .enqueue import Enqueue
+from .handoff import HandOff
 from .outcomes import Outcomes
 from .pauses import Pauses
 from .reads import Reads
@@ -80,6 +83,7 @@ class JobStore(
     Reads,
     Pauses,
     Actions,
+    HandOff,
     Circuits,
 ):
     """The tracking database of one app; engines are created per process."""

@@ -123,6 +123,9 @@ jobs = Table(
     # jobs sharing a concurrency key: at most the task's limit of them are ``processing``
     # under a live lease at once (``limits.py``); NULL: not limited
     Column("concurrency_key", String(255), nullable=True),
+    # the jobs of one concurrency key take its freed slots in turn by this key
+    # (round-robin, ``services/handoff.py``); NULL: not fair, first come first served
+    Column("fairness_key", String(255), nullable=True),
     # ``Tracker.cancel(running=True)`` asked the running job to stop: its run then ends
     # ``cancelled`` whatever the body did (``CANCEL_RUN``, ``store/transitions.py``);
     # NULL: no request

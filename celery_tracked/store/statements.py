@@ -44,6 +44,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import BindParameter
 
 from ..core.jobs import CLAIM_EARLY_S, JobStatus
+from ..core.limits import SLOT_HANDED
 from .clock import db_time
 from .models import UTCDateTime, events, jobs
 
@@ -95,22 +96,35 @@ ALIVE = (or_(jobs.c.deadline_at.is_(None), jobs.c.deadline_at > db_time()),)
 UNLOCKED = (or_(jobs.c.locked_until.is_(None), jobs.c.locked_until <= db_time()),)
 #: A delivery acts only for the job's current message (not one a debounce replaced).
 CURRENT = (jobs.c.revision == REVISION,)
+#: A keyed claim's fence: ``CLAIM``'s, the row unlocked or handed a freed slot
+#: (``SLOT_HANDED``: only the delivery of the message the hand-off published is current).
+KEYED = (*DUE_TO_CLAIM, or_(*UNLOCKED, jobs.c.locked_by == SLOT_HANDED), *CURRENT, *ALIVE)
+#: A freed slot may be handed to the waiting row read (its revision), due, nobody's, alive.
+HANDABLE = (*CURRENT, *DUE, *UNLOCKED, *ALIVE)
 #: No cancel was requested while the job ran (``Tracker.cancel(running=True)``): a run's
 #: own outcome, a takeover and the end of a dead run apply only then; otherwise the run
 #: ends ``cancelled`` (``CANCEL_RUN`` in ``transitions.py``).
 UNCANCELLED = (jobs.c.cancel_requested_at.is_(None),)
 
-#: The jobs of a concurrency key holding a slot: ``processing`` under a live lease (on the
-#: database's clock), other than the claiming job itself (a takeover holds its own).
+#: The jobs of a concurrency key holding a slot: ``processing`` under a live lease, or
+#: waiting with a slot handed to them (``HANDED``), until it lapses (on the database's
+#: clock), other than the claiming job itself (a takeover holds its own).
 #: (not named like the column: an UPDATE would take a column-named parameter as a SET value)
 CONCURRENCY_KEY = param("limited_key", String)
 _holders = jobs.alias("holders")
+_WAITING = (JobStatus.PENDING.value, JobStatus.RETRYING.value)
 HOLDERS = (
     select(func.count())
     .select_from(_holders)
     .where(
         _holders.c.concurrency_key == CONCURRENCY_KEY,
-        _holders.c.status == JobStatus.PROCESSING.value,
+        or_(
+            _holders.c.status == JobStatus.PROCESSING.value,
+            and_(
+                or_(*(_holders.c.status == s for s in _WAITING)),
+                _holders.c.locked_by == SLOT_HANDED,
+            ),
+        ),
         _holders.c.locked_until > db_time(),
         _holders.c.id != JOB_ID,
     )
@@ -226,6 +240,10 @@ NEW_MESSAGE = {
     "locked_until": None,
     "updated_at": NOW,
 }
+#: A freed concurrency slot handed to a waiting row: its next message revision (a delivery
+#: of the older one runs nothing), not handed over yet, the slot held for it for
+#: ``lease_s`` seconds (``SLOT_HANDED``, counted by ``HOLDERS``) until its delivery claims.
+HANDED_TO = {**NEW_MESSAGE, "locked_by": SLOT_HANDED, "locked_until": db_time(LEASE_S)}
 #: The undo of a retry whose publish failed: the values it had before.
 UNDONE_RETRY = {
     "payload_json": func.coalesce(

@@ -49,17 +49,8 @@ TAKE_OVER = Move(
     event="redelivered",
     extra_where=sql.TAKEABLE,
 )
-#: A keyed claim and takeover (under the key's lock, ``locks.py``).
-CLAIM_KEYED = Move(
-    "claim_keyed",
-    CLAIM.sources,
-    CLAIM.target,
-    sql.TAKE_LEASE,
-    CLAIM.fence,
-    "started",
-    False,
-    sql.KEY_FREE,
-)
+#: A keyed claim (or the slot handed to it: ``HAND_SLOT``) and takeover, under the key's lock.
+CLAIM_KEYED = replace(CLAIM, name="claim_keyed", fence=sql.KEYED, extra_where=sql.KEY_FREE)
 TAKE_OVER_KEYED = Move(
     "take_over_keyed",
     _PROCESSING,
@@ -191,6 +182,11 @@ PROBE_CLAIM = replace(
     RELAY_CLAIM, name="probe_claim", fence=(jobs.c.locked_by == holds.HELD_BY, *holds.UNSENT_HELD)
 )
 PROBE_SENT = replace(RELAYED, name="probe_sent", event="circuit_probe")  # its hand-over
+
+#: A freed concurrency slot handed to a due waiting job, under the key's lock (``handoff.py``).
+HAND_SLOT = Move(
+    "hand_slot", CLAIMABLE, None, sql.HANDED_TO, sql.HANDABLE, "slot_handed", False, sql.KEY_FREE
+)
 
 # -- a cancel of a running job --------------------------------------------------------
 

@@ -12,7 +12,7 @@ newest-first page of the events of one kind at 10M events needs an index on
 ``(event, id)`` that every event insert would pay for.
 
 Revision ID: 0015_actions
-Revises: 0013_circuits
+Revises: 0014_fairness
 Create Date: 2026-11-28
 """
 
@@ -23,7 +23,7 @@ from alembic import op
 from sqlalchemy.dialects import mysql
 
 revision = "0015_actions"
-down_revision = "0013_circuits"
+down_revision = "0014_fairness"
 branch_labels = None
 depends_on = None
 

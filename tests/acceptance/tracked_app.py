@@ -48,6 +48,7 @@ from compat_tasks import add_compat_tasks
 from control_tasks import add_control_tasks
 from converted_tasks import add_by_name_tasks, add_converted_tasks
 from effects_tasks import add_effects_tasks
+from fair_tasks import add_fair_tasks
 from gil_tasks import add_gil_tasks
 from key_tasks import add_key_tasks
 from limit_tasks import add_limit_tasks
@@ -164,6 +165,7 @@ def create_app(config: Mapping[str, Any]) -> Celery:
     add_key_tasks(app, QUEUE, _begin, _end)
     add_progress_tasks(app, QUEUE, _begin, _end)
     add_limit_tasks(app, QUEUE, _begin, _end)
+    add_fair_tasks(app, QUEUE, _begin, _end)
     add_ops_tasks(app, QUEUE, _begin, _end)
     add_gil_tasks(app, QUEUE, _begin, _end)
     add_retry_tasks(app, QUEUE, _begin, _end)

@@ -264,16 +264,18 @@ def test_a_busy_key_looks_again_within_a_second() -> None:
     assert 0.25 <= busy_key_countdown(0.999) < 0.75
 
 
-@pytest.mark.parametrize("waiting", [5, 20, 100, 1199])
-def test_the_deliveries_waiting_on_a_key_look_at_most_40_times_a_second(waiting: int) -> None:
+@pytest.mark.parametrize("waiting", [1, 5, 20, 100, 119])
+def test_the_deliveries_waiting_on_a_key_look_at_most_4_times_a_second(waiting: int) -> None:
+    """A freed slot is handed on (``handoff.py``): the looks only find one no hand-off took."""
     mean = busy_key_countdown(0.5, waiting)  # the jitter's middle
-    assert mean == pytest.approx(max(0.5, waiting / 40))
-    assert waiting / mean == pytest.approx(min(40.0, waiting / 0.5))  # looks per second
+    assert mean == pytest.approx(max(0.5, waiting / 4))
+    assert waiting / mean == pytest.approx(min(4.0, waiting / 0.5))  # looks per second
     assert busy_key_countdown(0.0, waiting) == pytest.approx(mean / 2)
 
 
-def test_a_delivery_waits_at_most_half_a_minute_however_long_the_line() -> None:
-    assert busy_key_countdown(0.999, 10_000) == 30.0
+def test_a_delivery_waits_at_most_four_minutes_however_long_the_line() -> None:
+    assert busy_key_countdown(0.999, 10_000) == 240.0
+    assert busy_key_countdown(0.999, 10_000, longest=45.0) == 45.0  # the reaper's 60 s
 
 
 # -- the in-process limiter and its hook -----------------------------------------------
@@ -521,11 +523,11 @@ def test_the_longer_the_line_behind_a_full_key_the_later_a_delivery_looks(world:
     hold(world, "holder", "k", 60)
     world.store.add("j-1", concurrency_key="k")
     alone = world.run(limits=DeliveryLimits(key="k", limit=1))
-    for n in range(2, 201):
+    for n in range(2, 41):
         world.store.add(f"j-{n}", concurrency_key="k")
     crowded = world.run(limits=DeliveryLimits(key="k", limit=1))
     assert isinstance(alone, Postponed) and alone.countdown < 0.75
-    assert isinstance(crowded, Postponed) and 2.5 <= crowded.countdown < 7.5  # 200 wait
+    assert isinstance(crowded, Postponed) and 5 <= crowded.countdown < 15  # 40 wait
 
 
 def test_a_claim_that_finds_the_key_full_waits_for_the_key(world: World) -> None:

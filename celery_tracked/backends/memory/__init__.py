@@ -26,6 +26,7 @@ from .circuits import MemoryCircuits
 from .claims import MemoryClaims
 from .cleanup import MemoryCleanup
 from .enqueue import MemoryEnqueue
+from .handoff import MemoryHandOff
 from .outcomes import MemoryOutcomes
 from .pauses import MemoryPauses
 from .reads import MemoryReads
@@ -51,6 +52,7 @@ class MemoryStore(
     MemoryReads,
     MemoryPauses,
     MemoryActions,
+    MemoryHandOff,
     MemoryCircuits,
 ):
     """The store contract in memory (see the module's docstring)."""

@@ -14,6 +14,7 @@ from typing import Any
 from ...core.deadlines import DEADLINE_EXCEEDED
 from ...core.fences import Lease, Takeover
 from ...core.jobs import CLAIMABLE, Claim, Job, JobStatus
+from ...core.limits import SLOT_HANDED
 from .rows import PROCESSING, MemoryCore, end_run
 
 
@@ -21,13 +22,18 @@ class MemoryClaims(MemoryCore):
     """The memory store's claims (see the module's docstring)."""
 
     def holders(self, key: str, job_id: str) -> int:
-        """``statements.HOLDERS``: other jobs of ``key`` processing under a live lease."""
+        """``statements.HOLDERS``: other jobs of ``key`` processing under a live lease, or
+        waiting with a slot handed to them, until it lapses."""
         now = self.time()
+        handed = (JobStatus.PENDING, JobStatus.RETRYING)
         return sum(
             1
             for j in self.rows.values()
             if j.concurrency_key == key
-            and j.status is JobStatus.PROCESSING
+            and (
+                j.status is JobStatus.PROCESSING
+                or (j.status in handed and j.locked_by == SLOT_HANDED)
+            )
             and j.locked_until is not None
             and j.locked_until > now
             and j.id != job_id
@@ -66,10 +72,12 @@ class MemoryClaims(MemoryCore):
         return concurrency is None or concurrency[1] > self.holders(concurrency[0], job_id)
 
     def claim(self, job_id: str, lease: Lease) -> Claim | None:
-        """``CLAIM`` (``CLAIM_KEYED``): due, unlocked, the current revision, a free slot."""
+        """``CLAIM`` (``CLAIM_KEYED``): due, unlocked (keyed: or handed a slot), the current
+        revision, a free slot."""
 
         def check(job: Job) -> bool:
-            due = self.due_to_claim(job.not_before) and self.free(job.locked_until)
+            handed = lease.concurrency is not None and job.locked_by == SLOT_HANDED
+            due = self.due_to_claim(job.not_before) and (self.free(job.locked_until) or handed)
             due = due and (job.deadline_at is None or job.deadline_at > self.time())  # ``ALIVE``
             current = job.revision == lease.revision
             return due and current and self._key_free(job_id, lease.concurrency)
