@@ -3,9 +3,9 @@
 It holds one app's services, built by the composition root (``wiring.py``'s ``build``:
 settings, job store, guard and notifier, hooks, the ``Producer``, the ``Runner``, the
 maintenance plugins of ``wiring.MAINTENANCE``), privately, and offers only methods: the
-read side ``get_job``, ``history``, ``wait``, ``stats``, ``jobs``, ``pipeline``; the
-operations ``cancel``, ``retry``, ``retry_many``, ``cancel_many``; pauses and circuits
-(``controls.py``); one
+read side ``get_job``, ``history``, ``wait``, ``stats``, ``throughput``, ``jobs``,
+``pipeline``; the operations ``cancel``, ``retry``, ``retry_many``, ``cancel_many`` and
+their log (``record_action``, ``actions``); pauses and circuits (``controls.py``); one
 pass of each plugin (``run_maintenance(name)``); ``add_hook`` and ``close``.
 What it needs of Celery (the tasks' descriptions, publishing a job's message, the
 broker's view, stopping a run) comes through the platform port (``core/platform.py``);
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from uuid import UUID
 
 from .controls import Controls
+from .core.actions import Action, Done
 from .core.bulk import BulkReport
 from .core.errors import JobNotFound
 from .core.finder import (
@@ -40,7 +41,8 @@ from .core.pipelines import Pipeline
 from .core.platform import Platform
 from .core.ports import Store
 from .core.settings import Settings
-from .services import bulk, waiting
+from .core.throughput import SAMPLE, WINDOW_S
+from .services import actions, bulk, throughput, waiting
 from .services.cancelling import Shown
 from .services.cleanup import Cleanup, CleanupReport
 from .services.maintenance import Maintenance, Report
@@ -322,6 +324,21 @@ class BaseTracker(Controls):
         for queue, entry in stats.items():
             entry.update(health.get(queue, {"failed_last_hour": 0, "expired_leases": 0}))
         return self._services.pauses.marked(stats)  # each queue's ``paused``
+
+    def throughput(self, *, window_s: float = WINDOW_S, sample: int = SAMPLE) -> dict[str, Any]:
+        """Per queue: the jobs ended in the last ``window_s`` (by status, per minute, per
+        bucket) and run-time percentiles, from the newest ``sample`` of them
+        (``core/throughput.py``: exact below the sample size, ``sampled`` at it)."""
+        return throughput.read(self._services.store, window_s, sample)
+
+    def record_action(self, done: Done) -> int:
+        """Write ``done`` (who did what to what: the dashboard's actions) to the action log,
+        with an ``action`` event on each job it changed (``services/actions.py``); its id."""
+        return actions.record(self._services.store, self.settings.masking, done)
+
+    def actions(self, *, before: int | None = None, limit: int = DEFAULT_PAGE) -> list[Action]:
+        """The action log, newest first: the entries with an id below ``before``."""
+        return actions.page(self._services.store, before, check_limit(limit))
 
     @overload
     def wait(self, job_id: EnqueueResult[R], timeout: float = 30.0) -> R: ...

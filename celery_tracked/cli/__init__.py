@@ -4,9 +4,9 @@
 One module per group of commands, each registering on the ``tracked`` group:
 ``schema`` (migrate, downgrade), ``listing`` (jobs, show, pipeline), ``actions`` (retry,
 cancel), ``call`` (enqueue by name), ``stats``, ``maintenance`` (relay, reap, cleanup: one
-per maintenance plugin), ``metrics``. Shared: ``common`` (exit codes, errors, filters as
-options) and ``render`` (tables, relative times, colour, the JSON form of a job). A new
-command is a new module imported here.
+per maintenance plugin), ``metrics``, ``web`` (the dashboard). Shared: ``common`` (exit
+codes, errors, filters as options) and ``render`` (tables, relative times, colour, the
+JSON form of a job). A new command is a new module imported here.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from . import (  # noqa: F401
     pauses,
     schema,
     stats,
+    web,
 )
 from .group import tracked
 

@@ -43,7 +43,7 @@ class Event(str, enum.Enum):
     ``cancel_requested``, ``skipped``, ``busy``, ``lease_lost``, ``error`` (their status is
     the delivery's fate for the last four). Stored only: ``started``, ``redelivered``,
     ``relayed``, ``slot_handed``, ``given_back``, ``retry_undone``, ``log``, ``missing``,
-    ``found``; both:
+    ``found``, ``action``; both:
     ``paused``.
     """
 
@@ -87,6 +87,8 @@ class Event(str, enum.Enum):
     FOUND = "found"
     RETRIED = "retried"
     RETRY_UNDONE = "retry_undone"
+    #: an action done by hand (the dashboard's), naming its actor (``core/actions.py``)
+    ACTION = "action"
 
     __str__ = JobStatus.__str__  # the value, as a status
 

@@ -22,15 +22,14 @@ The contract every implementation keeps:
 
 Roles (who calls them): :class:`EnqueueStore` (``Enqueuer``), :class:`RunStore` (``Runner``:
 :class:`ClaimStore`, and :class:`OutcomeStore` for its ``OutcomeWriter`` and ``CarriedOver``),
-:class:`ReportStore` (``Reporter``), :class:`LeaseStore` (``LeaseKeeper``),
-:class:`DeadRunStore` (``TimeLimits``), :class:`RelayStore` (``Relay``),
-:class:`ScheduleStore` (``Scheduler``), :class:`ReapingStore` (``Reaper``),
-:class:`CleanupStore` (``Cleanup``), :class:`SuccessorStore` (``Successors``),
-:class:`RerunStore` (``Tracker.retry``, cancels), :class:`ReadStore` (``Tracker``'s reads,
-bulk actions, statistics, metrics), :class:`PauseStore` (``Pauses``:
+:class:`ReportStore` (``Reporter``), :class:`LeaseStore` (``LeaseKeeper``), :class:`DeadRunStore`
+(``TimeLimits``), :class:`RelayStore` (``Relay``), :class:`ScheduleStore` (``Scheduler``),
+:class:`ReapingStore` (``Reaper``), :class:`CleanupStore` (``Cleanup``), :class:`SuccessorStore`
+(``Successors``), :class:`RerunStore` (``Tracker.retry``, cancels), :class:`ReadStore`
+(``Tracker``'s reads, bulk actions, statistics, metrics), :class:`PauseStore` (``Pauses``:
 ``Tracker.pause``/``resume``/``paused`` and the worker's gate; a held delivery's move is
 ``ClaimStore.hold``), :class:`CircuitStore` (``Circuits``, the circuit breakers),
-:class:`HandOffStore` (``SlotHandOff``).
+:class:`HandOffStore` (``SlotHandOff``), :class:`ActionStore` (the action log).
 """
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from .actions import ActionStore
 from .circuits import CircuitMoves
 from .cleanup import Boundary, Sweep
 from .deadlines import Deadline
@@ -57,6 +57,7 @@ from .finder import JobFilter, Position
 from .jobs import Batch, Claim, Job, JobEvent
 from .keys import UndoneReplace
 from .pauses import PauseStore
+from .throughput import ThroughputStore
 
 __all__ = [
     "CancelStore",
@@ -107,8 +108,7 @@ class KeyReader(Protocol):
 
 
 class EnqueueStore(Reader, Handing, KeyReader, Protocol):
-    """The producer: insert, deduplicate, a debounce's replacement, the undo of a failed
-    publish."""
+    """The producer: insert, deduplicate, replace (a debounce), undo a failed publish."""
 
     def insert(self, row: Mapping[str, Any]) -> None:
         """A pending job and its ``enqueued`` event (raises ``DuplicateJob``)."""
@@ -340,7 +340,7 @@ class CancelStore(RerunStore, EndsDeadRuns, Protocol):
     """``Tracker.cancel(job_id, running=True)``: a cancel request, a run already gone."""
 
 
-class ReadStore(Reader, Protocol):
+class ReadStore(Reader, ThroughputStore, Protocol):
     """The read side: listings, history, pipelines, statistics and gauges."""
 
     def find(self, filt: JobFilter, after: Position | None, limit: int) -> list[Job]: ...
@@ -361,8 +361,7 @@ class CircuitStore(RelayStore, CircuitMoves, Protocol):
 
 
 class HandOffStore(Protocol):
-    """A freed concurrency slot handed to the key's next due waiting job
-    (``services/handoff.py``)."""
+    """A freed concurrency slot handed to its key's next due job (``services/handoff.py``)."""
 
     def next_waiting(
         self, key: str, after: str, *, fair: bool = False, fairness_key: str | None = None
@@ -371,8 +370,7 @@ class HandOffStore(Protocol):
         get it (``store/handoff.py``)."""
 
     def hand_slot(self, job: Job, limit: int, *, now: datetime) -> Job | None:
-        """Hand a free slot of ``job``'s key to it (``HAND_SLOT``): the job as changed,
-        or None."""
+        """Give ``job`` a free slot of its key (``HAND_SLOT``): the job as changed, or None."""
 
     def handed_over(self, job_id: str, now: datetime, revision: int = 0) -> bool: ...
 
@@ -390,6 +388,7 @@ class Store(
     CancelStore,
     ReadStore,
     PauseStore,
+    ActionStore,
     HandOffStore,
     CircuitStore,
     Protocol,

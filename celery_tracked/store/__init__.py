@@ -22,6 +22,8 @@ names):
 - ``rerun``: ``Tracker.retry`` and ``Tracker.cancel`` (``RerunStore``).
 - ``pauses``: what is paused, and a delivery a pause holds (``PauseStore``,
   ``ClaimStore.hold``).
+- ``actions``: the action log, and the ``action`` event on each job an action changed
+  (``ActionStore``).
 - ``circuits``: the circuit breakers' rows, and the jobs an open circuit holds
   (``CircuitStore``).
 - ``reads``: one job, a job by key, a history, statistics, listings, gauges
@@ -46,6 +48,7 @@ Shared by them:
 
 from __future__ import annotations
 
+from .actions import Actions
 from .apply import Apply
 from .circuits import Circuits
 from .claims import Claims
@@ -79,6 +82,7 @@ class JobStore(
     Rerun,
     Reads,
     Pauses,
+    Actions,
     HandOff,
     Circuits,
 ):

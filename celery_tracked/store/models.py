@@ -225,6 +225,23 @@ pauses = Table(
     Column("reason", Text, nullable=True),
 )
 
+# the action log: one row per action done by hand (the dashboard's retry, cancel, bulk
+# actions, pause, resume, cleanup dry-run), its actor and role; read newest first by id
+# (the primary key: no other index) (migration 0015)
+actions = Table(
+    "background_job_actions",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("actor", String(255), nullable=False),
+    Column("role", String(32), nullable=False),
+    Column("action", String(32), nullable=False),
+    Column("target", String(255), nullable=False),
+    Column("changed", Integer, nullable=False),
+    Column("refused", Integer, nullable=False),
+    Column("detail", Text, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
 # one row per circuit breaker (``core/circuits.py``, migration 0013): its state, the failures
 # of the current window, when it opened and until when it cools down (the database's
 # clock), who opened it by hand and why, its probe, and its history. The columns a

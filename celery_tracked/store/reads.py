@@ -18,11 +18,23 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Float, Select, and_, func, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Float,
+    Integer,
+    Select,
+    and_,
+    bindparam,
+    func,
+    or_,
+    select,
+)
 
 from ..core.cleanup import ENDED
 from ..core.finder import JobFilter, Position
 from ..core.jobs import Job, JobEvent, JobStatus
+from ..core.throughput import EndedRun
 from . import selects
 from .clock import db_time
 from .engines import Engines
@@ -113,6 +125,14 @@ FAILED_SINCE = (
         jobs.c.finished_at >= db_time(-SINCE_S),
     )
     .group_by(jobs.c.queue_name)
+)
+#: The newest jobs that ended within the last ``since_s`` seconds (database clock), at
+#: most ``limit``: the throughput's bounded read (``ix_background_jobs_finished_at``).
+ENDED_RUNS = (
+    select(jobs.c.queue_name, jobs.c.status, jobs.c.started_at, jobs.c.finished_at)
+    .where(jobs.c.finished_at >= db_time(-SINCE_S))
+    .order_by(jobs.c.finished_at.desc())
+    .limit(bindparam("limit", type_=Integer))
 )
 #: Per queue: ``processing`` jobs whose lease expired or was released (database clock):
 #: no live run holds them; a redelivery (or the reaper) must take them over.
@@ -243,6 +263,13 @@ class Reads:
                 entry = out.setdefault(queue, {"failed_last_hour": 0, "expired_leases": 0})
                 entry[key] = int(count)
         return out
+
+    @reconnecting
+    def ended_runs(self, since_s: float, limit: int) -> list[EndedRun]:
+        """``ENDED_RUNS``: the newest jobs ended in the last ``since_s`` seconds."""
+        params = {"since_s": since_s, "limit": limit}
+        with translated("reading the throughput"), self.engines.transaction() as conn:
+            return [EndedRun(*row) for row in conn.execute(ENDED_RUNS, params).all()]
 
     @reconnecting
     def backlog(self, *, cutoff: datetime) -> int:

@@ -315,6 +315,7 @@ def start_worker(env: Env, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
         environ: Mapping[str, str | None] | None = None,
         pool: str = "prefork",
         app: str = "tracked_app",
+        queues: str = QUEUE,
     ) -> Worker:
         log_path = tmp_path / f"worker-{name}.log"
         jsonl_path = tmp_path / f"worker-{name}.jsonl"
@@ -331,7 +332,7 @@ def start_worker(env: Env, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
             "-c",
             str(concurrency),
             "-Q",
-            QUEUE,
+            queues,
             "-n",
             f"{name}@%h",
             "-l",

@@ -152,3 +152,17 @@ def test_a_view_enqueues_on_commit_and_a_real_worker_completes_the_job(
         engine.dispose()
     assert [tuple(row) for row in orders] == [("book", "confirmed")]  # written by the worker
     assert [str(row[0]) for row in jobs] == [job_id]
+
+
+def test_the_dashboard_mounted_beside_django_lets_staff_in_and_superusers_act(
+    environ: dict[str, str], migrated: None
+) -> None:
+    """docs/dashboard.md's Django recipe (``djproj/asgi.py``): a superuser signed in to
+    Django reads and acts (recorded under their username), a staff user reads and is 403
+    on an action, anyone else is 401."""
+    answers = json.loads(run(environ, "dashboard_client.py"))
+    assert answers["ada"] == {"page": 200, "shows_name": True, "cancel": 200}, answers
+    assert answers["bob"] == {"page": 200, "shows_name": True, "cancel": 403}, answers
+    for name in ("eve", "nobody"):
+        assert answers[name] == {"page": 401, "shows_name": False, "cancel": 401}, answers
+    assert answers["log"] == {"actors": ["ada"], "status": "cancelled"}, answers

@@ -57,6 +57,7 @@ from progress_tasks import add_progress_tasks
 from retry_tasks import add_retry_tasks
 from safety_tasks import CUSTOM_KEY, add_safety_tasks
 from sealed_tasks import add_sealed_tasks
+from web_tasks import add_web_tasks
 
 from celery_tracked import JobNotFound, TrackedTask, Tracker, Unrecoverable, tracked_task
 from celery_tracked.core.settings import DEFAULT_REDACT_KEYS
@@ -173,6 +174,7 @@ def create_app(config: Mapping[str, Any]) -> Celery:
     add_control_tasks(app, QUEUE, _begin, _end)
     add_circuit_tasks(app, QUEUE, _begin, _end)
     add_converted_tasks(app, QUEUE, _begin, _end)
+    add_web_tasks(app, QUEUE, _begin, _end)
     add_by_name_tasks(app, QUEUE)
     add_compat_tasks(app, QUEUE, _begin, _end)
 

@@ -21,6 +21,7 @@ one ``move`` helper).
 from __future__ import annotations
 
 from ...core.ports import Store
+from .actions import MemoryActions
 from .circuits import MemoryCircuits
 from .claims import MemoryClaims
 from .cleanup import MemoryCleanup
@@ -50,6 +51,7 @@ class MemoryStore(
     MemoryRerun,
     MemoryReads,
     MemoryPauses,
+    MemoryActions,
     MemoryHandOff,
     MemoryCircuits,
 ):

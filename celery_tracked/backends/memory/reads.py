@@ -12,6 +12,7 @@ from typing import Any
 
 from ...core.finder import JobFilter, Position
 from ...core.jobs import Job, JobEvent, JobStatus, utcnow
+from ...core.throughput import EndedRun
 from .rows import MemoryCore
 
 
@@ -95,6 +96,17 @@ class MemoryReads(MemoryCore):
                     )
                     entry[key] += 1
         return out
+
+    def ended_runs(self, since_s: float, limit: int) -> list[EndedRun]:
+        """``ENDED_RUNS``: newest first."""
+        since = self.at(-since_s)
+        with self.lock:
+            ended = [j for j in self.rows.values() if j.finished_at and j.finished_at >= since]
+        ended.sort(key=lambda j: j.finished_at or since, reverse=True)
+        return [
+            EndedRun(j.queue_name, j.status.value, j.started_at, j.finished_at or since)
+            for j in ended[:limit]
+        ]
 
     def backlog(self, *, cutoff: datetime) -> int:
         """``COUNT_UNPUBLISHED``."""

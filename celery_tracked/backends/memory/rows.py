@@ -16,6 +16,7 @@ from dataclasses import fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from ...core.actions import Action
 from ...core.circuits import CLOSED, HELD_BY_CIRCUIT, Circuit
 from ...core.errors import DuplicateJob, Refused, StoreError
 from ...core.jobs import (
@@ -103,6 +104,8 @@ class MemoryCore:
         self._event_ids = 0
         #: ``background_job_pauses``, by (scope, name) (``pauses.py``)
         self.paused: dict[tuple[str, str], Pause] = {}
+        #: ``background_job_actions``, oldest first (``actions.py``)
+        self.action_log: list[Action] = []
         #: ``background_job_circuits``, by name (``circuits.py``)
         self.breakers: dict[str, Circuit] = {}
 

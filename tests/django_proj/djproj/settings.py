@@ -12,7 +12,12 @@ ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
 ROOT_URLCONF = "djproj.urls"
 USE_TZ = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-INSTALLED_APPS = ["django.contrib.contenttypes", "shop"]
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",  # the dashboard's recipe: Django's admin users (djproj/asgi.py)
+    "django.contrib.sessions",
+    "shop",
+]
 MIDDLEWARE: list[str] = []
 
 DATABASES = {
