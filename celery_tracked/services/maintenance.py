@@ -19,22 +19,35 @@ the wiring's list, ``celery_tracked.wiring.MAINTENANCE``:
 
 Adding a plugin is its file (a :class:`Maintenance` subclass) and one line: its class in
 ``MAINTENANCE`` (with its import). Every pass may run in many processes at once.
+
+Every pass run through the ``Tracker`` (its Beat task, its command, its method; not a
+cleanup dry run) is recorded by :class:`Recorder`: one upsert of the plugin's row of
+``background_job_maintenance`` (``core/maintenance.py``), read by ``Tracker.maintenance()``
+and shown by :func:`activity`.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from ..core.guard import Guard
 from ..core.hooks import Hooks
 from ..core.jobs import Job
+from ..core.maintenance import MaintenanceRun, MaintenanceStore, Pass, counts_of, every_s, jobs_of
 from ..core.platform import Platform
 from ..core.ports import Store
+from ..core.redact import Redaction, error_type
 from ..core.settings import Settings
+
+logger = logging.getLogger("celery_tracked")
+
+R = TypeVar("R", bound="Report")
 
 
 class Report(Protocol):
@@ -71,6 +84,8 @@ class Maintenance(ABC):
     summary: ClassVar[str]
     #: what the command prints when a pass found nothing to do
     idle: ClassVar[str] = "nothing to do"
+    #: the report's counts of the jobs a pass moved (its recorded ``jobs``)
+    moved: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     @abstractmethod
@@ -88,3 +103,64 @@ class Maintenance(ABC):
         """One pass; ``now``: the time it judges ages at (default: the database's clock,
         or this host's, as each says). Raises ``StoreError`` if the database failed (the
         next pass starts over)."""
+
+
+class Recorder:
+    """Records each pass of a plugin (one upsert, :class:`~..core.maintenance.Pass`); a
+    failure to record never fails the pass: it is logged, once until a record succeeds."""
+
+    def __init__(self, store: MaintenanceStore, masking: Redaction) -> None:
+        self.store = store
+        self.masking = masking
+        self._failing = False
+
+    def run(self, plugin: Maintenance, run: Callable[[], R]) -> R:
+        """``run()`` (one pass of ``plugin``), recorded: its counts, or its masked error
+        (then re-raised)."""
+        started = time.monotonic()
+        try:
+            report = run()
+        except Exception as exc:
+            error = f"{error_type(exc)}: {self.masking.summarize(exc)}"
+            self._record(Pass(plugin.name, {}, 0, error, time.monotonic() - started))
+            raise
+        counts = counts_of(report.as_dict())
+        jobs = jobs_of(counts, plugin.moved)
+        self._record(Pass(plugin.name, counts, jobs, None, time.monotonic() - started))
+        return report
+
+    def _record(self, done: Pass) -> None:
+        try:
+            self.store.record_maintenance(done)
+        except Exception as exc:  # the pass's own outcome stands, whatever failed here
+            if not self._failing:
+                logger.warning("could not record the %s pass (%s); its work stands", done.name, exc)
+            self._failing = True
+        else:
+            self._failing = False
+
+
+def activity(
+    runs: Sequence[MaintenanceRun],
+    plugins: Sequence[type[Maintenance]],
+    settings: Settings,
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """Each plugin's last pass as shown (the dashboard, ``celery tracked maintenance``):
+    its row (``MaintenanceRun.as_dict``, or ``None`` fields for a plugin never recorded),
+    its ``age_s`` at ``now`` (the database's clock), its ``every_s`` (its default
+    schedule's) and ``stale`` (older than twice that)."""
+    by_name = {run.name: run for run in runs}
+    shown = []
+    for plugin in plugins:
+        every = every_s(plugin.schedule(settings))
+        run = by_name.get(plugin.name)
+        entry: dict[str, Any] = {"name": plugin.name, "every_s": every}
+        if run is None:
+            entry.update(ran=False, age_s=None, stale=every is not None, failed=False)
+        else:
+            age = run.age_s(now)
+            entry.update(run.as_dict(), ran=True, age_s=round(age, 1))
+            entry["stale"] = run.stale(now, every)
+        shown.append(entry)
+    return shown
