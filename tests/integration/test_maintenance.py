@@ -1,0 +1,87 @@
+"""Each maintenance pass records its plugin's row (``background_job_maintenance``, one
+upsert): a real pass its counts on the database's clock, a failing pass its masked error,
+and a failure to record never fails the pass (issue 28). PostgreSQL and SQLite, real
+Redis."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+import pytest
+
+from celery_tracked.adapter.beat import REAP_TASK
+from celery_tracked.core.errors import StoreError
+from celery_tracked.core.jobs import utcnow
+from celery_tracked.store import JobStore
+
+from .conftest import AppFactory, insert_job, tracker_of
+
+pytestmark = pytest.mark.filterwarnings("ignore::celery.exceptions.DuplicateTaskNameWarning")
+
+SECRET = "hunter2-maintenance"
+
+
+def test_a_real_pass_records_its_row(make_app: AppFactory) -> None:
+    tracker = tracker_of(make_app())
+    store = tracker._services.store
+    assert isinstance(store, JobStore)
+    insert_job(store)  # a producer that died before its publish
+    report = tracker.relay(now=utcnow() + timedelta(hours=1))
+    moved = len(report.published) + len(report.cancelled)
+    [run] = tracker.maintenance()
+    assert (run.name, run.passes, run.failures, run.failed) == ("relay", 1, 0, False)
+    assert run.counts == {k: len(v) for k, v in report.as_dict().items()}
+    assert sum(run.counts.values()) == 1 and (run.jobs, run.jobs_total) == (moved, moved)
+    assert abs((run.ended_at - store.clock()).total_seconds()) < 30  # the database's clock
+    assert run.started_at <= run.ended_at
+    tracker.relay()  # nothing to do: the totals add up, the last pass replaced
+    [run] = tracker.maintenance()
+    assert (run.passes, run.jobs, run.jobs_total) == (2, 0, moved)
+
+
+def test_the_beat_task_records_its_pass(make_app: AppFactory) -> None:
+    app = make_app()
+    app.finalize()
+    app.tasks[REAP_TASK]()  # the Beat task's body, in process
+    [run] = tracker_of(app).maintenance()
+    assert (run.name, run.passes, run.failed) == ("reap", 1, False)
+    assert set(run.counts) == {"rescued", "abandoned", "left", "unpublished", "cancelled"}
+
+
+def test_a_failing_pass_records_failed_with_its_error_masked(
+    make_app: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tracker = tracker_of(make_app())
+    store = tracker._services.store
+
+    def broken(**_: object) -> list[str]:
+        raise StoreError(f"lost postgresql://ops:{SECRET}@db:5432/jobs")
+
+    monkeypatch.setattr(store, "unpublished", broken)
+    with pytest.raises(StoreError):
+        tracker.run_maintenance("relay")
+    [run] = tracker.maintenance()
+    assert (run.failed, run.passes, run.failures, run.counts) == (True, 1, 1, {})
+    assert run.error is not None and run.error.startswith("StoreError: lost postgresql://")
+    assert SECRET not in run.error and "***" in run.error
+
+
+def test_a_failure_to_record_never_fails_the_pass(
+    make_app: AppFactory, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    tracker = tracker_of(make_app())
+    store = tracker._services.store
+
+    def unrecorded(_: object) -> None:
+        raise StoreError("no table background_job_maintenance")
+
+    monkeypatch.setattr(store, "record_maintenance", unrecorded)
+    with caplog.at_level(logging.WARNING, logger="celery_tracked"):
+        tracker.reap()
+        tracker.reap()  # its report all the same; said once
+    said = [r for r in caplog.records if "could not record the reap pass" in r.getMessage()]
+    assert len(said) == 1
+    monkeypatch.undo()
+    tracker.reap()
+    assert [run.name for run in tracker.maintenance()] == ["reap"]
