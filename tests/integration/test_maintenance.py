@@ -5,6 +5,7 @@ Redis."""
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import timedelta
 
@@ -85,3 +86,39 @@ def test_a_failure_to_record_never_fails_the_pass(
     monkeypatch.undo()
     tracker.reap()
     assert [run.name for run in tracker.maintenance()] == ["reap"]
+
+
+def test_the_cli_shows_each_plugins_last_pass(
+    make_app: AppFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from celery.bin.base import CLIContext
+    from click.testing import CliRunner
+
+    from celery_tracked.cli import tracked
+
+    app = make_app()
+    tracker = tracker_of(app)
+    tracker.reap()
+    monkeypatch.setattr(
+        tracker._services.store,
+        "unpublished",
+        lambda **_: (_ for _ in ()).throw(StoreError(f"lost redis://:{SECRET}@cache/0")),
+    )
+    with pytest.raises(StoreError):
+        tracker.relay()
+    context = CLIContext(app=app, no_color=True, workdir=None)
+
+    def run(*args: str) -> str:
+        result = CliRunner().invoke(tracked, list(args), obj=context, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    shown = json.loads(run("maintenance", "--json"))["maintenance"]
+    by_name = {entry["name"]: entry for entry in shown}
+    assert list(by_name) == ["relay", "schedule", "reap", "cleanup", "probe"]
+    assert by_name["reap"]["ran"] and not by_name["reap"]["failed"]
+    assert by_name["reap"]["passes"] == 1 and by_name["reap"]["stale"] is False
+    assert by_name["relay"]["failed"] and not by_name["schedule"]["ran"]
+    out = run("maintenance")
+    assert "PLUGIN" in out and "never" in out and "relay failed: StoreError: lost" in out
+    assert SECRET not in out and SECRET not in json.dumps(shown)
