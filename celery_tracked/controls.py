@@ -18,7 +18,7 @@ from .core.maintenance import MaintenanceRun
 from .core.pauses import Pause
 from .services import pauses
 from .services.circuits import ProbePass, ProbeReport
-from .services.maintenance import Maintenance, Report
+from .services.maintenance import Maintenance, Report, known
 from .services.relay import Relay
 
 if TYPE_CHECKING:
@@ -91,16 +91,21 @@ class Controls:
         return self._services.circuits.close(name)
 
     def maintenance(self) -> list[MaintenanceRun]:
-        """Each maintenance plugin's last recorded pass, by name (``core/maintenance.py``):
-        when it started and ended (the database's clock), its counts, whether it failed
-        (``error``: the masked summary), and its totals since its first recorded pass
-        (``passes``, ``failures``, ``jobs_total``, ``since``). A plugin never run through
-        the tracker (its Beat task, its command, its method) has no entry.
+        """Each maintenance plugin's last recorded pass, in ``wiring.MAINTENANCE``'s order
+        (``core/maintenance.py``): when it started and ended (the database's clock), its
+        counts, whether it failed (``error``: the masked summary), its totals since its
+        first recorded pass (``passes``, ``failures``, ``jobs_total``, ``since``); its
+        ``age_s`` and ``stale`` (older than twice its default schedule) judged on the
+        database's clock. A plugin never run through the tracker (its Beat task, its
+        command, its method) has ``ran`` False.
 
         Raises:
             StoreError: the database failed.
         """
-        return self._services.store.maintenance()
+        store = self._services.store
+        return known(
+            store.maintenance(), self._services.maintenance, self._services.settings, store.clock()
+        )
 
     def _recorded(self, plugin: Maintenance, run: Callable[[], R]) -> R:
         """``run()``, one pass of ``plugin``, recorded (``services/maintenance.py``)."""

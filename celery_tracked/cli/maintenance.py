@@ -21,7 +21,7 @@ from celery.bin.base import CeleryCommand
 from ..adapter.celery_tracker import Tracker
 from ..core.printable import visible
 from ..services.cleanup import CleanupReport
-from ..services.maintenance import Maintenance, activity
+from ..services.maintenance import Maintenance
 from ..wiring import MAINTENANCE
 from .common import emit_json, friendly, json_option, reader_of, tracker_of
 from .common import style as output_style
@@ -106,9 +106,7 @@ def maintenance_command(ctx: click.Context, as_json: bool) -> None:
     older than twice its default schedule."""
     tracker = reader_of(ctx)
     with friendly("reading the maintenance activity"):
-        shown = activity(
-            tracker.maintenance(), MAINTENANCE, tracker.settings, tracker.celery_side.clock()
-        )
+        shown = [run.as_dict() for run in tracker.maintenance()]
     if as_json:
         emit_json({"maintenance": shown})
         return
@@ -127,7 +125,7 @@ def _row(entry: dict[str, Any]) -> list[Cell]:
     counts = ", ".join(f"{k} {n}" for k, n in sorted(entry["counts"].items()) if n) or "-"
     return [
         entry["name"],
-        f"{duration(entry['age_s'])} ago",
+        "just now" if entry["age_s"] < 1 else f"{duration(entry['age_s'])} ago",
         duration(entry["duration_s"]),
         f"{entry['jobs']} ({entry['jobs_total']} total)",
         counts,

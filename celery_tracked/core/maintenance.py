@@ -36,18 +36,23 @@ class Pass:
 class MaintenanceRun:
     """A plugin's last pass (``started_at``, ``ended_at``, ``counts``, ``jobs``,
     ``error``: None if it succeeded) and its totals since ``since``: ``passes``,
-    ``failures``, ``jobs_total``."""
+    ``failures``, ``jobs_total``. ``Tracker.maintenance()`` adds ``every_s`` (its default
+    schedule's interval, :func:`every_s`) and ``read_at`` (the database's clock at the
+    read): :attr:`age_s` and :attr:`stale` are judged at ``read_at``. A plugin with no
+    recorded pass has ``passes`` 0 and no times."""
 
     name: str
-    started_at: datetime
-    ended_at: datetime
-    counts: dict[str, int]
-    jobs: int
-    error: str | None
-    passes: int
-    failures: int
-    jobs_total: int
-    since: datetime
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    jobs: int = 0
+    error: str | None = None
+    passes: int = 0
+    failures: int = 0
+    jobs_total: int = 0
+    since: datetime | None = None
+    every_s: float | None = None
+    read_at: datetime | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> MaintenanceRun:
@@ -66,25 +71,48 @@ class MaintenanceRun:
         )
 
     @property
+    def ran(self) -> bool:
+        """A pass of it was recorded."""
+        return self.ended_at is not None
+
+    @property
     def failed(self) -> bool:
         """The last pass raised."""
         return self.error is not None
 
-    def age_s(self, now: datetime) -> float:
-        """Seconds since the last pass ended, at ``now`` (the database's clock)."""
-        return max(0.0, (now - self.ended_at).total_seconds())
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return round((self.ended_at - self.started_at).total_seconds(), 3)
 
-    def stale(self, now: datetime, every_s: float | None) -> bool:
-        """The last pass is older than twice its schedule (``every_s``; None: no interval
-        known, never stale)."""
-        return every_s is not None and self.age_s(now) > 2 * every_s
+    @property
+    def age_s(self) -> float | None:
+        """Seconds from the last pass's end to ``read_at`` (None: either unknown)."""
+        if self.ended_at is None or self.read_at is None:
+            return None
+        return max(0.0, (self.read_at - self.ended_at).total_seconds())
+
+    @property
+    def stale(self) -> bool:
+        """Older than twice its schedule, or never run while it has one (no interval
+        known: never stale)."""
+        if self.every_s is None:
+            return False
+        age = self.age_s
+        return age is None or age > 2 * self.every_s
 
     def as_dict(self) -> dict[str, Any]:
+        age = self.age_s
         return {
             "name": self.name,
-            "started_at": self.started_at.isoformat(),
-            "ended_at": self.ended_at.isoformat(),
-            "duration_s": round((self.ended_at - self.started_at).total_seconds(), 3),
+            "ran": self.ran,
+            "started_at": _iso(self.started_at),
+            "ended_at": _iso(self.ended_at),
+            "duration_s": self.duration_s,
+            "age_s": None if age is None else round(age, 1),
+            "every_s": self.every_s,
+            "stale": self.stale,
             "counts": dict(self.counts),
             "jobs": self.jobs,
             "failed": self.failed,
@@ -92,8 +120,12 @@ class MaintenanceRun:
             "passes": self.passes,
             "failures": self.failures,
             "jobs_total": self.jobs_total,
-            "since": self.since.isoformat(),
+            "since": _iso(self.since),
         }
+
+
+def _iso(when: datetime | None) -> str | None:
+    return None if when is None else when.isoformat()
 
 
 def counts_of(report: Mapping[str, Any]) -> dict[str, int]:

@@ -23,7 +23,7 @@ Adding a plugin is its file (a :class:`Maintenance` subclass) and one line: its 
 Every pass run through the ``Tracker`` (its Beat task, its command, its method; not a
 cleanup dry run) is recorded by :class:`Recorder`: one upsert of the plugin's row of
 ``background_job_maintenance`` (``core/maintenance.py``), read by ``Tracker.maintenance()``
-and shown by :func:`activity`.
+and judged against each plugin's schedule by :func:`known`.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -140,27 +140,21 @@ class Recorder:
             self._failing = False
 
 
-def activity(
+def known(
     runs: Sequence[MaintenanceRun],
-    plugins: Sequence[type[Maintenance]],
+    plugins: Mapping[str, Maintenance],
     settings: Settings,
-    now: datetime,
-) -> list[dict[str, Any]]:
-    """Each plugin's last pass as shown (the dashboard, ``celery tracked maintenance``):
-    its row (``MaintenanceRun.as_dict``, or ``None`` fields for a plugin never recorded),
-    its ``age_s`` at ``now`` (the database's clock), its ``every_s`` (its default
-    schedule's) and ``stale`` (older than twice that)."""
+    read_at: datetime,
+) -> list[MaintenanceRun]:
+    """One entry per plugin of ``plugins`` (in their order): its recorded row (or an
+    empty one: never run), with its default schedule's ``every_s`` and ``read_at`` (the
+    database's clock), so that its age and staleness are judged there."""
     by_name = {run.name: run for run in runs}
-    shown = []
-    for plugin in plugins:
-        every = every_s(plugin.schedule(settings))
-        run = by_name.get(plugin.name)
-        entry: dict[str, Any] = {"name": plugin.name, "every_s": every}
-        if run is None:
-            entry.update(ran=False, age_s=None, stale=every is not None, failed=False)
-        else:
-            age = run.age_s(now)
-            entry.update(run.as_dict(), ran=True, age_s=round(age, 1))
-            entry["stale"] = run.stale(now, every)
-        shown.append(entry)
-    return shown
+    return [
+        replace(
+            by_name.get(name, MaintenanceRun(name)),
+            every_s=every_s(type(plugin).schedule(settings)),
+            read_at=read_at,
+        )
+        for name, plugin in plugins.items()
+    ]
