@@ -13,9 +13,9 @@ import pytest
 
 from celery_tracked import Tracker
 from celery_tracked.adapter.beat import REAP_TASK
-from celery_tracked.core.maintenance import MaintenanceRun
 from celery_tracked.core.errors import StoreError
 from celery_tracked.core.jobs import utcnow
+from celery_tracked.core.maintenance import MaintenanceRun
 from celery_tracked.store import JobStore
 
 from .conftest import AppFactory, insert_job, tracker_of
