@@ -82,6 +82,7 @@ class MaintenanceRun:
 
     @property
     def duration_s(self) -> float | None:
+        """How long the last pass took, in seconds (None: never run)."""
         if self.started_at is None or self.ended_at is None:
             return None
         return round((self.ended_at - self.started_at).total_seconds(), 3)
