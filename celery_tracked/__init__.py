@@ -13,6 +13,7 @@ from .core.circuits import Circuit
 from .core.finder import JobPage
 from .core.jobs import EnqueueResult, Job, JobEvent, JobStatus
 from .core.keys import KeyLifetime
+from .core.maintenance import MaintenanceRun
 from .core.pauses import Pause
 from .core.pipelines import Pipeline
 from .core.rates import RateLimit
@@ -34,6 +35,7 @@ __all__ = [
     "JobPage",
     "JobStatus",
     "KeyLifetime",
+    "MaintenanceRun",
     "Pause",
     "Pipeline",
     "RateLimit",

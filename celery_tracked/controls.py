@@ -1,26 +1,31 @@
-"""The ``Tracker``'s controls over when and how much runs: pauses and circuit breakers.
+"""The ``Tracker``'s controls over when and how much runs: pauses and circuit breakers,
+and what the maintenance plugins did (``maintenance()``).
 
 A part of the facade (:class:`~celery_tracked.tracker.BaseTracker` inherits it), kept in
 its own module so that each control is one block of methods over its service
-(``services/pauses.py``, ``services/circuits.py``); docs/scheduling.md and docs/limits.md.
+(``services/pauses.py``, ``services/circuits.py``, ``services/maintenance.py``);
+docs/scheduling.md, docs/limits.md and docs/operations.md.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from .core.circuits import Circuit
+from .core.maintenance import MaintenanceRun
 from .core.pauses import Pause
 from .services import pauses
 from .services.circuits import ProbePass, ProbeReport
-from .services.maintenance import Maintenance
+from .services.maintenance import Maintenance, Report, known
 from .services.relay import Relay
 
 if TYPE_CHECKING:
     from .wiring import Services
 
 M = TypeVar("M", bound=Maintenance)
+R = TypeVar("R", bound=Report)
 
 
 class Controls:
@@ -67,7 +72,8 @@ class Controls:
 
     def probe(self, *, now: datetime | None = None) -> ProbeReport:
         """One pass of the circuit breakers' plugin (``services/circuits.py``)."""
-        return self._plugin(ProbePass).run(now)
+        plugin = self._plugin(ProbePass)
+        return self._recorded(plugin, lambda: plugin.run(now))
 
     def circuits(self) -> list[Circuit]:
         """Every circuit, its state, counts, history and held jobs (docs/limits.md)."""
@@ -83,3 +89,24 @@ class Controls:
     def close_circuit(self, name: str) -> bool:
         """Close ``name`` (False: it was closed); publish its held jobs, oldest first."""
         return self._services.circuits.close(name)
+
+    def maintenance(self) -> list[MaintenanceRun]:
+        """Each maintenance plugin's last recorded pass, in ``wiring.MAINTENANCE``'s order
+        (``core/maintenance.py``): when it started and ended (the database's clock), its
+        counts, whether it failed (``error``: the masked summary), its totals since its
+        first recorded pass (``passes``, ``failures``, ``jobs_total``, ``since``); its
+        ``age_s`` and ``stale`` (older than twice its default schedule) judged on the
+        database's clock. A plugin never run through the tracker (its Beat task, its
+        command, its method) has ``ran`` False.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        store = self._services.store
+        return known(
+            store.maintenance(), self._services.maintenance, self._services.settings, store.clock()
+        )
+
+    def _recorded(self, plugin: Maintenance, run: Callable[[], R]) -> R:
+        """``run()``, one pass of ``plugin``, recorded (``services/maintenance.py``)."""
+        return self._services.recorder.run(plugin, run)

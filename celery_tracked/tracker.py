@@ -5,8 +5,9 @@ settings, job store, guard and notifier, hooks, the ``Producer``, the ``Runner``
 maintenance plugins of ``wiring.MAINTENANCE``), privately, and offers only methods: the
 read side ``get_job``, ``history``, ``wait``, ``stats``, ``throughput``, ``jobs``,
 ``pipeline``; the operations ``cancel``, ``retry``, ``retry_many``, ``cancel_many`` and
-their log (``record_action``, ``actions``); pauses and circuits (``controls.py``); one
-pass of each plugin (``run_maintenance(name)``); ``add_hook`` and ``close``.
+their log (``record_action``, ``actions``); pauses, circuits and the maintenance activity
+(``controls.py``); one recorded pass of each plugin (``run_maintenance(name)``);
+``add_hook`` and ``close``.
 What it needs of Celery (the tasks' descriptions, publishing a job's message, the
 broker's view, stopping a run) comes through the platform port (``core/platform.py``);
 the public :class:`~celery_tracked.Tracker` (``adapter/celery_tracker.py``) is this class
@@ -259,20 +260,23 @@ class BaseTracker(Controls):
         plugins = self._services.maintenance
         if name not in plugins:
             raise KeyError(f"no maintenance plugin {name!r}: one of {sorted(plugins)}")
-        return plugins[name].run(now)
+        plugin = plugins[name]
+        return self._recorded(plugin, lambda: plugin.run(now))
 
     def relay(self, *, now: datetime | None = None) -> RelayReport:
         """Publish the pending jobs whose producer died before handing their message to the
         broker: one pass of the relay (``services/relay.py``; the task
         ``celery_tracked.relay`` runs it on Beat). ``now``: the time a row's age is judged
         at (default: the database's clock). Raises ``StoreError``: the database failed."""
-        return self._plugin(Relay).run(now)
+        plugin = self._plugin(Relay)
+        return self._recorded(plugin, lambda: plugin.run(now))
 
     def schedule(self, *, now: datetime | None = None) -> RelayReport:
         """Publish the held jobs coming within ``tracked_schedule_horizon_seconds``: one pass
         of ``services/schedule.py`` (Beat: ``celery_tracked.schedule``). ``now``: the time
         due times are judged at (default: the database's clock). Raises ``StoreError``."""
-        return self._plugin(Scheduler).run(now)
+        plugin = self._plugin(Scheduler)
+        return self._recorded(plugin, lambda: plugin.run(now))
 
     def reap(self, *, now: datetime | None = None) -> ReapReport:
         """Rescue (or abandon) the jobs nothing will move any more: one pass of the reaper
@@ -280,7 +284,8 @@ class BaseTracker(Controls):
         judges how long ago a job's last sign of life was (default: the database's clock);
         whether a lease lapsed (no live holder) is judged on the database's only. Raises
         ``StoreError``: the database failed (nothing half-done: each move is atomic)."""
-        return self._plugin(Reaper).run(now)
+        plugin = self._plugin(Reaper)
+        return self._recorded(plugin, lambda: plugin.run(now))
 
     def cleanup(
         self,
@@ -301,7 +306,10 @@ class BaseTracker(Controls):
         Raises:
             StoreError: the database failed (the batches before it stay removed).
         """
-        return self._plugin(Cleanup).run(now, dry_run=dry_run, on_batch=on_batch)
+        plugin = self._plugin(Cleanup)
+        if dry_run:  # no pass: nothing to record
+            return plugin.run(now, dry_run=True, on_batch=on_batch)
+        return self._recorded(plugin, lambda: plugin.run(now, on_batch=on_batch))
 
     def _plugin(self, kind: type[M]) -> M:
         plugin = self._services.maintenance[kind.name]

@@ -34,7 +34,7 @@ from .services.enqueue import Enqueuer
 from .services.handoff import SlotHandOff
 from .services.lease import LeaseKeeper
 from .services.limits import GlobalRateLimit, KeyedRateLimit
-from .services.maintenance import Maintenance, Parts
+from .services.maintenance import Maintenance, Parts, Recorder
 from .services.pauses import Pauses
 from .services.pauses import known as pauses_known
 from .services.pipelines import Successors
@@ -146,6 +146,8 @@ class Services:
         self.maintenance: dict[str, Maintenance] = {
             plugin.name: plugin.build(parts) for plugin in MAINTENANCE
         }
+        #: records each pass run through the ``Tracker`` (``Tracker.maintenance()``)
+        self.recorder = Recorder(store, settings.masking)
 
     def _probe_pass(self) -> ProbePass:
         found = self.maintenance[ProbePass.name]

@@ -1,5 +1,6 @@
 """``celery tracked relay``, ``reap``, ``cleanup``: one pass of a maintenance plugin
-(``services/maintenance.py``), the one its Beat task runs, by hand.
+(``services/maintenance.py``), the one its Beat task runs, by hand; ``celery tracked
+maintenance``: each plugin's last recorded pass (``Tracker.maintenance``).
 
 One loop over the wiring's list (``celery_tracked.wiring.MAINTENANCE``) makes a command
 per plugin, named after it, with the plugin's ``summary`` as its help: ``--json`` prints
@@ -18,13 +19,14 @@ import click
 from celery.bin.base import CeleryCommand
 
 from ..adapter.celery_tracker import Tracker
+from ..core.printable import visible
 from ..services.cleanup import CleanupReport
 from ..services.maintenance import Maintenance
 from ..wiring import MAINTENANCE
-from .common import emit_json, friendly, json_option, tracker_of
+from .common import emit_json, friendly, json_option, reader_of, tracker_of
 from .common import style as output_style
 from .group import tracked
-from .render import Cell, table
+from .render import Cell, duration, table
 
 
 def one_pass(plugin: type[Maintenance]) -> click.Command:
@@ -90,3 +92,44 @@ COMMANDS: dict[str, Callable[[type[Maintenance]], click.Command]] = {"cleanup": 
 
 for _plugin in MAINTENANCE:  # one command per plugin
     tracked.add_command(COMMANDS.get(_plugin.name, one_pass)(_plugin))
+
+
+HEADERS = ("PLUGIN", "LAST PASS", "TOOK", "JOBS", "COUNTS", "PASSES", "FAILED", "STATE")
+
+
+@tracked.command("maintenance", cls=CeleryCommand)
+@json_option
+@click.pass_context
+def maintenance_command(ctx: click.Context, as_json: bool) -> None:
+    """Each maintenance plugin's last pass: how long ago (the database's clock), its
+    counts, whether it failed; its totals since its first recorded pass; STALE when
+    older than twice its default schedule."""
+    tracker = reader_of(ctx)
+    with friendly("reading the maintenance activity"):
+        shown = [run.as_dict() for run in tracker.maintenance()]
+    if as_json:
+        emit_json({"maintenance": shown})
+        return
+    click.echo(table(HEADERS, [_row(entry) for entry in shown], output_style()))
+    for entry in shown:
+        if entry["failed"]:
+            click.echo(visible(f"{entry['name']} failed: {entry['error']}"))
+
+
+def _row(entry: dict[str, Any]) -> list[Cell]:
+    state: Cell = ("stale", "retrying") if entry["stale"] else "ok"
+    if entry["failed"]:
+        state = ("failed", "failed")
+    if not entry["ran"]:
+        return [entry["name"], "never", "-", "-", "-", "0", "0", state]
+    counts = ", ".join(f"{k} {n}" for k, n in sorted(entry["counts"].items()) if n) or "-"
+    return [
+        entry["name"],
+        "just now" if entry["age_s"] < 1 else f"{duration(entry['age_s'])} ago",
+        duration(entry["duration_s"]),
+        f"{entry['jobs']} ({entry['jobs_total']} total)",
+        counts,
+        str(entry["passes"]),
+        (str(entry["failures"]), "failed" if entry["failures"] else None),
+        state,
+    ]

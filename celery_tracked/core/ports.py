@@ -25,11 +25,10 @@ Roles (who calls them): :class:`EnqueueStore` (``Enqueuer``), :class:`RunStore` 
 :class:`ReportStore` (``Reporter``), :class:`LeaseStore` (``LeaseKeeper``), :class:`DeadRunStore`
 (``TimeLimits``), :class:`RelayStore` (``Relay``), :class:`ScheduleStore` (``Scheduler``),
 :class:`ReapingStore` (``Reaper``), :class:`CleanupStore` (``Cleanup``), :class:`SuccessorStore`
-(``Successors``), :class:`RerunStore` (``Tracker.retry``, cancels), :class:`ReadStore`
-(``Tracker``'s reads, bulk actions, statistics, metrics), :class:`PauseStore` (``Pauses``:
-``Tracker.pause``/``resume``/``paused`` and the worker's gate; a held delivery's move is
-``ClaimStore.hold``), :class:`CircuitStore` (``Circuits``, the circuit breakers),
-:class:`HandOffStore` (``SlotHandOff``), :class:`ActionStore` (the action log).
+(``Successors``), :class:`RerunStore` (``Tracker.retry``, cancels), :class:`ReadStore` (reads,
+bulk actions, statistics, metrics), :class:`PauseStore` (``Pauses``, the worker's gate; a
+held delivery's move is ``ClaimStore.hold``), :class:`CircuitStore` (``Circuits``),
+:class:`HandOffStore`, :class:`ActionStore`, ``MaintenanceStore`` (the plugins' passes).
 """
 
 from __future__ import annotations
@@ -56,6 +55,7 @@ from .fences import (
 from .finder import JobFilter, Position
 from .jobs import Batch, Claim, Job, JobEvent
 from .keys import UndoneReplace
+from .maintenance import MaintenanceStore
 from .pauses import PauseStore
 from .throughput import ThroughputStore
 
@@ -391,6 +391,7 @@ class Store(
     ActionStore,
     HandOffStore,
     CircuitStore,
+    MaintenanceStore,
     Protocol,
 ):
     """The whole store, as ``Tracker`` wires it."""

@@ -271,6 +271,7 @@ class ProbePass(Relay):
         'breakers"): one pass.'
     )
     idle: ClassVar[str] = "no circuit to probe"
+    moved: ClassVar[tuple[str, ...]] = ("published", "cancelled", "released")
 
     store: CircuitStore
 

@@ -108,6 +108,7 @@ class Cleanup(Maintenance):
         'Remove the ended jobs past their retention (docs/operations.md, "Retention and '
         'cleanup"), in batches; a progress bar on a terminal.'
     )
+    moved: ClassVar[tuple[str, ...]] = ("total",)
 
     def __init__(
         self,

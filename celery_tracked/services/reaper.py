@@ -119,6 +119,7 @@ class Reaper(Maintenance):
         'reaper"): one pass.'
     )
     idle: ClassVar[str] = "nothing stalled"
+    moved: ClassVar[tuple[str, ...]] = ("rescued", "abandoned", "cancelled")
 
     def __init__(
         self,

@@ -100,6 +100,7 @@ class Relay(Maintenance):
         'producer died before its publish; docs/lifecycle.md, "The relay"): one pass.'
     )
     idle: ClassVar[str] = "nothing to relay"
+    moved: ClassVar[tuple[str, ...]] = ("published", "cancelled")
 
     def __init__(
         self,

@@ -51,6 +51,7 @@ class Scheduler(Relay):
         "their deadline (docs/scheduling.md): one pass."
     )
     idle: ClassVar[str] = "nothing to schedule"
+    moved: ClassVar[tuple[str, ...]] = ("published", "cancelled")
 
     store: ScheduleStore
 

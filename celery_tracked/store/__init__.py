@@ -24,6 +24,8 @@ names):
   ``ClaimStore.hold``).
 - ``actions``: the action log, and the ``action`` event on each job an action changed
   (``ActionStore``).
+- ``maintenance``: each maintenance plugin's last pass and totals, one upsert per pass
+  (``MaintenanceStore``).
 - ``circuits``: the circuit breakers' rows, and the jobs an open circuit holds
   (``CircuitStore``).
 - ``reads``: one job, a job by key, a history, statistics, listings, gauges
@@ -56,6 +58,7 @@ from .cleanup import Cleanup
 from .engines import Engines
 from .enqueue import Enqueue
 from .handoff import HandOff
+from .maintenance import Maintenance
 from .outcomes import Outcomes
 from .pauses import Pauses
 from .reads import Reads
@@ -85,6 +88,7 @@ class JobStore(
     Actions,
     HandOff,
     Circuits,
+    Maintenance,
 ):
     """The tracking database of one app; engines are created per process."""
 

@@ -265,3 +265,22 @@ circuits = Table(
     Column("failures", Integer, nullable=False),
     Column("window_started_at", UTCDateTime, nullable=True),
 )
+
+# one row per maintenance plugin (``core/maintenance.py``, migration 0016): its last pass
+# (started, ended on the database's clock, its counts as JSON, the masked error of a pass
+# that failed) and its running totals since its first recorded pass (``since``); one upsert
+# per pass
+maintenance = Table(
+    "background_job_maintenance",
+    metadata,
+    Column("name", String(32), primary_key=True),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("ended_at", UTCDateTime, nullable=False),
+    Column("counts", Text, nullable=False),
+    Column("jobs", Integer, nullable=False),
+    Column("error", Text, nullable=True),
+    Column("passes", BigInteger, nullable=False),
+    Column("failures", BigInteger, nullable=False),
+    Column("jobs_total", BigInteger, nullable=False),
+    Column("since", UTCDateTime, nullable=False),
+)

@@ -100,6 +100,7 @@ class Pages:
             "pauses": [pause_view(p) for p in tracker.paused()],
             "flow": {k: v for k, v in throughput.items() if k != "queues"},
             "circuits": [circuit_view(c) for c in tracker.circuits()],
+            "maintenance": [run.as_dict() for run in tracker.maintenance()],
             "scoped": False,
         }
 

@@ -15,7 +15,7 @@ from celery import Celery
 from starlette.testclient import TestClient
 
 from celery_tracked import Tracker, tracked_task
-from celery_tracked.core.errors import ConfigurationError
+from celery_tracked.core.errors import ConfigurationError, StoreError
 from celery_tracked.web import Identity, TokenAuth, dashboard, pages
 
 CANARY = "CANARY-7f3a9c-do-not-show"
@@ -491,3 +491,32 @@ def test_circuits_are_shown_opened_and_closed_by_hand(client: TestClient, app: C
         ("close_circuit", "circuit:smtp", "admin (token)"),
         ("close_circuit", "circuit:smtp", "admin (token)"),
     ]
+
+
+def test_the_maintenance_panel_shows_each_plugins_last_pass_and_no_secret(
+    client: TestClient, app: Celery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28's reaper/relay/cleanup activity: every plugin's last pass on the overview,
+    for a read-only user too; a failed pass's error masked."""
+    tracker = Tracker.for_app(app)
+    tracker.reap()
+    tracker.cleanup()
+
+    def broken(**_: object) -> list[str]:
+        raise StoreError(f"lost postgresql://ops:{CANARY}@db/jobs password={CANARY}")
+
+    monkeypatch.setattr(tracker._services.store, "unpublished", broken)
+    with pytest.raises(StoreError):
+        tracker.relay()
+    _login(client, READ_TOKEN)
+    shown = {m["name"]: m for m in client.get("/api/overview").json()["maintenance"]}
+    assert list(shown) == ["relay", "schedule", "reap", "cleanup", "probe"]
+    assert shown["reap"]["ran"] and shown["reap"]["passes"] == 1 and not shown["reap"]["stale"]
+    assert shown["relay"]["failed"] and shown["relay"]["error"].startswith("StoreError: lost")
+    assert not shown["schedule"]["ran"] and shown["schedule"]["stale"]  # Beat never ran it
+    page = client.get("/").text
+    assert "<h2>Maintenance</h2>" in page and 'data-plugin="cleanup"' in page
+    relay_row = page[page.index('data-plugin="relay"') :].split("</tr>")[0]
+    assert "failed" in relay_row and "never" not in relay_row
+    for body in (page, client.get("/api/overview").text, client.get("/overview/live").text):
+        assert CANARY not in body

@@ -27,6 +27,7 @@ from .claims import MemoryClaims
 from .cleanup import MemoryCleanup
 from .enqueue import MemoryEnqueue
 from .handoff import MemoryHandOff
+from .maintenance import MemoryMaintenance
 from .outcomes import MemoryOutcomes
 from .pauses import MemoryPauses
 from .reads import MemoryReads
@@ -54,6 +55,7 @@ class MemoryStore(
     MemoryActions,
     MemoryHandOff,
     MemoryCircuits,
+    MemoryMaintenance,
 ):
     """The store contract in memory (see the module's docstring)."""
 

@@ -30,6 +30,7 @@ from ...core.jobs import (
     NewRow,
     utcnow,
 )
+from ...core.maintenance import MaintenanceRun
 from ...core.pauses import HELD_BY_PAUSE, Pause, holding
 
 _JOB_FIELDS = frozenset(f.name for f in fields(Job))
@@ -108,6 +109,8 @@ class MemoryCore:
         self.action_log: list[Action] = []
         #: ``background_job_circuits``, by name (``circuits.py``)
         self.breakers: dict[str, Circuit] = {}
+        #: ``background_job_maintenance``, by plugin name (``maintenance.py``)
+        self.maintenance_runs: dict[str, MaintenanceRun] = {}
 
     def clock(self) -> datetime:
         """The store's current time: the clock leases and backoffs are judged on."""
