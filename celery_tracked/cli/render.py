@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from ..core.jobs import Job, JobEvent, JobStatus
+from ..core.printable import duration as duration
 from ..core.printable import visible
 
 #: ANSI colour of each status (and of a few other words).
@@ -68,19 +69,6 @@ def relative(when: datetime | None, now: datetime) -> str:
     else:
         amount = f"{int(seconds)}s"
     return f"in {amount}" if ahead else f"{amount} ago"
-
-
-def duration(seconds: float | None) -> str:
-    """A duration: "850ms", "12.3s", "4m 05s", "2h 03m"; "-" for None."""
-    if seconds is None:
-        return "-"
-    if seconds < 1:
-        return f"{int(seconds * 1000)}ms"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)}m {int(seconds % 60):02d}s"
-    return f"{int(seconds // 3600)}h {int(seconds % 3600 // 60):02d}m"
 
 
 def clip(text: str | None, width: int) -> str:

@@ -92,3 +92,16 @@ def storable_params(params: Any) -> Any:
             return params
         return tuple(items) if isinstance(params, tuple) else items
     return params
+
+
+def duration(seconds: float | None) -> str:
+    """A duration: "850ms", "12.3s", "4m 05s", "2h 03m"; "-" for None."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{int(seconds * 1000)}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m {int(seconds % 60):02d}s"
+    return f"{int(seconds // 3600)}h {int(seconds % 3600 // 60):02d}m"

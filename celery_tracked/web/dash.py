@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from ..adapter.celery_tracker import Tracker
-from ..core.printable import visible
+from ..core.printable import duration, visible
 from ..core.redact import first_line
 from .auth import CSRF_COOKIE, Identity, Signer, TokenAuth, bearer, check_auth, identify
 
@@ -36,6 +36,7 @@ class Dash:
             loader=PackageLoader("celery_tracked.web", "templates"),
             autoescape=select_autoescape(default=True),
         )
+        self.env.filters["duration"] = duration  # "4m 05s", as the CLI shows ages
         self._cache: tuple[float, Any] | None = None
         self._lock = threading.Lock()
         self._reading = threading.Lock()
