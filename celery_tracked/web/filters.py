@@ -19,7 +19,7 @@ from ..core.errors import InvalidFilter
 from ..core.finder import Filters
 from ..core.jobs import JobStatus
 
-TEXT = ("queue", "job_type", "task_name", "correlation_id", "owner_id", "error_type")
+TEXT = ("queue", "job_type", "task_name", "correlation_id", "owner_id", "error_type", "tenant")
 TIMES = (
     "created_after",
     "created_before",

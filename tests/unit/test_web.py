@@ -491,3 +491,31 @@ def test_circuits_are_shown_opened_and_closed_by_hand(client: TestClient, app: C
         ("close_circuit", "circuit:smtp", "admin (token)"),
         ("close_circuit", "circuit:smtp", "admin (token)"),
     ]
+
+
+def test_the_tenant_filter_narrows_the_list_and_the_bulk_actions(
+    client: TestClient, app: Celery
+) -> None:
+    """``tenant`` is a ``Tracker.jobs`` filter (issue 27): the list and a bulk action over
+    ``?tenant=`` act on that tenant's jobs only, never silently on every tenant's."""
+
+    @tracked_task(app=app, shared=False, name="web.bill", queue="billing", tenant="{t}",
+                  max_attempts=1)  # fmt: skip
+    def bill(t: str) -> None:
+        raise RuntimeError("provider down")
+
+    acme, other = bill.delay("acme").id, bill.delay("globex").id
+    csrf = _login(client, ADMIN_TOKEN)
+    listed = client.get("/api/jobs?tenant=acme").json()
+    assert [j["id"] for j in listed["jobs"]] == [acme] and listed["filters"] == {"tenant": "acme"}
+    assert 'name="tenant"' in client.get("/jobs?tenant=acme").text  # the form keeps it
+    ask = client.post("/bulk/retry", data={"csrf_token": csrf, "tenant": "acme"})
+    assert "Retry 1 job(s)?" in ask.text, ask.text
+    done = client.post("/bulk/retry", data={"csrf_token": csrf, "tenant": "acme", "confirm": "yes"})
+    assert done.status_code == 200
+    tracker = Tracker.for_app(app)
+    assert tracker.get_job(other).status.value == "failed"  # type: ignore[union-attr]
+    [entry] = tracker.actions()
+    assert entry.target == '{"tenant": "acme"}'
+    assert client.get("/api/jobs?tenant=" + "x" * 300).status_code == 400
+
