@@ -159,7 +159,8 @@ class Pages:
             return {"tree": [], "children": [], "more": False}
         rows = [(d, self._visible(who, j)) for d, j in found.tree()]
         tree = [{"depth": d, "job": job_view(j, self.masking)} for d, j in rows if j is not None]
-        children = [job_view(j, self.masking) for j in found.children(job.id)]
+        shown = [self._visible(who, j) for j in found.children(job.id)]
+        children = [job_view(j, self.masking) for j in shown if j is not None]
         return {"tree": tree[:TREE] if len(tree) > 1 else [], "children": children,
                 "more": len(tree) > TREE}  # fmt: skip
 

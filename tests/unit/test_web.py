@@ -519,3 +519,21 @@ def test_the_tenant_filter_narrows_the_list_and_the_bulk_actions(
     assert entry.target == '{"tenant": "acme"}'
     assert client.get("/api/jobs?tenant=" + "x" * 300).status_code == 400
 
+
+def test_the_owner_mode_hides_another_owners_child_on_a_job_page(app: Celery) -> None:
+    def auth(request: Any) -> Identity | None:
+        name = request.headers.get("x-user")
+        return None if name is None else Identity(name, "read_only", owner_id=name)
+
+    mail = app.tasks["web.mail"]
+    mine = mail.apply_async(("a@x",), owner_id="alice").id
+    child = mail.with_options(owner_id="bob", parent_job_id=mine, correlation_id=mine)("b@x")
+    with _client(app, auth=auth, owner_scoped=True) as client:
+        page = client.get(f"/api/jobs/{mine}", headers={"x-user": "alice"}).json()
+        assert page["children"] == []
+        assert child.job_id not in client.get(f"/jobs/{mine}", headers={"x-user": "alice"}).text
+    with _client(app) as client:  # an admin still sees it
+        _login(client, ADMIN_TOKEN)
+        children = client.get(f"/api/jobs/{mine}").json()["children"]
+        assert [c["id"] for c in children] == [child.job_id]
+
