@@ -26,6 +26,7 @@ from ..core.errors import (
     InvalidCircuit,
     InvalidFilter,
     InvalidPause,
+    InvalidPayload,
     JobNotFound,
     RetryRefused,
     StoreError,
@@ -107,6 +108,8 @@ class Acts:
 
     def retry(self, request: Request, who: Identity, form: FormData) -> Response:
         job_id = request.path_params["job_id"]
+        if not self._exists(job_id):
+            return self.dash.refuse(request, who, 404, "no such job")
         refused: dict[str, str] = {}
         try:
             moved = self.dash.tracker.retry(job_id)
@@ -124,7 +127,7 @@ class Acts:
         job_id = request.path_params["job_id"]
         running = form.get("running") == "yes"
         tracker = self.dash.tracker
-        if tracker.get_job(job_id) is None:
+        if not self._exists(job_id):
             return self.dash.refuse(request, who, 404, "no such job")
         reason = f"cancelled from the dashboard by {who.name}"
         refused: dict[str, str] = {}
@@ -138,6 +141,12 @@ class Acts:
         action = "cancel_running" if running else "cancel"
         done = Done(who.name, who.role, action, job_id, () if refused else (job_id,), refused)
         return self._report(request, who, done)
+
+    def _exists(self, job_id: str) -> bool:
+        try:
+            return self.dash.tracker.get_job(job_id) is not None
+        except (InvalidPayload, TypeError):  # not a job id at all (a NUL byte, too long)
+            return False
 
     def _why_not(self, job_id: str, what: str, allowed: tuple[str, ...]) -> str:
         job = self.dash.tracker.get_job(job_id)

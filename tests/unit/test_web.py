@@ -537,3 +537,14 @@ def test_the_owner_mode_hides_another_owners_child_on_a_job_page(app: Celery) ->
         children = client.get(f"/api/jobs/{mine}").json()["children"]
         assert [c["id"] for c in children] == [child.job_id]
 
+
+def test_bad_ids_in_actions_and_the_action_log_are_client_errors(
+    client: TestClient, jobs: dict[str, str]
+) -> None:
+    csrf = _login(client, ADMIN_TOKEN)
+    for path in ("/jobs/a%00b/retry", "/jobs/a%00b/cancel"):
+        reply = client.post(path, data={"csrf_token": csrf})
+        assert reply.status_code == 404 and "no such job" in reply.text, (path, reply.text)
+    for before in ("99999999999999999999999", "-1", "0"):
+        assert client.get(f"/api/actions?before={before}").status_code == 400, before
+    assert client.get("/api/actions?before=5").status_code == 200
