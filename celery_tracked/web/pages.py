@@ -81,7 +81,11 @@ class Pages:
         logger.warning(
             "dashboard: %s failed: %s", request.url.path, self.masking.mask(failure(exc))
         )
-        return self.dash.refuse(request, None, 503, failure(exc))
+        try:  # rendered for the signed-in user: their CSRF cookie stays theirs
+            who = await self.dash.who(request)
+        except Exception:  # the failure may be the auth callable's own
+            who = None
+        return self.dash.refuse(request, who, 503, failure(exc))
 
     # -- pages ------------------------------------------------------------------------
 

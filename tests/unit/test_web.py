@@ -548,3 +548,25 @@ def test_bad_ids_in_actions_and_the_action_log_are_client_errors(
     for before in ("99999999999999999999999", "-1", "0"):
         assert client.get(f"/api/actions?before={before}").status_code == 400, before
     assert client.get("/api/actions?before=5").status_code == 200
+
+
+def test_an_outage_page_keeps_the_signed_in_csrf_token(
+    client: TestClient, app: Celery, jobs: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 503 (the database failed once) is rendered for the signed-in admin: it must not
+    replace their CSRF cookie with an anonymous one, or every action of their open pages
+    is refused (403) afterwards."""
+    from celery_tracked.core.errors import StoreError
+
+    csrf = _login(client, ADMIN_TOKEN)
+    tracker = Tracker.for_app(app)
+
+    def down(*args: Any, **kwargs: Any) -> None:
+        raise StoreError("connection refused")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(tracker, "get_job", down)
+        assert client.get(f"/jobs/{jobs['failed']}").status_code == 503
+    assert client.cookies.get("ct_csrf") == csrf
+    reply = client.post(f"/jobs/{jobs['failed']}/retry", data={"csrf_token": csrf})
+    assert reply.status_code == 200, reply.text
