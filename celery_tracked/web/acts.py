@@ -75,9 +75,9 @@ class Acts:
         """The admin who posted ``request`` with its CSRF token, and the form; else the
         refusal (401 anonymous, 403 read-only, 403 without a valid CSRF token)."""
         dash = self.dash
-        who = await dash.who(request)
-        if who is None:
-            return dash.refuse(request, None, 401, "sign in to act on jobs")
+        who = await dash.gate(request, "sign in to act on jobs")
+        if isinstance(who, Response):
+            return who
         if not who.admin:
             return dash.refuse(request, who, 403, "read-only: acting on jobs needs the admin role")
         form = await request.form()

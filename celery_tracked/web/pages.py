@@ -15,7 +15,7 @@ from starlette.routing import Route
 
 from ..core.errors import InvalidFilter, InvalidPayload, JobNotFound
 from ..core.jobs import Job
-from .auth import CSRF_FIELD, SESSION_COOKIE, Identity, Throttle, TokenAuth, csrf_ok
+from .auth import CSRF_FIELD, SESSION_COOKIE, Identity, TokenAuth, csrf_ok
 from .dash import Dash, failure
 from .filters import NAMES, STATUSES, filters_of, given, query_of
 from .views import arguments, circuit_view, event_view, job_view, pause_view, queue_rows
@@ -33,7 +33,6 @@ class Pages:
     def __init__(self, dash: Dash) -> None:
         self.dash = dash
         self.masking = dash.tracker.settings.masking
-        self.throttle = Throttle()
 
     def routes(self) -> list[Route]:
         overview, jobs, job = self._read(self.overview), self._read(self.jobs), self._read(self.job)
@@ -61,9 +60,9 @@ class Pages:
         thread pool (its reads block on the database, never the event loop)."""
 
         async def endpoint(request: Request) -> Response:
-            who = await self.dash.who(request)
-            if who is None:
-                return self.dash.refuse(request, None, 401, "sign in to see the dashboard")
+            who = await self.dash.gate(request, "sign in to see the dashboard")
+            if isinstance(who, Response):
+                return who
             return await run_in_threadpool(page, request, who)
 
         return endpoint
@@ -206,12 +205,12 @@ class Pages:
         form = await request.form()
         if not csrf_ok(dash.signer, None, request, _text(form.get(CSRF_FIELD))):
             return dash.refuse(request, None, 403, "the form's CSRF token is missing or wrong")
-        client = request.client.host if request.client else "?"
-        if not self.throttle.allowed(client):
+        client = dash.client(request)
+        if not dash.throttle.allowed(client):
             return dash.refuse(request, None, 429, "too many wrong tokens: try again later")
         who = dash.auth.identity(_text(form.get("token")) or "")
         if who is None:
-            self.throttle.failed(client)
+            dash.throttle.failed(client)
             logger.warning("dashboard: a sign-in with a wrong token from %s", client)
             return dash.render(request, None, "login.html", 401, error="wrong token")
         response = RedirectResponse(dash.base(request) + "/", status_code=303)

@@ -570,3 +570,16 @@ def test_an_outage_page_keeps_the_signed_in_csrf_token(
     assert client.cookies.get("ct_csrf") == csrf
     reply = client.post(f"/jobs/{jobs['failed']}/retry", data={"csrf_token": csrf})
     assert reply.status_code == 200, reply.text
+
+
+def test_wrong_bearer_tokens_are_throttled_as_sign_ins_are(client: TestClient) -> None:
+    """A script's ``Authorization: Bearer`` is a token guess as a sign-in is: five wrong
+    ones from one address and that address is refused (429), the right token too."""
+    for _ in range(5):
+        wrong = client.get("/api/jobs", headers={"Authorization": "Bearer " + "x" * 20})
+        assert wrong.status_code == 401
+    right = client.get("/api/jobs", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert right.status_code == 429, right.text
+    page = client.get("/login")
+    late = client.post("/login", data={"token": ADMIN_TOKEN, "csrf_token": _csrf(page.text)})
+    assert late.status_code == 429  # one count per address, whichever way it guessed
