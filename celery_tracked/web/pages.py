@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 from ..core.errors import InvalidFilter, InvalidPayload, JobNotFound
 from ..core.jobs import Job
+from ..core.pipelines import Pipeline
 from .auth import CSRF_FIELD, SESSION_COOKIE, Identity, TokenAuth, csrf_ok
 from .dash import Dash, failure
 from .filters import NAMES, STATUSES, filters_of, given, query_of
@@ -176,6 +177,8 @@ class Pages:
         rows = [{"depth": d, "job": job_view(j, self.masking)} for d, j in tree if j is not None]
         if not rows:
             return self.dash.refuse(request, who, 404, "no such pipeline")
+        if self.dash.scoped(who) is not False:  # its state and counts of the jobs shown
+            found = Pipeline(found.correlation_id, tuple(j for _, j in tree if j is not None))
         data: dict[str, Any] = {"cid": found.correlation_id, "state": found.state, "rows": rows}
         data["counts"] = found.counts
         return self._show(request, who, "pipeline.html", data)

@@ -532,6 +532,10 @@ def test_the_owner_mode_hides_another_owners_child_on_a_job_page(app: Celery) ->
         page = client.get(f"/api/jobs/{mine}", headers={"x-user": "alice"}).json()
         assert page["children"] == []
         assert child.job_id not in client.get(f"/jobs/{mine}", headers={"x-user": "alice"}).text
+        tree = client.get(f"/api/pipelines/{mine}", headers={"x-user": "alice"})
+        assert tree.status_code == 404  # no JSON route: the page
+        tree = client.get(f"/pipelines/{mine}", headers={"x-user": "alice"})
+        assert child.job_id not in tree.text and "completed 1," in tree.text, tree.text
     with _client(app) as client:  # an admin still sees it
         _login(client, ADMIN_TOKEN)
         children = client.get(f"/api/jobs/{mine}").json()["children"]
