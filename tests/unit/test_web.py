@@ -587,3 +587,16 @@ def test_wrong_bearer_tokens_are_throttled_as_sign_ins_are(client: TestClient) -
     page = client.get("/login")
     late = client.post("/login", data={"token": ADMIN_TOKEN, "csrf_token": _csrf(page.text)})
     assert late.status_code == 429  # one count per address, whichever way it guessed
+
+
+def test_a_job_page_shows_its_tenant_and_fairness_key(client: TestClient, app: Celery) -> None:
+    @tracked_task(app=app, shared=False, name="web.export", queue="mail", tenant="{t}",
+                  concurrency_key="exports", fairness_key="tenant:{t}")  # fmt: skip
+    def export(t: str) -> None:
+        return None
+
+    job = export.delay("acme").id
+    _login(client, READ_TOKEN)
+    shown = client.get(f"/api/jobs/{job}").json()["job"]
+    assert (shown["tenant"], shown["fairness_key"]) == ("acme", "tenant:acme")
+    assert "<th>tenant</th><td>acme</td>" in client.get(f"/jobs/{job}").text
