@@ -160,9 +160,9 @@ class Acts:
         action = request.path_params["action"]
         if action not in ("retry", "cancel"):
             return self.dash.refuse(request, who, 404, "no such bulk action")
-        shown = given(form)
         tracker = self.dash.tracker
         try:
+            shown = given(form, also=(CSRF_FIELD, "confirm", "include_unrecoverable"))
             filters = filters_of(shown)
             if form.get("confirm") != "yes":
                 return self._confirm(request, who, action, shown, filters)

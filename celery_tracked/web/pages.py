@@ -108,7 +108,10 @@ class Pages:
         }
 
     def jobs(self, request: Request, who: Identity) -> Response:
-        shown = given(request.query_params)
+        try:
+            shown = given(request.query_params, also=("cursor",))
+        except InvalidFilter as exc:
+            return self.dash.refuse(request, who, 400, str(exc))
         owner = self.dash.scoped(who)
         if owner is not False:
             shown["owner_id"] = owner

@@ -600,3 +600,20 @@ def test_a_job_page_shows_its_tenant_and_fairness_key(client: TestClient, app: C
     shown = client.get(f"/api/jobs/{job}").json()["job"]
     assert (shown["tenant"], shown["fairness_key"]) == ("acme", "tenant:acme")
     assert "<th>tenant</th><td>acme</td>" in client.get(f"/jobs/{job}").text
+
+
+def test_an_unknown_filter_is_refused_not_ignored(
+    client: TestClient, app: Celery, jobs: dict[str, str]
+) -> None:
+    """A misspelt filter (``tenant_id=`` for ``tenant=``) is a 400 naming it: ignored, the
+    list would show, and a bulk action act on, every job."""
+    csrf = _login(client, ADMIN_TOKEN)
+    reply = client.get("/api/jobs?tenant_id=acme")
+    assert reply.status_code == 400 and "tenant_id" in reply.json()["error"]
+    assert client.get("/jobs?queue=billing&cursor=").status_code == 200  # its own fields
+    form = {"csrf_token": csrf, "state": "failed", "confirm": "yes"}
+    done = client.post("/bulk/retry", data=form)
+    assert done.status_code == 400 and "state" in done.text
+    assert Tracker.for_app(app).actions() == []
+    ask = client.post("/bulk/retry", data={"csrf_token": csrf, "queue": "billing"})
+    assert ask.status_code == 200 and "Retry 1 job(s)?" in ask.text
