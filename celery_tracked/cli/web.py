@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 from celery.bin.base import CeleryCommand
+from celery.utils.imports import cwd_in_path
 
 from ..core.errors import ConfigurationError
 from ..core.printable import visible
@@ -34,7 +35,8 @@ def _callable(spec: str) -> Any:
     if not module or not name:
         raise click.BadParameter(f"{spec!r}: give module:callable", param_hint="--auth")
     try:
-        found = getattr(importlib.import_module(module), name)
+        with cwd_in_path():  # as ``-A proj`` finds ``proj``: a module beside the project
+            found = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise click.BadParameter(f"{spec!r}: {exc}", param_hint="--auth") from None
     if not callable(found):

@@ -51,8 +51,14 @@ def record(store: ActionStore, masking: Redaction, done: Done) -> int:
     return key
 
 
+#: the largest action id (the column is a 64-bit integer)
+MAX_ID = 2**63 - 1
+
+
 def page(store: ActionStore, before: int | None, limit: int) -> list[Action]:
     """The actions newest first, below ``before``; a bad ``before`` is ``InvalidFilter``."""
-    if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
-        raise InvalidFilter(f"before: an action id, not {before!r}")
+    if before is not None and (
+        isinstance(before, bool) or not isinstance(before, int) or not 1 <= before <= MAX_ID
+    ):
+        raise InvalidFilter(f"before: an action id (1 to {MAX_ID}), not {before!r}")
     return store.actions(before, limit)

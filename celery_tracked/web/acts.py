@@ -26,6 +26,7 @@ from ..core.errors import (
     InvalidCircuit,
     InvalidFilter,
     InvalidPause,
+    InvalidPayload,
     JobNotFound,
     RetryRefused,
     StoreError,
@@ -74,9 +75,9 @@ class Acts:
         """The admin who posted ``request`` with its CSRF token, and the form; else the
         refusal (401 anonymous, 403 read-only, 403 without a valid CSRF token)."""
         dash = self.dash
-        who = await dash.who(request)
-        if who is None:
-            return dash.refuse(request, None, 401, "sign in to act on jobs")
+        who = await dash.gate(request, "sign in to act on jobs")
+        if isinstance(who, Response):
+            return who
         if not who.admin:
             return dash.refuse(request, who, 403, "read-only: acting on jobs needs the admin role")
         form = await request.form()
@@ -107,6 +108,8 @@ class Acts:
 
     def retry(self, request: Request, who: Identity, form: FormData) -> Response:
         job_id = request.path_params["job_id"]
+        if not self._exists(job_id):
+            return self.dash.refuse(request, who, 404, "no such job")
         refused: dict[str, str] = {}
         try:
             moved = self.dash.tracker.retry(job_id)
@@ -124,7 +127,7 @@ class Acts:
         job_id = request.path_params["job_id"]
         running = form.get("running") == "yes"
         tracker = self.dash.tracker
-        if tracker.get_job(job_id) is None:
+        if not self._exists(job_id):
             return self.dash.refuse(request, who, 404, "no such job")
         reason = f"cancelled from the dashboard by {who.name}"
         refused: dict[str, str] = {}
@@ -139,6 +142,12 @@ class Acts:
         done = Done(who.name, who.role, action, job_id, () if refused else (job_id,), refused)
         return self._report(request, who, done)
 
+    def _exists(self, job_id: str) -> bool:
+        try:
+            return self.dash.tracker.get_job(job_id) is not None
+        except (InvalidPayload, TypeError):  # not a job id at all (a NUL byte, too long)
+            return False
+
     def _why_not(self, job_id: str, what: str, allowed: tuple[str, ...]) -> str:
         job = self.dash.tracker.get_job(job_id)
         if job is None:
@@ -151,9 +160,9 @@ class Acts:
         action = request.path_params["action"]
         if action not in ("retry", "cancel"):
             return self.dash.refuse(request, who, 404, "no such bulk action")
-        shown = given(form)
         tracker = self.dash.tracker
         try:
+            shown = given(form, also=(CSRF_FIELD, "confirm", "include_unrecoverable"))
             filters = filters_of(shown)
             if form.get("confirm") != "yes":
                 return self._confirm(request, who, action, shown, filters)

@@ -4,6 +4,7 @@ refusal."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -16,7 +17,18 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from ..adapter.celery_tracker import Tracker
 from ..core.printable import duration, visible
 from ..core.redact import first_line
-from .auth import CSRF_COOKIE, Identity, Signer, TokenAuth, bearer, check_auth, identify
+from .auth import (
+    CSRF_COOKIE,
+    Identity,
+    Signer,
+    Throttle,
+    TokenAuth,
+    bearer,
+    check_auth,
+    identify,
+)
+
+logger = logging.getLogger("celery_tracked.web")
 
 
 class Dash:
@@ -32,6 +44,8 @@ class Dash:
         self.auth = check_auth(auth)
         self.signer = Signer(secret_key)
         self.owner_scoped = owner_scoped
+        #: wrong tokens per client address: on the login page and as bearer tokens
+        self.throttle = Throttle()
         self.env = Environment(
             loader=PackageLoader("celery_tracked.web", "templates"),
             autoescape=select_autoescape(default=True),
@@ -81,6 +95,27 @@ class Dash:
 
     async def who(self, request: Request) -> Identity | None:
         return await identify(self.auth, self.signer, request)
+
+    async def gate(self, request: Request, why: str) -> Identity | Response:
+        """Who sent ``request``, or the refusal: 401 (``why``) without an identity, 429
+        for an address that sent too many wrong tokens (a wrong bearer token counts as a
+        wrong sign-in: both are guesses)."""
+        guess = self.bearer(request)
+        client = self.client(request)
+        if guess and not self.throttle.allowed(client):
+            return self.refuse(request, None, 429, "too many wrong tokens: try again later")
+        who = await self.who(request)
+        if who is None:
+            if guess:
+                self.throttle.failed(client)
+                logger.warning("dashboard: a wrong bearer token from %s", client)
+            return self.refuse(request, None, 401, why)
+        return who
+
+    @staticmethod
+    def client(request: Request) -> str:
+        """The client's address (the proxy's, unless uvicorn trusts its headers)."""
+        return request.client.host if request.client else "?"
 
     def base(self, request: Request) -> str:
         """The dashboard's path prefix (its mount point, or the proxy's root path)."""

@@ -19,7 +19,7 @@ from ..core.errors import InvalidFilter
 from ..core.finder import Filters
 from ..core.jobs import JobStatus
 
-TEXT = ("queue", "job_type", "task_name", "correlation_id", "owner_id", "error_type")
+TEXT = ("queue", "job_type", "task_name", "correlation_id", "owner_id", "error_type", "tenant")
 TIMES = (
     "created_after",
     "created_before",
@@ -52,8 +52,18 @@ def parse_time(name: str, text: str) -> datetime | timedelta:
     return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
 
 
-def given(query: ImmutableMultiDict[str, Any] | Mapping[str, Any]) -> dict[str, Any]:
-    """The filter parameters present and not blank, as text (statuses a list)."""
+def given(
+    query: ImmutableMultiDict[str, Any] | Mapping[str, Any], also: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The filter parameters present and not blank, as text (statuses a list).
+
+    Raises:
+        InvalidFilter: a parameter that is neither a filter nor one of ``also`` (a
+            misspelt filter ignored would list, and a bulk action act on, every job).
+    """
+    unknown = sorted(set(query.keys()) - set(NAMES) - set(also))
+    if unknown:
+        raise InvalidFilter(f"{unknown[0]}: not a filter (the filters: {', '.join(NAMES)})")
     out: dict[str, Any] = {}
     getlist = getattr(query, "getlist", None)
     statuses = getlist("status") if getlist else [query.get("status")]

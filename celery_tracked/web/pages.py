@@ -15,7 +15,8 @@ from starlette.routing import Route
 
 from ..core.errors import InvalidFilter, InvalidPayload, JobNotFound
 from ..core.jobs import Job
-from .auth import CSRF_FIELD, SESSION_COOKIE, Identity, Throttle, TokenAuth, csrf_ok
+from ..core.pipelines import Pipeline
+from .auth import CSRF_FIELD, SESSION_COOKIE, Identity, TokenAuth, csrf_ok
 from .dash import Dash, failure
 from .filters import NAMES, STATUSES, filters_of, given, query_of
 from .views import arguments, circuit_view, event_view, job_view, pause_view, queue_rows
@@ -33,7 +34,6 @@ class Pages:
     def __init__(self, dash: Dash) -> None:
         self.dash = dash
         self.masking = dash.tracker.settings.masking
-        self.throttle = Throttle()
 
     def routes(self) -> list[Route]:
         overview, jobs, job = self._read(self.overview), self._read(self.jobs), self._read(self.job)
@@ -61,9 +61,9 @@ class Pages:
         thread pool (its reads block on the database, never the event loop)."""
 
         async def endpoint(request: Request) -> Response:
-            who = await self.dash.who(request)
-            if who is None:
-                return self.dash.refuse(request, None, 401, "sign in to see the dashboard")
+            who = await self.dash.gate(request, "sign in to see the dashboard")
+            if isinstance(who, Response):
+                return who
             return await run_in_threadpool(page, request, who)
 
         return endpoint
@@ -81,7 +81,11 @@ class Pages:
         logger.warning(
             "dashboard: %s failed: %s", request.url.path, self.masking.mask(failure(exc))
         )
-        return self.dash.refuse(request, None, 503, failure(exc))
+        try:  # rendered for the signed-in user: their CSRF cookie stays theirs
+            who = await self.dash.who(request)
+        except Exception:  # the failure may be the auth callable's own
+            who = None
+        return self.dash.refuse(request, who, 503, failure(exc))
 
     # -- pages ------------------------------------------------------------------------
 
@@ -105,7 +109,10 @@ class Pages:
         }
 
     def jobs(self, request: Request, who: Identity) -> Response:
-        shown = given(request.query_params)
+        try:
+            shown = given(request.query_params, also=("cursor",))
+        except InvalidFilter as exc:
+            return self.dash.refuse(request, who, 400, str(exc))
         owner = self.dash.scoped(who)
         if owner is not False:
             shown["owner_id"] = owner
@@ -160,7 +167,8 @@ class Pages:
             return {"tree": [], "children": [], "more": False}
         rows = [(d, self._visible(who, j)) for d, j in found.tree()]
         tree = [{"depth": d, "job": job_view(j, self.masking)} for d, j in rows if j is not None]
-        children = [job_view(j, self.masking) for j in found.children(job.id)]
+        shown = [self._visible(who, j) for j in found.children(job.id)]
+        children = [job_view(j, self.masking) for j in shown if j is not None]
         return {"tree": tree[:TREE] if len(tree) > 1 else [], "children": children,
                 "more": len(tree) > TREE}  # fmt: skip
 
@@ -173,6 +181,8 @@ class Pages:
         rows = [{"depth": d, "job": job_view(j, self.masking)} for d, j in tree if j is not None]
         if not rows:
             return self.dash.refuse(request, who, 404, "no such pipeline")
+        if self.dash.scoped(who) is not False:  # its state and counts of the jobs shown
+            found = Pipeline(found.correlation_id, tuple(j for _, j in tree if j is not None))
         data: dict[str, Any] = {"cid": found.correlation_id, "state": found.state, "rows": rows}
         data["counts"] = found.counts
         return self._show(request, who, "pipeline.html", data)
@@ -202,12 +212,12 @@ class Pages:
         form = await request.form()
         if not csrf_ok(dash.signer, None, request, _text(form.get(CSRF_FIELD))):
             return dash.refuse(request, None, 403, "the form's CSRF token is missing or wrong")
-        client = request.client.host if request.client else "?"
-        if not self.throttle.allowed(client):
+        client = dash.client(request)
+        if not dash.throttle.allowed(client):
             return dash.refuse(request, None, 429, "too many wrong tokens: try again later")
         who = dash.auth.identity(_text(form.get("token")) or "")
         if who is None:
-            self.throttle.failed(client)
+            dash.throttle.failed(client)
             logger.warning("dashboard: a sign-in with a wrong token from %s", client)
             return dash.render(request, None, "login.html", 401, error="wrong token")
         response = RedirectResponse(dash.base(request) + "/", status_code=303)

@@ -31,7 +31,9 @@ FIELDS = (
     "correlation_id",
     "parent_job_id",
     "owner_id",
+    "tenant",
     "concurrency_key",
+    "fairness_key",
     "progress",
     "stage",
     "worker",
@@ -48,7 +50,7 @@ FIELDS = (
     "retries_exhausted",
     "revision",
 )
-_TEXTS = ("stage", "error_message", "worker", "idempotency_key")
+_TEXTS = ("stage", "error_message", "worker", "idempotency_key", "tenant", "fairness_key")
 
 
 def when(value: datetime | None) -> str | None:

@@ -21,7 +21,7 @@ from tracked_app import QUEUE
 JOB_KEYS = {
     "id", "status", "queue", "job_type", "task_name", "attempts", "attempts_made",
     "max_attempts", "priority", "progress", "stage", "error", "error_type", "error_message",
-    "correlation_id", "parent_job_id", "owner_id", "idempotency_key", "worker",
+    "correlation_id", "parent_job_id", "owner_id", "tenant", "idempotency_key", "worker",
     "created_at", "due_at", "deadline_at", "started_at", "finished_at", "updated_at",
     "cancel_requested_at", "duration_ms",
 }  # fmt: skip

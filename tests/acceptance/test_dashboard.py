@@ -208,3 +208,33 @@ def test_the_command_refuses_to_start_without_authentication(
     )
     assert done.returncode == 2, done.stderr
     assert expected in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_command_takes_an_auth_callable_from_the_working_directory(
+    env: Env, tmp_path: Path
+) -> None:
+    """``--auth myauth:who`` with ``myauth.py`` beside the project, as ``-A proj`` finds
+    ``proj``: the command imports it from the working directory and serves."""
+    (tmp_path / "myauth.py").write_text("def who(request):\n    return None\n")
+    port = _free_port()
+    command = [CELERY, "-A", "tracked_app", "tracked", "web", "--port", str(port)]
+    server = subprocess.Popen(
+        [*command, "--auth", "myauth:who"],
+        cwd=str(tmp_path),  # tracked_app comes from PYTHONPATH, myauth from here only
+        env=worker_environ(env.config, None, UNSET),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for(lambda: server.poll() is not None or _listening(port), timeout=60,
+                 what="the dashboard to start or exit")  # fmt: skip
+        assert server.poll() is None, server.communicate()[0]
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)  # closes its pipe
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0

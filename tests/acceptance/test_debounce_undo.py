@@ -49,10 +49,19 @@ def producer(env: Env, cut_path: CutPath) -> Iterator[Celery]:
     app.close()
 
 
-def relay_now(env: Env) -> list[str]:
-    """One relay pass past the grace period (Beat's relay entry would run it)."""
-    later = utcnow() + timedelta(seconds=env.tracker.settings.relay_grace_seconds + 1)
-    return env.tracker.relay(now=later).published
+def relay_now(env: Env, job_id: str) -> list[str]:
+    """Relay passes past the grace period (Beat's relay entry would run them) until one
+    publishes something: the relay takes only due rows, judged on the database's clock,
+    and the job is due when its debounce delay ends (its ``not_before``)."""
+    published: list[str] = []
+
+    def relayed() -> bool:
+        later = utcnow() + timedelta(seconds=env.tracker.settings.relay_grace_seconds + 1)
+        published.extend(env.tracker.relay(now=later).published)
+        return bool(published)
+
+    wait_for(relayed, timeout=15, what=f"a relay pass to publish {job_id} once due")
+    return published
 
 
 @pytest.mark.parametrize("consumed", ["before-the-undo", "after-the-undo"])
@@ -92,7 +101,7 @@ def test_a_failed_replacement_never_leaves_a_job_without_message(
     assert job is not None and job.status is JobStatus.PENDING
     assert job.payload["kwargs"] == {"x": x, "n": 1}
     assert (job.revision, job.published_at) == (2, None), env.diagnose(job_id)
-    assert relay_now(env) == [job_id], env.diagnose(job_id)
+    assert relay_now(env, job_id) == [job_id], env.diagnose(job_id)
 
     env.wait_status(job_id, "completed", timeout=30)
     assert env.tracker.wait(job_id, timeout=5) == {"x": x, "n": 1, "run": 1}

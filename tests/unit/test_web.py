@@ -520,3 +520,129 @@ def test_the_maintenance_panel_shows_each_plugins_last_pass_and_no_secret(
     assert "failed" in relay_row and "never" not in relay_row
     for body in (page, client.get("/api/overview").text, client.get("/overview/live").text):
         assert CANARY not in body
+
+
+def test_the_tenant_filter_narrows_the_list_and_the_bulk_actions(
+    client: TestClient, app: Celery
+) -> None:
+    """``tenant`` is a ``Tracker.jobs`` filter (issue 27): the list and a bulk action over
+    ``?tenant=`` act on that tenant's jobs only, never silently on every tenant's."""
+
+    @tracked_task(app=app, shared=False, name="web.bill", queue="billing", tenant="{t}",
+                  max_attempts=1)  # fmt: skip
+    def bill(t: str) -> None:
+        raise RuntimeError("provider down")
+
+    acme, other = bill.delay("acme").id, bill.delay("globex").id
+    csrf = _login(client, ADMIN_TOKEN)
+    listed = client.get("/api/jobs?tenant=acme").json()
+    assert [j["id"] for j in listed["jobs"]] == [acme] and listed["filters"] == {"tenant": "acme"}
+    assert 'name="tenant"' in client.get("/jobs?tenant=acme").text  # the form keeps it
+    ask = client.post("/bulk/retry", data={"csrf_token": csrf, "tenant": "acme"})
+    assert "Retry 1 job(s)?" in ask.text, ask.text
+    done = client.post("/bulk/retry", data={"csrf_token": csrf, "tenant": "acme", "confirm": "yes"})
+    assert done.status_code == 200
+    tracker = Tracker.for_app(app)
+    assert tracker.get_job(other).status.value == "failed"  # type: ignore[union-attr]
+    [entry] = tracker.actions()
+    assert entry.target == '{"tenant": "acme"}'
+    assert client.get("/api/jobs?tenant=" + "x" * 300).status_code == 400
+
+
+def test_the_owner_mode_hides_another_owners_child_on_a_job_page(app: Celery) -> None:
+    def auth(request: Any) -> Identity | None:
+        name = request.headers.get("x-user")
+        return None if name is None else Identity(name, "read_only", owner_id=name)
+
+    mail = app.tasks["web.mail"]
+    mine = mail.apply_async(("a@x",), owner_id="alice").id
+    child = mail.with_options(owner_id="bob", parent_job_id=mine, correlation_id=mine)("b@x")
+    with _client(app, auth=auth, owner_scoped=True) as client:
+        page = client.get(f"/api/jobs/{mine}", headers={"x-user": "alice"}).json()
+        assert page["children"] == []
+        assert child.job_id not in client.get(f"/jobs/{mine}", headers={"x-user": "alice"}).text
+        tree = client.get(f"/api/pipelines/{mine}", headers={"x-user": "alice"})
+        assert tree.status_code == 404  # no JSON route: the page
+        tree = client.get(f"/pipelines/{mine}", headers={"x-user": "alice"})
+        assert child.job_id not in tree.text and "completed 1," in tree.text, tree.text
+    with _client(app) as client:  # an admin still sees it
+        _login(client, ADMIN_TOKEN)
+        children = client.get(f"/api/jobs/{mine}").json()["children"]
+        assert [c["id"] for c in children] == [child.job_id]
+
+
+def test_bad_ids_in_actions_and_the_action_log_are_client_errors(
+    client: TestClient, jobs: dict[str, str]
+) -> None:
+    csrf = _login(client, ADMIN_TOKEN)
+    for path in ("/jobs/a%00b/retry", "/jobs/a%00b/cancel"):
+        reply = client.post(path, data={"csrf_token": csrf})
+        assert reply.status_code == 404 and "no such job" in reply.text, (path, reply.text)
+    for before in ("99999999999999999999999", "-1", "0"):
+        assert client.get(f"/api/actions?before={before}").status_code == 400, before
+    assert client.get("/api/actions?before=5").status_code == 200
+
+
+def test_an_outage_page_keeps_the_signed_in_csrf_token(
+    client: TestClient, app: Celery, jobs: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 503 (the database failed once) is rendered for the signed-in admin: it must not
+    replace their CSRF cookie with an anonymous one, or every action of their open pages
+    is refused (403) afterwards."""
+    from celery_tracked.core.errors import StoreError
+
+    csrf = _login(client, ADMIN_TOKEN)
+    tracker = Tracker.for_app(app)
+
+    def down(*args: Any, **kwargs: Any) -> None:
+        raise StoreError("connection refused")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(tracker, "get_job", down)
+        assert client.get(f"/jobs/{jobs['failed']}").status_code == 503
+    assert client.cookies.get("ct_csrf") == csrf
+    reply = client.post(f"/jobs/{jobs['failed']}/retry", data={"csrf_token": csrf})
+    assert reply.status_code == 200, reply.text
+
+
+def test_wrong_bearer_tokens_are_throttled_as_sign_ins_are(client: TestClient) -> None:
+    """A script's ``Authorization: Bearer`` is a token guess as a sign-in is: five wrong
+    ones from one address and that address is refused (429), the right token too."""
+    for _ in range(5):
+        wrong = client.get("/api/jobs", headers={"Authorization": "Bearer " + "x" * 20})
+        assert wrong.status_code == 401
+    right = client.get("/api/jobs", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert right.status_code == 429, right.text
+    page = client.get("/login")
+    late = client.post("/login", data={"token": ADMIN_TOKEN, "csrf_token": _csrf(page.text)})
+    assert late.status_code == 429  # one count per address, whichever way it guessed
+
+
+def test_a_job_page_shows_its_tenant_and_fairness_key(client: TestClient, app: Celery) -> None:
+    @tracked_task(app=app, shared=False, name="web.export", queue="mail", tenant="{t}",
+                  concurrency_key="exports", fairness_key="tenant:{t}")  # fmt: skip
+    def export(t: str) -> None:
+        return None
+
+    job = export.delay("acme").id
+    _login(client, READ_TOKEN)
+    shown = client.get(f"/api/jobs/{job}").json()["job"]
+    assert (shown["tenant"], shown["fairness_key"]) == ("acme", "tenant:acme")
+    assert "<th>tenant</th><td>acme</td>" in client.get(f"/jobs/{job}").text
+
+
+def test_an_unknown_filter_is_refused_not_ignored(
+    client: TestClient, app: Celery, jobs: dict[str, str]
+) -> None:
+    """A misspelt filter (``tenant_id=`` for ``tenant=``) is a 400 naming it: ignored, the
+    list would show, and a bulk action act on, every job."""
+    csrf = _login(client, ADMIN_TOKEN)
+    reply = client.get("/api/jobs?tenant_id=acme")
+    assert reply.status_code == 400 and "tenant_id" in reply.json()["error"]
+    assert client.get("/jobs?queue=billing&cursor=").status_code == 200  # its own fields
+    form = {"csrf_token": csrf, "state": "failed", "confirm": "yes"}
+    done = client.post("/bulk/retry", data=form)
+    assert done.status_code == 400 and "state" in done.text
+    assert Tracker.for_app(app).actions() == []
+    ask = client.post("/bulk/retry", data={"csrf_token": csrf, "queue": "billing"})
+    assert ask.status_code == 200 and "Retry 1 job(s)?" in ask.text
