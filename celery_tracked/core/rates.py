@@ -307,12 +307,25 @@ def _with(times: tuple[float, ...], at: float, units: int) -> tuple[float, ...]:
     return tuple(sorted((*times, *(at,) * units), reverse=True))
 
 
+def free_at(state: RateState, turn: Turn, now_ms: float) -> float:
+    """The earliest time a fresh delivery of one unit of ``turn``'s key may be granted,
+    given ``state``: later ones only push it later (a hint before the claim)."""
+    one = replace(turn, units=1)
+    return max(
+        cap(state.aged(now_ms, turn.window_ms).grants, one),
+        max(state.tat or now_ms, now_ms) + one.cost_ms - turn.span_ms,
+    )
+
+
 def decide(
     states: Sequence[RateState],
     turns: Sequence[Turn],
     now_ms: float,
+    grant: bool = True,
 ) -> tuple[int, tuple[Turn, ...], tuple[RateState, ...]]:
-    """``(wait_ms, turns, new states)`` for a delivery asking to start now.
+    """``(wait_ms, turns, new states)`` for a delivery asking to start now; ``grant``
+    False (before the claim): room now is not taken (``(0, turns, states)``), only a
+    place in line when there is none.
 
     A start is granted when every limit allows it: never more than ``count`` units in
     any window of ``window_ms`` (``grants``). A fresh turn (no place in line) must also
@@ -336,6 +349,8 @@ def decide(
             at = max(at, max(state.tat or now_ms, now_ms) + turn.cost_ms - turn.span_ms)
         ats.append(at)
     latest = max(ats)
+    if latest <= now_ms and not grant:
+        return 0, tuple(turns), tuple(states)
     if latest <= now_ms:
         granted = []
         for state, turn in zip(states, turns, strict=True):
