@@ -237,7 +237,9 @@ if latest <= now then
   for i = 1, n do
     local x = T[i]
     add(i, x.g, now)
-    redis.call('HSET', x.h, 'tat', string.format('%.3f', math.max(x.tat, now) + x.cost))
+    local due = x.tat
+    if now - due > x.window / x.count / 2 then due = now end
+    redis.call('HSET', x.h, 'tat', string.format('%.3f', due + x.cost))
     if not x.slot then
       x.line = math.max(x.line, now) + x.cost
       add(i, x.p, now)

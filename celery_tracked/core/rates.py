@@ -42,6 +42,11 @@ RATE_OPTIONS = ("rate_limits",)
 #: ``{digest of the key: slot (Redis milliseconds)}`` (a digest: a key may hold a secret
 #: argument, and headers are shown by monitors).
 HEADER_RATE_TURNS = "tracked_rate_turns"
+#: Each window is counted this much longer than its rate says (ms): a body starts a few
+#: ms after its grant (its process is scheduled, Celery calls it), so N grants in any
+#: window this much longer keep N body starts in any window of the rate's length while
+#: that latency stays under it (docs/limits.md, "The guarantee").
+START_MARGIN_MS = 25.0
 #: The longest window (one day) and the largest count.
 MAX_WINDOW_S = 86_400
 MAX_COUNT = 1_000_000
@@ -197,7 +202,7 @@ def turns_of(
             Turn(
                 key,
                 count,
-                window_s * 1000.0,
+                window_s * 1000.0 + START_MARGIN_MS,
                 limit.burst,
                 _units(limit, named, args, kwargs),
                 slot,
@@ -307,6 +312,14 @@ def _with(times: tuple[float, ...], at: float, units: int) -> tuple[float, ...]:
     return tuple(sorted((*times, *(at,) * units), reverse=True))
 
 
+def _paced(tat: float | None, now_ms: float, turn: Turn) -> float:
+    """The burst's schedule after a start at ``now_ms``: one interval per unit after the
+    time it was due (``tat``) when it came at most half an interval late (a delivery's
+    latency is not lost for good: the next start is due on time), else after now."""
+    late = tat is None or now_ms - tat > turn.interval_ms / 2
+    return (now_ms if late or tat is None else tat) + turn.cost_ms
+
+
 def free_at(state: RateState, turn: Turn, now_ms: float) -> float:
     """The earliest time a fresh delivery of one unit of ``turn``'s key may be granted,
     given ``state``: later ones only push it later (a hint before the claim)."""
@@ -354,7 +367,7 @@ def decide(
     if latest <= now_ms:
         granted = []
         for state, turn in zip(states, turns, strict=True):
-            tat = max(state.tat or now_ms, now_ms) + turn.cost_ms
+            tat = _paced(state.tat, now_ms, turn)
             state = replace(state, grants=_with(state.grants, now_ms, turn.units), tat=tat)
             if turn.slot_ms is None:
                 state = state.planned(now_ms, turn.units)

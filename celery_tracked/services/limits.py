@@ -160,12 +160,17 @@ class KeyedRateLimit(Hooks):
     def before_claim(self, delivery: Delivery) -> float | Wait | None:
         """A fresh delivery that this process knows is over its limit (``free_in``, what
         its last answers said: no round trip) takes its place in line before the claim:
-        one round trip, no claim to give back, re-published for its place."""
+        one round trip, no claim to give back, re-published for its place; room known to
+        come within :data:`SHORT_WAIT_S` is slept for (nothing is held yet)."""
         turns = delivery.limits.turns if delivery.limits is not None else ()
         if not turns or delivery.inline or any(t.slot_ms is not None for t in turns):
             return None
-        if self.limiter.free_in(turns) <= KEYED_SHORT_WAIT_S * 1000:
-            return None  # room soon, or nothing known: the claim, then the grant
+        free_ms = self.limiter.free_in(turns)
+        if free_ms <= 0:
+            return None  # room now, or nothing known: the claim, then the grant
+        if free_ms <= SHORT_WAIT_S * 1000:
+            self._sleep(free_ms / 1000)  # nothing held yet: slept, then claimed
+            return None
         try:
             wait_ms, turns = self.limiter.turns(turns, grant=False)
         except GuardError as exc:

@@ -12,6 +12,7 @@ import pytest
 from celery_tracked.core.errors import InvalidPayload, InvalidTaskOption
 from celery_tracked.core.rates import (
     HEADER_RATE_TURNS,
+    START_MARGIN_MS,
     RateLimit,
     RateState,
     Turn,
@@ -58,8 +59,8 @@ def test_a_call_makes_its_turns_and_its_units() -> None:
     limits = rates_of([("ai:{tenant}", "10/s"), RateLimit("tok", "100/s", burst=50, units="n")])
     turns = turns_of(limits, {"tenant": "t1", "n": 7}, (), {})
     assert [(t.key, t.count, t.window_ms, t.units, t.slot_ms) for t in turns] == [
-        ("ai:t1", 10, 1000.0, 1, None),
-        ("tok", 100, 1000.0, 7, None),
+        ("ai:t1", 10, 1000.0 + START_MARGIN_MS, 1, None),  # the body's latency
+        ("tok", 100, 1000.0 + START_MARGIN_MS, 7, None),
     ]
     header = turns_header([Turn("ai:t1", 10, 1000.0, slot_ms=123, seq=7)])
     assert header == {HEADER_RATE_TURNS: {digest("ai:t1"): [123, 7]}}
