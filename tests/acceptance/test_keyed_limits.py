@@ -12,7 +12,7 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from limit_tasks import PER_TENANT_S
+from limit_tasks import PER_TENANT_BURST, PER_TENANT_S
 from test_reaper_waiting import FAST_ENV
 
 from celery_tracked import JobStatus
@@ -73,6 +73,13 @@ def latencies_ms(env: Any) -> list[float]:
     return sorted(out)
 
 
+def after_ramp_up(times: list[float]) -> float:
+    """Starts per second from the end of the tenant's first second (the workers' processes
+    still warming up: first connections, first imports) to its last start."""
+    late = [at for at in times if at >= times[0] + 1.0]
+    return (len(late) - 1) / (late[-1] - late[0])
+
+
 def per_second(times: list[float]) -> list[int]:
     counts = [0] * (int(times[-1] - times[0]) + 1)
     for at in times:
@@ -108,7 +115,10 @@ def test_per_tenant_limits_hold_across_workers(
     its timer, waiting for their turn)."""
     task = env.task("acc.per_tenant")
     ids = [task.enqueue(tenant_id=TENANTS[n % len(TENANTS)], n=n).job_id for n in range(JOBS)]
-    overrides = {"TRACKED_TEST_PER_TENANT_S": str(PER_TENANT_S)}
+    overrides = {
+        "TRACKED_TEST_PER_TENANT_S": str(PER_TENANT_S),
+        "TRACKED_TEST_PER_TENANT_BURST": str(PER_TENANT_BURST),
+    }
     if kill:
         overrides.update(FAST_ENV)
         start_beat(FAST_ENV)
@@ -136,14 +146,17 @@ def test_per_tenant_limits_hold_across_workers(
     total_s = max(ts[-1] for ts in found.values()) - min(ts[0] for ts in found.values())
     jobs = [env.tracker.get_job(j) for j in ids]
     republished = sum(1 for w in workers for r in w.records() if r["extra"].get("status") == "busy")
-    rates = {t: (len(ts) - 1) / (ts[-1] - ts[0]) for t, ts in found.items()}
+    whole = {t: (len(ts) - 1) / (ts[-1] - ts[0]) for t, ts in found.items()}
+    rates = {t: after_ramp_up(ts) for t, ts in found.items()}
     most = {t: most_in(ts, 1.0) for t, ts in found.items()}
     attempts = sorted({j.attempts_made for j in jobs})
     print(
-        f"\nkeyed limit {PER_TENANT_S}/s per tenant, {JOBS} jobs, {len(TENANTS)} tenants, "
+        f"\nkeyed limit {PER_TENANT_S}/s (burst {PER_TENANT_BURST}) per tenant, {JOBS} jobs, "
+        f"{len(TENANTS)} tenants, "
         f"3 workers x {CHILDREN}"
         f"{' (one SIGKILLed)' if kill else ''}: {total_s:.1f} s"
-        f"\n  throughput per tenant (/s): { {t: round(r, 2) for t, r in rates.items()} }"
+        f"\n  throughput per tenant (/s): { {t: round(r, 2) for t, r in whole.items()} }"
+        f"\n  ... after its first second: { {t: round(r, 2) for t, r in rates.items()} }"
         f"\n  the pool's own capacity: {capacity:.1f} starts/s ({expected:.1f}/s per tenant)"
         f"\n  {TENANTS[0]}'s starts per second: {per_second(found[TENANTS[0]])}"
         f"\n  most starts in any 1 s window: {most}"

@@ -18,6 +18,7 @@ from celery_tracked.core.rates import (
     Turn,
     decide,
     digest,
+    free_at,
     parse_rate,
     rates_of,
     turns_header,
@@ -208,3 +209,23 @@ def test_heavy_lateness_costs_throughput_not_the_limit() -> None:
         f"{republished / 200:.2f} re-publishes per job"
     )
     assert republished <= 4 * 200
+
+
+def test_a_start_up_to_half_an_interval_late_keeps_the_schedule() -> None:
+    turn, state = Turn("k", 20, 1000.0), RateState()  # one start every 50 ms
+    _, _, state = ask(state, turn, 10_000.0)
+    _, _, state = ask(state, turn, 10_070.0)  # 20 ms late (due at 10,050)
+    assert state.tat == 10_100.0  # the next is due on time, not at 10,120
+    assert ask(state, turn, 10_099.0)[0] > 0 and ask(state, turn, 10_100.0)[0] == 0
+    _, _, state = ask(state, turn, 10_200.0)  # 100 ms late: the schedule starts again
+    assert state.tat == 10_250.0
+
+
+def test_free_at_says_when_a_fresh_delivery_may_start() -> None:
+    turn, state = Turn("k", 2, 1000.0, burst=2), RateState()
+    _, _, state = ask(state, turn, 0.0)
+    assert free_at(state, turn, 0.0) == 0.0  # the burst has room
+    _, _, state = ask(state, turn, 10.0)
+    assert free_at(state, turn, 10.0) == 1000.0  # the window is full until the first ages
+    wait, _, _ = ask(state, turn, 500.0)
+    assert wait > 0  # a hint still ahead: surely refused
