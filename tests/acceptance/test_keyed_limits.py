@@ -1,8 +1,9 @@
 """Keyed rate limits per tenant (issue 27, items 1 and 2) with real ``celery worker``
 processes, Redis and PostgreSQL: 3 workers x 2 pool processes, 20 starts per second per
-tenant over 5 tenants. ``TRACKED_KEYED_JOBS`` sets the number of jobs (default 1,000 so
-that the suite stays short; the issue's 3,000 was measured with
-``TRACKED_KEYED_JOBS=3000``, see docs/limits.md). ``pytest -s`` prints what it measured."""
+tenant (in any window: ``burst=20``) over 5 tenants. ``TRACKED_KEYED_JOBS`` sets the
+number of jobs (default 1,000 so that the suite stays short; the issue's 3,000 was
+measured with ``TRACKED_KEYED_JOBS=3000``, see docs/limits.md). ``pytest -s`` prints what
+it measured."""
 
 from __future__ import annotations
 
@@ -14,10 +15,14 @@ from typing import Any
 import pytest
 from limit_tasks import PER_TENANT_BURST, PER_TENANT_S
 from test_reaper_waiting import FAST_ENV
+from tracked_app import QUEUE
 
 from celery_tracked import JobStatus
 from celery_tracked.core.rates import START_MARGIN_MS
 from tests.conftest import wait_for
+
+#: The queue the killed-worker run routes Beat's maintenance tasks to (docs/limits.md).
+MAINTENANCE = "acc-maintenance"
 
 TENANTS = [f"t{i}" for i in range(int(os.environ.get("TRACKED_KEYED_TENANTS", "5")))]
 JOBS = int(os.environ.get("TRACKED_KEYED_JOBS", "1000"))
@@ -30,11 +35,13 @@ WINDOW_S = 1 + START_MARGIN_MS / 1000
 CHILDREN = int(os.environ.get("TRACKED_KEYED_CHILDREN", "2"))
 
 
-def starts_by_tenant(env: Any, tenants: list[str] = TENANTS) -> dict[str, list[float]]:
+def starts_by_tenant(
+    env: Any, tenants: list[str] = TENANTS, skip: frozenset[str] = frozenset()
+) -> dict[str, list[float]]:
     found: dict[str, list[float]] = defaultdict(list)
     for raw in env.redis.lrange("keyed:starts", 0, -1):
-        at, tenant, _job_id, _pid, _grant = raw.decode().split()
-        if tenant in tenants:
+        at, tenant, job_id, _pid, _grant = raw.decode().split()
+        if tenant in tenants and job_id not in skip:
             found[tenant].append(float(at))
     return {tenant: sorted(times) for tenant, times in found.items()}
 
@@ -119,11 +126,13 @@ def test_per_tenant_limits_hold_across_workers(
         "TRACKED_TEST_PER_TENANT_S": str(PER_TENANT_S),
         "TRACKED_TEST_PER_TENANT_BURST": str(PER_TENANT_BURST),
     }
-    if kill:
-        overrides.update(FAST_ENV)
-        start_beat(FAST_ENV)
+    queues = QUEUE
+    if kill:  # the reaper on its own queue: Beat's runs are not queued behind the backlog
+        overrides.update(FAST_ENV, TRACKED_TEST_MAINTENANCE_QUEUE=MAINTENANCE)
+        start_beat({**FAST_ENV, "TRACKED_TEST_MAINTENANCE_QUEUE": MAINTENANCE})
+        queues = f"{QUEUE},{MAINTENANCE}"
     workers = [
-        start_worker(f"w{i}", concurrency=CHILDREN, environ=overrides, ready=False)
+        start_worker(f"w{i}", concurrency=CHILDREN, environ=overrides, queues=queues, ready=False)
         for i in range(3)
     ]  # started together: none runs the first seconds alone
     for worker in workers:
@@ -137,7 +146,7 @@ def test_per_tenant_limits_hold_across_workers(
         timeout=JOBS / (PER_TENANT_S * len(TENANTS)) * 3 + 120,
         what="every job started",
     )
-    for job_id in ids[-50:]:
+    for job_id in ids if kill else ids[-50:]:  # (a rerun makes JOBS starts before the last)
         env.wait_status(job_id, "completed", timeout=60)
     capacity = pool_capacity(env, task)
     expected = min(PER_TENANT_S, capacity / len(TENANTS))
@@ -148,6 +157,13 @@ def test_per_tenant_limits_hold_across_workers(
     republished = sum(1 for w in workers for r in w.records() if r["extra"].get("status") == "busy")
     whole = {t: (len(ts) - 1) / (ts[-1] - ts[0]) for t, ts in found.items()}
     rates = {t: after_ramp_up(ts) for t, ts in found.items()}
+    # the jobs whose messages died with the killed worker: the reaper re-sends them only
+    # once the queue's backlog has drained (before, a missing message may be in it)
+    rescued = frozenset(
+        j for j in (ids if kill else ()) if "rescued" in {e.event for e in env.tracker.history(j)}
+    )
+    if kill:
+        rates = {t: after_ramp_up(ts) for t, ts in starts_by_tenant(env, skip=rescued).items()}
     most = {t: most_in(ts, 1.0) for t, ts in found.items()}
     attempts = sorted({j.attempts_made for j in jobs})
     print(
@@ -156,7 +172,8 @@ def test_per_tenant_limits_hold_across_workers(
         f"3 workers x {CHILDREN}"
         f"{' (one SIGKILLed)' if kill else ''}: {total_s:.1f} s"
         f"\n  throughput per tenant (/s): { {t: round(r, 2) for t, r in whole.items()} }"
-        f"\n  ... after its first second: { {t: round(r, 2) for t, r in rates.items()} }"
+        f"\n  ... after its first second{', the rescued jobs left out' if kill else ''}: "
+        f"{ {t: round(r, 2) for t, r in rates.items()} } ({len(rescued)} rescued)"
         f"\n  the pool's own capacity: {capacity:.1f} starts/s ({expected:.1f}/s per tenant)"
         f"\n  {TENANTS[0]}'s starts per second: {per_second(found[TENANTS[0]])}"
         f"\n  most starts in any 1 s window: {most}"
@@ -165,7 +182,10 @@ def test_per_tenant_limits_hold_across_workers(
         f"\n  attempts_made {attempts}, re-publishes {republished} "
         f"({republished / JOBS:.2f} per job), runs {sorted({env.ran(j) for j in ids})}"
     )
-    assert sorted(found) == TENANTS and sum(len(ts) for ts in found.values()) == JOBS
+    started = {raw.decode().split()[2] for raw in env.redis.lrange("keyed:starts", 0, -1)}
+    assert sorted(found) == TENANTS and started >= set(ids)
+    # a body the kill interrupted runs again (its attempt 2): granted again, counted twice
+    assert sum(len(ts) for ts in found.values()) == JOBS or kill
     assert max(grants.values()) <= PER_TENANT_S
     assert max(most.values()) <= PER_TENANT_S
     for tenant, rate in rates.items():
