@@ -33,8 +33,9 @@ from typing import Any
 import redis
 
 from ..core.limits import LimiterState, grant_start, release_slot, take_slot
-from ..core.rates import RateState, Turn, decide
+from ..core.rates import RateState, Turn, decide, free_at
 from .guard import translated
+from .rate_hints import Hints
 
 logger = logging.getLogger("celery_tracked")
 
@@ -175,12 +176,14 @@ end
 
 #: rates.decide over a delivery's turns: KEYS = per turn its hash (line, tat, late, seq),
 #: its grants and its plans (sorted sets of times, one member per unit); ARGV = per turn:
-#: count, window_ms, span_ms, cost_ms, units, slot (-1: none), seq (its place's first id)
-#: -> {wait_ms, then per turn its slot and seq}
+#: count, window_ms, span_ms, cost_ms, units, slot (-1: none), seq (its place's first id),
+#: then 1 to grant (0: a place only, before the claim: room now is not taken)
+#: -> {wait_ms, then (waiting) per turn its slot and seq, then per turn rates.free_at - now}
 _DECIDE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local n = #KEYS / 3
+local grant = tonumber(ARGV[n * 7 + 1]) == 1
 local T = {}
 local latest = -math.huge
 local function cap(zkey, count, units, window)
@@ -215,23 +218,36 @@ for i = 1, n do
   if at > latest then latest = at end
   T[i] = x
 end
+local function free(out)
+  for i = 1, n do
+    local y = T[i]
+    local tat = tonumber(redis.call('HGET', y.h, 'tat')) or now
+    local paced = math.max(tat, now) + y.window / y.count - y.span
+    local at = math.max(cap(y.g, y.count, 1, y.window), paced)
+    out[#out + 1] = math.max(0, math.floor(at - now))
+  end
+  return out
+end
 local function save(x)
   redis.call('HSET', x.h, 'line', string.format('%.3f', x.line))
   local ttl = math.ceil(math.max(x.line, latest, now) - now + x.window + 60000)
   for _, k in ipairs({x.h, x.g, x.p}) do redis.call('PEXPIRE', k, ttl) end
 end
+if latest <= now and not grant then return free({0}) end
 if latest <= now then
   for i = 1, n do
     local x = T[i]
     add(i, x.g, now)
-    redis.call('HSET', x.h, 'tat', string.format('%.3f', math.max(x.tat, now) + x.cost))
+    local due = x.tat
+    if now - due > x.window / x.count / 2 then due = now end
+    redis.call('HSET', x.h, 'tat', string.format('%.3f', due + x.cost))
     if not x.slot then
       x.line = math.max(x.line, now) + x.cost
       add(i, x.p, now)
     end
     save(x)
   end
-  return {0}
+  return free({0})
 end
 local function place(x)
   local base = math.max(x.line, now) + x.cost
@@ -262,7 +278,7 @@ for i = 1, n do
   end
 end
 out[1] = math.max(1, math.ceil(wait))
-return out
+return free(out)
 """
 
 
@@ -275,6 +291,7 @@ class RedisLimiter:
         self._grant = client.register_script(_GRANT)
         self._release = client.register_script(_RELEASE)
         self._decide = client.register_script(_DECIDE)
+        self.hints = Hints()
 
     def key(self, name: str) -> str:
         return f"{self.prefix}:limiter:{{{name}}}"
@@ -300,7 +317,7 @@ class RedisLimiter:
         keys of one delivery's limits are on one Redis Cluster node."""
         return f"{self.prefix}:rate:{{rate}}:{part}:{key}"
 
-    def turns(self, turns: tuple[Turn, ...]) -> tuple[int, tuple[Turn, ...]]:
+    def turns(self, turns: tuple[Turn, ...], grant: bool = True) -> tuple[int, tuple[Turn, ...]]:
         args: list[Any] = []
         keys: list[str] = []
         for turn in turns:
@@ -309,12 +326,17 @@ class RedisLimiter:
             args += [f"{turn.cost_ms:.3f}", turn.units, slot, turn.seq or 0]
             keys += [self.rate_key(turn.key, p) for p in ("line", "grants", "plans")]
         with translated("rate limiter"):
-            out = self._decide(keys=keys, args=args)
+            out = self._decide(keys=keys, args=[*args, 1 if grant else 0])
+        n = len(turns)
+        self.hints.note(turns, out[-n:])
         wait = int(out[0])
         if wait == 0:
             return 0, turns
-        places = zip(turns, out[1::2], out[2::2], strict=True)
+        places = zip(turns, out[1 : 2 * n : 2], out[2 : 2 * n + 1 : 2], strict=True)
         return wait, tuple(replace(t, slot_ms=int(s), seq=int(q)) for t, s, q in places)
+
+    def free_in(self, turns: tuple[Turn, ...]) -> float:
+        return self.hints.free_in(turns)
 
 
 class MemoryLimiter:
@@ -324,6 +346,7 @@ class MemoryLimiter:
     def __init__(self) -> None:
         self._states: dict[str, LimiterState] = {}
         self._rates: dict[str, RateState] = {}
+        self.hints = Hints()
         self._lock = threading.Lock()
 
     def take(self, name: str, interval_ms: int, reserved_ms: int | None) -> tuple[int, int]:
@@ -343,13 +366,19 @@ class MemoryLimiter:
             if name in self._states:
                 self._states[name] = release_slot(self._states[name], slot_ms)
 
-    def turns(self, turns: tuple[Turn, ...]) -> tuple[int, tuple[Turn, ...]]:
+    def turns(self, turns: tuple[Turn, ...], grant: bool = True) -> tuple[int, tuple[Turn, ...]]:
         with self._lock:
+            now = _now_ms()
             states = [self._rates.get(t.key, RateState()) for t in turns]
-            wait, made, new = decide(states, turns, _now_ms())
+            wait, made, new = decide(states, turns, now, grant)
             for turn, state in zip(turns, new, strict=True):
                 self._rates[turn.key] = state
+            free = [free_at(s, t, now) - now for s, t in zip(new, turns, strict=True)]
+            self.hints.note(turns, free)
         return wait, made
+
+    def free_in(self, turns: tuple[Turn, ...]) -> float:
+        return self.hints.free_in(turns)
 
 
 def _now_ms() -> float:

@@ -51,7 +51,12 @@ class Limiter(Protocol):
     def release(self, name: str, interval_ms: int, slot_ms: int) -> None:
         """The delivery of slot ``slot_ms`` runs nothing: its turn and what it is owed go."""
 
-    def turns(self, turns: tuple[Turn, ...]) -> tuple[int, tuple[Turn, ...]]:
+    def turns(self, turns: tuple[Turn, ...], grant: bool = True) -> tuple[int, tuple[Turn, ...]]:
         """Keyed rate limits (``rates.decide``, one round trip): ``(0, turns)`` when the
         start is granted (recorded on every key), else the wait and the turns with their
-        places in line."""
+        places in line. ``grant`` False (before the claim): ``(0, turns)`` says there is
+        room now, nothing recorded."""
+
+    def free_in(self, turns: tuple[Turn, ...]) -> float:
+        """Milliseconds until a fresh delivery of ``turns`` may be granted, by what this
+        process last heard of their keys (0: nothing known); no round trip."""

@@ -4,7 +4,7 @@
 second for each value of the key, across all workers and every task naming the same key.
 Several limits are a list (``[("ai:{tenant_id}", "100/m"), ("ai", "50/s")]``: a start needs
 all of them); a :class:`RateLimit` spells the rest: ``burst`` (how many may start back to
-back after a quiet spell, default 1: evenly spaced) and ``units`` (what one call costs: an
+back after a quiet spell, default N: N in any window) and ``units`` (what one call costs: an
 integer, the name of an integer argument, or a callable taking the call's arguments).
 
 The key is a template over the call's arguments, like ``concurrency_key`` (``calls.py``),
@@ -42,6 +42,11 @@ RATE_OPTIONS = ("rate_limits",)
 #: ``{digest of the key: slot (Redis milliseconds)}`` (a digest: a key may hold a secret
 #: argument, and headers are shown by monitors).
 HEADER_RATE_TURNS = "tracked_rate_turns"
+#: Each window is counted this much longer than its rate says (ms): a body starts a few
+#: ms after its grant (its process is scheduled, Celery calls it), so N grants in any
+#: window this much longer keep N body starts in any window of the rate's length while
+#: that latency stays under it (docs/limits.md, "The guarantee").
+START_MARGIN_MS = 25.0
 #: The longest window (one day) and the largest count.
 MAX_WINDOW_S = 86_400
 MAX_COUNT = 1_000_000
@@ -61,16 +66,16 @@ class RateLimit:
             shared by every call.
         rate: ``"N/s"``, ``"N/m"``, ``"N/h"``, ``"N/d"``, or with a multiple:
             ``"100/10s"``.
-        burst: how many may start back to back after a quiet spell (default 1: evenly
-            spaced, ``window / N`` apart; at most N). Any window holds at most N starts
-            whatever the burst.
+        burst: how many may start back to back after a quiet spell, 1 to N (default N:
+            "N per window" means up to N in any window; 1: evenly spaced, ``window / N``
+            apart). Any window holds at most N starts whatever the burst.
         units: what one call costs (default 1): an integer, the name of an integer
             argument, or a callable taking the call's arguments; at most ``burst``.
     """
 
     key: str | Callable[..., str]
     rate: str
-    burst: int = 1
+    burst: int | None = None
     units: int | str | Callable[..., int] = 1
 
     @property
@@ -130,7 +135,8 @@ def _one(item: Any) -> RateLimit:
     if not isinstance(item, RateLimit):
         raise InvalidTaskOption("rate_limits", f"each limit is (key, rate), got {item!r}")
     check_template(item.key, "rate_limits")
-    burst, (count, _) = item.burst, parse_rate(item.rate)
+    count, _ = parse_rate(item.rate)
+    burst = count if item.burst is None else item.burst
     if isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= count:
         raise InvalidTaskOption("rate_limits", f"burst must be 1 to N ({count}), got {burst!r}")
     units = item.units
@@ -142,7 +148,7 @@ def _one(item: Any) -> RateLimit:
         raise InvalidTaskOption(
             "rate_limits", f"units: an integer, an argument name or a callable, got {units!r}"
         )
-    return item
+    return replace(item, burst=burst)
 
 
 @dataclass(frozen=True)
@@ -197,8 +203,8 @@ def turns_of(
             Turn(
                 key,
                 count,
-                window_s * 1000.0,
-                limit.burst,
+                window_s * 1000.0 + START_MARGIN_MS,
+                limit.burst or count,
                 _units(limit, named, args, kwargs),
                 slot,
                 seq,
@@ -226,10 +232,11 @@ def _units(limit: RateLimit, named: Mapping[str, Any], args: Any, kwargs: Any) -
         raise InvalidPayload(
             f"rate_limits: cannot count the units of the call: {type(exc).__name__}"
         ) from None
-    if isinstance(units, bool) or not isinstance(units, int) or not 1 <= units <= limit.burst:
+    burst = limit.burst or parse_rate(limit.rate)[0]
+    if isinstance(units, bool) or not isinstance(units, int) or not 1 <= units <= burst:
         raise InvalidPayload(
             f"rate_limits: a call's units must be an integer from 1 to the burst "
-            f"({limit.burst}), got {units!r}"
+            f"({burst}), got {units!r}"
         )
     return units
 
@@ -307,12 +314,33 @@ def _with(times: tuple[float, ...], at: float, units: int) -> tuple[float, ...]:
     return tuple(sorted((*times, *(at,) * units), reverse=True))
 
 
+def _paced(tat: float | None, now_ms: float, turn: Turn) -> float:
+    """The burst's schedule after a start at ``now_ms``: one interval per unit after the
+    time it was due (``tat``) when it came at most half an interval late (a delivery's
+    latency is not lost for good: the next start is due on time), else after now."""
+    late = tat is None or now_ms - tat > turn.interval_ms / 2
+    return (now_ms if late or tat is None else tat) + turn.cost_ms
+
+
+def free_at(state: RateState, turn: Turn, now_ms: float) -> float:
+    """The earliest time a fresh delivery of one unit of ``turn``'s key may be granted,
+    given ``state``: later ones only push it later (a hint before the claim)."""
+    one = replace(turn, units=1)
+    return max(
+        cap(state.aged(now_ms, turn.window_ms).grants, one),
+        max(state.tat or now_ms, now_ms) + one.cost_ms - turn.span_ms,
+    )
+
+
 def decide(
     states: Sequence[RateState],
     turns: Sequence[Turn],
     now_ms: float,
+    grant: bool = True,
 ) -> tuple[int, tuple[Turn, ...], tuple[RateState, ...]]:
-    """``(wait_ms, turns, new states)`` for a delivery asking to start now.
+    """``(wait_ms, turns, new states)`` for a delivery asking to start now; ``grant``
+    False (before the claim): room now is not taken (``(0, turns, states)``), only a
+    place in line when there is none.
 
     A start is granted when every limit allows it: never more than ``count`` units in
     any window of ``window_ms`` (``grants``). A fresh turn (no place in line) must also
@@ -336,10 +364,12 @@ def decide(
             at = max(at, max(state.tat or now_ms, now_ms) + turn.cost_ms - turn.span_ms)
         ats.append(at)
     latest = max(ats)
+    if latest <= now_ms and not grant:
+        return 0, tuple(turns), tuple(states)
     if latest <= now_ms:
         granted = []
         for state, turn in zip(states, turns, strict=True):
-            tat = max(state.tat or now_ms, now_ms) + turn.cost_ms
+            tat = _paced(state.tat, now_ms, turn)
             state = replace(state, grants=_with(state.grants, now_ms, turn.units), tat=tat)
             if turn.slot_ms is None:
                 state = state.planned(now_ms, turn.units)

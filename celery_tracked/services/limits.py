@@ -140,7 +140,9 @@ def _with_slot(wait: Wait, name: str, slot: int | None) -> Wait:
 class KeyedRateLimit(Hooks):
     """Keyed rate limits (``rate_limits=``, ``core/rates.py``): the start is granted after
     the claim, immediately before the body, in one Redis round trip over every limit of
-    the delivery (``before_body``): nothing is asked before the claim. A refused delivery
+    the delivery (``before_body``). Before the claim, a fresh delivery that this process
+    already knows is over its limit takes its place in line (``before_claim``: one round
+    trip, no claim written or given back); nothing is asked otherwise. A refused delivery
     gives its claim back and is re-published for its place in line, carried in its
     message (``tracked_rate_turns``): no attempt used, one re-publish per wait (a delivery
     that came back late and finds its key's window full waits for room, keeping its
@@ -154,6 +156,28 @@ class KeyedRateLimit(Hooks):
     def __init__(self, limiter: Limiter, sleep: Callable[[float], None] = time.sleep) -> None:
         self.limiter = limiter
         self._sleep = sleep
+
+    def before_claim(self, delivery: Delivery) -> float | Wait | None:
+        """A fresh delivery that this process knows is over its limit (``free_in``, what
+        its last answers said: no round trip) takes its place in line before the claim:
+        one round trip, no claim to give back, re-published for its place; room known to
+        come within :data:`SHORT_WAIT_S` is slept for (nothing is held yet)."""
+        turns = delivery.limits.turns if delivery.limits is not None else ()
+        if not turns or delivery.inline or any(t.slot_ms is not None for t in turns):
+            return None
+        free_ms = self.limiter.free_in(turns)
+        if free_ms <= 0:
+            return None  # room now, or nothing known: the claim, then the grant
+        if free_ms <= SHORT_WAIT_S * 1000:
+            self._sleep(free_ms / 1000)  # nothing held yet: slept, then claimed
+            return None
+        try:
+            wait_ms, turns = self.limiter.turns(turns, grant=False)
+        except GuardError as exc:
+            return Wait(UNAVAILABLE_WAIT_S, f"rate limiter unavailable: {exc}")
+        if wait_ms <= 0:
+            return None  # room after all (its state was lost): the claim, then the grant
+        return Wait(wait_ms / 1000, _why(wait_ms), turns_header(turns))
 
     def before_body(self, delivery: Delivery, claim: Claim) -> float | Wait | None:
         turns = delivery.limits.turns if delivery.limits is not None else ()
@@ -172,5 +196,8 @@ class KeyedRateLimit(Hooks):
                 slept += 1
                 self._sleep(wait_ms / 1000)
                 continue
-            why = f"rate limits: its turn comes in {wait_ms} ms"  # keys unshown: arguments
-            return Wait(wait_ms / 1000, why, turns_header(turns))
+            return Wait(wait_ms / 1000, _why(wait_ms), turns_header(turns))
+
+
+def _why(wait_ms: int) -> str:
+    return f"rate limits: its turn comes in {wait_ms} ms"  # keys unshown: arguments

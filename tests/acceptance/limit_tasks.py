@@ -24,7 +24,7 @@ from typing import Any
 import redis
 from celery import Celery
 
-from celery_tracked import Tracker, tracked_task
+from celery_tracked import RateLimit, Tracker, tracked_task
 
 #: The minimum interval between the starts of ``acc.limited`` bodies.
 LIMIT_MS = 200
@@ -33,6 +33,10 @@ SLOW_LIMIT_MS = 1000
 #: ``acc.per_tenant``'s keyed limit: starts per second per tenant (``TRACKED_TEST_PER_TENANT_S``:
 #: a measurement on a machine too loaded for 100 starts a second).
 PER_TENANT_S = int(os.environ.get("TRACKED_TEST_PER_TENANT_S", "20"))
+#: its burst (``TRACKED_TEST_PER_TENANT_BURST``; none given: the library's default, N: up to
+#: N in any window)
+_BURST = os.environ.get("TRACKED_TEST_PER_TENANT_BURST")
+PER_TENANT_BURST = int(_BURST) if _BURST else None
 
 
 def _record_start(task: Any, limiter: str, at: float, begin: Callable[[Any], Any]) -> Any:
@@ -90,7 +94,7 @@ def add_limit_tasks(
         name="acc.per_tenant",
         queue=queue,
         tenant="{tenant_id}",
-        rate_limits=("acc-t:{tenant}", f"{PER_TENANT_S}/s"),
+        rate_limits=RateLimit("acc-t:{tenant}", f"{PER_TENANT_S}/s", burst=PER_TENANT_BURST),
     )
     def per_tenant(self: Any, tenant_id: str, n: int) -> dict[str, Any]:
         at = time.time()

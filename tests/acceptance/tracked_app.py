@@ -637,6 +637,11 @@ if os.environ.get("TRACKED_TEST_BEAT"):  # a test's own Beat entries (test_key_l
         **json.loads(os.environ["TRACKED_TEST_BEAT"]),
     }
 
+if os.environ.get("TRACKED_TEST_MAINTENANCE_QUEUE"):  # Beat's tasks not behind a backlog
+    app.conf.task_routes = {
+        "celery_tracked.*": {"queue": os.environ["TRACKED_TEST_MAINTENANCE_QUEUE"]}
+    }
+
 if os.environ.get("TRACKED_TEST_LOG_JSONL"):
     _log = logging.getLogger("celery_tracked")
     _log.setLevel(logging.INFO)

@@ -12,11 +12,13 @@ import pytest
 from celery_tracked.core.errors import InvalidPayload, InvalidTaskOption
 from celery_tracked.core.rates import (
     HEADER_RATE_TURNS,
+    START_MARGIN_MS,
     RateLimit,
     RateState,
     Turn,
     decide,
     digest,
+    free_at,
     parse_rate,
     rates_of,
     turns_header,
@@ -37,7 +39,7 @@ def test_rates_spell_n_per_window() -> None:
 
 def test_the_option_takes_one_limit_or_a_list() -> None:
     (one,) = rates_of(("ai:{tenant_id}", "20/s"))
-    assert one == RateLimit("ai:{tenant_id}", "20/s")
+    assert one == RateLimit("ai:{tenant_id}", "20/s", burst=20)  # the default burst: N
     two = rates_of([("ai:{tenant_id}", "100/m"), RateLimit("ai", "50/s", burst=5, units=2)])
     assert [r.rate for r in two] == ["100/m", "50/s"]
     assert rates_of(None) == ()
@@ -58,8 +60,8 @@ def test_a_call_makes_its_turns_and_its_units() -> None:
     limits = rates_of([("ai:{tenant}", "10/s"), RateLimit("tok", "100/s", burst=50, units="n")])
     turns = turns_of(limits, {"tenant": "t1", "n": 7}, (), {})
     assert [(t.key, t.count, t.window_ms, t.units, t.slot_ms) for t in turns] == [
-        ("ai:t1", 10, 1000.0, 1, None),
-        ("tok", 100, 1000.0, 7, None),
+        ("ai:t1", 10, 1000.0 + START_MARGIN_MS, 1, None),  # the body's latency
+        ("tok", 100, 1000.0 + START_MARGIN_MS, 7, None),
     ]
     header = turns_header([Turn("ai:t1", 10, 1000.0, slot_ms=123, seq=7)])
     assert header == {HEADER_RATE_TURNS: {digest("ai:t1"): [123, 7]}}
@@ -207,3 +209,23 @@ def test_heavy_lateness_costs_throughput_not_the_limit() -> None:
         f"{republished / 200:.2f} re-publishes per job"
     )
     assert republished <= 4 * 200
+
+
+def test_a_start_up_to_half_an_interval_late_keeps_the_schedule() -> None:
+    turn, state = Turn("k", 20, 1000.0), RateState()  # one start every 50 ms
+    _, _, state = ask(state, turn, 10_000.0)
+    _, _, state = ask(state, turn, 10_070.0)  # 20 ms late (due at 10,050)
+    assert state.tat == 10_100.0  # the next is due on time, not at 10,120
+    assert ask(state, turn, 10_099.0)[0] > 0 and ask(state, turn, 10_100.0)[0] == 0
+    _, _, state = ask(state, turn, 10_200.0)  # 100 ms late: the schedule starts again
+    assert state.tat == 10_250.0
+
+
+def test_free_at_says_when_a_fresh_delivery_may_start() -> None:
+    turn, state = Turn("k", 2, 1000.0, burst=2), RateState()
+    _, _, state = ask(state, turn, 0.0)
+    assert free_at(state, turn, 0.0) == 0.0  # the burst has room
+    _, _, state = ask(state, turn, 10.0)
+    assert free_at(state, turn, 10.0) == 1000.0  # the window is full until the first ages
+    wait, _, _ = ask(state, turn, 500.0)
+    assert wait > 0  # a hint still ahead: surely refused
