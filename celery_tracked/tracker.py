@@ -42,6 +42,7 @@ from .core.platform import Platform
 from .core.ports import Store
 from .core.settings import Settings
 from .core.throughput import SAMPLE, WINDOW_S
+from .core.validation import check_now
 from .services import actions, bulk, throughput, waiting
 from .services.cancelling import Shown
 from .services.cleanup import Cleanup, CleanupReport
@@ -259,20 +260,20 @@ class BaseTracker(Controls):
         plugins = self._services.maintenance
         if name not in plugins:
             raise KeyError(f"no maintenance plugin {name!r}: one of {sorted(plugins)}")
-        return plugins[name].run(now)
+        return plugins[name].run(check_now(now))
 
     def relay(self, *, now: datetime | None = None) -> RelayReport:
         """Publish the pending jobs whose producer died before handing their message to the
         broker: one pass of the relay (``services/relay.py``; the task
         ``celery_tracked.relay`` runs it on Beat). ``now``: the time a row's age is judged
         at (default: the database's clock). Raises ``StoreError``: the database failed."""
-        return self._plugin(Relay).run(now)
+        return self._plugin(Relay).run(check_now(now))
 
     def schedule(self, *, now: datetime | None = None) -> RelayReport:
         """Publish the held jobs coming within ``tracked_schedule_horizon_seconds``: one pass
         of ``services/schedule.py`` (Beat: ``celery_tracked.schedule``). ``now``: the time
         due times are judged at (default: the database's clock). Raises ``StoreError``."""
-        return self._plugin(Scheduler).run(now)
+        return self._plugin(Scheduler).run(check_now(now))
 
     def reap(self, *, now: datetime | None = None) -> ReapReport:
         """Rescue (or abandon) the jobs nothing will move any more: one pass of the reaper
@@ -280,7 +281,7 @@ class BaseTracker(Controls):
         judges how long ago a job's last sign of life was (default: the database's clock);
         whether a lease lapsed (no live holder) is judged on the database's only. Raises
         ``StoreError``: the database failed (nothing half-done: each move is atomic)."""
-        return self._plugin(Reaper).run(now)
+        return self._plugin(Reaper).run(check_now(now))
 
     def cleanup(
         self,
@@ -301,7 +302,7 @@ class BaseTracker(Controls):
         Raises:
             StoreError: the database failed (the batches before it stay removed).
         """
-        return self._plugin(Cleanup).run(now, dry_run=dry_run, on_batch=on_batch)
+        return self._plugin(Cleanup).run(check_now(now), dry_run=dry_run, on_batch=on_batch)
 
     def _plugin(self, kind: type[M]) -> M:
         plugin = self._services.maintenance[kind.name]

@@ -272,6 +272,16 @@ def check_time(name: str, value: Any) -> None:
         raise InvalidFilter(f"{name}: a naive datetime is ambiguous; give an aware one (UTC)")
 
 
+def check_now(now: Any) -> Any:
+    """A maintenance pass's ``now=`` (``Tracker.relay``, ``schedule``, ``reap``,
+    ``cleanup``, ``run_maintenance``): None or an aware datetime, returned as given."""
+    if now is not None and not isinstance(now, datetime):
+        raise InvalidFilter(f"now: expected an aware datetime (or None), got {now!r}")
+    if now is not None and now.utcoffset() is None:
+        raise InvalidFilter(f"now: a naive datetime is ambiguous; give an aware one (UTC): {now!r}")
+    return now
+
+
 def check_limit(limit: Any, maximum: int | None, name: str = "limit") -> int:
     """A page size or a bulk action's limit: an int from 1 to ``maximum``."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
