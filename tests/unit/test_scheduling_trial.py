@@ -90,8 +90,10 @@ def test_a_refused_pause_says_what_was_wrong_and_what_is_allowed(app: Celery) ->
     assert str(unknown.value).startswith("cannot pause unknown queue 'nope'")
     known = str(unknown.value).split("pause one of the known ones (")[1]  # shared tasks too
     assert "celery" in known.split(")")[0] and known.endswith("), or everything")
-    with pytest.raises(InvalidPause, match=r"^cannot resume unknown job type 'nope'"):
+    with pytest.raises(InvalidPause, match=r"^cannot resume unknown job type 'nope'") as job_type:
         tracker.resume(job_type="nope")
+    assert "not the job type of a tracked task registered here;" in str(job_type.value)
+    assert "the app's the" not in str(job_type.value)  # the issue 26 trial: it read so
     assert tracker.paused() == []
 
 
