@@ -27,7 +27,7 @@ from ..core.keys import KeyRule
 from ..core.messages import Control, TrackedHeaders, check_text
 from ..core.redact import NO_KEYS, Redaction
 from ..core.settings import Settings
-from .sealing import seal_call, sealer_for
+from .sealing import seal_call, sealer_for, unsendable_call
 
 #: The guard of a job without key but with a given task id covers the enqueue only.
 ID_GUARD_TTL_MS = 60_000
@@ -116,8 +116,12 @@ class NewJob:
     @property
     def held(self) -> bool:
         """Due further ahead than the horizon: created without a message, published by
-        the scheduler pass as it comes due (``deadlines.held``)."""
-        return held(self.due_in_s, self.due_at, self.horizon_s, utcnow())
+        the scheduler pass as it comes due (``deadlines.held``). Never one whose redacted
+        arguments were not sealed (no ``tracked_secret_key``): only its own message
+        carries them, so it is published now with its countdown, as Celery does."""
+        if not held(self.due_in_s, self.due_at, self.horizon_s, utcnow()):
+            return False
+        return not unsendable_call(self.call.payload_json, self.sealed)
 
 
 def guard_of(job: NewJob, guard_ttl_s: int) -> tuple[tuple[str, ...], int] | None:
