@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from .core.circuits import Circuit
 from .core.pauses import Pause
+from .core.validation import check_now
 from .services import pauses
 from .services.circuits import ProbePass, ProbeReport
 from .services.maintenance import Maintenance
@@ -67,7 +68,7 @@ class Controls:
 
     def probe(self, *, now: datetime | None = None) -> ProbeReport:
         """One pass of the circuit breakers' plugin (``services/circuits.py``)."""
-        return self._plugin(ProbePass).run(now)
+        return self._plugin(ProbePass).run(check_now(now))
 
     def circuits(self) -> list[Circuit]:
         """Every circuit, its state, counts, history and held jobs (docs/limits.md)."""

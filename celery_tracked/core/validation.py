@@ -274,7 +274,7 @@ def check_time(name: str, value: Any) -> None:
 
 def check_now(now: Any) -> Any:
     """A maintenance pass's ``now=`` (``Tracker.relay``, ``schedule``, ``reap``,
-    ``cleanup``, ``run_maintenance``): None or an aware datetime, returned as given."""
+    ``cleanup``, ``probe``, ``run_maintenance``): None or an aware datetime, returned as given."""
     if now is not None and not isinstance(now, datetime):
         raise InvalidFilter(f"now: expected an aware datetime (or None), got {now!r}")
     if now is not None and now.utcoffset() is None:

@@ -358,7 +358,9 @@ def test_a_per_call_key_too_long_is_not_echoed_either(
 
 
 @pytest.mark.parametrize("now", [dt.datetime(2030, 1, 1), "2030-01-01T00:00:00Z", 0])
-@pytest.mark.parametrize("call", ["relay", "schedule", "reap", "cleanup", "run_maintenance"])
+@pytest.mark.parametrize(
+    "call", ["relay", "schedule", "reap", "cleanup", "probe", "run_maintenance"]
+)
 def test_a_maintenance_pass_given_a_bad_now_is_a_typed_refusal(
     make_app: AppFactory, database_url: str, call: str, now: Any
 ) -> None:
