@@ -1,9 +1,10 @@
-"""A job whose arguments were redacted and not sealed (no ``tracked_secret_key``) is never
-held in the database: only its own message carries those values, so it is published at
-once with its countdown, as before issue 26 (the issue 26 trial: the scheduler pass found
-it held, could not rebuild its message and cancelled it, "its producer died before
-publishing it"). With the key it is held and sealed, as documented. PostgreSQL and
-SQLite, real Redis as broker and guard."""
+"""Jobs due beyond the horizon that are published at once with their countdown instead of
+held in the database, because only their own message carries something the row does not
+(the issue 26 trial): arguments redacted and not sealed (no ``tracked_secret_key``; held,
+the scheduler pass could not rebuild its message and cancelled it, "its producer died
+before publishing it"), and Celery's ``expires`` (held, its message was sent from the row
+without it, and it ran after it expired). With the key a redacted job is held and sealed,
+as documented. PostgreSQL and SQLite, real Redis as broker and guard."""
 
 from __future__ import annotations
 
@@ -55,3 +56,19 @@ def test_with_the_secret_key_such_a_job_is_held_and_sealed(make_app: AppFactory)
     result = call_provider.apply_async(args=("o-1", "SEKRIT"), countdown=3600)
     job = get(tracker_of(app), result.id)
     assert job.published_at is None  # held: the pass rebuilds it from the sealed values
+
+
+def test_a_far_job_with_celery_expires_is_published_not_held(
+    make_app: AppFactory, broker: redis.Redis
+) -> None:
+    app = make_app(tracked_schedule_horizon_seconds=60)
+    queue = f"held-expires-{uuid.uuid4().hex[:8]}"
+
+    @tracked_task(app=app, queue=queue, shared=False, name=f"t.{uuid.uuid4().hex}")
+    def remind(who: str) -> None: ...
+
+    result = remind.apply_async(args=("a",), countdown=3600, expires=1800)
+    job = get(tracker_of(app), result.id)
+    assert job.published_at is not None, "held: its message would be sent without expires"
+    [message] = queue_messages(broker, queue)
+    assert b'"expires": "' in message  # Celery revokes it if it comes after that
