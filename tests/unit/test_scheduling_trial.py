@@ -189,6 +189,20 @@ def test_show_says_a_scheduled_job_is_held_until_its_due_time(app: Celery) -> No
     )
 
 
+def test_show_says_a_scheduled_job_a_pause_covers_waits_for_the_pause(app: Celery) -> None:
+    """A job held until its due time whose type is paused is not published by the next
+    scheduler pass: ``show`` names the pause (the issue 26 trial: it said only "published
+    by the scheduler pass", overdue)."""
+    remind = _task(app)
+    tracker = Tracker.for_app(app)
+    far = remind.apply_async(args=("a",), countdown=7200)
+    tracker.pause(job_type="trial.remind", reason="provider down", by="ops")
+    due = next(line for line in _cli(app, "show", far.id).splitlines() if line.startswith("due"))
+    assert "held: published by the scheduler pass once resumed" in due
+    assert "(job type 'trial.remind' paused by ops since" in due and "provider down" in due
+    assert "once resumed" in json.loads(_cli(app, "show", far.id, "--json"))["held"]
+
+
 def test_the_due_time_has_one_public_name_and_a_column(app: Celery) -> None:
     remind = _task(app)
     tracker = Tracker.for_app(app)
