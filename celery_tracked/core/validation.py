@@ -231,7 +231,10 @@ def _seconds(value: Any, name: str) -> None:
     if not is_number(value):
         raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
     if not -MAX_SECONDS <= float(value) <= MAX_SECONDS:  # also refuses NaN
-        raise InvalidPayload(f"{name} must be a finite number of seconds, got {value!r}")
+        raise InvalidPayload(
+            f"{name} must be a number of seconds from -{MAX_INT} to {MAX_INT} "
+            f"(about 68 years), got {value!r}"
+        )
 
 
 # -- finding jobs (InvalidFilter) -------------------------------------------------------

@@ -359,3 +359,15 @@ def test_a_relay_judging_ahead_never_publishes_a_job_not_due(app: Celery) -> Non
     assert tracker.relay(now=utcnow() + timedelta(hours=3)).as_dict()["published"] == []
     job = tracker.get_job(far.id)
     assert job is not None and job.published_at is None
+
+
+def test_a_countdown_too_far_says_how_far_it_may_be(app: Celery) -> None:
+    """A finite countdown beyond the bound is refused naming the bound (the issue 26 trial:
+    it said "must be a finite number of seconds, got 1000000000000")."""
+    remind = _task(app)
+    with pytest.raises(InvalidPayload) as far:
+        remind.apply_async(args=("a",), countdown=10**12)
+    assert "finite" not in str(far.value)
+    assert "from -2147483647 to 2147483647 (about 68 years)" in str(far.value)
+    with pytest.raises(InvalidPayload, match=r"countdown must be a number of seconds from "):
+        remind.apply_async(args=("a",), countdown=float("nan"))
