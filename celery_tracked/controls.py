@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 from .core.circuits import Circuit
 from .core.maintenance import MaintenanceRun
 from .core.pauses import Pause
+from .core.validation import check_now
 from .services import pauses
 from .services.circuits import ProbePass, ProbeReport
 from .services.maintenance import Maintenance, Report, known
@@ -72,6 +73,7 @@ class Controls:
 
     def probe(self, *, now: datetime | None = None) -> ProbeReport:
         """One pass of the circuit breakers' plugin (``services/circuits.py``)."""
+        now = check_now(now)  # InvalidFilter: before the pass, not recorded
         plugin = self._plugin(ProbePass)
         return self._recorded(plugin, lambda: plugin.run(now))
 

@@ -43,6 +43,7 @@ from .core.platform import Platform
 from .core.ports import Store
 from .core.settings import Settings
 from .core.throughput import SAMPLE, WINDOW_S
+from .core.validation import check_now
 from .services import actions, bulk, throughput, waiting
 from .services.cancelling import Shown
 from .services.cleanup import Cleanup, CleanupReport
@@ -260,6 +261,7 @@ class BaseTracker(Controls):
         plugins = self._services.maintenance
         if name not in plugins:
             raise KeyError(f"no maintenance plugin {name!r}: one of {sorted(plugins)}")
+        now = check_now(now)  # InvalidFilter: before the pass, not recorded
         plugin = plugins[name]
         return self._recorded(plugin, lambda: plugin.run(now))
 
@@ -268,6 +270,7 @@ class BaseTracker(Controls):
         broker: one pass of the relay (``services/relay.py``; the task
         ``celery_tracked.relay`` runs it on Beat). ``now``: the time a row's age is judged
         at (default: the database's clock). Raises ``StoreError``: the database failed."""
+        now = check_now(now)  # InvalidFilter: before the pass, not recorded
         plugin = self._plugin(Relay)
         return self._recorded(plugin, lambda: plugin.run(now))
 
@@ -275,6 +278,7 @@ class BaseTracker(Controls):
         """Publish the held jobs coming within ``tracked_schedule_horizon_seconds``: one pass
         of ``services/schedule.py`` (Beat: ``celery_tracked.schedule``). ``now``: the time
         due times are judged at (default: the database's clock). Raises ``StoreError``."""
+        now = check_now(now)  # InvalidFilter: before the pass, not recorded
         plugin = self._plugin(Scheduler)
         return self._recorded(plugin, lambda: plugin.run(now))
 
@@ -284,6 +288,7 @@ class BaseTracker(Controls):
         judges how long ago a job's last sign of life was (default: the database's clock);
         whether a lease lapsed (no live holder) is judged on the database's only. Raises
         ``StoreError``: the database failed (nothing half-done: each move is atomic)."""
+        now = check_now(now)  # InvalidFilter: before the pass, not recorded
         plugin = self._plugin(Reaper)
         return self._recorded(plugin, lambda: plugin.run(now))
 
@@ -306,6 +311,7 @@ class BaseTracker(Controls):
         Raises:
             StoreError: the database failed (the batches before it stay removed).
         """
+        now = check_now(now)  # InvalidFilter: before the pass, not recorded
         plugin = self._plugin(Cleanup)
         if dry_run:  # no pass: nothing to record
             return plugin.run(now, dry_run=True, on_batch=on_batch)

@@ -76,7 +76,8 @@ def show(ctx: click.Context, job_id: str, history: bool, as_json: bool) -> None:
         if job is None:
             raise NotFound(f"no job {job_id}")  # shown escaped (``common._Shown``)
         paused = _paused_hold(job)
-        pause = holding(tracker.paused(), job.queue_name, job.job_type) if paused else None
+        looks = paused or _scheduled_hold(job)  # a pause covering it holds it longer
+        pause = holding(tracker.paused(), job.queue_name, job.job_type) if looks else None
     held = _hold_text(job, paused, pause)
     if as_json:
         out = job_dict(job)
@@ -151,13 +152,22 @@ def _paused_hold(job: Job) -> bool:
 
 def _hold_text(job: Job, paused: bool, pause: Pause | None) -> str | None:
     """Why the job waits in the database without a message: a pause (which one, who, when,
-    why; or lifted, the relay publishing it), or its due time (the scheduler pass)."""
+    why; or lifted, the relay publishing it), or its due time (the scheduler pass; and a
+    pause covering it, which it waits for too)."""
     if paused:
         if pause is None:
             return "by a pause, now lifted: the relay publishes it (resume, or its next pass)"
         return f"by a pause ({pause.describe()}): published on resume"
-    waiting = job.status is JobStatus.PENDING and job.not_before is not None
-    return "published by the scheduler pass" if waiting and not job.published_at else None
+    if not _scheduled_hold(job):
+        return None
+    if pause is not None:
+        return f"published by the scheduler pass once resumed ({pause.describe()})"
+    return "published by the scheduler pass"
+
+
+def _scheduled_hold(job: Job) -> bool:
+    """A pending job held in the database until its due time (no message yet)."""
+    return job.status is JobStatus.PENDING and job.not_before is not None and not job.published_at
 
 
 def _event_rows(events: list[JobEvent]) -> list[list[Cell]]:

@@ -264,7 +264,9 @@ class UnknownTask(TrackedError, LookupError):
 class InvalidFilter(TrackedError, ValueError):
     """``Tracker.jobs``, ``retry_many`` or ``cancel_many`` got a filter it cannot apply (an
     unknown status, a naive datetime, an empty range, a bad limit) or a cursor it did not
-    make. Nothing was read or changed."""
+    make; or a maintenance pass (``relay``, ``schedule``, ``reap``, ``cleanup``,
+    ``probe``, ``run_maintenance``) a ``now=`` that is not an aware datetime. Nothing was read or
+    changed."""
 
 
 class WaitTimeout(TrackedError, TimeoutError):

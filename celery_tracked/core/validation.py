@@ -231,7 +231,10 @@ def _seconds(value: Any, name: str) -> None:
     if not is_number(value):
         raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
     if not -MAX_SECONDS <= float(value) <= MAX_SECONDS:  # also refuses NaN
-        raise InvalidPayload(f"{name} must be a finite number of seconds, got {value!r}")
+        raise InvalidPayload(
+            f"{name} must be a number of seconds from -{MAX_INT} to {MAX_INT} "
+            f"(about 68 years), got {value!r}"
+        )
 
 
 # -- finding jobs (InvalidFilter) -------------------------------------------------------
@@ -270,6 +273,16 @@ def check_time(name: str, value: Any) -> None:
         raise InvalidFilter(f"{name}: expected a datetime or a timedelta, got {value!r}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidFilter(f"{name}: a naive datetime is ambiguous; give an aware one (UTC)")
+
+
+def check_now(now: Any) -> Any:
+    """A maintenance pass's ``now=`` (``Tracker.relay``, ``schedule``, ``reap``,
+    ``cleanup``, ``probe``, ``run_maintenance``): None or an aware datetime, returned as given."""
+    if now is not None and not isinstance(now, datetime):
+        raise InvalidFilter(f"now: expected an aware datetime (or None), got {now!r}")
+    if now is not None and now.utcoffset() is None:
+        raise InvalidFilter(f"now: a naive datetime is ambiguous; give an aware one (UTC): {now!r}")
+    return now
 
 
 def check_limit(limit: Any, maximum: int | None, name: str = "limit") -> int:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from ..core.attempt import Attempt
 from ..core.hooks import Hooks
@@ -73,7 +74,9 @@ class SlotHandOff(Hooks):
             handed = self.store.hand_slot(job, limits.limit, now=utcnow())
             if handed is None:
                 continue  # another hand-off took it, or the key is full again
-            self.publish(handed)
+            # due on the database's clock (``DUE``): its message waits no more, whatever
+            # this host's clock says (``send_job`` counts a due time on it)
+            self.publish(replace(handed, not_before=None))
             self.store.handed_over(handed.id, utcnow(), handed.revision)
             logger.debug("job %s: handed the slot of concurrency key %r", handed.id, limits.key)
             return handed

@@ -171,12 +171,13 @@ class Pauses(Hooks):
         if name not in names:
             what = "queue" if scope == QUEUE else "job type"
             where = (
-                "task_queues, task_default_queue, task_routes or a tracked task's queue"
+                "in the app's task_queues, task_default_queue, task_routes or a tracked "
+                "task's queue"
                 if scope == QUEUE
-                else "the job_type of a tracked task registered here"
+                else "the job type of a tracked task registered here"
             )
             raise InvalidPause(
-                f"cannot {action} unknown {what} {name!r}: not in the app's {where}; "
+                f"cannot {action} unknown {what} {name!r}: not {where}; "
                 f"{action} one of the known ones ({', '.join(sorted(names)) or 'none'}), "
                 "or everything"
             )

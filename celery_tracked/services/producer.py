@@ -27,7 +27,7 @@ from ..core.keys import KeyRule
 from ..core.messages import Control, TrackedHeaders, check_text
 from ..core.redact import NO_KEYS, Redaction
 from ..core.settings import Settings
-from .sealing import seal_call, sealer_for
+from .sealing import seal_call, sealer_for, unsendable_call
 
 #: The guard of a job without key but with a given task id covers the enqueue only.
 ID_GUARD_TTL_MS = 60_000
@@ -73,6 +73,8 @@ class NewJob:
     deadline: Deadline = NO_DEADLINE
     #: a job due further ahead is held in the database (``tracked_schedule_horizon_seconds``)
     horizon_s: float = 300.0
+    #: the call gives Celery's ``expires``: only its message carries it (never held)
+    expires: bool = False
 
     @property
     def rule(self) -> KeyRule:
@@ -116,8 +118,13 @@ class NewJob:
     @property
     def held(self) -> bool:
         """Due further ahead than the horizon: created without a message, published by
-        the scheduler pass as it comes due (``deadlines.held``)."""
-        return held(self.due_in_s, self.due_at, self.horizon_s, utcnow())
+        the scheduler pass as it comes due (``deadlines.held``). Never one whose redacted
+        arguments were not sealed (no ``tracked_secret_key``), nor one with Celery's
+        ``expires``: only its own message carries them, so it is published now with its
+        countdown, as Celery does."""
+        if self.expires or not held(self.due_in_s, self.due_at, self.horizon_s, utcnow()):
+            return False
+        return not unsendable_call(self.call.payload_json, self.sealed)
 
 
 def guard_of(job: NewJob, guard_ttl_s: int) -> tuple[tuple[str, ...], int] | None:
@@ -215,8 +222,10 @@ def new_job(
 def due(job: NewJob, options: Mapping[str, Any]) -> NewJob:
     """``job`` due when its message is (``not_before``): after its ``countdown`` (counted on
     the database's clock from the insert; it wins over an ``eta``, as in Celery), else at
-    its ``eta`` (a naive one read as UTC, as Celery reads it). Checked by ``check_options``."""
+    its ``eta`` (a naive one read as UTC, as Celery reads it); noting Celery's ``expires``
+    (never held). Checked by ``check_options``."""
     countdown, eta = options.get("countdown"), options.get("eta")
+    job = replace(job, expires=options.get("expires") is not None)
     if countdown is not None:
         return replace(job, due_in_s=float(countdown))
     if isinstance(eta, str):

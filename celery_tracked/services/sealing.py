@@ -117,6 +117,12 @@ def _may_hold(payload_json: str) -> bool:
     return REDACTED in payload_json or MASK in payload_json
 
 
+def unsendable_call(payload_json: str, sealed: str | None) -> bool:
+    """A new job's row could not rebuild its message (:func:`unsendable`): its stored
+    ``payload_json`` lost values to redaction and nothing was ``sealed``."""
+    return sealed is None and _may_hold(payload_json) and holds_redacted(decode(payload_json))
+
+
 def unsendable(job: Job) -> bool:
     """The row alone cannot rebuild ``job``'s message: its payload holds redacted values
     and nothing was sealed (no ``tracked_secret_key`` when it was created)."""

@@ -13,6 +13,7 @@ import redis
 
 from celery_tracked import (
     ConfigurationError,
+    InvalidFilter,
     InvalidPayload,
     InvalidPriority,
     JobFailed,
@@ -354,3 +355,30 @@ def test_a_per_call_key_too_long_is_not_echoed_either(
         login.enqueue("ann", _idempotency_key=SECRET)
     assert "s3cr3t" not in str(raised.value) and "315 characters" in str(raised.value)
     assert row_count(database_url) == 0 and guard_keys(broker) == []
+
+
+@pytest.mark.parametrize("now", [dt.datetime(2030, 1, 1), "2030-01-01T00:00:00Z", 0])
+@pytest.mark.parametrize(
+    "call", ["relay", "schedule", "reap", "cleanup", "probe", "run_maintenance"]
+)
+def test_a_maintenance_pass_given_a_bad_now_is_a_typed_refusal(
+    make_app: AppFactory, database_url: str, call: str, now: Any
+) -> None:
+    """``now=`` (a naive datetime, a string, a number) is refused with ``InvalidFilter``
+    naming it, before the pass reads or writes anything: not a ``TypeError`` from the
+    arithmetic, nor a ``StoreError`` from the driver (the issue 26 trial)."""
+    app = make_app()
+
+    @tracked_task(app=app, shared=False)
+    def held(x: int) -> None: ...
+
+    held.apply_async(args=(1,), countdown=3600)  # a held row a pass would look at
+    tracker = tracker_of(app)
+    run = (
+        (lambda: tracker.run_maintenance("schedule", now=now))
+        if call == "run_maintenance"
+        else (lambda: getattr(tracker, call)(now=now))
+    )
+    with pytest.raises(InvalidFilter, match=r"^now: "):
+        run()
+    assert row_count(database_url) == 1

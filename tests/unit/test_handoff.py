@@ -84,3 +84,43 @@ def test_a_keyed_job_hands_its_slot_to_the_next_due_waiting_job(
     assert (handed.locked_by, handed.revision) == (SLOT_HANDED, 1)
     assert handed.published_at is not None  # marked handed over after the publish
     assert w.job("not-due").revision == 0 and w.job("last").revision == 0
+
+
+class _Platform:
+    """Records each publish's options (``send_job``'s); shows a value as its repr."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def show(self, value: Any, limit: int) -> str:
+        return repr(value)[:limit]
+
+    def publish(self, task_name: str, args: Any, kwargs: Any, options: dict[str, Any]) -> None:
+        self.sent.append(options)
+
+
+def test_a_handed_job_waits_no_more_whatever_this_hosts_clock_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hand-off found the job due on the store's (the database's) clock: its message
+    carries no countdown even when this host's clock is a minute behind (the issue 26
+    trial: the rest of its due time, counted on this host's clock, delayed it by the skew,
+    the handed slot idle meanwhile)."""
+    from celery_tracked.services import rerun
+
+    store, platform = Watched(), _Platform()
+    keeper = LeaseKeeper(store, lease_seconds=60)  # type: ignore[arg-type]
+    hand_off = SlotHandOff(store, rerun.publisher(platform, None))  # type: ignore[arg-type]
+    runner = Runner(store, keeper, HookChain([hand_off]), Settings(redis_url="memory://"))  # type: ignore[arg-type]
+    w = World(store, Recorder(), runner)
+    now = utcnow()
+    w.store.add("j-1", concurrency_key="k")
+    w.store.add("due", concurrency_key="k", published_at=now, not_before=now - timedelta(seconds=1))
+    behind = timedelta(minutes=1)
+    monkeypatch.setattr(rerun, "utcnow", lambda: utcnow() - behind)  # this host, behind
+    try:
+        w.run(job_id="j-1", limits=DeliveryLimits(key="k", limit=1))
+    finally:
+        keeper.stop()
+    assert w.job("due").locked_by == SLOT_HANDED
+    assert len(platform.sent) == 1 and "countdown" not in platform.sent[0], platform.sent

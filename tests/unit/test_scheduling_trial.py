@@ -90,8 +90,10 @@ def test_a_refused_pause_says_what_was_wrong_and_what_is_allowed(app: Celery) ->
     assert str(unknown.value).startswith("cannot pause unknown queue 'nope'")
     known = str(unknown.value).split("pause one of the known ones (")[1]  # shared tasks too
     assert "celery" in known.split(")")[0] and known.endswith("), or everything")
-    with pytest.raises(InvalidPause, match=r"^cannot resume unknown job type 'nope'"):
+    with pytest.raises(InvalidPause, match=r"^cannot resume unknown job type 'nope'") as job_type:
         tracker.resume(job_type="nope")
+    assert "not the job type of a tracked task registered here;" in str(job_type.value)
+    assert "the app's the" not in str(job_type.value)  # the issue 26 trial: it read so
     assert tracker.paused() == []
 
 
@@ -185,6 +187,20 @@ def test_show_says_a_scheduled_job_is_held_until_its_due_time(app: Celery) -> No
     assert json.loads(_cli(app, "show", far.id, "--json"))["held"] == (
         "published by the scheduler pass"
     )
+
+
+def test_show_says_a_scheduled_job_a_pause_covers_waits_for_the_pause(app: Celery) -> None:
+    """A job held until its due time whose type is paused is not published by the next
+    scheduler pass: ``show`` names the pause (the issue 26 trial: it said only "published
+    by the scheduler pass", overdue)."""
+    remind = _task(app)
+    tracker = Tracker.for_app(app)
+    far = remind.apply_async(args=("a",), countdown=7200)
+    tracker.pause(job_type="trial.remind", reason="provider down", by="ops")
+    due = next(line for line in _cli(app, "show", far.id).splitlines() if line.startswith("due"))
+    assert "held: published by the scheduler pass once resumed" in due
+    assert "(job type 'trial.remind' paused by ops since" in due and "provider down" in due
+    assert "once resumed" in json.loads(_cli(app, "show", far.id, "--json"))["held"]
 
 
 def test_the_due_time_has_one_public_name_and_a_column(app: Celery) -> None:
@@ -343,3 +359,15 @@ def test_a_relay_judging_ahead_never_publishes_a_job_not_due(app: Celery) -> Non
     assert tracker.relay(now=utcnow() + timedelta(hours=3)).as_dict()["published"] == []
     job = tracker.get_job(far.id)
     assert job is not None and job.published_at is None
+
+
+def test_a_countdown_too_far_says_how_far_it_may_be(app: Celery) -> None:
+    """A finite countdown beyond the bound is refused naming the bound (the issue 26 trial:
+    it said "must be a finite number of seconds, got 1000000000000")."""
+    remind = _task(app)
+    with pytest.raises(InvalidPayload) as far:
+        remind.apply_async(args=("a",), countdown=10**12)
+    assert "finite" not in str(far.value)
+    assert "from -2147483647 to 2147483647 (about 68 years)" in str(far.value)
+    with pytest.raises(InvalidPayload, match=r"countdown must be a number of seconds from "):
+        remind.apply_async(args=("a",), countdown=float("nan"))
