@@ -153,8 +153,10 @@ def test_a_course_of_three_modules_runs_to_its_mastery_analysis(
     assert parents == [None] + [job.id for job in pipeline.jobs[:-1]]
     assert {job.correlation_id for job in pipeline.jobs} == {cid}
     assert all(started_events(env, job.id) == 1 for job in pipeline.jobs)
-    for job in pipeline.jobs:
-        assert [e.event for e in tracker.history(job.id)] == ["enqueued", "started", "completed"]
+    for job in pipeline.jobs:  # a step waiting for its course's slot may be handed it
+        seen = [e.event for e in tracker.history(job.id)]
+        assert [e for e in seen if e != "slot_handed"] == ["enqueued", "started", "completed"]
+        assert seen.count("slot_handed") <= 1, seen
     assert tracker.wait(pipeline.jobs[-1].id)["with_final_exam"] is True
     # starting the same course again is the same course
     assert start("c1", 3) == cid
