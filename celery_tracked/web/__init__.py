@@ -21,7 +21,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
         'the dashboard needs the "web" extra: pip install "celery-tracked[web]"'
     ) from exc
 
-from .app import dashboard
+from .asgi import dashboard
 from .auth import ADMIN, READ_ONLY, Identity, TokenAuth
 
 __all__ = ["ADMIN", "READ_ONLY", "Identity", "TokenAuth", "dashboard"]
